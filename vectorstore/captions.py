@@ -1,0 +1,90 @@
+"""Human captions that travel with images, read from sidecar files.
+
+Two sidecar forms are understood:
+
+- ``captions.jsonl`` (the flickr8k-dev format): one JSON object per line,
+  ``{"image": "images/NAME.jpg", "captions": ["...", ...]}``, paths relative to the file's folder;
+- ``NAME.txt`` beside ``NAME.jpg``: one caption per non-empty line.
+
+Captions are stored as gallery metadata; the interactive and quality-controlled graphs show them to
+LLMs, and ``pictrieve eval retrieval`` uses them as queries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Iterable
+
+logger = logging.getLogger(__name__)
+
+CAPTIONS_FILE = "captions.jsonl"
+
+
+def read_captions_jsonl(path: str | os.PathLike) -> dict[Path, list[str]]:
+    """Map absolute image paths to their captions from one ``captions.jsonl`` file.
+
+    Malformed lines are logged and skipped, never fatal: a caption file should not stop indexing.
+    """
+    path = Path(path)
+    captions: dict[Path, list[str]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                image = (path.parent / record["image"]).resolve()
+                texts = [str(c).strip() for c in record["captions"] if str(c).strip()]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                logger.warning("%s:%d: skipping malformed caption line (%s)", path, number, exc)
+                continue
+            captions[image] = texts
+    return captions
+
+
+class CaptionIndex:
+    """Captions for the images under some sources, looked up by absolute path."""
+
+    def __init__(self, sources: Iterable[str | os.PathLike] = ()) -> None:
+        self._jsonl: dict[Path, list[str]] = {}
+        for caption_file in _caption_files(sources):
+            self._jsonl.update(read_captions_jsonl(caption_file))
+
+    def __len__(self) -> int:
+        return len(self._jsonl)
+
+    def captions_for(self, image_path: Path) -> list[str]:
+        """Captions for ``image_path`` from ``captions.jsonl``, else from ``NAME.txt``, else ``[]``."""
+        if image_path in self._jsonl:
+            return self._jsonl[image_path]
+        sidecar = image_path.with_suffix(".txt")
+        if sidecar.is_file():
+            try:
+                lines = sidecar.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError as exc:
+                logger.warning("%s: cannot read captions (%s)", sidecar, exc)
+                return []
+            return [line.strip() for line in lines if line.strip()]
+        return []
+
+
+def _caption_files(sources: Iterable[str | os.PathLike]) -> list[Path]:
+    """``captions.jsonl`` files inside source folders, and beside or just above any source."""
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    found: dict[Path, None] = {}
+    for source in sources:
+        path = Path(source).expanduser()
+        if not path.exists():
+            continue
+        folder = path if path.is_dir() else path.parent
+        for candidate in (folder / CAPTIONS_FILE, folder.parent / CAPTIONS_FILE):
+            if candidate.is_file():
+                found[candidate.resolve()] = None
+        if path.is_dir():
+            for candidate in sorted(path.rglob(CAPTIONS_FILE)):
+                found[candidate.resolve()] = None
+    return list(found)
