@@ -1,0 +1,11 @@
+"""PlugIR (Lee et al., 2024): LLM agents for interactive text-to-image retrieval.
+
+The pieces, each usable on its own and wired together by
+:func:`pictrieve.graphs.interactive_retrieval.build_interactive_retrieval_graph`:
+
+- :mod:`.reformulator`: dialogue context -> one caption-style retrieval query (CR);
+- :mod:`.retrieval_context`: Algorithm 1, distinctive captions of the top candidates (RCE);
+- :mod:`.questioner`: candidate questions from the description, dialogue and candidates;
+- :mod:`.question_filter`: Algorithm 2, drop answerable questions, keep the least disruptive (F);
+- :mod:`.simulated_user`: answers from a target's captions, for unattended evaluation.
+"""

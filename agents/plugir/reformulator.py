@@ -1,0 +1,76 @@
+"""Context reformulation (CR): caption + dialogue -> one caption-style retrieval query.
+
+Zero-shot text encoders read dialogues poorly (paper Section 3.2), so retrieval uses a sentence an
+LLM rewrites from the description and the answers (Table 20 layout; temperature 0, up to 512
+tokens). If the rewrite equals last round's query, it is paraphrased (temperature 0.7, top_p 0.8,
+as in the authors' code) so that the search can move. :func:`concatenate_dialogue` is the ZS
+baseline: the raw dialogue joined into one string.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Sequence
+
+from langchain_core.language_models.chat_models import BaseChatModel
+
+from pictrieve.agents.plugir.chat_prompts import render_prompt
+from pictrieve.agents.plugir.llm_calls import complete
+from pictrieve.agents.plugir.questioner import Turn
+
+logger = logging.getLogger(__name__)
+
+REFORMULATION_SAMPLING = {"temperature": 0.0, "max_tokens": 512}
+PARAPHRASE_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "max_tokens": 512}
+_LABEL = re.compile(r"^\s*(?:\[?\s*(?:new\s+caption|caption|paraphrased|text)\s*\]?\s*[:：]\s*)+", re.I)
+
+
+def concatenate_dialogue(description: str, dialogue: Sequence[Turn]) -> str:
+    """The ZS query: ``description, q1 a1, q2 a2, ...`` (the authors' concatenation)."""
+    return ", ".join([description] + [f"{t['question']} {t['answer']}" for t in dialogue])
+
+
+def clean_caption(text: str) -> str:
+    """First non-empty line of a reply, without labels like ``[New Caption]:`` or quotes."""
+    for line in text.strip().splitlines():
+        line = _LABEL.sub("", line).strip().strip('"\'`').strip()
+        if line:
+            return line
+    return ""
+
+
+def reformulate(
+    llm: BaseChatModel,
+    description: str,
+    dialogue: Sequence[Turn],
+    *,
+    previous: str | None = None,
+    max_words: int = 120,
+) -> str:
+    """One caption-style sentence carrying the description and the dialogue.
+
+    Falls back to the concatenated dialogue (logged) when the model returns nothing usable.
+    """
+    if not dialogue:
+        return description
+    dialogue_text = ", ".join(f"{t['question']} {t['answer']}" for t in dialogue)
+    reply = complete(llm, render_prompt("plugir_reformulate", caption=description,
+                                        dialogue=dialogue_text), **REFORMULATION_SAMPLING)
+    caption = clean_caption(reply)
+    if not caption or len(caption.split()) > max_words:
+        logger.info("unusable reformulation %r; using the concatenated dialogue", reply[:200])
+        return concatenate_dialogue(description, dialogue)
+    if previous is not None and caption.strip().lower() == previous.strip().lower():
+        caption = paraphrase(llm, caption)
+    return caption
+
+
+def paraphrase(llm: BaseChatModel, text: str) -> str:
+    """``text`` in other words (or ``text`` itself when the model gives nothing usable)."""
+    reply = clean_caption(complete(llm, render_prompt("plugir_paraphrase", text=text),
+                                   **PARAPHRASE_SAMPLING))
+    if not reply:
+        logger.info("empty paraphrase; keeping the query unchanged")
+        return text
+    return reply

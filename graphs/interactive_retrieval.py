@@ -1,0 +1,394 @@
+"""PlugIR interactive text-to-image retrieval as a LangGraph graph.
+
+The user describes a photo briefly; each round the graph asks one question, the user answers, and
+the ranking is recomputed from everything said so far (Lee et al., 2024, "Interactive
+Text-to-Image Retrieval with Large Language Models: A Plug-and-Play Approach")::
+
+    START -> reformulate -> retrieve --(budget spent)--> END
+                 ^             |
+                 |        extract_context -> generate_questions -> filter_and_select -> ask
+                 |                                                                      |
+                 +------------------------- answer ------------------------------------+
+                                                         ("found <n>" / "stop") -> END
+
+- ``reformulate`` (CR): the LLM folds the description and dialogue into one caption; without CR
+  (the ZS arm) the raw dialogue is concatenated.
+- ``retrieve``: top-n candidates of that query (n ~ 1% of the gallery, at least 20).
+- ``extract_context`` (RCE, Algorithm 1): captions of the most distinctive candidate per cluster.
+- ``generate_questions``: q_n questions (grounded prompt with RCE, baseline prompt without).
+- ``filter_and_select`` (F, Algorithm 2): drop questions the context already answers, pick the
+  one with the smallest KL change of the candidate distribution.
+- ``ask``: ``interrupt()`` with the question and the current top-k; resume with
+  ``Command(resume=answer)``. With an ``answerer`` (simulated user) the graph runs unattended.
+
+The ablation arms of the paper (ZS, CR, CR+RCE, CR+RCE+F) are configuration of this one graph:
+``config["configurable"]`` keys ``reformulate``, ``retrieval_context``, ``filter_questions`` (see
+:class:`PlugIRSettings` and :data:`ARMS`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+import re
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequence, TypedDict
+
+import numpy as np
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from pictrieve.agents.plugir.question_filter import (
+    select_least_disruptive,
+    unanswerable_questions,
+)
+from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION, Turn, generate_questions
+from pictrieve.agents.plugir.reformulator import concatenate_dialogue, reformulate
+from pictrieve.agents.plugir.retrieval_context import select_representatives
+from pictrieve.agents.plugir.simulated_user import Answerer
+
+logger = logging.getLogger(__name__)
+
+MIN_CANDIDATES = 20
+CANDIDATE_FRACTION = 0.01
+
+ARMS: dict[str, dict[str, bool]] = {
+    "zs": {"reformulate": False, "retrieval_context": False, "filter_questions": False},
+    "cr": {"reformulate": True, "retrieval_context": False, "filter_questions": False},
+    "cr+rce": {"reformulate": True, "retrieval_context": True, "filter_questions": False},
+    "cr+rce+f": {"reformulate": True, "retrieval_context": True, "filter_questions": True},
+}
+"""The paper's ablation arms (Table 13) as ``configurable`` flags of the same graph."""
+
+
+# --- the gallery seam ----------------------------------------------------------------------------
+class GalleryLike(Protocol):
+    """The part of :class:`pictrieve.vectorstore.gallery.Gallery` this graph uses."""
+
+    embedder: Any  # .embed_texts(list[str]) -> (n, dim) float32 unit rows
+
+    def search_vector(self, vector: np.ndarray, k: int = 10) -> list[Any]: ...  # SearchHit-like
+
+    def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray: ...
+
+    def count(self) -> int: ...
+
+
+Captioner = Callable[[Sequence[str]], list[str]]
+"""``captions = captioner(image_paths)``: for candidates without a stored caption."""
+
+
+# --- state and settings --------------------------------------------------------------------------
+class Hit(TypedDict):
+    """A ranked gallery image, as kept in the state and shown to the user."""
+
+    id: str
+    path: str
+    score: float
+    rank: int
+    caption: str
+
+
+class Timing(TypedDict):
+    round: int
+    node: str
+    seconds: float
+
+
+class PlugIRState(TypedDict, total=False):
+    """The graph state. Lists that grow round by round use ``operator.add`` reducers."""
+
+    description: str  # D_0, the user's initial description
+    dialogue: Annotated[list[Turn], operator.add]  # (Q_1, A_1), ..., (Q_t, A_t)
+    round: int  # t: answers received so far
+    query: str  # this round's retrieval query (reformulated caption or concatenation)
+    queries: Annotated[list[str], operator.add]  # query of every round, index = round
+    candidates: list[Hit]  # top-n of this round's query
+    top_k: list[Hit]  # what the user sees
+    retrieval_context: list[str]  # RCE captions shown to the questioner
+    questions: list[str]  # this round's candidate questions
+    question: str  # the question asked this round
+    found: Hit | None  # the image the user picked
+    stopped: bool
+    timings: Annotated[list[Timing], operator.add]
+
+
+@dataclass
+class PlugIRSettings:
+    """Per-run settings, read from ``config["configurable"]`` (unknown keys are ignored)."""
+
+    top_k: int = 10  # images shown per round
+    top_n: int | None = None  # retrieval candidates; None = max(20, 1% of the gallery)
+    clusters: int = 10  # m in Algorithm 1
+    questions_per_round: int = 5  # q_n
+    max_rounds: int = 10  # question budget T
+    filter_attempts: int = 3  # regenerations before falling back to unfiltered questions
+    reformulate: bool = True  # CR
+    retrieval_context: bool = True  # RCE (grounded questioner)
+    filter_questions: bool = True  # F
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, config: RunnableConfig | None) -> "PlugIRSettings":
+        configurable = dict((config or {}).get("configurable", {}) or {})
+        arm = configurable.get("arm")
+        if arm is not None:
+            if arm not in ARMS:
+                raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+            configurable = {**ARMS[arm], **configurable}
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in configurable.items() if k in names})
+
+    def candidate_count(self, gallery_size: int) -> int:
+        if self.top_n:
+            return max(1, int(self.top_n))
+        return max(MIN_CANDIDATES, math.ceil(CANDIDATE_FRACTION * gallery_size))
+
+    def as_configurable(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- user replies --------------------------------------------------------------------------------
+_FOUND = re.compile(r"^\s*(?:found|select|pick|it'?s)\s*#?\s*(\S+)?\s*$", re.I)
+_STOP = {"stop", "quit", "exit", "q", "done", "give up"}
+
+
+def parse_reply(reply: Any, top_k: Sequence[Hit]) -> dict[str, Any]:
+    """Turn a resume value into ``{"answer": str}``, ``{"found": Hit}`` or ``{"stop": True}``.
+
+    Accepts a string (``"found 3"`` = the 3rd shown image, or an image id; ``"stop"``; anything
+    else is an answer) or a mapping with ``answer`` / ``found`` / ``stop`` keys.
+    """
+    if isinstance(reply, Mapping):
+        if reply.get("stop"):
+            return {"stop": True}
+        if reply.get("found") is not None:
+            return _found(str(reply["found"]), top_k)
+        reply = reply.get("answer", "")
+    text = str(reply or "").strip()
+    if text.lower() in _STOP:
+        return {"stop": True}
+    match = _FOUND.match(text)
+    if match and text.lower().split()[0] in {"found", "select", "pick"}:
+        return _found(match.group(1) or "1", top_k)
+    return {"answer": text or "unknown"}
+
+
+def _found(token: str, top_k: Sequence[Hit]) -> dict[str, Any]:
+    for hit in top_k:
+        if hit["id"] == token:
+            return {"found": hit}
+    if token.isdigit() and 1 <= int(token) <= len(top_k):
+        return {"found": top_k[int(token) - 1]}
+    # Not one of the shown images: record the pick as given rather than failing the session.
+    logger.warning("'found %s' matches no shown image; ending with it recorded as given", token)
+    return {"found": Hit(id=token, path="", score=float("nan"), rank=0, caption="")}
+
+
+# --- the graph -----------------------------------------------------------------------------------
+def build_interactive_retrieval_graph(
+    gallery: GalleryLike,
+    llm: BaseChatModel | str | None = None,
+    *,
+    answerer: Answerer | None = None,
+    checkpointer: Any = None,
+    captioner: Captioner | None = None,
+    base_url: str | None = None,
+):
+    """Compile the PlugIR graph over ``gallery``.
+
+    Args:
+        gallery: a :class:`~pictrieve.vectorstore.gallery.Gallery` (or anything with
+            ``embedder``, ``search_vector``, ``embeddings`` and ``count``).
+        llm: a LangChain chat model or a name for
+            :func:`pictrieve.tools.chat_models.create_chat_model` (default: the offline model).
+        answerer: ``(question, state) -> answer``; when given the graph never interrupts
+            (simulated user). Without it, ``ask`` pauses with ``interrupt()``.
+        checkpointer: a LangGraph checkpointer, or a path to a SQLite file
+            (:func:`sqlite_checkpointer`). Needed for interrupts; ``None`` with no answerer
+            uses an in-memory saver.
+        captioner: captions for candidate images that have none (else the file name is used).
+    """
+    from pictrieve.tools.chat_models import create_chat_model
+
+    chat = create_chat_model(llm, base_url=base_url)
+    embedder = gallery.embedder
+
+    def timed(name: str, state: PlugIRState, started: float) -> list[Timing]:
+        return [Timing(round=state.get("round", 0), node=name, seconds=time.perf_counter() - started)]
+
+    def reformulate_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+        started = time.perf_counter()
+        settings = PlugIRSettings.from_config(config)
+        dialogue = state.get("dialogue", [])
+        description = state["description"]
+        if not dialogue:
+            query = description
+        elif settings.reformulate:
+            query = reformulate(chat, description, dialogue, previous=state.get("query"))
+        else:
+            query = concatenate_dialogue(description, dialogue)
+        return {"query": query, "queries": [query], "timings": timed("reformulation", state, started)}
+
+    def retrieve_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+        started = time.perf_counter()
+        settings = PlugIRSettings.from_config(config)
+        n = settings.candidate_count(gallery.count())
+        vector = embedder.embed_texts([state["query"]])[0]
+        hits = gallery.search_vector(vector, k=max(n, settings.top_k))
+        candidates = [_to_hit(h, i) for i, h in enumerate(hits)]
+        return {
+            "candidates": candidates[:n],
+            "top_k": candidates[: settings.top_k],
+            "timings": timed("retrieval", state, started),
+        }
+
+    def extract_context_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+        started = time.perf_counter()
+        settings = PlugIRSettings.from_config(config)
+        if not settings.retrieval_context:
+            return {"retrieval_context": []}
+        candidates = state.get("candidates", [])
+        if not candidates:
+            return {"retrieval_context": [], "timings": timed("rce", state, started)}
+        captions = _fill_captions(candidates, captioner)
+        image_vectors = gallery.embeddings([c["id"] for c in candidates])
+        probes = np.array(image_vectors, dtype=np.float64, copy=True)
+        with_caption = [i for i, c in enumerate(candidates) if c["caption"]]
+        if with_caption:  # the authors probe with each candidate's caption embedding
+            probes[with_caption] = embedder.embed_texts([captions[i] for i in with_caption])
+        chosen = select_representatives(image_vectors, probes, clusters=settings.clusters,
+                                        seed=settings.seed)
+        return {"retrieval_context": [captions[i] for i in chosen],
+                "timings": timed("rce", state, started)}
+
+    def generate_questions_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+        started = time.perf_counter()
+        settings = PlugIRSettings.from_config(config)
+        # Without the filter only one question is needed (the authors' q_n = 1 arms).
+        n = settings.questions_per_round if settings.filter_questions else 1
+        questions = _ask_for_questions(state, settings, n)
+        return {"questions": questions, "timings": timed("questioner", state, started)}
+
+    def filter_and_select_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+        started = time.perf_counter()
+        settings = PlugIRSettings.from_config(config)
+        questions = list(state.get("questions") or [])
+        if not settings.filter_questions:
+            question = questions[0] if questions else FALLBACK_QUESTION
+            return {"question": question, "timings": timed("filter", state, started)}
+        context = state["query"]
+        kept = unanswerable_questions(chat, context, questions)
+        attempt = 1
+        rejected = list(questions)
+        while not kept and attempt < settings.filter_attempts:
+            attempt += 1
+            fresh = _ask_for_questions(state, settings, settings.questions_per_round, avoid=rejected)
+            rejected += fresh
+            kept = unanswerable_questions(chat, context, fresh)
+        if not kept:
+            logger.info("no question survived %d filter attempts; using the unfiltered set",
+                        attempt)
+            kept = questions or [FALLBACK_QUESTION]
+        question = kept[0]
+        if len(kept) > 1 and state.get("candidates"):
+            candidates = state["candidates"]
+            vectors = gallery.embeddings([c["id"] for c in candidates])
+            context_scores = np.array([c["score"] for c in candidates])
+            extended = embedder.embed_texts([f"{context}, {q}" for q in kept])
+            question = kept[select_least_disruptive(context_scores, extended @ vectors.T)]
+        return {"question": question, "timings": timed("filter", state, started)}
+
+    def ask_node(state: PlugIRState) -> dict[str, Any]:
+        question = state.get("question") or FALLBACK_QUESTION
+        top_k = state.get("top_k", [])
+        if answerer is not None:
+            reply: Any = answerer(question, state)
+        else:
+            reply = interrupt({"round": state.get("round", 0) + 1, "question": question,
+                               "query": state.get("query", ""), "top_k": top_k})
+        parsed = parse_reply(reply, top_k)
+        if "stop" in parsed:
+            return {"stopped": True}
+        if "found" in parsed:
+            return {"found": parsed["found"], "stopped": True}
+        return {"dialogue": [Turn(question=question, answer=parsed["answer"])],
+                "round": state.get("round", 0) + 1}
+
+    def _ask_for_questions(state: PlugIRState, settings: PlugIRSettings, n: int,
+                           avoid: Sequence[str] = ()) -> list[str]:
+        grounded = state.get("retrieval_context") if settings.retrieval_context else None
+        questions: list[str] = []
+        for _ in range(2):  # one retry when every reply was malformed
+            questions = generate_questions(chat, state["description"], state.get("dialogue", []),
+                                           candidates=grounded, n=n, avoid=avoid)
+            if questions:
+                return questions
+            logger.info("questioner produced no usable question; retrying")
+        logger.warning("questioner failed twice; asking the fallback question")
+        return [FALLBACK_QUESTION]
+
+    def after_retrieve(state: PlugIRState, config: RunnableConfig) -> Literal["extract_context", "__end__"]:
+        settings = PlugIRSettings.from_config(config)
+        return END if state.get("round", 0) >= settings.max_rounds else "extract_context"
+
+    def after_ask(state: PlugIRState) -> Literal["reformulate", "__end__"]:
+        return END if state.get("stopped") else "reformulate"
+
+    builder = StateGraph(PlugIRState)
+    builder.add_node("reformulate", reformulate_node)
+    builder.add_node("retrieve", retrieve_node)
+    builder.add_node("extract_context", extract_context_node)
+    builder.add_node("generate_questions", generate_questions_node)
+    builder.add_node("filter_and_select", filter_and_select_node)
+    builder.add_node("ask", ask_node)
+    builder.add_edge(START, "reformulate")
+    builder.add_edge("reformulate", "retrieve")
+    builder.add_conditional_edges("retrieve", after_retrieve)
+    builder.add_edge("extract_context", "generate_questions")
+    builder.add_edge("generate_questions", "filter_and_select")
+    builder.add_edge("filter_and_select", "ask")
+    builder.add_conditional_edges("ask", after_ask)
+
+    if isinstance(checkpointer, (str, Path)):
+        checkpointer = sqlite_checkpointer(checkpointer)
+    elif checkpointer is None and answerer is None:
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        checkpointer = InMemorySaver()
+    return builder.compile(checkpointer=checkpointer, name="plugir_interactive_retrieval")
+
+
+def sqlite_checkpointer(path: str | Path):
+    """A ``SqliteSaver`` on ``path`` (created with its folder), so sessions survive restarts."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+
+
+def _to_hit(hit: Any, index: int) -> Hit:
+    get = hit.get if isinstance(hit, Mapping) else lambda k, d=None: getattr(hit, k, d)
+    captions = get("captions") or []
+    return Hit(id=str(get("id")), path=str(get("path", "") or ""), score=float(get("score")),
+               rank=int(get("rank") or index + 1), caption=str(captions[0]) if captions else "")
+
+
+def _fill_captions(candidates: Sequence[Hit], captioner: Captioner | None) -> list[str]:
+    captions = [c["caption"] for c in candidates]
+    missing = [i for i, c in enumerate(captions) if not c]
+    if missing and captioner is not None:
+        for i, text in zip(missing, captioner([candidates[i]["path"] for i in missing])):
+            captions[i] = text
+    for i in missing:
+        if not captions[i]:
+            # Deliberate difference: without a captioner we describe the image by its file name.
+            captions[i] = Path(candidates[i]["path"] or candidates[i]["id"]).stem.replace("_", " ")
+    return captions
