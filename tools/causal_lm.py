@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pictrieve.errors import PictrieveError
 from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ OFFLINE_DEFAULT_LM = "smollm2-135m-instruct"
 _GGUF_MODELS = {OFFLINE_DEFAULT_LM: SMOLLM2_135M_INSTRUCT_GGUF}
 
 
-class ModelUnavailableError(RuntimeError):
+class ModelUnavailableError(PictrieveError, RuntimeError):
     """The requested language model cannot be loaded here (say what to do instead)."""
 
 

@@ -15,6 +15,8 @@ from typing import Iterable, Iterator
 
 from PIL import Image, UnidentifiedImageError
 
+from pictrieve.errors import PictrieveError
+
 IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm"}
 )
@@ -22,7 +24,7 @@ IMAGE_EXTENSIONS = frozenset(
 Image.MAX_IMAGE_PIXELS = 20_000 * 20_000  # refuse decompression bombs beyond 400 MP
 
 
-class ImageDecodeError(ValueError):
+class ImageDecodeError(PictrieveError, ValueError):
     """A file could not be decoded as an image."""
 
 

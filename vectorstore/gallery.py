@@ -29,8 +29,9 @@ from urllib.parse import urlparse
 import numpy as np
 from PIL import Image
 
+from pictrieve.errors import PictrieveError
 from pictrieve.tools.embedders.base import Embedder
-from pictrieve.tools.embedders.factory import create_embedder, default_embedder_name
+from pictrieve.tools.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
 from pictrieve.tools.images import ImageDecodeError, file_sha256, iter_image_files, load_image
 from pictrieve.vectorstore.captions import CaptionIndex
 
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 COLLECTION_PREFIX = "images__"
 
 
-class GalleryError(RuntimeError):
+class GalleryError(PictrieveError, RuntimeError):
     """Base class for gallery errors; messages say what to do."""
 
 
@@ -105,7 +106,7 @@ class Gallery:
         self.client = client
         self.location = location
         self._embedder = embedder if not isinstance(embedder, str) else None
-        self.embedder_name = embedder if isinstance(embedder, str) else embedder.name
+        self.embedder_name = check_embedder_name(embedder) if isinstance(embedder, str) else embedder.name
         self.collection_name = collection_name_for(self.embedder_name)
         self._collection: Any = None
         if self._embedder is not None:
@@ -442,13 +443,23 @@ def _connect(location: str, *, create: bool) -> Any:
     return chromadb.PersistentClient(path=str(path), settings=settings)
 
 
+def gallery_contents(location: str | os.PathLike) -> list[dict[str, Any]]:
+    """``[{"embedder", "dim", "images"}]`` for each embedder collection in a gallery."""
+    return _collections(_connect(str(location), create=False))
+
+
+def _collections(client: Any) -> list[dict[str, Any]]:
+    rows = []
+    for listed in client.list_collections():
+        if listed.name.startswith(COLLECTION_PREFIX):
+            collection = client.get_collection(listed.name, embedding_function=None)
+            meta = collection.metadata or {}
+            rows.append({"embedder": meta.get("embedder"), "dim": meta.get("dim"), "images": collection.count()})
+    return rows
+
+
 def _stored_embedder_name(client: Any, location: str) -> str | None:
-    names = []
-    for collection in client.list_collections():
-        if collection.name.startswith(COLLECTION_PREFIX):
-            embedder = (client.get_collection(collection.name, embedding_function=None).metadata or {}).get("embedder")
-            if embedder:
-                names.append(embedder)
+    names = [row["embedder"] for row in _collections(client) if row["embedder"]]
     if len(names) > 1:
         raise AmbiguousEmbedderError(
             f"gallery {location} holds images for several embedders ({', '.join(sorted(names))}); "

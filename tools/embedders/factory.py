@@ -18,6 +18,7 @@ import importlib
 import os
 from typing import Callable
 
+from pictrieve.errors import PictrieveError
 from pictrieve.tools.embedders.base import Embedder
 
 DEFAULT_EMBEDDER = "offline"
@@ -32,7 +33,7 @@ _BUILDERS: dict[str, str | EmbedderBuilder] = {
 }
 
 
-class UnknownEmbedderError(ValueError):
+class UnknownEmbedderError(PictrieveError, ValueError):
     """The embedder name names no registered family."""
 
 
@@ -51,19 +52,25 @@ def default_embedder_name() -> str:
     return os.environ.get(ENV_DEFAULT, DEFAULT_EMBEDDER)
 
 
+def check_embedder_name(name: str) -> str:
+    """Return ``name`` if its family is registered, else raise :class:`UnknownEmbedderError`."""
+    family = name.strip().partition(":")[0]
+    if family not in _BUILDERS:
+        raise UnknownEmbedderError(
+            f"unknown embedder {name!r}; known families: {', '.join(available_embedders())} "
+            "(e.g. 'offline' or 'open_clip:ViT-B-32/laion2b_s34b_b79k')"
+        )
+    return name.strip()
+
+
 def create_embedder(name: str | None = None, *, device: str | None = None) -> Embedder:
     """Build the embedder ``name`` (default: :func:`default_embedder_name`).
 
     Raises :class:`UnknownEmbedderError` with the known families when the name is not recognised.
     """
-    name = (name or default_embedder_name()).strip()
+    name = check_embedder_name(name or default_embedder_name())
     family, _, spec = name.partition(":")
-    builder = _BUILDERS.get(family)
-    if builder is None:
-        raise UnknownEmbedderError(
-            f"unknown embedder {name!r}; known families: {', '.join(available_embedders())} "
-            "(e.g. 'offline' or 'open_clip:ViT-B-32/laion2b_s34b_b79k')"
-        )
+    builder = _BUILDERS[family]
     if isinstance(builder, str):
         module, _, attr = builder.partition(":")
         builder = getattr(importlib.import_module(module), attr)

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
+from pictrieve.errors import PictrieveError
 from pictrieve.tools.embedders.base import EmbedderBase
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ logger = logging.getLogger(__name__)
 RANDOM_WEIGHTS = "random"
 
 
-class EmbedderWeightsUnavailableError(RuntimeError):
+class EmbedderWeightsUnavailableError(PictrieveError, RuntimeError):
     """Pretrained weights could not be found locally nor downloaded."""
 
 
@@ -56,9 +57,12 @@ class OpenCLIPEmbedder(EmbedderBase):
         if weights is None and not self.arch.startswith(("hf-hub:", "local-dir:")):
             logger.warning("open_clip %s with RANDOM weights: fine for tests, useless for search", arch)
         try:
-            model, _, preprocess = open_clip.create_model_and_transforms(
-                self.arch, pretrained=weights, device=self.device, precision=self.precision
-            )
+            # Random weights are seeded, so a gallery built with them reopens with the same model.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                model, _, preprocess = open_clip.create_model_and_transforms(
+                    self.arch, pretrained=weights, device=self.device, precision=self.precision
+                )
         except RuntimeError as exc:
             if "Unknown model" in str(exc) or "not found" in str(exc).lower():
                 raise EmbedderWeightsUnavailableError(

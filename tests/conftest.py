@@ -1,0 +1,60 @@
+"""Shared fixtures: a tiny random-weight OpenCLIP model, small image folders, the flickr8k-dev photos."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TINY_CLIP_CONFIG = Path(__file__).parent / "data" / "pictrieve-tiny-clip.json"
+TINY_CLIP = f"open_clip:{TINY_CLIP_CONFIG}/random"
+FLICKR8K_DEV = Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", REPO_ROOT.parent / "shared" / "datasets" / "flickr8k-dev"))
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_clip_name() -> str:
+    """Factory name of a tiny random-weight open_clip model (real code path, no download)."""
+    return TINY_CLIP
+
+
+@pytest.fixture(scope="session")
+def tiny_clip_embedder(tiny_clip_name):
+    from pictrieve.tools.embedders.factory import create_embedder
+
+    return create_embedder(tiny_clip_name)
+
+
+@pytest.fixture(scope="session")
+def flickr_dir() -> Path:
+    """The flickr8k-dev folder (500 photos, 5 captions each); skips the test when it is absent."""
+    if not (FLICKR8K_DEV / "captions.jsonl").is_file():
+        pytest.skip(f"flickr8k-dev not found at {FLICKR8K_DEV} (set PICTRIEVE_FLICKR8K_DEV)")
+    return FLICKR8K_DEV
+
+
+def make_photo(path: Path, seed: int, size: tuple[int, int] = (48, 40)) -> Path:
+    """Write a small random RGB image (distinct content per seed)."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 255, size=(size[1], size[0], 3), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+@pytest.fixture
+def photo_folder(tmp_path: Path) -> Path:
+    """Six small photos in two sub-folders, with captions for some of them."""
+    root = tmp_path / "photos"
+    for i in range(4):
+        make_photo(root / "a" / f"img{i}.png", seed=i)
+    for i in range(4, 6):
+        make_photo(root / "b" / f"img{i}.jpg", seed=i)
+    (root / "a" / "img0.txt").write_text("a red square\nsomething else\n")
+    (root / "captions.jsonl").write_text('{"image": "b/img4.jpg", "captions": ["noise photo", "second"]}\n')
+    return root

@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+from PIL import Image
+
+from pictrieve.tools.embedders.base import Embedder
+from pictrieve.tools.embedders.factory import UnknownEmbedderError, create_embedder
+from pictrieve.tools.embedders.open_clip import parse_open_clip_spec
+
+
+def test_unknown_embedder_names_the_known_families():
+    with pytest.raises(UnknownEmbedderError, match="known families: .*open_clip"):
+        create_embedder("clipz:ViT")
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("ViT-B-32/laion2b_s34b_b79k", ("ViT-B-32", "laion2b_s34b_b79k")),
+        ("ViT-B-32//ckpt/model.bin", ("ViT-B-32", "/ckpt/model.bin")),
+        ("ViT-B-32", ("ViT-B-32", None)),
+        ("/cfg/tiny.json/random", ("/cfg/tiny.json", "random")),
+        ("hf-hub:laion/CLIP-ViT-B-32", ("hf-hub:laion/CLIP-ViT-B-32", None)),
+    ],
+)
+def test_open_clip_spec_parsing(spec, expected):
+    assert parse_open_clip_spec(spec) == expected
+
+
+def test_tiny_open_clip_follows_the_protocol(tiny_clip_embedder, tiny_clip_name):
+    embedder = tiny_clip_embedder
+    assert isinstance(embedder, Embedder)
+    assert embedder.name == tiny_clip_name and embedder.dim == 32
+    images = [Image.new("RGB", (50, 30), "red"), Image.new("L", (20, 20), 128)]
+    vectors = embedder.embed_images(images)
+    texts = embedder.embed_texts(["a dog", "a cat", "a bird"])
+    assert vectors.shape == (2, 32) and texts.shape == (3, 32)
+    assert vectors.dtype == np.float32 and texts.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(texts, axis=1), 1.0, atol=1e-5)
+    # preprocess + embed_preprocessed is the same computation the indexer uses
+    np.testing.assert_allclose(
+        embedder.embed_preprocessed([embedder.preprocess(im) for im in images]), vectors, atol=1e-5
+    )
+
+
+def test_embed_texts_rejects_a_bare_string(tiny_clip_embedder):
+    with pytest.raises(TypeError, match="list of strings"):
+        tiny_clip_embedder.embed_texts("a dog")
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        create_embedder(f"open_clip:{tmp_path}/nothing.json/random")

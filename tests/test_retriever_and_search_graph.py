@@ -1,0 +1,32 @@
+import pytest
+
+from pictrieve.graphs.search import build_search_graph
+from pictrieve.vectorstore.gallery import Gallery
+from pictrieve.vectorstore.retriever import GalleryRetriever
+
+
+@pytest.fixture
+def gallery(tmp_path, photo_folder, tiny_clip_embedder):
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(photo_folder, progress=False)
+    return gallery
+
+
+def test_retriever_returns_documents_with_paths_and_scores(gallery):
+    docs = GalleryRetriever(gallery=gallery, k=3).invoke("a red square")
+    assert [d.metadata["rank"] for d in docs] == [1, 2, 3]
+    expected = gallery.search_text("a red square", k=3)
+    assert [d.metadata["path"] for d in docs] == [h.path for h in expected]
+    captioned = [d for d in GalleryRetriever(gallery=gallery, k=6).invoke("x") if d.metadata["path"].endswith("img0.png")]
+    assert captioned[0].page_content == "a red square"
+
+
+def test_search_graph_by_text_and_by_image(gallery, photo_folder):
+    graph = build_search_graph(gallery)
+    by_text = graph.invoke({"query": "a red square"}, {"configurable": {"k": 2}})
+    assert len(by_text["hits"]) == 2
+    target = str(photo_folder / "b" / "img5.jpg")
+    by_image = graph.invoke({"image": target}, {"configurable": {"k": 1}})
+    assert by_image["hits"][0].path == target
+    with pytest.raises(ValueError, match="needs a 'query'"):
+        graph.invoke({})
