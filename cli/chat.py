@@ -1,0 +1,142 @@
+"""``pictrieve chat``: find a photo by answering the system's questions (PlugIR).
+
+Reads one answer per line from standard input, so it works at a terminal and piped
+(``printf 'yes\\nred\\nstop\\n' | pictrieve chat -g ./my.gallery "a dog in the snow"``). Answers:
+anything (an answer), ``found <n>`` (the n-th image shown, or an image id), or ``stop``.
+Sessions are checkpointed in SQLite: ``--session ID`` resumes one after a restart.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def default_checkpoint_path() -> Path:
+    from pictrieve.tools.pypi_assets import cache_root
+
+    return cache_root() / "chat-sessions.sqlite"
+
+
+@click.command()
+@click.argument("description", required=False)
+@click.option("--gallery", "-g", required=True, metavar="PATH|URL", help="Gallery to search.")
+@click.option("--embedder", "-e", default=None, metavar="NAME", help="Embedder (default: the gallery's).")
+@click.option("--llm", default="offline", show_default=True, metavar="NAME",
+              help="'offline' (SmolLM2-135M, no network), 'openai:<model>', or 'local:<checkpoint>'.")
+@click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:...")
+@click.option("--rounds", default=10, show_default=True, help="Question budget.")
+@click.option("-k", "top_k", default=10, show_default=True, help="Images shown per round.")
+@click.option("--top-n", default=None, type=int, help="Retrieval candidates (default: 1%% of the gallery, >= 20).")
+@click.option("--arm", type=click.Choice(["zs", "cr", "cr+rce", "cr+rce+f"]), default="cr+rce+f",
+              show_default=True, help="Which PlugIR parts to use (paper ablation arms).")
+@click.option("--session", "--thread-id", "session", default=None, metavar="ID",
+              help="Session id; pass an existing one to resume it.")
+@click.option("--checkpoint", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="SQLite file for sessions [default: ~/.cache/pictrieve/chat-sessions.sqlite].")
+@click.option("--html", "html_dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
+              help="Write a contact sheet per round into DIR.")
+def chat(description: str | None, gallery: str, embedder: str | None, llm: str, base_url: str | None,
+         rounds: int, top_k: int, top_n: int | None, arm: str, session: str | None,
+         checkpoint: str | None, html_dir: str | None) -> None:
+    """Describe a photo briefly; answer questions until it shows up.
+
+    \b
+    Each round shows the current top-k (rank, score, path) and asks one question. Reply with:
+      an answer        e.g. "red", "yes, two of them", "I don't know"
+      found <n>        the n-th image shown is the one (or: found <image id>)
+      stop             end the session
+    """
+    from langgraph.types import Command
+
+    from pictrieve.graphs.interactive_retrieval import build_interactive_retrieval_graph, sqlite_checkpointer
+    from pictrieve.vectorstore.gallery import Gallery
+
+    store = Gallery.open(gallery, embedder, create=False)
+    saver = sqlite_checkpointer(checkpoint or default_checkpoint_path())
+    graph = build_interactive_retrieval_graph(store, llm, checkpointer=saver, base_url=base_url)
+    session = session or uuid.uuid4().hex[:8]
+    settings: dict[str, Any] = {"arm": arm, "max_rounds": rounds, "top_k": top_k}
+    if top_n:
+        settings["top_n"] = top_n
+    config = {"configurable": {"thread_id": session, **settings}}
+
+    snapshot = graph.get_state(config)
+    if snapshot.next:  # an unfinished session: resume where it paused
+        payload = _pending(snapshot.tasks)
+        click.echo(f"Resuming session {session}: {snapshot.values.get('description', '')!r}")
+        if description:
+            click.echo("(ignoring the new description; start a new --session for a new search)")
+        result: dict[str, Any] = {"__interrupt__": [payload]} if payload else graph.invoke(None, config)
+    else:
+        if not description:
+            raise click.UsageError("give a DESCRIPTION of the photo (or --session ID to resume one)")
+        click.echo(f"Session {session} (resume later with --session {session})")
+        result = graph.invoke({"description": description}, config)
+
+    stdin = click.get_text_stream("stdin")
+    while True:
+        interrupts = result.get("__interrupt__") or []
+        if not interrupts:
+            break
+        payload = getattr(interrupts[0], "value", interrupts[0])
+        _show_round(payload, html_dir)
+        click.echo(f"Q{payload['round']}: {payload['question']}")
+        click.echo("> ", nl=False)
+        line = stdin.readline()
+        if not line:  # end of input: the session stays resumable
+            click.echo(f"\nEnd of input; session {session} saved (resume with --session {session}).")
+            return
+        click.echo("" if stdin.isatty() else line.rstrip("\n"))
+        result = graph.invoke(Command(resume=line.strip()), config)
+    _show_end(result, html_dir)
+
+
+def _pending(tasks: Any) -> Any:
+    for task in tasks:
+        for pending in getattr(task, "interrupts", ()) or ():
+            return pending
+    return None
+
+
+def _show_hits(hits: list[dict[str, Any]]) -> None:
+    for hit in hits:
+        caption = f"  {hit['caption']}" if hit.get("caption") else ""
+        click.echo(f"  {hit['rank']:>3}. {hit['score']:.3f}  {hit['path'] or hit['id']}{caption}")
+
+
+def _show_round(payload: dict[str, Any], html_dir: str | None) -> None:
+    round_number = payload["round"] - 1
+    click.echo(f"\nRound {round_number} query: {payload.get('query', '')}")
+    _show_hits(payload["top_k"])
+    if html_dir:
+        _contact_sheet(payload["top_k"], Path(html_dir) / f"round-{round_number:02d}.html",
+                       f"round {round_number}: {payload.get('query', '')}")
+
+
+def _show_end(state: dict[str, Any], html_dir: str | None) -> None:
+    found = state.get("found")
+    if found:
+        click.echo(f"\nFound: {found['path'] or found['id']}")
+        return
+    if state.get("stopped"):
+        click.echo("\nStopped.")
+        return
+    click.echo(f"\nQuestion budget spent. Final query: {state.get('query', '')}")
+    _show_hits(state.get("top_k", []))
+    if html_dir:
+        _contact_sheet(state.get("top_k", []), Path(html_dir) / f"round-{state.get('round', 0):02d}.html",
+                       f"final: {state.get('query', '')}")
+
+
+def _contact_sheet(hits: list[dict[str, Any]], path: Path, title: str) -> None:
+    from pictrieve.vectorstore.contact_sheet import write_contact_sheet
+    from pictrieve.vectorstore.gallery import SearchHit
+
+    rows = [SearchHit(id=h["id"], path=h["path"], metadata={"captions": [h["caption"]] if h["caption"] else []},
+                      score=h["score"], rank=h["rank"]) for h in hits]
+    write_contact_sheet(rows, path, title=title)
+    click.echo(f"  contact sheet: {path}")

@@ -1,0 +1,64 @@
+"""``pictrieve eval interactive``: the PlugIR ablation with a simulated user (BRI, Hits@10)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False), metavar="DIR")
+@click.option("--targets", default=10, show_default=True, help="Number of target photos.")
+@click.option("--rounds", default=5, show_default=True, help="Question budget T.")
+@click.option("--arms", default="zs,cr,cr+rce,cr+rce+f", show_default=True,
+              help="Comma-separated arms: zs, cr, cr+rce, cr+rce+f.")
+@click.option("--llm", default="offline", show_default=True, metavar="NAME",
+              help="Questioner/reformulator/filter LLM and simulated user ('openai:<model>' too).")
+@click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint.")
+@click.option("--embedder", "-e", default=None, metavar="NAME", help="Embedder (default: offline).")
+@click.option("--gallery", "-g", default=None, metavar="PATH",
+              help="Where to keep the index (default: a cache folder; re-runs skip indexing).")
+@click.option("--top-n", default=None, type=int, help="Retrieval candidates (default: 1%% of the gallery, >= 20).")
+@click.option("--questions", default=5, show_default=True, help="Questions generated per round (q_n).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write the per-round plot (PNG).")
+@click.option("--dialogues", default=None, type=click.Path(dir_okay=False),
+              help="Write every dialogue, query and rank as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def interactive(folder: str, targets: int, rounds: int, arms: str, llm: str, base_url: str | None,
+                embedder: str | None, gallery: str | None, top_n: int | None, questions: int, seed: int,
+                plot: str | None, dialogues: str | None, as_json: bool) -> None:
+    """Simulate users searching DIR (images + captions.jsonl) and compare the PlugIR arms.
+
+    One caption of each target is the first description; a simulated user answers the questions
+    from the other captions. Prints, per arm, BRI (lower is better), Hits@10 and Recall@10 per
+    round, and seconds per round by graph node.
+    """
+    from pictrieve.evaluation.interactive import evaluate_interactive, plot_interactive
+
+    chosen = [a.strip() for a in arms.split(",") if a.strip()]
+    settings = {"questions_per_round": questions}
+    if top_n:
+        settings["top_n"] = top_n
+    results = evaluate_interactive(folder, targets=targets, rounds=rounds, arms=chosen, llm=llm,
+                                   base_url=base_url, embedder=embedder, gallery_location=gallery,
+                                   seed=seed, settings=settings, progress=not as_json)
+    if plot:
+        plot_interactive(results, plot)
+    if dialogues:
+        with open(dialogues, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=2)
+    if as_json:
+        click.echo(json.dumps({"config": results["config"], "arms": results["arms"]}, indent=2))
+        return
+    cfg = results["config"]
+    click.echo(f"{cfg['targets']} targets, {cfg['rounds']} rounds, {cfg['images']} images, "
+               f"embedder {cfg['embedder']}, LLM {cfg['llm']}")
+    click.echo(f"{'arm':<10} {'BRI':>7} {'Hits@10 r0->rT':>16} {'Recall@10 r0->rT':>18} {'s/round':>8}  by node")
+    for arm, m in results["arms"].items():
+        hits, recall = m["hits@10"], m["recall@10"]
+        nodes = " ".join(f"{n}={s:.1f}" for n, s in m["node_seconds_per_round"].items() if s > 0)
+        click.echo(f"{arm:<10} {m['bri']:>7.3f} {hits[0]:>7.2f}->{hits[-1]:<7.2f} "
+                   f"{recall[0]:>8.2f}->{recall[-1]:<8.2f} {m['seconds_per_round']:>8.1f}  {nodes} "
+                   f"user={m['user_seconds_per_round']:.1f}")
