@@ -1,0 +1,232 @@
+"""QC2 prompt format, loss mask, training, save/load and completion on a tiny random causal LM.
+
+The model is a 2-layer Llama with random weights and a byte-level BPE tokenizer trained here on a
+few captions, saved as a local checkpoint: the real code paths run in seconds, without network.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from pictrieve.agents.qc2.completion import (  # noqa: E402
+    CompletionRequest,
+    SamplingSettings,
+    complete_queries,
+    first_sentence,
+    prompt_ids,
+    sample_continuations,
+)
+from pictrieve.agents.qc2.levels import AxisLevels  # noqa: E402
+from pictrieve.agents.qc2.training import (  # noqa: E402
+    IGNORE_INDEX,
+    GalleryMismatchError,
+    QC2Example,
+    QC2Model,
+    QC2ModelError,
+    QC2TrainConfig,
+    clean_caption,
+    encode_example,
+    format_instruction,
+    gallery_fingerprint,
+    load_qc2_model,
+    mean_caption_loss,
+    train_completion_model,
+)
+
+CAPTIONS = [
+    "A black dog runs through the green grass .",
+    "A brown dog jumps over a fence .",
+    "Two children play on the sandy beach .",
+    "A man rides a bike down a dirt road .",
+    "A girl in a pink dress is smiling .",
+    "A white dog swims in a blue lake .",
+    "A group of people stand in the snow .",
+    "A boy throws a red ball to a dog .",
+]
+AXES = ("Relevance", "Quality")
+LEVELS = [("Low", "High"), ("High", "Low"), ("Medium", "Medium"), ("High", "High")]
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """A local checkpoint directory: random 2-layer Llama + a small byte-level BPE tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>"]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    corpus = [clean_caption(c) for c in CAPTIONS] + [format_instruction(AXES, lv) for lv in LEVELS] * 3
+    backend.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    # Pretrained embeddings are large; the tiny default init (std 0.02) would cap every logit near 0
+    # through the frozen, tied output layer, so nothing could be learned by the top layers.
+    model.model.embed_tokens.weight.data.normal_(0.0, 0.3)
+    directory = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread; several threads on a shared CPU only contend."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _load(checkpoint):
+    from pictrieve.tools.causal_lm import load_causal_lm
+
+    return load_causal_lm(checkpoint, device="cpu")
+
+
+def _examples():
+    return [QC2Example(c, LEVELS[i % len(LEVELS)]) for i, c in enumerate(CAPTIONS)]
+
+
+def test_instruction_and_caption_format():
+    assert format_instruction(("Relevance", "Aesthetic"), ("High", "Low")) == "Relevance: High, Aesthetic: Low, Query:"
+    assert clean_caption("A man lays on a bench while his dog sits by him .") == (
+        "a man lays on a bench while his dog sits by him."
+    )
+    assert clean_caption("  Café   scene ") == "cafe scene."
+    with pytest.raises(ValueError):
+        format_instruction(("Relevance",), ("High", "Low"))
+
+
+def test_loss_mask_covers_caption_and_end_token_only(tiny_checkpoint):
+    _, tokenizer = _load(tiny_checkpoint)
+    instruction = format_instruction(AXES, ("High", "Low"))
+    ids, labels = encode_example(tokenizer, instruction, "a dog runs.")
+    prefix = [tokenizer.bos_token_id] + tokenizer(instruction, add_special_tokens=False)["input_ids"]
+    body = tokenizer(" a dog runs.", add_special_tokens=False)["input_ids"]
+    assert ids == prefix + body + [tokenizer.eos_token_id]
+    assert labels == [IGNORE_INDEX] * len(prefix) + body + [tokenizer.eos_token_id]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == instruction + " a dog runs."
+    # too long: cut, and no end token is taught
+    ids, labels = encode_example(tokenizer, instruction, "a dog " * 40, max_length=len(prefix) + 5)
+    assert len(ids) == len(prefix) + 5 and tokenizer.eos_token_id not in ids[len(prefix):]
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_training_reduces_caption_loss(tiny_checkpoint, cached):
+    model, tokenizer = _load(tiny_checkpoint)
+    examples = _examples()
+    config = QC2TrainConfig(epochs=30, batch_size=4, learning_rate=3e-2, warmup_steps=2, lora_rank=8,
+                            train_layers=1, cache_frozen_layers=cached, restrict_vocab=cached)
+    untrained, _ = _load(tiny_checkpoint)
+    model, report, allowed = train_completion_model(model, tokenizer, examples, AXES, config, progress=False)
+    before = mean_caption_loss(untrained, tokenizer, examples, AXES, allowed_token_ids=allowed)
+    after = mean_caption_loss(model, tokenizer, examples, AXES, allowed_token_ids=allowed)
+    assert report.cached_trunk is cached
+    assert report.steps == 60 and report.trainable_parameters > 0
+    assert after < before - 1.0, (before, after)
+    if cached:
+        assert tokenizer.eos_token_id in allowed and len(allowed) < len(tokenizer)
+
+
+def test_only_top_layers_learn(tiny_checkpoint):
+    model, tokenizer = _load(tiny_checkpoint)
+    bottom = {k: v.clone() for k, v in model.model.layers[0].state_dict().items()}
+    config = QC2TrainConfig(epochs=2, batch_size=4, learning_rate=1e-2, lora_rank=0, train_layers=1)
+    model, report, _ = train_completion_model(model, tokenizer, _examples(), AXES, config, progress=False)
+    after = model.model.layers[0].state_dict()
+    assert all(torch.equal(bottom[k], after[k]) for k in bottom)
+    assert report.trainable_parameters == sum(p.numel() for p in model.model.layers[1].parameters())
+
+
+def _trained_bundle(checkpoint, fingerprint="images__x:8:abc"):
+    model, tokenizer = _load(checkpoint)
+    config = QC2TrainConfig(epochs=2, batch_size=4, lora_rank=4, train_layers=1)
+    model, report, allowed = train_completion_model(model, tokenizer, _examples(), AXES, config, progress=False)
+    axes = [
+        AxisLevels.fit("Relevance", [0.1, 0.2, 0.3, 0.4], score_key="relevance"),
+        AxisLevels.fit("Quality", [30.0, 20.0, 10.0, 5.0], score_key="brisque", higher_is_better=False),
+    ]
+    return QC2Model(model, tokenizer, checkpoint, axes, fingerprint, allowed, report.to_dict())
+
+
+def test_save_load_round_trip_and_refusal_for_another_gallery(tiny_checkpoint, tmp_path):
+    bundle = _trained_bundle(tiny_checkpoint)
+    bundle.save(tmp_path / "qc2")
+    meta = json.loads((tmp_path / "qc2" / "qc2.json").read_text())
+    assert meta["base_model"] == tiny_checkpoint and meta["fingerprint"] == "images__x:8:abc"
+    loaded = load_qc2_model(tmp_path / "qc2", fingerprint="images__x:8:abc")
+    assert [a.thresholds for a in loaded.axes] == [a.thresholds for a in bundle.axes]
+    assert loaded.axes[1].higher_is_better is False and loaded.allowed_token_ids == bundle.allowed_token_ids
+    # merged LoRA weights give the same next-token logits as the trained adapter model
+    ids = torch.tensor([[1, 5, 9, 12]])
+    with torch.no_grad():
+        assert torch.allclose(loaded.model(ids).logits, bundle.model(ids).logits, atol=1e-4)
+    with pytest.raises(GalleryMismatchError, match="retrain"):
+        load_qc2_model(tmp_path / "qc2", fingerprint="images__x:9:def")
+    with pytest.raises(QC2ModelError, match="quality train"):
+        load_qc2_model(tmp_path / "missing")
+
+
+def test_fingerprint_depends_on_ids_not_order():
+    a = gallery_fingerprint("images__offline", ["b", "a", "c"])
+    assert a == gallery_fingerprint("images__offline", ["a", "b", "c"])
+    assert a != gallery_fingerprint("images__offline", ["a", "b"])
+    assert a != gallery_fingerprint("images__other", ["a", "b", "c"])
+
+
+def test_requested_axes_and_levels_are_checked(tiny_checkpoint):
+    bundle = _trained_bundle(tiny_checkpoint)
+    assert bundle.resolve_levels({"relevance": "high", "quality": "L"}) == ("High", "Low")
+    assert bundle.resolve_levels({"brisque": "h"}) == ("Medium", "High")
+    with pytest.raises(QC2ModelError, match="without a 'Aesthetic' axis"):
+        bundle.resolve_levels({"Aesthetic": "high"})
+    with pytest.raises(ValueError, match="Low, Medium, High"):
+        bundle.resolve_levels({"relevance": "very high"})
+
+
+def test_completion_starts_with_query_and_respects_token_limit(tiny_checkpoint):
+    bundle = _trained_bundle(tiny_checkpoint)
+    settings = SamplingSettings(max_new_tokens=6)
+    requests = [CompletionRequest("A dog", ("High", "Low")), CompletionRequest("two children", ("Low", "High"))]
+    outputs = complete_queries(bundle.model, bundle.tokenizer, requests, AXES, samples=3, settings=settings,
+                               allowed_token_ids=bundle.allowed_token_ids, seed=0)
+    assert [len(o) for o in outputs] == [3, 3]
+    for request, completions in zip(requests, outputs):
+        for text in completions:
+            assert text.startswith(request.query)
+            assert "\n" not in text and first_sentence(text) == text
+
+
+def test_generation_respects_the_new_token_limit(tiny_checkpoint):
+    model, tokenizer = _load(tiny_checkpoint)  # untrained: rarely stops by itself
+    prompt = prompt_ids(tokenizer, CompletionRequest("a dog", ("High", "Low")), AXES)
+    assert tokenizer.decode(prompt, skip_special_tokens=True) == "Relevance: High, Quality: Low, Query: a dog"
+    torch.manual_seed(0)
+    for limit in (1, 5):
+        results = sample_continuations(model, tokenizer, [prompt, prompt[:-1]], samples=4,
+                                       settings=SamplingSettings(max_new_tokens=limit))
+        assert len(results) == 8 and all(1 <= n <= limit for _, n in results)
+
+
+def test_first_sentence():
+    assert first_sentence(" runs. Then it sleeps.") == " runs."
+    assert first_sentence(" is on the 3.5 m wall") == " is on the 3.5 m wall"
+    assert first_sentence(" jumps!\nnext") == " jumps!"
