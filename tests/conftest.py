@@ -15,6 +15,9 @@ TINY_CLIP = f"open_clip:{TINY_CLIP_CONFIG}/random"
 FLICKR8K_DEV = Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", REPO_ROOT.parent / "shared" / "datasets" / "flickr8k-dev"))
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tests never need the internet: fail fast instead of waiting on a hub that cannot be reached.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session")

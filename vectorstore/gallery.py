@@ -102,8 +102,11 @@ class Gallery:
     Open with :meth:`Gallery.open`; see the module docstring for the storage layout.
     """
 
-    def __init__(self, client: Any, location: str, embedder: Embedder | str) -> None:
+    def __init__(
+        self, client: Any, location: str, embedder: Embedder | str, hnsw: dict[str, Any] | None = None
+    ) -> None:
         self.client = client
+        self.hnsw = dict(hnsw or {})
         self.location = location
         self._embedder = embedder if not isinstance(embedder, str) else None
         self.embedder_name = check_embedder_name(embedder) if isinstance(embedder, str) else embedder.name
@@ -121,18 +124,21 @@ class Gallery:
         embedder: Embedder | str | None = None,
         *,
         create: bool = True,
+        hnsw: dict[str, Any] | None = None,
     ) -> "Gallery":
         """Open (or create) the gallery at a folder path or ``http://host:port`` Chroma server.
 
         ``embedder`` is an :class:`Embedder` or a factory name; when omitted, the gallery's only
         embedder is reused, or the default embedder is used for a new gallery. The model itself is
-        loaded lazily, on the first call that needs it.
+        loaded lazily, on the first call that needs it. ``hnsw`` sets Chroma HNSW options for a new
+        collection (``ef_construction``, ``max_neighbors``, ``ef_search``); ``ef_search``, the
+        speed/recall knob of queries, is also applied to an existing one.
         """
         location = str(location)
         client = _connect(location, create=create)
         if embedder is None:
             embedder = _stored_embedder_name(client, location) or default_embedder_name()
-        gallery = cls(client, location, embedder)
+        gallery = cls(client, location, embedder, hnsw)
         if not create and gallery._get_collection(create=False) is None:
             raise GalleryError(
                 f"gallery {location} has no images for embedder {gallery.embedder_name!r}; "
@@ -162,11 +168,13 @@ class Gallery:
         existing = {c.name for c in self.client.list_collections()}
         if self.collection_name in existing:
             self._collection = self.client.get_collection(self.collection_name, embedding_function=None)
+            if "ef_search" in self.hnsw:
+                self._collection.modify(configuration={"hnsw": {"ef_search": int(self.hnsw["ef_search"])}})
         elif create:
             self._collection = self.client.create_collection(
                 self.collection_name,
                 embedding_function=None,
-                configuration={"hnsw": {"space": "cosine"}},
+                configuration={"hnsw": {**self.hnsw, "space": "cosine"}},
                 metadata={"embedder": self.embedder_name, "dim": int(self.embedder.dim)},
             )
         return self._collection

@@ -1,0 +1,110 @@
+"""The command line as a user runs it: real subprocesses, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import make_photo
+
+
+def pictrieve(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "-m", "pictrieve.cli.main", *args], capture_output=True, text=True, timeout=900
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"pictrieve {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def test_help_reads_well():
+    out = pictrieve("--help").stdout
+    for command in ("index", "search", "demo", "eval", "chat", "quality"):
+        assert command in out
+    assert "Examples" in out
+    assert "--html" in pictrieve("search", "--help").stdout
+
+
+def test_index_search_and_json_reports(tmp_path, photo_folder, tiny_clip_name):
+    (photo_folder / "a" / "broken.jpg").write_bytes(b"garbage")
+    gallery = str(tmp_path / "g")
+    report = json.loads(pictrieve("index", str(photo_folder), "--gallery", gallery, "-e", tiny_clip_name, "--json").stdout)
+    assert report["indexed"] == 6 and report["unchanged"] == 0 and report["total"] == 7
+    assert [Path(f["path"]).name for f in report["failed"]] == ["broken.jpg"]
+
+    again = json.loads(pictrieve("index", str(photo_folder), "--gallery", gallery, "--json").stdout)
+    assert (again["indexed"], again["unchanged"]) == (0, 6)
+
+    html = tmp_path / "results.html"
+    hits = json.loads(pictrieve("search", "a red square", "--gallery", gallery, "-k", "4", "--json", "--html", str(html)).stdout)["hits"]
+    assert [h["rank"] for h in hits] == [1, 2, 3, 4]
+    sheet = html.read_text()
+    assert sheet.count("data:image/jpeg;base64,") == 4 and hits[0]["path"] in sheet
+
+    target = str(photo_folder / "b" / "img4.jpg")
+    by_image = json.loads(pictrieve("search", "--image", target, "--gallery", gallery, "-k", "1", "--json").stdout)
+    assert by_image["hits"][0]["path"] == target
+
+    plain = pictrieve("search", "noise", "--gallery", gallery, "-k", "2").stdout.splitlines()
+    assert len(plain) == 2 and plain[0].lstrip().startswith("1")
+
+
+def test_clear_errors_and_exit_codes(tmp_path, tiny_clip_name):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.jpg").write_bytes(b"nope")
+    failed = pictrieve("index", str(bad), "--gallery", str(tmp_path / "g"), "-e", tiny_clip_name, check=False)
+    assert failed.returncode == 1 and "no image could be indexed" in failed.stderr
+
+    missing = pictrieve("search", "x", "--gallery", str(tmp_path / "none"), check=False)
+    assert missing.returncode == 2 and "pictrieve index" in missing.stderr and "Traceback" not in missing.stderr
+
+    unknown = pictrieve("index", str(bad), "--gallery", str(tmp_path / "g2"), "-e", "clipz", check=False)
+    assert unknown.returncode == 2 and "unknown embedder 'clipz'" in unknown.stderr
+
+    usage = pictrieve("search", "--gallery", str(tmp_path / "g"), check=False)
+    assert usage.returncode == 2 and "either a text QUERY or --image" in usage.stderr
+
+
+def test_sync_and_info(tmp_path, photo_folder, tiny_clip_name):
+    gallery = str(tmp_path / "g")
+    pictrieve("index", str(photo_folder), "--gallery", gallery, "-e", tiny_clip_name)
+    (photo_folder / "a" / "img3.png").unlink()
+    assert json.loads(pictrieve("sync", "--gallery", gallery, "--json").stdout)["removed"] == [
+        str(photo_folder / "a" / "img3.png")
+    ]
+    info = json.loads(pictrieve("info", "--gallery", gallery, "--json").stdout)
+    assert info["collections"] == [{"embedder": tiny_clip_name, "dim": 32, "images": 5}]
+
+
+def test_eval_retrieval_on_a_captioned_folder(tmp_path, tiny_clip_name):
+    folder = tmp_path / "set"
+    lines = []
+    for i in range(5):
+        make_photo(folder / "images" / f"{i}.png", seed=i)
+        lines.append(json.dumps({"image": f"images/{i}.png", "captions": [f"photo number {i}", f"picture {i}"]}))
+    (folder / "captions.jsonl").write_text("\n".join(lines) + "\n")
+    metrics = json.loads(pictrieve("eval", "retrieval", str(folder), "-e", tiny_clip_name, "--json").stdout)
+    assert metrics["queries"] == 10 and metrics["images"] == 5
+    assert metrics["recall@5"] == pytest.approx(1.0)  # only five images: the target is always in the top 5
+    assert 0.0 <= metrics["recall@1"] <= 1.0 and 1.0 <= metrics["median_rank"] <= 5.0
+
+
+def test_demo_with_a_chosen_embedder(tmp_path, tiny_clip_name):
+    out = pictrieve("demo", "--out", str(tmp_path / "demo"), "-e", tiny_clip_name).stdout
+    assert "contact sheet" in out and "'a cat'" in out
+    sheet = (tmp_path / "demo" / "results.html").read_text()
+    assert sheet.count("<h2>") == 7
+    assert len(list((tmp_path / "demo" / "photos").iterdir())) >= 12
+
+
+@pytest.mark.slow
+def test_demo_on_the_offline_default_finds_the_cat(tmp_path):
+    result = pictrieve("demo", "--out", str(tmp_path / "demo"), "-k", "1")
+    lines = result.stdout.splitlines()
+    cat_hit = lines[lines.index("'a cat'") + 1]
+    assert "chelsea.png" in cat_hit, result.stdout
