@@ -503,7 +503,7 @@ class QC2Model:
             if axis.axis.lower() == name.lower() or axis.score_key == name.lower():
                 return axis
         raise QC2ModelError(
-            f"this QC2 model was trained without a {name!r} axis; it knows: {', '.join(self.axis_names)}. "
+            f"this QC2 model has no {name!r} axis (it was trained on: {', '.join(self.axis_names)}). "
             f"Annotate that score (`pictrieve quality annotate`) and retrain to use it."
         )
 

@@ -1,0 +1,144 @@
+"""QC2 on a pictrieve gallery: train from its annotations, load for it, retrieve with completions."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from pictrieve.agents.qc2.annotation import annotated_score_keys, build_training_data, fingerprint_of
+from pictrieve.agents.qc2.training import (
+    QC2Model,
+    QC2ModelError,
+    QC2TrainConfig,
+    TrainReport,
+    load_qc2_model,
+    train_completion_model,
+)
+from pictrieve.vectorstore.fusion import reciprocal_rank_fusion
+
+logger = logging.getLogger(__name__)
+
+MODEL_DIR_NAME = "qc2"
+# With several sampled completions, each one retrieves this many candidates before fusion.
+FUSION_POOL = 50
+
+
+def default_model_dir(gallery: Any) -> Path:
+    """``<gallery folder>/qc2``; a gallery on a Chroma server has no folder, so ask for one."""
+    location = str(gallery.location)
+    if location.startswith(("http://", "https://")):
+        raise QC2ModelError(
+            f"gallery {location} is on a server: say where the QC2 model lives with --out/--model DIR"
+        )
+    return Path(location) / MODEL_DIR_NAME
+
+
+def preferred_quality_keys(items: Sequence[Any]) -> list[str]:
+    """The annotated quality scores to train on: LAION aesthetics when present, else all annotated."""
+    keys = annotated_score_keys(items)
+    if not keys:
+        raise QC2ModelError("the gallery has no quality scores yet: run `pictrieve quality annotate GALLERY`")
+    return ["laion_aesthetic"] if "laion_aesthetic" in keys else keys
+
+
+def train_on_gallery(
+    gallery: Any,
+    *,
+    quality_keys: Sequence[str] | None = None,
+    base_model: str | None = None,
+    n_levels: int = 3,
+    config: QC2TrainConfig | None = None,
+    out: str | Path | None = None,
+    random_levels: bool = False,
+    save: bool = True,
+    progress: bool = True,
+) -> tuple[QC2Model, TrainReport, Path | None]:
+    """Fit levels on the gallery's annotations, fine-tune the completion model, save it next to the gallery."""
+    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
+
+    base_model = base_model or OFFLINE_DEFAULT_LM
+    items = list(gallery.items())
+    keys = list(quality_keys) if quality_keys else preferred_quality_keys(items)
+    examples, axes = build_training_data(items, keys, n_levels=n_levels, random_levels=random_levels,
+                                         seed=(config or QC2TrainConfig()).seed)
+    logger.info("training QC2 on %d captions, axes %s, base %s", len(examples), [a.axis for a in axes], base_model)
+    model, tokenizer = load_causal_lm(base_model, device="cpu")
+    model, report, allowed = train_completion_model(
+        model, tokenizer, examples, [a.axis for a in axes], config, progress=progress
+    )
+    bundle = QC2Model(
+        model=model,
+        tokenizer=tokenizer,
+        base_model=base_model,
+        axes=axes,
+        fingerprint=fingerprint_of(gallery),
+        allowed_token_ids=allowed,
+        training={**report.to_dict(), "random_levels": random_levels, "config": vars(config or QC2TrainConfig())},
+        gallery={"location": str(gallery.location), "embedder": gallery.embedder_name, "count": gallery.count()},
+    )
+    directory = None
+    if save:
+        directory = bundle.save(out or default_model_dir(gallery))
+    return bundle, report, directory
+
+
+def load_for_gallery(gallery: Any, model_dir: str | Path | None = None) -> QC2Model:
+    """The QC2 model trained for this gallery (refused if it was trained for another one)."""
+    return load_qc2_model(model_dir or default_model_dir(gallery), fingerprint=fingerprint_of(gallery), device="cpu")
+
+
+def retrieve_for_completions(gallery: Any, completions: Sequence[str], k: int = 10) -> list[Any]:
+    """Search with one completion, or fuse several completions' rankings by RRF."""
+    completions = [c for c in completions if c and c.strip()]
+    if not completions:
+        raise ValueError("no completed query to search with")
+    if len(completions) == 1:
+        return gallery.search_text(completions[0], k=k)
+    pool = max(k, FUSION_POOL)
+    hits: dict[str, Any] = {}
+    rankings = []
+    for text in completions:
+        ranking = gallery.search_text(text, k=pool)
+        rankings.append([hit.id for hit in ranking])
+        for hit in ranking:
+            hits.setdefault(hit.id, hit)
+    fused = []
+    for rank, (id_, score) in enumerate(reciprocal_rank_fusion(rankings)[:k], start=1):
+        hit = hits[id_]
+        hit.rank, hit.score = rank, score  # score becomes the RRF score
+        fused.append(hit)
+    return fused
+
+
+@dataclass
+class QualitySearchResult:
+    query: str
+    levels: dict[str, str]
+    completions: list[str]
+    hits: list[Any] = field(default_factory=list)
+
+
+def quality_search(
+    gallery: Any,
+    query: str,
+    levels: dict[str, str],
+    *,
+    model: QC2Model | None = None,
+    model_dir: str | Path | None = None,
+    k: int = 10,
+    samples: int = 1,
+    seed: int | None = None,
+) -> QualitySearchResult:
+    """Complete ``query`` toward ``levels`` (``{"relevance": "high", "quality": "low"}``) and retrieve.
+
+    Runs the LangGraph graph of :mod:`pictrieve.graphs.quality_retrieval`.
+    """
+    from pictrieve.graphs.quality_retrieval import build_quality_retrieval_graph
+
+    model = model or load_for_gallery(gallery, model_dir)
+    model.resolve_levels(levels)  # fail here, with a clean message, on an axis the model lacks
+    graph = build_quality_retrieval_graph(model, gallery)
+    state = graph.invoke({"query": query, "levels": levels, "k": k, "samples": samples, "seed": seed})
+    return QualitySearchResult(query, state["resolved_levels"], state["completions"], state["hits"])

@@ -1,0 +1,105 @@
+"""QC2 on a real (tiny) gallery: annotate, train, load, search, CLI; random weights, no network."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+from conftest import make_photo  # noqa: E402
+from test_qc2_model import one_thread, tiny_checkpoint  # noqa: E402,F401  (shared fixtures)
+
+from pictrieve.agents.qc2.annotation import (  # noqa: E402
+    annotate_gallery,
+    build_training_data,
+    metadata_key,
+)
+from pictrieve.agents.qc2.pipeline import load_for_gallery, quality_search, train_on_gallery  # noqa: E402
+from pictrieve.agents.qc2.training import GalleryMismatchError, QC2ModelError, QC2TrainConfig  # noqa: E402
+from pictrieve.tools.quality_scorers import create_quality_scorer  # noqa: E402
+from pictrieve.vectorstore.gallery import Gallery  # noqa: E402
+
+CAPTIONS = ["a black dog runs on the grass", "a brown dog jumps", "two children play on the beach",
+            "a man rides a bike", "a girl in a pink dress", "a white dog swims in a lake"]
+
+
+@pytest.fixture
+def annotated_gallery(tmp_path, tiny_clip_embedder):
+    photos = tmp_path / "photos"
+    lines = []
+    for i, caption in enumerate(CAPTIONS):
+        make_photo(photos / f"p{i}.png", seed=i, size=(64, 48))
+        lines.append(json.dumps({"image": f"p{i}.png", "captions": [caption, caption.replace("a ", "one ", 1)]}))
+    (photos / "captions.jsonl").write_text("\n".join(lines) + "\n")
+    gallery = Gallery.open(tmp_path / "gallery", tiny_clip_embedder)
+    gallery.add(photos, progress=False)
+    reports = annotate_gallery(gallery, [create_quality_scorer("brisque")], progress=False)
+    assert [(r.score, r.scored, r.already) for r in reports] == [("relevance", 6, 0), ("brisque", 6, 0)]
+    return gallery, photos
+
+
+def test_annotation_stores_scores_and_resumes(annotated_gallery, tiny_clip_embedder):
+    gallery, _ = annotated_gallery
+    items = list(gallery.items())
+    item = items[0]
+    relevance = item.metadata[metadata_key("relevance")]
+    image = gallery.embeddings([item.id])[0]
+    expected = tiny_clip_embedder.embed_texts(item.captions) @ image
+    assert relevance == pytest.approx(expected.tolist(), abs=1e-5)
+    assert all(isinstance(i.metadata[metadata_key("brisque")], float) for i in items)
+    again = annotate_gallery(gallery, [create_quality_scorer("brisque")], progress=False)
+    assert [(r.scored, r.already) for r in again] == [(0, 6), (0, 6)]
+
+
+def test_training_data_levels_and_missing_axis(annotated_gallery):
+    gallery, _ = annotated_gallery
+    items = list(gallery.items())
+    examples, axes = build_training_data(items, ["brisque"])
+    assert [a.axis for a in axes] == ["Relevance", "Quality"] and axes[1].higher_is_better is False
+    assert len(examples) == 12
+    # the best (lowest) BRISQUE image gets High quality on both of its captions
+    best = min(items, key=lambda i: i.metadata["qc2_brisque"])
+    assert {ex.levels[1] for ex in examples if ex.caption in best.captions} == {"High"}
+    with pytest.raises(QC2ModelError, match="annotate GALLERY --scorer laion_aesthetic"):
+        build_training_data(items, ["laion_aesthetic"])
+
+
+def test_train_save_search_and_refuse_changed_gallery(annotated_gallery, tiny_checkpoint, tmp_path):
+    gallery, photos = annotated_gallery
+    config = QC2TrainConfig(epochs=2, batch_size=4, lora_rank=4, train_layers=1)
+    bundle, report, directory = train_on_gallery(gallery, base_model=tiny_checkpoint, config=config, progress=False)
+    assert directory == tmp_path / "gallery" / "qc2" and report.examples == 12
+    model = load_for_gallery(gallery)
+    result = quality_search(gallery, "a dog", {"relevance": "high", "quality": "low"}, model=model, k=3,
+                            samples=2, seed=0)
+    assert result.levels == {"Relevance": "High", "Quality": "Low"}
+    assert len(result.completions) == 2 and all(c.startswith("a dog") for c in result.completions)
+    assert [h.rank for h in result.hits] == [1, 2, 3]
+    with pytest.raises(QC2ModelError, match="no 'aesthetic' axis .*Relevance, Quality"):
+        quality_search(gallery, "a dog", {"aesthetic": "high"}, model=model)
+    make_photo(photos / "new.png", seed=99, size=(64, 48))
+    gallery.add(photos, progress=False)
+    with pytest.raises(GalleryMismatchError):
+        load_for_gallery(gallery)
+
+
+def test_cli_annotate_train_search(annotated_gallery, tiny_checkpoint):
+    from pictrieve.cli.quality import quality
+
+    gallery, _ = annotated_gallery
+    runner = CliRunner()
+    out = runner.invoke(quality, ["annotate", gallery.location, "--scorer", "brisque"])
+    assert out.exit_code == 0, out.output
+    assert "brisque: 0 scored, 6 already had it" in out.output and "technical quality" in out.output
+    out = runner.invoke(quality, ["train", gallery.location, "--base-model", tiny_checkpoint, "--epochs", "1",
+                                  "--batch-size", "4", "--train-layers", "1", "--lora-rank", "4"])
+    assert out.exit_code == 0, out.output
+    assert "Quality (brisque): Low/Medium/High cut at" in out.output
+    out = runner.invoke(quality, ["search", gallery.location, "a dog", "--relevance", "high",
+                                  "--quality", "low", "-k", "2", "--seed", "1", "--json"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.stdout)
+    assert payload["completions"][0].startswith("a dog") and len(payload["hits"]) == 2
