@@ -63,7 +63,7 @@ def annotate(gallery: str, scorers: tuple[str, ...], batch_size: int, as_json: b
               help="Low/Medium/High, or Very Low ... Very High.")
 @click.option("--epochs", default=2, show_default=True)
 @click.option("--batch-size", default=32, show_default=True)
-@click.option("--learning-rate", default=3e-4, show_default=True)
+@click.option("--learning-rate", default=5e-4, show_default=True)
 @click.option("--train-layers", default=6, show_default=True,
               help="Top decoder layers that learn (LoRA); the rest are frozen and cached.")
 @click.option("--lora-rank", default=16, show_default=True, help="0: fine-tune those layers fully.")

@@ -137,7 +137,7 @@ class QC2TrainConfig:
 
     epochs: int = 2
     batch_size: int = 32
-    learning_rate: float = 3e-4
+    learning_rate: float = 5e-4
     warmup_steps: int = 10
     weight_decay: float = 0.0
     max_length: int = 64
