@@ -21,6 +21,7 @@ import logging
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -50,44 +51,54 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50_ms": round(float(np.percentile(ms, 50)), 2), "p95_ms": round(float(np.percentile(ms, 95)), 2)}
 
 
-def run_size(n: int, queries: int, ef_search: int | None, text_embedder, rng, centres) -> dict:
+def run_size(n: int, queries: int, ef_search: int | None, text_embedder, centres, store: Path | None) -> dict:
+    vectors = synthetic_vectors(n, np.random.default_rng(n), centres)
+    if store is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            gallery, build_s = build(Path(scratch), vectors, ef_search, text_embedder)
+            return measure(gallery, vectors, queries, centres) | {"build_s": round(build_s, 1)}
+    gallery, build_s = build(store / f"synthetic-{n}", vectors, ef_search, text_embedder)
+    return measure(gallery, vectors, queries, centres) | {"build_s": round(build_s, 1)}
+
+
+def build(location: Path, vectors: np.ndarray, ef_search: int | None, text_embedder):
+    """Store ``vectors`` in a gallery at ``location``; resumes (or reuses) a partly built store."""
     from pictrieve.vectorstore.gallery import Gallery
 
-    vectors = synthetic_vectors(n, rng, centres)
-    with tempfile.TemporaryDirectory() as scratch:
-        gallery = Gallery.open(scratch, SyntheticEmbedder(text_embedder), hnsw={"ef_search": ef_search} if ef_search else None)
-        start = time.perf_counter()
-        step = 5000
-        for i in range(0, n, step):
-            gallery.collection.add(
-                ids=[f"v{j}" for j in range(i, min(n, i + step))],
-                embeddings=vectors[i : i + step],
-                metadatas=[{"path": f"/synthetic/{j}.jpg"} for j in range(i, min(n, i + step))],
-            )
-        build_s = time.perf_counter() - start
-        logging.info("%d vectors stored in %.0f s", n, build_s)
+    hnsw = {"ef_search": ef_search} if ef_search else None
+    gallery = Gallery.open(location, SyntheticEmbedder(text_embedder), hnsw=hnsw)
+    n, step = len(vectors), 5000
+    start = time.perf_counter()
+    for i in range(gallery.count(), n, step):
+        gallery.collection.add(
+            ids=[f"v{j}" for j in range(i, min(n, i + step))],
+            embeddings=vectors[i : i + step],
+            metadatas=[{"path": f"/synthetic/{j}.jpg"} for j in range(i, min(n, i + step))],
+        )
+    build_s = time.perf_counter() - start
+    logging.info("%d vectors stored in %s (%.0f s)", n, location, build_s)
+    return gallery, build_s
 
-        query_vectors = synthetic_vectors(queries, rng, centres)
-        gallery.search_vector(query_vectors[0], k=10)  # warm-up
-        hnsw_times, exact_times, recalls = [], [], []
-        for q in query_vectors:
-            t0 = time.perf_counter()
-            hits = gallery.search_vector(q, k=10)
-            hnsw_times.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            scores = vectors @ q
-            top = np.argpartition(-scores, 10)[:10]
-            exact_times.append(time.perf_counter() - t0)
-            exact_ids = {f"v{j}" for j in top}
-            recalls.append(len(exact_ids & {h.id for h in hits}) / 10)
-        text_times = []
-        for i in range(min(queries, 50)):
-            t0 = time.perf_counter()
-            gallery.search_text(f"a photo of scene number {i} with a dog", k=10)
-            text_times.append(time.perf_counter() - t0)
+
+def measure(gallery, vectors: np.ndarray, queries: int, centres) -> dict:
+    query_vectors = synthetic_vectors(queries, np.random.default_rng(len(vectors) + 1), centres)
+    gallery.search_vector(query_vectors[0], k=10)  # warm-up
+    hnsw_times, exact_times, recalls = [], [], []
+    for q in query_vectors:
+        t0 = time.perf_counter()
+        hits = gallery.search_vector(q, k=10)
+        hnsw_times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        top = np.argpartition(-(vectors @ q), 10)[:10]
+        exact_times.append(time.perf_counter() - t0)
+        recalls.append(len({f"v{j}" for j in top} & {h.id for h in hits}) / 10)
+    text_times = []
+    for i in range(min(queries, 50)):
+        t0 = time.perf_counter()
+        gallery.search_text(f"a photo of scene number {i} with a dog", k=10)
+        text_times.append(time.perf_counter() - t0)
     return {
-        "vectors": n,
-        "build_s": round(build_s, 1),
+        "vectors": len(vectors),
         "search_excluding_text": percentiles(hnsw_times),
         "search_including_text": percentiles(text_times),
         "exact_numpy": percentiles(exact_times),
@@ -100,6 +111,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--ef-search", type=int, default=None, help="HNSW ef_search (default: Chroma's)")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="keep the built galleries here and reuse them on the next run")
+    parser.add_argument("--build-only", action="store_true", help="build the stores, measure nothing")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -107,11 +121,20 @@ def main() -> None:
 
     from pictrieve.tools.embedders.factory import create_embedder
 
-    text_embedder = create_embedder("open_clip:ViT-B-32/random")
-    rng = np.random.default_rng(0)
-    centres = rng.normal(size=(2000, DIM)).astype(np.float32)
+    centres = np.random.default_rng(0).normal(size=(2000, DIM)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    results = [run_size(int(n), args.queries, args.ef_search, text_embedder, rng, centres) for n in args.sizes.split(",")]
+    if args.build_only:
+        if args.store is None:
+            parser.error("--build-only needs --store")
+        for n in args.sizes.split(","):
+            vectors = synthetic_vectors(int(n), np.random.default_rng(int(n)), centres)
+            build(args.store / f"synthetic-{n}", vectors, args.ef_search, None)
+        return
+    text_embedder = create_embedder("open_clip:ViT-B-32/random")
+    results = [
+        run_size(int(n), args.queries, args.ef_search, text_embedder, centres, args.store)
+        for n in args.sizes.split(",")
+    ]
     print(json.dumps(results, indent=2) if args.json else results)
 
 
