@@ -54,6 +54,27 @@ def test_annotation_stores_scores_and_resumes(annotated_gallery, tiny_clip_embed
     assert [(r.scored, r.already) for r in again] == [(0, 6), (0, 6)]
 
 
+def test_uncaptioned_images_get_a_generated_caption(tmp_path, tiny_clip_embedder):
+    photos = tmp_path / "photos"
+    for i in range(3):
+        make_photo(photos / f"p{i}.png", seed=i, size=(64, 48))
+    gallery = Gallery.open(tmp_path / "gallery", tiny_clip_embedder)
+    gallery.add(photos, progress=False)
+    seen = []
+
+    def captioner(images):
+        seen.append(len(images))
+        return [f"a photo number {len(seen)}-{i}" for i in range(len(images))]
+
+    reports = annotate_gallery(gallery, [], captioner=captioner, batch_size=2, progress=False)
+    assert [(r.score, r.scored) for r in reports] == [("caption", 3), ("relevance", 3)] and seen == [2, 1]
+    items = list(gallery.items())
+    assert all(i.metadata["qc2_caption"].startswith("a photo number") for i in items)
+    assert all(len(i.metadata["qc2_relevance"]) == 1 for i in items)
+    again = annotate_gallery(gallery, [], captioner=captioner, progress=False)
+    assert again[0].scored == 0 and seen == [2, 1]
+
+
 def test_training_data_levels_and_missing_axis(annotated_gallery):
     gallery, _ = annotated_gallery
     items = list(gallery.items())
