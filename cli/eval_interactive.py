@@ -21,13 +21,18 @@ import click
               help="Where to keep the index (default: a cache folder; re-runs skip indexing).")
 @click.option("--top-n", default=None, type=int, help="Retrieval candidates (default: 1%% of the gallery, >= 20).")
 @click.option("--questions", default=5, show_default=True, help="Questions generated per round (q_n).")
+@click.option("--filter-attempts", default=3, show_default=True,
+              help="Question regenerations when the filter rejects every question.")
+@click.option("--reformulation-tokens", default=512, show_default=True,
+              help="Token cap for context reformulation (paper: 512; a caption needs ~60).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write the per-round plot (PNG).")
 @click.option("--dialogues", default=None, type=click.Path(dir_okay=False),
               help="Write every dialogue, query and rank as JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def interactive(folder: str, targets: int, rounds: int, arms: str, llm: str, base_url: str | None,
-                embedder: str | None, gallery: str | None, top_n: int | None, questions: int, seed: int,
+                embedder: str | None, gallery: str | None, top_n: int | None, questions: int,
+                filter_attempts: int, reformulation_tokens: int, seed: int,
                 plot: str | None, dialogues: str | None, as_json: bool) -> None:
     """Simulate users searching DIR (images + captions.jsonl) and compare the PlugIR arms.
 
@@ -38,7 +43,8 @@ def interactive(folder: str, targets: int, rounds: int, arms: str, llm: str, bas
     from pictrieve.evaluation.interactive import evaluate_interactive, plot_interactive
 
     chosen = [a.strip() for a in arms.split(",") if a.strip()]
-    settings = {"questions_per_round": questions}
+    settings = {"questions_per_round": questions, "filter_attempts": filter_attempts,
+                "reformulation_max_tokens": reformulation_tokens}
     if top_n:
         settings["top_n"] = top_n
     results = evaluate_interactive(folder, targets=targets, rounds=rounds, arms=chosen, llm=llm,

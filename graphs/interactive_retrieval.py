@@ -129,6 +129,7 @@ class PlugIRSettings:
     questions_per_round: int = 5  # q_n
     max_rounds: int = 10  # question budget T
     filter_attempts: int = 3  # regenerations before falling back to unfiltered questions
+    reformulation_max_tokens: int = 512  # paper setting; a caption needs far fewer
     reformulate: bool = True  # CR
     retrieval_context: bool = True  # RCE (grounded questioner)
     filter_questions: bool = True  # F
@@ -231,7 +232,8 @@ def build_interactive_retrieval_graph(
         if not dialogue:
             query = description
         elif settings.reformulate:
-            query = reformulate(chat, description, dialogue, previous=state.get("query"))
+            query = reformulate(chat, description, dialogue, previous=state.get("query"),
+                                max_tokens=settings.reformulation_max_tokens)
         else:
             query = concatenate_dialogue(description, dialogue)
         return {"query": query, "queries": [query], "timings": timed("reformulation", state, started)}

@@ -134,6 +134,8 @@ class LocalChatModel(BaseChatModel):
                 tokenizer.padding_side = padding_side
             sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} \
                 if temperature > 0 else {"do_sample": False}
+            if stops:  # end each sequence early at a stop string (it is cut off below)
+                sampling.update(stop_strings=stops, tokenizer=tokenizer)
             with torch.inference_mode():
                 output = model.generate(**encoded, max_new_tokens=max_tokens,
                                         pad_token_id=tokenizer.pad_token_id, **sampling)

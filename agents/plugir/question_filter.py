@@ -23,7 +23,7 @@ from pictrieve.agents.plugir.retrieval_context import softmax
 
 logger = logging.getLogger(__name__)
 
-FILTER_SAMPLING = {"temperature": 0.0, "max_tokens": 10}
+FILTER_SAMPLING = {"temperature": 0.0, "max_tokens": 10, "stop": ["\n"]}
 
 
 def answer_from_context(llm: BaseChatModel, context: str, questions: Sequence[str]) -> list[str]:

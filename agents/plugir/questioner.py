@@ -20,7 +20,10 @@ from pictrieve.agents.plugir.llm_calls import sample_replies
 
 logger = logging.getLogger(__name__)
 
-QUESTION_SAMPLING = {"temperature": 0.7, "max_tokens": 32}
+# Paper: temperature 0.7, at most 32 tokens. We also stop at the first "?": the question is what
+# we keep (the authors cut at "?" too), and the explanation the grounded prompt asks for comes
+# after it, so stopping early cannot change the question, only save generation time.
+QUESTION_SAMPLING = {"temperature": 0.7, "max_tokens": 32, "stop": ["?"]}
 FALLBACK_QUESTION = "What else can you tell me about the image?"
 
 _INTERROGATIVES = (

@@ -21,8 +21,9 @@ from pictrieve.agents.plugir.questioner import Turn
 
 logger = logging.getLogger(__name__)
 
-REFORMULATION_SAMPLING = {"temperature": 0.0, "max_tokens": 512}
-PARAPHRASE_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "max_tokens": 512}
+# Paper settings; the new caption is one line, so generation also stops at a line break.
+REFORMULATION_SAMPLING = {"temperature": 0.0, "max_tokens": 512, "stop": ["\n"]}
+PARAPHRASE_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "max_tokens": 512, "stop": ["\n"]}
 _LABEL = re.compile(r"^\s*(?:\[?\s*(?:new\s+caption|caption|paraphrased|text)\s*\]?\s*[:：]\s*)+", re.I)
 
 
@@ -47,6 +48,7 @@ def reformulate(
     *,
     previous: str | None = None,
     max_words: int = 120,
+    max_tokens: int | None = None,
 ) -> str:
     """One caption-style sentence carrying the description and the dialogue.
 
@@ -55,21 +57,26 @@ def reformulate(
     if not dialogue:
         return description
     dialogue_text = ", ".join(f"{t['question']} {t['answer']}" for t in dialogue)
+    sampling = dict(REFORMULATION_SAMPLING)
+    if max_tokens:
+        sampling["max_tokens"] = max_tokens
     reply = complete(llm, render_prompt("plugir_reformulate", caption=description,
-                                        dialogue=dialogue_text), **REFORMULATION_SAMPLING)
+                                        dialogue=dialogue_text), **sampling)
     caption = clean_caption(reply)
     if not caption or len(caption.split()) > max_words:
         logger.info("unusable reformulation %r; using the concatenated dialogue", reply[:200])
         return concatenate_dialogue(description, dialogue)
     if previous is not None and caption.strip().lower() == previous.strip().lower():
-        caption = paraphrase(llm, caption)
+        caption = paraphrase(llm, caption, max_tokens=max_tokens)
     return caption
 
 
-def paraphrase(llm: BaseChatModel, text: str) -> str:
+def paraphrase(llm: BaseChatModel, text: str, max_tokens: int | None = None) -> str:
     """``text`` in other words (or ``text`` itself when the model gives nothing usable)."""
-    reply = clean_caption(complete(llm, render_prompt("plugir_paraphrase", text=text),
-                                   **PARAPHRASE_SAMPLING))
+    sampling = dict(PARAPHRASE_SAMPLING)
+    if max_tokens:
+        sampling["max_tokens"] = max_tokens
+    reply = clean_caption(complete(llm, render_prompt("plugir_paraphrase", text=text), **sampling))
     if not reply:
         logger.info("empty paraphrase; keeping the query unchanged")
         return text

@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 Answerer = Callable[[str, Mapping[str, Any]], str]
 """``answer = answerer(question, graph_state)``."""
 
-ANSWER_SAMPLING = {"temperature": 0.0, "max_tokens": 24}
+ANSWER_SAMPLING = {"temperature": 0.0, "max_tokens": 24, "stop": ["\n"]}
 UNKNOWN = "unknown"
 
 

@@ -1,0 +1,42 @@
+"""One real PlugIR round on flickr8k-dev photos with the offline embedder and offline LLM.
+
+Slow (real models on CPU); uses a gallery of the first 100 images, cached between runs.
+"""
+
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "flickr8k-dev"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.skipif(not (DATA / "captions.jsonl").is_file(),
+                    reason=f"flickr8k-dev not found at {DATA}")
+def test_one_real_round_with_offline_models():
+    import torch
+
+    from pictrieve.agents.plugir.simulated_user import CaptionAnswerer
+    from pictrieve.evaluation.interactive import open_eval_gallery
+    from pictrieve.graphs.interactive_retrieval import build_interactive_retrieval_graph
+    from pictrieve.tools.chat_models import create_chat_model
+
+    torch.manual_seed(0)
+    gallery, captions = open_eval_gallery(DATA, "offline", limit=100)
+    assert gallery.count() == 100
+    target, texts = sorted(captions.items())[7]
+    llm = create_chat_model("offline")
+    graph = build_interactive_retrieval_graph(gallery, llm, answerer=CaptionAnswerer(llm, texts[1:]))
+    state = graph.invoke(
+        {"description": texts[0]},
+        {"configurable": {"max_rounds": 1, "questions_per_round": 3, "filter_attempts": 1,
+                          "reformulation_max_tokens": 96}},
+    )
+    assert len(state["queries"]) == 2 and state["queries"][0] == texts[0]
+    (turn,) = state["dialogue"]
+    assert turn["question"].endswith("?") and turn["answer"]
+    assert len(state["top_k"]) == 10 and all(Path(h["path"]).is_file() for h in state["top_k"])
+    assert 1 <= len(state["retrieval_context"]) <= 10
+    assert {t["node"] for t in state["timings"]} == {"reformulation", "retrieval", "rce",
+                                                     "questioner", "filter"}
