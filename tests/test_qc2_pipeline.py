@@ -124,3 +124,23 @@ def test_cli_annotate_train_search(annotated_gallery, tiny_checkpoint):
     assert out.exit_code == 0, out.output
     payload = json.loads(out.stdout)
     assert payload["completions"][0].startswith("a dog") and len(payload["hits"]) == 2
+
+
+def test_graph_takes_sampling_settings_from_config(annotated_gallery, tiny_checkpoint):
+    from pictrieve.graphs.quality_retrieval import build_quality_retrieval_graph, sampling_settings
+
+    assert sampling_settings({"configurable": {"temperature": 0.2, "thread_id": "x"}}).temperature == 0.2
+    assert sampling_settings(None).top_k == 50
+    gallery, _ = annotated_gallery
+    config = QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1)
+    bundle, _, _ = train_on_gallery(gallery, base_model=tiny_checkpoint, config=config, save=False, progress=False)
+    graph = build_quality_retrieval_graph(bundle, gallery)
+    state = graph.invoke({"query": "a dog", "levels": {"quality": "high"}, "k": 2, "samples": 3, "seed": 0},
+                         {"configurable": {"max_new_tokens": 1}})
+    assert state["resolved_levels"] == {"Relevance": "Medium", "Quality": "High"}
+    assert len(state["completions"]) == 3 and len(state["hits"]) == 2
+    longest_token = max(len(bundle.tokenizer.decode([i])) for i in range(len(bundle.tokenizer)))
+    for text in state["completions"]:  # one new token at most
+        assert text.startswith("a dog") and len(text) <= len("a dog") + longest_token
+    # several completions are fused by RRF: scores are RRF scores, ranks 1..k
+    assert [h.rank for h in state["hits"]] == [1, 2] and state["hits"][0].score <= 3 / 61
