@@ -230,3 +230,16 @@ def test_first_sentence():
     assert first_sentence(" runs. Then it sleeps.") == " runs."
     assert first_sentence(" is on the 3.5 m wall") == " is on the 3.5 m wall"
     assert first_sentence(" jumps!\nnext") == " jumps!"
+
+
+def test_cached_trunk_path_matches_the_models_own_forward(tiny_checkpoint):
+    from pictrieve.agents.qc2.training import _decoder_parts, _run_layers
+
+    model, _ = _load(tiny_checkpoint)
+    parts = _decoder_parts(model)
+    ids = torch.randint(3, 300, (2, 9))
+    with torch.no_grad():
+        reference = model(ids).logits
+        bottom = _run_layers(parts, parts["layers"][:1], parts["embed"](ids))  # what the cache stores
+        mine = parts["head"](parts["norm"](_run_layers(parts, parts["layers"][1:], bottom)))
+    assert torch.allclose(mine, reference, atol=1e-5)
