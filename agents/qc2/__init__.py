@@ -1,11 +1,27 @@
 """QC2: quality-conditioned query completion for quality-controllable image retrieval.
 
 A small causal language model, fine-tuned on a gallery's own captions prefixed with discretised
-quality levels ("Relevance: High, Aesthetic: Low, Query: ..."), turns a short query such as
+quality levels ("Relevance: High, Quality: Low, Query: ..."), turns a short query such as
 "a dog" into a descriptive one that steers retrieval toward the requested quality.
 
 - :mod:`~pictrieve.agents.qc2.levels`: percentile discretisation of scores into levels;
-- :mod:`~pictrieve.agents.qc2.training`: prompt format, loss mask, training, saving/loading;
+- :mod:`~pictrieve.agents.qc2.annotation`: captions, relevance and quality scores as gallery metadata;
+- :mod:`~pictrieve.agents.qc2.training`: prompt format, loss mask, CPU-sized training, save/load;
 - :mod:`~pictrieve.agents.qc2.completion`: sampling completions for a query and levels;
-- :mod:`~pictrieve.agents.qc2.annotation`: captions and scores stored as gallery metadata.
+- :mod:`~pictrieve.agents.qc2.pipeline`: the whole thing on a gallery.
+
+Python entry points::
+
+    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.tools.quality_scorers import create_quality_scorer
+    from pictrieve.agents.qc2.annotation import annotate_gallery
+    from pictrieve.agents.qc2.pipeline import train_on_gallery, quality_search
+
+    gallery = Gallery.open("my.gallery")
+    annotate_gallery(gallery, [create_quality_scorer("brisque")])
+    train_on_gallery(gallery)                       # saved to my.gallery/qc2
+    result = quality_search(gallery, "a dog", {"relevance": "high", "quality": "low"}, k=10)
+    result.completions, result.hits
+
+The LangGraph graph is :func:`pictrieve.graphs.quality_retrieval.build_quality_retrieval_graph`.
 """
