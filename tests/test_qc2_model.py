@@ -243,3 +243,22 @@ def test_cached_trunk_path_matches_the_models_own_forward(tiny_checkpoint):
         bottom = _run_layers(parts, parts["layers"][:1], parts["embed"](ids))  # what the cache stores
         mine = parts["head"](parts["norm"](_run_layers(parts, parts["layers"][1:], bottom)))
     assert torch.allclose(mine, reference, atol=1e-5)
+
+
+def test_gpt2_style_model_trains_through_the_generic_path(tiny_checkpoint, tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _, tokenizer = _load(tiny_checkpoint)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=2,
+                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config)
+    model.transformer.wte.weight.data.normal_(0.0, 0.3)
+    untrained = GPT2LMHeadModel(config)
+    untrained.load_state_dict(model.state_dict())
+    train_config = QC2TrainConfig(epochs=30, batch_size=4, learning_rate=3e-2, warmup_steps=2, lora_rank=8, train_layers=1)
+    model, report, allowed = train_completion_model(model, tokenizer, _examples(), AXES, train_config, progress=False)
+    assert report.cached_trunk is False
+    before = mean_caption_loss(untrained, tokenizer, _examples(), AXES, allowed_token_ids=allowed)
+    after = mean_caption_loss(model, tokenizer, _examples(), AXES, allowed_token_ids=allowed)
+    assert after < before - 1.0, (before, after)

@@ -298,11 +298,13 @@ def _prepare_trainable(model: Any, config: QC2TrainConfig) -> Any:
     if config.lora_rank > 0:
         from peft import LoraConfig, get_peft_model
 
+        targets = _lora_targets(model)
         lora = LoraConfig(
             r=config.lora_rank,
             lora_alpha=config.lora_alpha,
             lora_dropout=config.lora_dropout,
-            target_modules=_lora_targets(model),
+            target_modules=targets,
+            fan_in_fan_out=targets == _GPT2_LORA_TARGETS,  # GPT-2 stores Conv1D weights transposed
             layers_to_transform=top,
             task_type="CAUSAL_LM",
         )
@@ -315,13 +317,16 @@ def _prepare_trainable(model: Any, config: QC2TrainConfig) -> Any:
     return model
 
 
+_GPT2_LORA_TARGETS = ["c_attn", "c_proj", "c_fc"]
+
+
 def _lora_targets(model: Any) -> list[str] | str:
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     llama = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     if set(llama) <= names:
         return llama
-    if {"c_attn", "c_proj", "c_fc"} <= names:  # GPT-2
-        return ["c_attn", "c_proj", "c_fc"]
+    if set(_GPT2_LORA_TARGETS) <= names:
+        return list(_GPT2_LORA_TARGETS)
     return "all-linear"
 
 
@@ -444,16 +449,17 @@ def _cached_loss(parts, cache, encoded, batch, split, allowed, remap):
 
 
 def _full_loss(model, encoded, batch, tokenizer, allowed, remap):
+    """Ordinary forward of the whole model (any architecture); softmax over ``allowed`` if given."""
+    import torch.nn.functional as F
+
     ids = _pad([encoded[i][0] for i in batch], tokenizer.pad_token_id or 0)
     attention = _pad([[1] * len(encoded[i][0]) for i in batch], 0)
-    out = _base(model)(input_ids=ids, attention_mask=attention, output_hidden_states=True)
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
     targets, keep = _shifted_targets(encoded, batch)
-    if allowed is None:
-        import torch.nn.functional as F
-
-        return F.cross_entropy(out.logits[:, :-1][keep], targets[keep])
-    hidden = out.hidden_states[-1]
-    return _restricted_loss(hidden[:, :-1][keep], model.get_output_embeddings(), targets[keep], allowed, remap)
+    logits, targets = logits[keep], targets[keep]
+    if allowed is not None:
+        logits, targets = logits[:, allowed], remap[targets]
+    return F.cross_entropy(logits, targets)
 
 
 def mean_caption_loss(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Sequence[str],
