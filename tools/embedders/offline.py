@@ -32,7 +32,6 @@ import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -228,31 +227,35 @@ def _crop(image: Image.Image, where: str) -> torch.Tensor:
     return preprocess_image(resized.crop((x, y, x + IMAGE_SIZE, y + IMAGE_SIZE)), crop_fraction=1.0)
 
 
-# Models are shared between embedder instances (and threads: inference only).
-_LOCK = threading.Lock()
+# Models are shared between embedder instances (and threads: they only run inference).
+_MODELS: dict[tuple, object] = {}
+_MODELS_LOCK = threading.RLock()
 
 
-@lru_cache(maxsize=4)
+def _shared(key: tuple, build):
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = build()
+        return _MODELS[key]
+
+
 def _classifier(device: str) -> ImageNetClassifier:
-    with _LOCK:
-        return ImageNetClassifier(device)
+    return _shared(("classifier", device), lambda: ImageNetClassifier(device))
 
 
-@lru_cache(maxsize=4)
 def _encoder(device: str) -> SentenceEncoder:
-    with _LOCK:
-        return SentenceEncoder(device)
+    return _shared(("encoder", device), lambda: SentenceEncoder(device))
 
 
-@lru_cache(maxsize=1)
 def _detector() -> ObjectDetector:
-    with _LOCK:
-        return ObjectDetector()
+    return _shared(("detector",), ObjectDetector)
 
 
-@lru_cache(maxsize=8)
 def _class_embeddings(device: str, template: str) -> np.ndarray:
-    names = imagenet_readable_names()
-    embeddings = _encoder(device).encode([template.format(name) for name in names], batch_size=128)
-    embeddings.setflags(write=False)
-    return embeddings
+    def build() -> np.ndarray:
+        names = imagenet_readable_names()
+        vectors = _encoder(device).encode([template.format(name) for name in names], batch_size=128)
+        vectors.setflags(write=False)
+        return vectors
+
+    return _shared(("class_embeddings", device, template), build)
