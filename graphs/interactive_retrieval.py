@@ -24,6 +24,17 @@ Text-to-Image Retrieval with Large Language Models: A Plug-and-Play Approach")::
 The ablation arms of the paper (ZS, CR, CR+RCE, CR+RCE+F) are configuration of this one graph:
 ``config["configurable"]`` keys ``reformulate``, ``retrieval_context``, ``filter_questions`` (see
 :class:`PlugIRSettings` and :data:`ARMS`).
+
+Usage::
+
+    from langgraph.types import Command
+    graph = build_interactive_retrieval_graph(Gallery.open("./my.gallery"), "openai:gpt-4o-mini",
+                                              checkpointer="sessions.sqlite")
+    config = {"configurable": {"thread_id": "s1", "max_rounds": 10}}
+    result = graph.invoke({"description": "a dog in the snow"}, config)
+    while "__interrupt__" in result:
+        payload = result["__interrupt__"][0].value  # {"round", "question", "query", "top_k"}
+        result = graph.invoke(Command(resume=input(payload["question"] + " ")), config)
 """
 
 from __future__ import annotations
@@ -273,9 +284,10 @@ def build_interactive_retrieval_graph(
     def generate_questions_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
         started = time.perf_counter()
         settings = PlugIRSettings.from_config(config)
-        # Without the filter only one question is needed (the authors' q_n = 1 arms).
-        n = settings.questions_per_round if settings.filter_questions else 1
-        questions = _ask_for_questions(state, settings, n)
+        # Without the filter the first well-formed question is asked (the authors' arms without
+        # selection ask their first sample); sampling q_n at once, in one batch, is how we retry
+        # when a small model's first sample is malformed or repeats an earlier question.
+        questions = _ask_for_questions(state, settings, settings.questions_per_round)
         return {"questions": questions, "timings": timed("questioner", state, started)}
 
     def filter_and_select_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
