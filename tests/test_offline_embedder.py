@@ -100,7 +100,9 @@ def test_count_phrase_counts_and_orders():
 def test_detect_variant_sees_objects(offline_detect, photos):
     assert create_embedder(offline_detect.name).name == "offline:detect"
     analysis = offline_detect.analyze(photos["cat"])
-    assert "cat" in [d.label for d in analysis.objects]
+    cat = next(d for d in analysis.objects if d.label == "cat")
+    assert cat.box[2] > 0.5 * photos["cat"].width  # boxes are in pixels, not 0..1
+    assert "objects: a cat" in analysis.text()
     vectors = offline_detect.embed_images([photos["cat"], photos["coffee"]])
     assert vectors.shape == (2, 384)
     similarity = offline_detect.embed_texts(["a cat", "a cup of coffee"]) @ vectors.T

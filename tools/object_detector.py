@@ -63,6 +63,13 @@ class Detection:
     box: tuple[float, float, float, float]
 
 
+def in_pixels(detection: Detection, image_size: tuple[int, int]) -> Detection:
+    """``detection`` with its relative (0..1) box scaled to an image of ``(width, height)``."""
+    width, height = image_size
+    x0, y0, x1, y1 = detection.box
+    return Detection(detection.label, detection.score, (x0 * width, y0 * height, x1 * width, y1 * height))
+
+
 def relative_area(detection: Detection, image_size: tuple[int, int]) -> float:
     """Fraction of the image (``(width, height)``) that ``detection.box`` covers."""
     x0, y0, x1, y1 = detection.box
@@ -106,13 +113,7 @@ class ObjectDetector:
         """:meth:`detect` for several images in one forward pass."""
         sizes = [im.size for im in images]
         relative = self.detect_preprocessed([self.preprocess(im) for im in images], min_score)
-        return [
-            [
-                Detection(d.label, d.score, (d.box[0] * w, d.box[1] * h, d.box[2] * w, d.box[3] * h))
-                for d in dets
-            ]
-            for dets, (w, h) in zip(relative, sizes)
-        ]
+        return [[in_pixels(d, size) for d in dets] for dets, size in zip(relative, sizes)]
 
     def detect_preprocessed(
         self, arrays: Sequence[np.ndarray], min_score: float = 0.5
