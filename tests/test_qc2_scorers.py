@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_laion_fetcher_caches_atomically_and_checks_the_hash(laion_weights, tmp_
         calls.append(url)
         return io.BytesIO(payload)
 
-    monkeypatch.setattr(qs.urllib.request, "urlopen", fake_urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     path = qs.fetch_laion_aesthetic_weights()
     assert path == tmp_path / "laion-aesthetic" / qs.LAION_AESTHETIC_FILE and path.read_bytes() == payload
     assert calls == [qs.LAION_AESTHETIC_URL]
@@ -53,7 +54,7 @@ def test_laion_fetcher_caches_atomically_and_checks_the_hash(laion_weights, tmp_
     assert not list(path.parent.glob("*.part"))
 
     path.unlink()
-    monkeypatch.setattr(qs.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"not the weights"))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"not the weights"))
     with pytest.raises(qs.QualityScorerError, match="SHA-256"):
         qs.fetch_laion_aesthetic_weights()
     assert not path.exists()

