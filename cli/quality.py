@@ -136,5 +136,7 @@ def search(gallery: str, query: str, relevance: str | None, aesthetic: str | Non
     click.echo(f"{levels}")
     for text in result.completions:
         click.echo(f"searched for: {text}")
+    click.echo("rank  score  path" + ("   (score: reciprocal rank fusion of the completions)" if samples > 1 else
+                                      "   (score: cosine similarity)"))
     for hit in result.hits:
         click.echo(f"{hit.rank:3d}  {hit.score:.4f}  {hit.path}")
