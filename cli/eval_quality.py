@@ -22,12 +22,13 @@ import click
 @click.option("--samples", default=1, show_default=True, help="Completions per query and condition (averaged).")
 @click.option("--epochs", default=2, show_default=True)
 @click.option("--train-layers", default=6, show_default=True)
+@click.option("--learning-rate", default=5e-4, show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--threads", default=None, type=int, help="Torch CPU threads.")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
 def quality_eval(folder: str, queries_file: str | None, embedder: str | None, gallery: str | None,
                  scorer: str | None, base_model: str | None, methods: tuple[str, ...], samples: int, epochs: int,
-                 train_layers: int, seed: int, threads: int | None, as_json: bool) -> None:
+                 train_layers: int, learning_rate: float, seed: int, threads: int | None, as_json: bool) -> None:
     """Compare QC2 with Prefix, PT, FT-random and Rerank on DIR (images + captions.jsonl).
 
     For every query and every relevance x quality condition, reports the mean relevance and quality
@@ -47,7 +48,7 @@ def quality_eval(folder: str, queries_file: str | None, embedder: str | None, ga
         gallery_location=gallery,
         scorer=scorer,
         base_model=base_model,
-        train_config=QC2TrainConfig(epochs=epochs, train_layers=train_layers, seed=seed),
+        train_config=QC2TrainConfig(epochs=epochs, train_layers=train_layers, learning_rate=learning_rate, seed=seed),
         samples=samples,
         seed=seed,
         methods=methods or METHODS,
