@@ -215,6 +215,7 @@ def plot_interactive(results: dict[str, Any], path: str | os.PathLike, top_k: in
         ax.plot(rounds, recall, "-o", color=color, label=f"{arm} Recall@{top_k}", markersize=3)
         ax.plot(rounds, hits, ":", color=color, label=f"{arm} Hits@{top_k}")
     cfg = results.get("config", {})
+    ax.set_xticks(range(int(cfg.get("rounds", len(recall) - 1)) + 1))
     ax.set_xlabel("round")
     ax.set_ylabel("fraction of targets")
     ax.set_title(f"PlugIR ablation: {cfg.get('targets', '?')} targets, {cfg.get('images', '?')} images",
