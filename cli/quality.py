@@ -7,10 +7,12 @@ import time
 
 import click
 
-gallery_argument = click.argument("gallery", metavar="GALLERY")
+gallery_option = click.option(
+    "--gallery", "-g", required=True, metavar="PATH|URL", help="The gallery (folder, or http://host:port)."
+)
 model_option = click.option(
     "--model", "model_dir", default=None, metavar="DIR",
-    help="QC2 model folder (default: GALLERY/qc2; required for a gallery on a server).",
+    help="QC2 model folder (default: <gallery>/qc2; required for a gallery on a server).",
 )
 
 
@@ -19,14 +21,14 @@ def quality() -> None:
     """Search that you steer toward a quality level (QC2).
 
     \b
-    1. pictrieve quality annotate GALLERY      captions' relevance + image quality scores
-    2. pictrieve quality train GALLERY         fine-tune a small LM on the gallery's captions
-    3. pictrieve quality search GALLERY "a dog" --relevance high --quality low
+    1. pictrieve quality annotate -g GALLERY     captions' relevance + image quality scores
+    2. pictrieve quality train -g GALLERY        fine-tune a small LM on the gallery's captions
+    3. pictrieve quality search "a dog" -g GALLERY --relevance high --quality low
     """
 
 
 @quality.command()
-@gallery_argument
+@gallery_option
 @click.option("--scorer", "scorers", multiple=True, metavar="NAME",
               help="Quality scorer(s): brisque (offline, technical quality) or laion_aesthetic "
               "(needs CLIP ViT-L/14). Default: laion_aesthetic for an open_clip:ViT-L-14/openai "
@@ -57,7 +59,7 @@ def annotate(gallery: str, scorers: tuple[str, ...], captioner: str | None, batc
 
 
 @quality.command()
-@gallery_argument
+@gallery_option
 @click.option("--scorer", "scorers", multiple=True, metavar="NAME",
               help="Quality score(s) to condition on (default: laion_aesthetic if annotated, else all annotated).")
 @click.option("--base-model", default=None, metavar="NAME|DIR",
@@ -106,7 +108,7 @@ def train(gallery: str, scorers: tuple[str, ...], base_model: str | None, n_leve
 
 
 @quality.command()
-@gallery_argument
+@gallery_option
 @click.argument("query")
 @click.option("--relevance", default=None, metavar="LEVEL", help="low, medium, high (or vl/l/m/h/vh).")
 @click.option("--aesthetic", default=None, metavar="LEVEL", help="Level of the LAION aesthetic axis.")

@@ -84,7 +84,7 @@ def test_training_data_levels_and_missing_axis(annotated_gallery):
     # the best (lowest) BRISQUE image gets High quality on both of its captions
     best = min(items, key=lambda i: i.metadata["qc2_brisque"])
     assert {ex.levels[1] for ex in examples if ex.caption in best.captions} == {"High"}
-    with pytest.raises(QC2ModelError, match="annotate GALLERY --scorer laion_aesthetic"):
+    with pytest.raises(QC2ModelError, match="annotate --gallery GALLERY --scorer laion_aesthetic"):
         build_training_data(items, ["laion_aesthetic"])
 
 
@@ -112,14 +112,14 @@ def test_cli_annotate_train_search(annotated_gallery, tiny_checkpoint):
 
     gallery, _ = annotated_gallery
     runner = CliRunner()
-    out = runner.invoke(quality, ["annotate", gallery.location, "--scorer", "brisque"])
+    out = runner.invoke(quality, ["annotate", "--gallery", gallery.location, "--scorer", "brisque"])
     assert out.exit_code == 0, out.output
     assert "brisque: 0 scored, 6 already had it" in out.output and "technical quality" in out.output
-    out = runner.invoke(quality, ["train", gallery.location, "--base-model", tiny_checkpoint, "--epochs", "1",
+    out = runner.invoke(quality, ["train", "--gallery", gallery.location, "--base-model", tiny_checkpoint, "--epochs", "1",
                                   "--batch-size", "4", "--train-layers", "1", "--lora-rank", "4"])
     assert out.exit_code == 0, out.output
     assert "Quality (brisque): Low/Medium/High cut at" in out.output
-    out = runner.invoke(quality, ["search", gallery.location, "a dog", "--relevance", "high",
+    out = runner.invoke(quality, ["search", "a dog", "--gallery", gallery.location, "--relevance", "high",
                                   "--quality", "low", "-k", "2", "--seed", "1", "--json"])
     assert out.exit_code == 0, out.output
     payload = json.loads(out.stdout)

@@ -259,7 +259,7 @@ def build_training_data(
         if not any(item.metadata.get(metadata_key(score_key)) is not None for item in items):
             raise QC2ModelError(
                 f"no image in this gallery has a {score_key!r} score; annotate it first: "
-                f"`pictrieve quality annotate GALLERY --scorer {score_key}`"
+                f"`pictrieve quality annotate --gallery GALLERY --scorer {score_key}`"
             )
     usable = [
         item for item in items

@@ -39,7 +39,7 @@ def preferred_quality_keys(items: Sequence[Any]) -> list[str]:
     """The annotated quality scores to train on: LAION aesthetics when present, else all annotated."""
     keys = annotated_score_keys(items)
     if not keys:
-        raise QC2ModelError("the gallery has no quality scores yet: run `pictrieve quality annotate GALLERY`")
+        raise QC2ModelError("the gallery has no quality scores yet: run `pictrieve quality annotate --gallery GALLERY`")
     return ["laion_aesthetic"] if "laion_aesthetic" in keys else keys
 
 
