@@ -30,7 +30,7 @@ def default_checkpoint_path() -> Path:
 @click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:...")
 @click.option("--rounds", default=10, show_default=True, help="Question budget.")
 @click.option("-k", "top_k", default=10, show_default=True, help="Images shown per round.")
-@click.option("--top-n", default=None, type=int, help="Retrieval candidates (default: 1%% of the gallery, >= 20).")
+@click.option("--top-n", default=None, type=int, help="Retrieval candidates (default: 1% of the gallery, >= 20).")
 @click.option("--arm", type=click.Choice(["zs", "cr", "cr+rce", "cr+rce+f"]), default="cr+rce+f",
               show_default=True, help="Which PlugIR parts to use (paper ablation arms).")
 @click.option("--session", "--thread-id", "session", default=None, metavar="ID",

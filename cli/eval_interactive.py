@@ -19,7 +19,7 @@ import click
 @click.option("--embedder", "-e", default=None, metavar="NAME", help="Embedder (default: offline).")
 @click.option("--gallery", "-g", default=None, metavar="PATH",
               help="Where to keep the index (default: a cache folder; re-runs skip indexing).")
-@click.option("--top-n", default=None, type=int, help="Retrieval candidates (default: 1%% of the gallery, >= 20).")
+@click.option("--top-n", default=None, type=int, help="Retrieval candidates (default: 1% of the gallery, >= 20).")
 @click.option("--questions", default=5, show_default=True, help="Questions generated per round (q_n).")
 @click.option("--filter-attempts", default=3, show_default=True,
               help="Question regenerations when the filter rejects every question.")
