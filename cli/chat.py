@@ -39,9 +39,13 @@ def default_checkpoint_path() -> Path:
               help="SQLite file for sessions [default: ~/.cache/pictrieve/chat-sessions.sqlite].")
 @click.option("--html", "html_dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Write a contact sheet per round into DIR.")
+@click.option("--captioner", default="auto", show_default=True, metavar="NAME",
+              help="Describes candidates that have no stored caption: 'auto' (the offline embedder's "
+              "own description when the gallery uses it, else the file name), 'offline', 'none', or "
+              "a BLIP model (hub id or folder).")
 def chat(description: str | None, gallery: str, embedder: str | None, llm: str, base_url: str | None,
          rounds: int, top_k: int, top_n: int | None, arm: str, session: str | None,
-         checkpoint: str | None, html_dir: str | None) -> None:
+         checkpoint: str | None, html_dir: str | None, captioner: str) -> None:
     """Describe a photo briefly; answer questions until it shows up.
 
     \b
@@ -57,7 +61,9 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
 
     store = Gallery.open(gallery, embedder, create=False)
     saver = sqlite_checkpointer(checkpoint or default_checkpoint_path())
-    graph = build_interactive_retrieval_graph(store, llm, checkpointer=saver, base_url=base_url)
+    graph = build_interactive_retrieval_graph(
+        store, llm, checkpointer=saver, base_url=base_url, captioner=_captioner(captioner, store)
+    )
     session = session or uuid.uuid4().hex[:8]
     settings: dict[str, Any] = {"arm": arm, "max_rounds": rounds, "top_k": top_k}
     if top_n:
@@ -140,3 +146,12 @@ def _contact_sheet(hits: list[dict[str, Any]], path: Path, title: str) -> None:
                       score=h["score"], rank=h["rank"]) for h in hits]
     write_contact_sheet(rows, path, title=title)
     click.echo(f"  contact sheet: {path}")
+
+
+def _captioner(name: str, store: Any) -> Any:
+    """The graph's captioner (paths -> captions) for ``--captioner``, or ``None`` for file names."""
+    from pictrieve.tools.captioners import caption_files, create_captioner
+
+    if name == "none" or (name == "auto" and not hasattr(store.embedder, "describe")):
+        return None
+    return caption_files(create_captioner("offline" if name == "auto" else name, embedder=store.embedder))

@@ -33,21 +33,24 @@ def quality() -> None:
               help="Quality scorer(s): brisque (offline, technical quality) or laion_aesthetic "
               "(needs CLIP ViT-L/14). Default: laion_aesthetic for an open_clip:ViT-L-14/openai "
               "gallery, else brisque.")
-@click.option("--captioner", default=None, metavar="MODEL",
-              help="Caption images that have no captions with this BLIP model (hub id or folder), "
-              "e.g. Salesforce/blip-image-captioning-base; default: use only existing captions.")
+@click.option("--captioner", default=None, metavar="NAME",
+              help="Caption images that have no captions: 'offline' (what the offline embedder sees) "
+              "or a BLIP model (hub id or folder, e.g. Salesforce/blip-image-captioning-base); "
+              "default: use only existing captions.")
 @click.option("--batch-size", default=16, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def annotate(gallery: str, scorers: tuple[str, ...], captioner: str | None, batch_size: int, as_json: bool) -> None:
     """Store caption relevance and quality scores as gallery metadata (resumes if interrupted)."""
-    from pictrieve.agents.qc2.annotation import annotate_gallery, blip_captioner
+    from pictrieve.agents.qc2.annotation import annotate_gallery
+    from pictrieve.tools.captioners import create_captioner
     from pictrieve.tools.quality_scorers import create_quality_scorer, default_quality_scorer_name
     from pictrieve.vectorstore.gallery import Gallery
 
     store = Gallery.open(gallery, create=False)
     names = scorers or (default_quality_scorer_name(store.embedder_name),)
     built = [create_quality_scorer(name) for name in names]
-    reports = annotate_gallery(store, built, captioner=blip_captioner(captioner) if captioner else None,
+    caption = create_captioner(captioner, embedder=store.embedder) if captioner else None
+    reports = annotate_gallery(store, built, captioner=caption,
                                batch_size=batch_size, progress=not as_json)
     if as_json:
         click.echo(json.dumps([vars(r) for r in reports], indent=2))

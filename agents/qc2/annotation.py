@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from PIL import Image
 
 from pictrieve.agents.qc2.levels import AxisLevels
 from pictrieve.agents.qc2.training import QC2Example, QC2ModelError, gallery_fingerprint
+from pictrieve.tools.captioners import Captioner
 from pictrieve.tools.quality_scorers import _SCORERS, LaionAestheticScorer, QualityScorer
 
 logger = logging.getLogger(__name__)
@@ -32,36 +33,6 @@ RELEVANCE_AXIS = "Relevance"
 RELEVANCE_KEY = "relevance"
 METADATA_PREFIX = "qc2_"
 CAPTION_KEY = "qc2_caption"
-
-Captioner = Callable[[Sequence[Image.Image]], list[str]]
-"""Anything that captions a batch of images (e.g. a BLIP or CoCa pipeline wrapped in a function)."""
-
-
-DEFAULT_CAPTIONER = "Salesforce/blip-image-captioning-base"
-
-
-def blip_captioner(model_id: str = DEFAULT_CAPTIONER, *, max_new_tokens: int = 30) -> Captioner:
-    """A BLIP captioner from the Hugging Face hub (downloaded once; needs internet the first time)."""
-    import torch
-    from transformers import BlipForConditionalGeneration, BlipProcessor
-
-    try:
-        processor = BlipProcessor.from_pretrained(model_id)
-        model = BlipForConditionalGeneration.from_pretrained(model_id).eval()
-    except OSError as exc:
-        raise QC2ModelError(
-            f"could not load captioner {model_id!r} ({exc}); add captions.jsonl or NAME.txt sidecars "
-            "to your photos instead, or pass a local BLIP checkpoint folder"
-        ) from exc
-
-    def caption(images: Sequence[Image.Image]) -> list[str]:
-        inputs = processor(images=list(images), return_tensors="pt")
-        with torch.no_grad():
-            ids = model.generate(**inputs, max_new_tokens=max_new_tokens)
-        return [text.strip() for text in processor.batch_decode(ids, skip_special_tokens=True)]
-
-    return caption
-
 
 def metadata_key(score_key: str) -> str:
     return METADATA_PREFIX + score_key
