@@ -31,6 +31,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableConfig
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from pictrieve.errors import PictrieveError
 from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ _OFFLINE_ALIASES = {OFFLINE_CHAT_MODEL, OFFLINE_DEFAULT_LM, "smollm2", "default"
 _ROLE_NAMES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
 
-class UnknownChatModelError(ValueError):
+class UnknownChatModelError(PictrieveError, ValueError):
     """The chat-model name names nothing :func:`create_chat_model` can build."""
 
 
