@@ -90,8 +90,8 @@ def test_eval_retrieval_on_a_captioned_folder(tmp_path, tiny_clip_name):
     (folder / "captions.jsonl").write_text("\n".join(lines) + "\n")
     metrics = json.loads(pictrieve("eval", "retrieval", str(folder), "-e", tiny_clip_name, "--json").stdout)
     assert metrics["queries"] == 10 and metrics["images"] == 5
-    assert metrics["recall@5"] == pytest.approx(1.0)  # only five images: the target is always in the top 5
-    assert 0.0 <= metrics["recall@1"] <= 1.0 and 1.0 <= metrics["median_rank"] <= 5.0
+    # The CLI's plumbing only: ranking correctness is tested in test_caption_retrieval.py.
+    assert metrics["embedder"] == tiny_clip_name and 1.0 <= metrics["median_rank"] <= 5.0
 
 
 def test_demo_with_a_chosen_embedder(tmp_path, tiny_clip_name):

@@ -169,3 +169,16 @@ def test_embeddings_and_ids_share_one_order(tmp_path, photo_folder, tiny_clip_em
     assert gallery.get(ids[:1])[0].metadata["quality"] == 0.5
     with pytest.raises(KeyError):
         gallery.get(["no-such-id"])
+
+
+def test_a_file_that_cannot_be_read_is_reported_not_fatal(tmp_path, photo_folder, tiny_clip_embedder):
+    locked = photo_folder / "a" / "img3.png"
+    locked.chmod(0)
+    try:
+        if os.access(locked, os.R_OK):  # root can read anything: use a dangling symlink instead
+            locked.chmod(0o644)
+            (photo_folder / "a" / "dangling.png").symlink_to(photo_folder / "gone.png")
+        report = Gallery.open(tmp_path / "g", tiny_clip_embedder).add(photo_folder, progress=False)
+    finally:
+        locked.chmod(0o644)
+    assert len(report.failed) == 1 and report.indexed == report.total - 1

@@ -333,7 +333,11 @@ class Gallery:
         todo: list[Path] = []
         for path in paths:
             record = known.get(path_id(path))
-            stat = path.stat()
+            try:
+                stat = path.stat()
+            except OSError as exc:  # vanished or unreadable since the folder was listed
+                report.failed.append(FailedImage(str(path), f"{path}: {exc.strerror or exc}"))
+                continue
             if record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns:
                 report.unchanged += 1
                 self._refresh_captions(path, record, captions)
