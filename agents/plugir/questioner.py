@@ -28,7 +28,7 @@ FALLBACK_QUESTION = "What else can you tell me about the image?"
 
 _INTERROGATIVES = (
     "what", "which", "who", "whom", "whose", "where", "when", "why", "how", "is", "are", "was",
-    "were", "do", "does", "did", "can", "could", "has", "have", "will", "would", "should",
+    "were", "do", "does", "did", "can", "could", "has", "have", "will", "would", "should", "any",
 )
 _PREFIX = re.compile(r"^\s*(?:\d+[.)]\s*|[-*•]\s*|(?:new\s+)?question\s*\d*\s*[:：]\s*)+", re.I)
 
@@ -54,25 +54,26 @@ def extract_question(text: str) -> str | None:
     """The first well-formed question in a model reply, or ``None``.
 
     Keeps the text up to the first ``?`` (the authors cut there too) after dropping list markers
-    and ``Question:`` labels. Without a ``?``, a first line that opens with an interrogative word
-    is accepted and given one. Too short (under 3 words) or too long (over 40 words) is rejected.
+    and ``Question:`` labels. Without a ``?``, the first line with an interrogative word among its
+    first three words is accepted and given one; lines before it (preambles) are skipped. Too
+    short (under 3 words) or too long (over 40 words) lines are skipped too.
     """
     if not text:
         return None
     for line in text.strip().splitlines():
         line = _PREFIX.sub("", line).strip().strip('"\'`').strip()
-        if not line or line.lower().startswith(("explanation", "answer")):
+        if not line or line.endswith(":") or line.lower().startswith(("explanation", "answer")):
             continue
         if "?" in line:
             candidate = line.split("?")[0].strip() + "?"
-        elif line.split()[0].lower().strip(",") in _INTERROGATIVES:
+        elif any(word.lower().strip(",") in _INTERROGATIVES for word in line.split()[:3]):
+            # Generation stops at "?" and the stop string is cut off, so a real model's question
+            # arrives without its "?"; "In what season ..." opens with a preposition.
             candidate = re.split(r"(?<=[.!])\s", line)[0].rstrip(".! ") + "?"
         else:
-            return None
-        words = candidate.split()
-        if 3 <= len(words) <= 40:
+            continue  # a preamble such as "Sure! Here is my question:"
+        if 3 <= len(candidate.split()) <= 40:
             return candidate[0].upper() + candidate[1:]
-        return None
     return None
 
 
