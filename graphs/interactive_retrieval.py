@@ -270,12 +270,11 @@ def build_interactive_retrieval_graph(
         candidates = state.get("candidates", [])
         if not candidates:
             return {"retrieval_context": [], "timings": timed("rce", state, started)}
-        captions = _fill_captions(candidates, captioner)
+        captions, described = _fill_captions(candidates, captioner)
         image_vectors = gallery.embeddings([c["id"] for c in candidates])
         probes = np.array(image_vectors, dtype=np.float64, copy=True)
-        with_caption = [i for i, c in enumerate(candidates) if c["caption"]]
-        if with_caption:  # the authors probe with each candidate's caption embedding
-            probes[with_caption] = embedder.embed_texts([captions[i] for i in with_caption])
+        if described:  # the authors probe with each candidate's caption embedding
+            probes[described] = embedder.embed_texts([captions[i] for i in described])
         chosen = select_representatives(image_vectors, probes, clusters=settings.clusters,
                                         seed=settings.seed)
         return {"retrieval_context": [captions[i] for i in chosen],
@@ -395,14 +394,20 @@ def _to_hit(hit: Any, index: int) -> Hit:
                rank=int(get("rank") or index + 1), caption=str(captions[0]) if captions else "")
 
 
-def _fill_captions(candidates: Sequence[Hit], captioner: Captioner | None) -> list[str]:
+def _fill_captions(candidates: Sequence[Hit], captioner: Captioner | None) -> tuple[list[str], list[int]]:
+    """Captions for every candidate, and the indices whose caption describes the image.
+
+    Stored captions come first, then the captioner's; file names fill the rest but are not used
+    as RCE probes (those candidates are probed with their image vector).
+    """
     captions = [c["caption"] for c in candidates]
     missing = [i for i, c in enumerate(captions) if not c]
     if missing and captioner is not None:
         for i, text in zip(missing, captioner([candidates[i]["path"] for i in missing])):
             captions[i] = text
+    described = [i for i, text in enumerate(captions) if text]
     for i in missing:
         if not captions[i]:
             # Deliberate difference: without a captioner we describe the image by its file name.
             captions[i] = Path(candidates[i]["path"] or candidates[i]["id"]).stem.replace("_", " ")
-    return captions
+    return captions, described

@@ -111,3 +111,17 @@ def test_prompts_load_and_fill_every_placeholder(name):
     text = "\n".join(m.content for m in messages)
     assert "{" not in text and "}" not in text
     assert not any(m.content.startswith("#") for m in messages)
+
+
+def test_captioned_candidates_are_probed_but_file_names_are_not():
+    from pictrieve.graphs.interactive_retrieval import _fill_captions
+
+    hits = [
+        {"id": "a", "path": "/p/dog_on_grass.jpg", "score": 0.9, "rank": 1, "caption": "a dog on grass"},
+        {"id": "b", "path": "/p/IMG_0042.jpg", "score": 0.8, "rank": 2, "caption": ""},
+        {"id": "c", "path": "/p/beach_day.jpg", "score": 0.7, "rank": 3, "caption": ""},
+    ]
+    captions, described = _fill_captions(hits, lambda paths: ["a photo of a beach" if "beach" in p else "" for p in paths])
+    assert captions == ["a dog on grass", "IMG 0042", "a photo of a beach"]
+    assert described == [0, 2]
+    assert _fill_captions(hits, None) == (["a dog on grass", "IMG 0042", "beach day"], [0])
