@@ -98,7 +98,9 @@ def prompt_ids(tokenizer: Any, request: CompletionRequest, axes: Sequence[str]) 
 def _assemble(query: str, continuation: str) -> str:
     # Byte-level BPE decoding keeps the continuation's own leading space (" runs ...") or its
     # absence (a word continued: "a dog" + "s ..."), so plain concatenation is right.
-    return (query.strip() + first_sentence(continuation).rstrip()).strip()
+    # The model saw the query without its final full stop (normalize_query), so drop it here too:
+    # "a dog." + " runs on grass." must read "a dog runs on grass.".
+    return (query.strip().rstrip(".!?").rstrip() + first_sentence(continuation).rstrip()).strip()
 
 
 class _FirstSentenceStop:
