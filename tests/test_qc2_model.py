@@ -272,3 +272,16 @@ def test_completion_joins_the_query_as_the_model_saw_it():
     assert _assemble("a dog.", " runs on the grass. Then more") == "a dog runs on the grass."
     assert _assemble("A dog", " runs.") == "A dog runs."  # the user's own casing is kept
     assert _assemble("a dog", "s run.") == "a dogs run."  # a word continued without a space
+
+
+def test_generation_stops_after_a_finished_sentence_not_inside_a_number():
+    from pictrieve.agents.qc2.completion import _FirstSentenceStop
+
+    texts = {0: " a dog 3.", 1: " a dog runs. The", 2: " a dog runs\n"}
+
+    class RowTokenizer:
+        def decode(self, row, skip_special_tokens=True):
+            return texts[int(row[-1])]
+
+    ids = torch.tensor([[7, 0], [7, 1], [7, 2]])
+    assert _FirstSentenceStop(RowTokenizer(), prompt_length=1)(ids, None).tolist() == [False, True, True]

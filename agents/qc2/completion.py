@@ -20,6 +20,8 @@ from pictrieve.agents.qc2.training import format_instruction, normalize_query
 logger = logging.getLogger(__name__)
 
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
+# While generating, a trailing "3." may still become "3.5": stop only once a space or line follows.
+_FINISHED_SENTENCE = re.compile(r"[.!?]\s|\n")
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ class _FirstSentenceStop:
         import torch
 
         new = input_ids[:, self.prompt_length :]
-        done = [bool(_SENTENCE_END.search(self.tokenizer.decode(row, skip_special_tokens=True))) for row in new]
+        done = [bool(_FINISHED_SENTENCE.search(self.tokenizer.decode(row, skip_special_tokens=True))) for row in new]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
