@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Gallery": "pictrieve.vectorstore.gallery",
+    "ImageHit": "pictrieve.vectorstore.hits",
     "SearchHit": "pictrieve.vectorstore.gallery",
     "GalleryRetriever": "pictrieve.vectorstore.retriever",
     "create_embedder": "pictrieve.tools.embedders.factory",
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pictrieve.tools.embedders.base import Embedder
     from pictrieve.tools.embedders.factory import create_embedder
     from pictrieve.vectorstore.gallery import Gallery, SearchHit
+    from pictrieve.vectorstore.hits import ImageHit
     from pictrieve.vectorstore.retriever import GalleryRetriever
 
 __all__ = [*_LAZY, "__version__"]

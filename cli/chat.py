@@ -140,9 +140,9 @@ def _show_end(state: dict[str, Any], html_dir: str | None) -> None:
 
 def _contact_sheet(hits: list[dict[str, Any]], path: Path, title: str) -> None:
     from pictrieve.vectorstore.contact_sheet import write_contact_sheet
-    from pictrieve.vectorstore.gallery import SearchHit
+    from pictrieve.vectorstore.hits import ImageHit
 
-    rows = [SearchHit(id=h["id"], path=h["path"], metadata={"captions": [h["caption"]] if h["caption"] else []},
+    rows = [ImageHit(id=h["id"], path=h["path"], captions=[h["caption"]] if h["caption"] else [],
                       score=h["score"], rank=h["rank"]) for h in hits]
     write_contact_sheet(rows, path, title=title)
     click.echo(f"  contact sheet: {path}")

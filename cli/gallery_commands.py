@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from pictrieve.vectorstore.gallery import Gallery, IndexReport, SearchHit
+from pictrieve.vectorstore.gallery import Gallery, IndexReport
+from pictrieve.vectorstore.hits import ImageHit
 
 gallery_option = click.option(
     "--gallery", "-g", required=True, metavar="PATH|URL",
@@ -94,7 +95,7 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
         click.echo(f"contact sheet: {html_path}")
 
 
-def _hit_dict(hit: SearchHit) -> dict[str, Any]:
+def _hit_dict(hit: ImageHit) -> dict[str, Any]:
     return {"rank": hit.rank, "score": hit.score, "id": hit.id, "path": hit.path, "metadata": hit.metadata}
 
 

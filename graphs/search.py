@@ -1,46 +1,74 @@
-"""The minimal LangGraph search graph: one typed state, one retrieval node.
+"""The minimal method: search a gallery by text or by example image.
 
-Later graphs (interactive, quality-controlled, visualise-then-retrieve) grow from this shape: the
-gallery is injected when the graph is built, per-call settings come through ``RunnableConfig``.
+It is the smallest instance of the method contract (:mod:`pictrieve.graphs.registry`): a builder
+taking the gallery first and everything else by keyword, declared input and output schemas, run
+settings as LangGraph context, :class:`~pictrieve.vectorstore.hits.ImageHit` results::
+
+    START -> retrieve -> END
 
 >>> graph = build_search_graph(Gallery.open("./my.gallery"))
->>> graph.invoke({"query": "a dog in the snow"}, {"configurable": {"k": 5}})["hits"]
+>>> graph.invoke({"query": "a dog in the snow"}, context={"k": 5})["hits"]
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from dataclasses import dataclass
+from typing import Any
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
-from typing_extensions import NotRequired
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
+from typing_extensions import NotRequired, TypedDict
 
-from pictrieve.vectorstore.gallery import Gallery, SearchHit
+from pictrieve.graphs.settings import RunSettings, SettingsError, require_positive, settings_of
+from pictrieve.vectorstore.hits import ImageHit
 
-DEFAULT_K = 10
+
+@dataclass
+class SearchSettings(RunSettings):
+    """Run settings of :func:`build_search_graph`."""
+
+    k: int = 10
+    """How many images to return."""
+
+    def validate(self) -> None:
+        require_positive(self, "k")
 
 
-class SearchState(TypedDict):
-    """Input: a text ``query`` or an ``image`` path. Output: ranked ``hits``."""
+class SearchInput(TypedDict):
+    """A text ``query`` or an ``image`` (path of a file the graph's process can read)."""
 
     query: NotRequired[str]
     image: NotRequired[str]
-    hits: NotRequired[list[SearchHit]]
 
 
-def build_search_graph(gallery: Gallery, *, checkpointer: Any = None) -> Any:
-    """Compile a graph that searches ``gallery`` by text or by image (``configurable.k`` results)."""
+class SearchOutput(TypedDict):
+    hits: list[ImageHit]
 
-    def retrieve(state: SearchState, config: RunnableConfig) -> dict[str, Any]:
-        k = int(config.get("configurable", {}).get("k", DEFAULT_K))
+
+class SearchState(SearchInput, SearchOutput, total=False):
+    pass
+
+
+def build_search_graph(
+    index: Any, *, llm: Any = None, checkpointer: Any = None, name: str = "search"
+) -> CompiledStateGraph:
+    """Compile a graph that searches ``index`` (a Gallery) by text or by image.
+
+    ``llm`` is accepted for the contract's sake and unused: plain search needs no language model.
+    """
+    del llm
+
+    def retrieve(state: SearchState, runtime: Runtime[SearchSettings]) -> dict[str, Any]:
+        settings = settings_of(runtime, SearchSettings)
         if state.get("image"):
-            return {"hits": gallery.search_image(state["image"], k=k)}
-        if state.get("query"):
-            return {"hits": gallery.search_text(state["query"], k=k)}
-        raise ValueError("search graph needs a 'query' (text) or an 'image' (path) in its input")
+            return {"hits": index.search_image(state["image"], k=settings.k)}
+        if (state.get("query") or "").strip():
+            return {"hits": index.search_text(state["query"], k=settings.k)}
+        raise SettingsError("the search graph needs a text 'query' or an 'image' path in its input")
 
-    builder = StateGraph(SearchState)
+    builder = StateGraph(SearchState, context_schema=SearchSettings, input_schema=SearchInput, output_schema=SearchOutput)
     builder.add_node("retrieve", retrieve)
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", END)
-    return builder.compile(checkpointer=checkpointer, name="pictrieve-search")
+    return builder.compile(checkpointer=checkpointer, name=name)

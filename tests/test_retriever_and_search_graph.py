@@ -23,10 +23,14 @@ def test_retriever_returns_documents_with_paths_and_scores(gallery):
 
 def test_search_graph_by_text_and_by_image(gallery, photo_folder):
     graph = build_search_graph(gallery)
-    by_text = graph.invoke({"query": "a red square"}, {"configurable": {"k": 2}})
-    assert len(by_text["hits"]) == 2
+    by_text = graph.invoke({"query": "a red square"}, context={"k": 2})
+    assert [h.id for h in by_text["hits"]] == [h.id for h in gallery.search_text("a red square", k=2)]
     target = str(photo_folder / "b" / "img5.jpg")
-    by_image = graph.invoke({"image": target}, {"configurable": {"k": 1}})
+    by_image = graph.invoke({"image": target}, context={"k": 1})
     assert by_image["hits"][0].path == target
-    with pytest.raises(ValueError, match="needs a 'query'"):
+    with pytest.raises(ValueError, match="needs a text 'query'"):
         graph.invoke({})
+    with pytest.raises(ValueError, match="k must be a whole number"):
+        graph.invoke({"query": "a red square"}, context={"k": 0})
+    with pytest.raises(TypeError, match="top_k"):
+        graph.invoke({"query": "a red square"}, context={"top_k": 3})

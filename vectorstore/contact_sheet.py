@@ -16,7 +16,7 @@ from typing import Sequence
 
 from pictrieve.tools.images import ImageDecodeError, load_image
 from pictrieve.tools.files import atomic_write_bytes
-from pictrieve.vectorstore.gallery import SearchHit
+from pictrieve.vectorstore.hits import ImageHit
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def thumbnail_data_uri(path: str | os.PathLike, size: int = THUMBNAIL_SIZE) -> s
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def render_contact_sheet(sections: Sequence[tuple[str, Sequence[SearchHit]]], title: str = "pictrieve results") -> str:
+def render_contact_sheet(sections: Sequence[tuple[str, Sequence[ImageHit]]], title: str = "pictrieve results") -> str:
     """HTML for one or more titled sections of hits (e.g. one per query or per dialogue round)."""
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
@@ -70,7 +70,7 @@ def render_contact_sheet(sections: Sequence[tuple[str, Sequence[SearchHit]]], ti
 
 
 def write_contact_sheet(
-    hits: Sequence[SearchHit] | Sequence[tuple[str, Sequence[SearchHit]]],
+    hits: Sequence[ImageHit] | Sequence[tuple[str, Sequence[ImageHit]]],
     path: str | os.PathLike,
     title: str = "pictrieve results",
 ) -> Path:

@@ -34,6 +34,7 @@ from pictrieve.tools.embedders.base import Embedder
 from pictrieve.tools.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
 from pictrieve.tools.images import ImageDecodeError, file_sha256, iter_image_files, load_image
 from pictrieve.vectorstore.captions import CaptionIndex
+from pictrieve.vectorstore.hits import ImageHit
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +73,8 @@ class GalleryItem:
         return list(self.metadata.get("captions") or [])
 
 
-@dataclass
-class SearchHit(GalleryItem):
-    """One search result: a stored image with its cosine ``score`` and 1-based ``rank``."""
-
-    score: float = 0.0
-    rank: int = 0
+SearchHit = ImageHit
+"""Deprecated alias: search results are :class:`~pictrieve.vectorstore.hits.ImageHit`."""
 
 
 @dataclass
@@ -263,7 +260,7 @@ class Gallery:
 
     # ------------------------------------------------------------------ searching
 
-    def search_text(self, query: str, k: int = 10, where: dict[str, Any] | None = None) -> list[SearchHit]:
+    def search_text(self, query: str, k: int = 10, where: dict[str, Any] | None = None) -> list[ImageHit]:
         """The ``k`` images closest to a text query."""
         if not query or not query.strip():
             raise ValueError("empty text query: describe the image you are looking for")
@@ -271,7 +268,7 @@ class Gallery:
 
     def search_image(
         self, image: Image.Image | str | os.PathLike, k: int = 10, where: dict[str, Any] | None = None
-    ) -> list[SearchHit]:
+    ) -> list[ImageHit]:
         """The ``k`` images closest to a query image (a PIL image or a file path)."""
         if not isinstance(image, Image.Image):
             image = load_image(image)
@@ -279,7 +276,7 @@ class Gallery:
 
     def search_vector(
         self, vector: np.ndarray | Sequence[float], k: int = 10, where: dict[str, Any] | None = None
-    ) -> list[SearchHit]:
+    ) -> list[ImageHit]:
         """The ``k`` images closest to a vector in this gallery's embedding space."""
         # No count() here: on a 1M-image Chroma collection it costs ~60 ms, the query itself ~2 ms.
         collection = self._get_collection(create=False)
@@ -300,7 +297,7 @@ class Gallery:
         if not result["ids"][0] and (where is None or collection.count() == 0):
             raise self._empty_error()
         return [
-            SearchHit(id=id_, path=str(meta.get("path", "")), metadata=dict(meta), score=1.0 - float(dist), rank=rank)
+            ImageHit.from_record(id_, meta, score=1.0 - float(dist), rank=rank)
             for rank, (id_, meta, dist) in enumerate(
                 zip(result["ids"][0], result["metadatas"][0], result["distances"][0]), 1
             )

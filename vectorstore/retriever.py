@@ -14,7 +14,8 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
-from pictrieve.vectorstore.gallery import Gallery, SearchHit
+from pictrieve.vectorstore.gallery import Gallery
+from pictrieve.vectorstore.hits import ImageHit
 
 
 class GalleryRetriever(BaseRetriever):
@@ -40,7 +41,7 @@ class GalleryRetriever(BaseRetriever):
         return [hit_to_document(hit) for hit in gallery.search_text(query, k=self.k, where=self.where)]
 
 
-def hit_to_document(hit: SearchHit) -> Document:
+def hit_to_document(hit: ImageHit) -> Document:
     """A LangChain ``Document`` describing one search hit."""
     text = hit.captions[0] if hit.captions else hit.metadata.get("name", hit.path)
     metadata = {**hit.metadata, "id": hit.id, "path": hit.path, "score": hit.score, "rank": hit.rank}

@@ -16,7 +16,7 @@ from pictrieve.agents.qc2.training import (
     load_qc2_model,
     train_completion_model,
 )
-from pictrieve.vectorstore.fusion import reciprocal_rank_fusion
+from pictrieve.vectorstore.fusion import fuse_hits
 
 logger = logging.getLogger(__name__)
 
@@ -97,19 +97,8 @@ def retrieve_for_completions(gallery: Any, completions: Sequence[str], k: int = 
     if len(completions) == 1:
         return gallery.search_text(completions[0], k=k)
     pool = max(k, FUSION_POOL)
-    hits: dict[str, Any] = {}
-    rankings = []
-    for text in completions:
-        ranking = gallery.search_text(text, k=pool)
-        rankings.append([hit.id for hit in ranking])
-        for hit in ranking:
-            hits.setdefault(hit.id, hit)
-    fused = []
-    for rank, (id_, score) in enumerate(reciprocal_rank_fusion(rankings)[:k], start=1):
-        hit = hits[id_]
-        hit.rank, hit.score = rank, score  # score becomes the RRF score
-        fused.append(hit)
-    return fused
+    # The fused hits' score is the RRF score, not a cosine.
+    return fuse_hits([gallery.search_text(text, k=pool) for text in completions], k=k)
 
 
 @dataclass

@@ -1,0 +1,81 @@
+"""The one result type of every pictrieve method: a ranked gallery image, JSON-ready.
+
+Every retrieval method (plain search, PlugIR, QC2, VisRet, NEEDLE, the Vision Search Assistant's
+gallery tool) returns :class:`ImageHit` objects: in graph state, on the CLI's ``--json``, in the
+LangChain documents of :class:`~pictrieve.vectorstore.retriever.GalleryRetriever`, and on the web
+page. It is a frozen pydantic model, so it checkpoints with LangGraph's serializer, crosses the
+LangGraph server as plain JSON (``hit.model_dump(mode="json")``) and validates when a JSON dict comes
+back (``ImageHit.model_validate(d)``). Frozen on purpose: fusion and re-ranking return new hits
+(``hit.model_copy(update={"rank": 1})``) instead of editing a hit another ranking still holds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class ImageHit(BaseModel):
+    """One ranked image: gallery ``id``, file ``path``, ``score`` (higher is better), 1-based ``rank``.
+
+    ``score`` is the cosine similarity for a plain search and the fused score (e.g. reciprocal-rank
+    fusion) for methods that combine rankings; ``metadata`` is what the gallery stores for the image
+    (size, hash, captions, annotations). ``captions`` repeats the stored captions for convenience.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    path: str = ""
+    score: float = 0.0
+    rank: int = 0
+    captions: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("score")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        # JSON has no NaN: a score nobody computed is 0, not NaN.
+        return 0.0 if math.isnan(value) else float(value)
+
+    @property
+    def caption(self) -> str:
+        """The first caption, or ``""``."""
+        return self.captions[0] if self.captions else ""
+
+    @property
+    def label(self) -> str:
+        """A short human label: the first caption, else the file name, else the id."""
+        return self.caption or str(self.metadata.get("name") or "") or self.path.rsplit("/", 1)[-1] or self.id
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain JSON dict (what ``--json``, the server and the web page show)."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_record(cls, id_: str, metadata: Mapping[str, Any] | None, *, score: float = 0.0, rank: int = 0) -> "ImageHit":
+        """A hit from a stored gallery record (its metadata as Chroma returns it)."""
+        meta = dict(metadata or {})
+        return cls(
+            id=str(id_),
+            path=str(meta.get("path", "")),
+            score=score,
+            rank=rank,
+            captions=[str(c) for c in (meta.get("captions") or [])],
+            metadata=meta,
+        )
+
+
+def as_hit(value: ImageHit | Mapping[str, Any]) -> ImageHit:
+    """Accept a hit or its JSON dict (as it comes back from the LangGraph server or a checkpoint)."""
+    return value if isinstance(value, ImageHit) else ImageHit.model_validate(dict(value))
+
+
+def rerank(hits: Iterable[ImageHit], scores: Iterable[float] | None = None) -> list[ImageHit]:
+    """New hits numbered 1.. in the given order, optionally with new ``scores`` (never mutates)."""
+    hits = list(hits)
+    if scores is None:
+        return [hit.model_copy(update={"rank": i}) for i, hit in enumerate(hits, start=1)]
+    return [hit.model_copy(update={"rank": i, "score": float(s)}) for i, (hit, s) in enumerate(zip(hits, scores, strict=True), start=1)]
