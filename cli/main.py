@@ -23,6 +23,7 @@ COMMANDS = {
     "demo": ("pictrieve.cli.demo:demo", "Index bundled sample photos, search them, write an HTML sheet."),
     "chat": ("pictrieve.cli.chat:chat", "Find a photo by answering questions (PlugIR)."),
     "quality": ("pictrieve.cli.quality:quality", "Quality-controlled search (QC2): annotate, train, search."),
+    "serve": ("pictrieve.cli.serve:serve", "Serve every method's graph on a local LangGraph server."),
     "eval": ("pictrieve.cli.main:eval_group", "Measure retrieval quality on your own captioned photos."),
 }
 

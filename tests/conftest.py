@@ -41,6 +41,16 @@ def flickr_dir() -> Path:
     return FLICKR8K_DEV
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (a server started on it may still race:
+    callers retry with another port when the server fails to bind)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def make_photo(path: Path, seed: int, size: tuple[int, int] = (48, 40)) -> Path:
     """Write a small random RGB image (distinct content per seed)."""
     rng = np.random.default_rng(seed)

@@ -1,0 +1,118 @@
+"""Every method's graph for the LangGraph server (``langgraph dev``, LangGraph Platform).
+
+``langgraph.json`` at the repository root names one factory here per method. The server calls a
+factory with the run's config and compiles nothing itself; the factory builds the method's graph over
+a gallery chosen by
+
+- ``config["configurable"]["gallery"]`` (per assistant or per run), else ``$PICTRIEVE_GALLERY``;
+- ``configurable.embedder`` / ``$PICTRIEVE_EMBEDDER``: which of the gallery's embedders (default: the
+  gallery's recorded default);
+- ``configurable.llm`` / ``$PICTRIEVE_LLM`` (default ``offline``) and ``$PICTRIEVE_BASE_URL`` for methods that
+  talk to a language model.
+
+Run settings are the graph's context (its ``context_schema``), so Studio shows them and a client passes
+them per run: ``client.runs.wait(thread, "search", input={"query": "a dog"}, context={"k": 5})``.
+No factory compiles a checkpointer: the server brings its own, which is what makes PlugIR's
+``interrupt()`` resumable over HTTP.
+
+Opened galleries and loaded models are cached per process, so only the first run pays for loading.
+
+Serve offline::
+
+    PICTRIEVE_GALLERY=./pictrieve-demo/demo.gallery langgraph dev --no-browser
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+
+from pictrieve.errors import PictrieveError
+from pictrieve.graphs.registry import get_method
+
+ENV_GALLERY = "PICTRIEVE_GALLERY"
+ENV_EMBEDDER = "PICTRIEVE_EMBEDDER"
+ENV_LLM = "PICTRIEVE_LLM"
+ENV_BASE_URL = "PICTRIEVE_BASE_URL"
+
+
+class ServingConfigError(PictrieveError):
+    """The server was started without saying which gallery to serve."""
+
+
+def _setting(config: RunnableConfig | None, key: str, env: str, default: str | None = None) -> str | None:
+    configurable = (config or {}).get("configurable") or {}
+    value = configurable.get(key) or os.environ.get(env) or default
+    return str(value) if value else None
+
+
+@lru_cache(maxsize=8)
+def _open_gallery(location: str, embedder: str | None) -> Any:
+    from pictrieve.vectorstore.gallery import Gallery
+
+    return Gallery.open(location, embedder, create=False)
+
+
+def gallery_for(config: RunnableConfig | None) -> Any:
+    """The gallery a served graph searches (see the module docstring for how it is chosen)."""
+    location = _setting(config, "gallery", ENV_GALLERY)
+    if not location:
+        raise ServingConfigError(
+            f"no gallery to serve: set {ENV_GALLERY}=PATH (or http://host:port) before `langgraph dev`, "
+            "or pass configurable.gallery in the assistant's config"
+        )
+    # The embedder variable is the CLI's global default too; a served gallery uses its own recorded
+    # default unless the config names one explicitly.
+    embedder = ((config or {}).get("configurable") or {}).get("embedder")
+    return _open_gallery(location, embedder)
+
+
+@lru_cache(maxsize=4)
+def _chat_model(name: str, base_url: str | None) -> Any:
+    from pictrieve.tools.chat_models import create_chat_model
+
+    return create_chat_model(name, base_url=base_url)
+
+
+def llm_for(config: RunnableConfig | None) -> Any:
+    """The chat model a served graph uses (``offline`` unless configured)."""
+    return _chat_model(_setting(config, "llm", ENV_LLM, "offline"), _setting(config, "base_url", ENV_BASE_URL))
+
+
+def build_served(method: str, config: RunnableConfig | None, **extras: Any) -> CompiledStateGraph:
+    """``method``'s graph over the configured gallery, without a checkpointer (the server has one)."""
+    return get_method(method).build(gallery_for(config), name=method, **extras)
+
+
+# --- one factory per method: the names langgraph.json points at ---------------------------------
+
+
+def search(config: RunnableConfig) -> CompiledStateGraph:
+    """Plain search by text or image path."""
+    return build_served("search", config)
+
+
+# --- a langgraph.json for an installed package ---------------------------------------------------
+
+
+def served_graphs() -> dict[str, str]:
+    """``{graph id: "path/to/serving.py:factory"}`` for every method this module serves.
+
+    The repository's ``langgraph.json`` lists the same factories with paths relative to the repository
+    root (a test keeps the two in step); :func:`langgraph_config` gives absolute paths, which is what an
+    installed package (no repository checkout) needs.
+    """
+    from pictrieve.graphs.registry import available_methods
+
+    here = os.path.abspath(__file__)
+    return {name: f"{here}:{name}" for name in available_methods() if callable(globals().get(name))}
+
+
+def langgraph_config(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A ``langgraph.json`` document serving every method from this installed copy of pictrieve."""
+    return {"dependencies": [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))],
+            "graphs": served_graphs(), "env": dict(env or {})}

@@ -1,0 +1,105 @@
+"""Every method served by the real `langgraph dev` on 127.0.0.1, driven through langgraph-sdk."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, free_port
+from pictrieve.graphs.registry import available_methods
+from pictrieve.graphs.serving import served_graphs
+
+pytestmark = pytest.mark.server
+
+LANGGRAPH_JSON = REPO_ROOT / "langgraph.json"
+
+
+def test_langgraph_json_serves_every_registered_method():
+    """The repository's langgraph.json, the serving factories and the method registry agree."""
+    spec = json.loads(LANGGRAPH_JSON.read_text())
+    assert set(spec["graphs"]) == set(available_methods())
+    assert {name: target.split(":")[-1] for name, target in spec["graphs"].items()} == {
+        name: target.split(":")[-1] for name, target in served_graphs().items()}
+    for target in spec["graphs"].values():
+        path, _, _ = target.partition(":")
+        assert (REPO_ROOT / path).resolve() == (REPO_ROOT / "graphs" / "serving.py").resolve()
+
+
+def _start(config: Path, env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen, str]:
+    executable = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
+    if not Path(executable).exists():
+        pytest.skip('the `langgraph` command is missing: pip install "pictrieve[serve]"')
+    for _ in range(3):  # a port taken between choosing and binding: try another
+        port = free_port()
+        log = open(cwd / f"langgraph-{port}.log", "w")
+        process = subprocess.Popen(
+            [executable, "dev", "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+             "--no-browser", "--no-reload", "--allow-blocking"],
+            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        import httpx
+
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                    return process, url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        process.kill()
+        process.wait()
+    pytest.fail(f"langgraph dev did not start; log in {cwd}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_clip_name):
+    """`langgraph dev` serving the repository's langgraph.json over a tiny gallery."""
+    from conftest import make_photo
+    from pictrieve.vectorstore.gallery import Gallery
+
+    root = tmp_path_factory.mktemp("served")
+    photos = root / "photos"
+    for i in range(6):
+        make_photo(photos / f"img{i}.png", seed=i)
+    (photos / "img0.txt").write_text("a red square\n")
+    gallery = Gallery.open(root / "g.gallery", tiny_clip_name)
+    gallery.add(photos, progress=False)
+    # The repository's own langgraph.json, with its relative paths made absolute so that the server's
+    # working directory (where it keeps its state) can be a temporary folder.
+    spec = json.loads(LANGGRAPH_JSON.read_text())
+    spec["graphs"] = {name: str(REPO_ROOT / target) for name, target in spec["graphs"].items()}
+    spec["dependencies"] = [str(REPO_ROOT)]
+    config = root / "langgraph.json"
+    config.write_text(json.dumps(spec))
+    env = {**os.environ, "PICTRIEVE_GALLERY": str(root / "g.gallery"), "PICTRIEVE_CACHE": str(root / "cache"),
+           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1"}
+    process, url = _start(config, env, root)
+    yield {"url": url, "gallery": gallery, "photos": photos}
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def test_search_over_the_server_matches_the_library(server):
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server["url"])
+    served = {a["graph_id"] for a in client.assistants.search(limit=100)}
+    assert served == set(available_methods())
+    result = client.runs.wait(None, "search", input={"query": "a red square"}, context={"k": 3})
+    expected = server["gallery"].search_text("a red square", k=3)
+    assert [h["id"] for h in result["hits"]] == [h.id for h in expected]
+    assert result["hits"][0]["rank"] == 1 and isinstance(result["hits"][0]["score"], float)
+    target = str(server["photos"] / "img4.png")
+    by_image = client.runs.wait(None, "search", input={"image": target}, context={"k": 1})
+    assert by_image["hits"][0]["path"] == target
