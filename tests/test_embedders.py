@@ -8,7 +8,7 @@ from pictrieve.tools.embedders.open_clip import parse_open_clip_spec
 
 
 def test_unknown_embedder_names_the_known_families():
-    with pytest.raises(UnknownEmbedderError, match="known families: .*open_clip"):
+    with pytest.raises(UnknownEmbedderError, match="known: .*open_clip"):
         create_embedder("clipz:ViT")
 
 

@@ -13,10 +13,32 @@ from PIL import Image
 from pictrieve.evaluation.retrieval import retrieval_metrics
 from pictrieve.tools.embedders.base import Embedder
 from pictrieve.tools.embedders.factory import create_embedder
-from pictrieve.tools.embedders.offline import OfflineEmbedder, count_phrase
-from pictrieve.tools.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
+from pictrieve.tools.embedders.offline import OfflineEmbedder, class_embeddings_cache_path, count_phrase
+from pictrieve.tools.model_cache import forget_shared_models, is_shared
+from pictrieve.tools.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError, cache_root
 
 skimage_data = pytest.importorskip("skimage.data")
+
+USER_CACHE = cache_root()  # only read (already-fetched detector files); tests cache under tmp
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    """This module caches (class embeddings, the detector) in a temporary folder, never the home.
+
+    Detector files already fetched into the user's cache are linked in, read-only, so the detector
+    tests run where it was fetched once, and skip elsewhere: tests never download.
+    """
+    cache = tmp_path_factory.mktemp("pictrieve-cache")
+    fetched = USER_CACHE / SSD_MOBILENET_V2_COCO.key
+    if fetched.is_dir():
+        (cache / SSD_MOBILENET_V2_COCO.key).symlink_to(fetched)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("PICTRIEVE_CACHE", str(cache))
+    forget_shared_models(lambda key: key[0].startswith("offline-"))
+    yield cache
+    patch.undo()
+    forget_shared_models(lambda key: key[0].startswith("offline-"))
 
 
 def _photo(name: str) -> Image.Image:
@@ -84,6 +106,49 @@ def test_preprocess_is_thread_safe_and_deterministic(offline, photos):
         assert torch.equal(a, b)
     batched = offline.embed_images(images)
     np.testing.assert_allclose(batched[0], batched[2], atol=1e-5)
+
+
+def test_class_embeddings_are_cached_on_disk_by_model_content(offline, private_cache, monkeypatch):
+    template = offline.recipe.class_template
+    path = class_embeddings_cache_path(template)
+    assert path.is_file() and path.is_relative_to(private_cache)
+    computed = offline.class_embeddings
+    # A new process (here: an empty model cache) reads the file instead of encoding 1,000 names.
+    forget_shared_models(lambda key: key[0].startswith("offline-"))
+    monkeypatch.setattr(type(offline.encoder), "encode", lambda *a, **k: pytest.fail("re-encoded"))
+    np.testing.assert_array_equal(OfflineEmbedder(device="cpu").class_embeddings, computed)
+    # A damaged file is recomputed, not trusted.
+    monkeypatch.undo()
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(private_cache))
+    path.write_bytes(b"not an array")
+    forget_shared_models(lambda key: key[0].startswith("offline-"))
+    np.testing.assert_allclose(OfflineEmbedder(device="cpu").class_embeddings, computed, atol=1e-5)
+    assert np.load(path).shape == (1000, 384)
+    # The key follows the sentence model's file content and the template.
+    assert class_embeddings_cache_path("a picture of a {}.") != path
+    import pictrieve.tools.embedders.offline as offline_module
+    from pictrieve.tools.sentence_encoder import minilm_model_dir
+
+    copy = private_cache / "minilm-copy"
+    copy.mkdir()
+    for item in minilm_model_dir().iterdir():
+        (copy / item.name).symlink_to(item)
+    (copy / "README.md").unlink()
+    (copy / "README.md").write_text("changed")
+    monkeypatch.setattr(offline_module, "minilm_model_dir", lambda: copy)
+    assert class_embeddings_cache_path(template) != path
+
+
+def test_text_search_loads_no_vision_model(private_cache):
+    """A text query needs only the sentence encoder: the vision side loads on first image."""
+    forget_shared_models(lambda key: key[0] in ("imagenet-classifier", "ssd-mobilenet-v2-coco")
+                         or key[0].startswith("offline-"))
+    embedder = create_embedder("offline", device="cpu")
+    assert embedder.embed_texts(["a dog"]).shape == (1, 384)
+    assert not is_shared(("imagenet-classifier", "cpu"))
+    assert not is_shared(("offline-class-embeddings", "cpu", embedder.recipe.class_template))
+    embedder.embed_images([Image.new("RGB", (40, 30), "red")])
+    assert is_shared(("imagenet-classifier", "cpu"))
 
 
 def test_unknown_variant_names_the_known_ones():

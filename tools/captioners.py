@@ -1,29 +1,44 @@
-"""Captioners: functions that describe images in words, for galleries without human captions.
+"""Captioners: models that describe images in words, for galleries without human captions.
 
-A captioner takes a batch of decoded images and returns one caption each. PlugIR shows captions of
-retrieval candidates to its questioner, and QC² trains on captions, so both need one when a gallery
-has no ``captions.jsonl`` or ``NAME.txt`` sidecars.
+Every captioner implements :class:`pictrieve.tools.protocols.Captioner`:
+``captioner.caption(images_or_paths, prompt=None) -> list[str]`` (decoded images and file paths may
+be mixed) and has a ``name`` that :func:`create_captioner` rebuilds it from. Calling the captioner
+(``captioner(images_or_paths)``) is the same as ``caption`` without a prompt. PlugIR shows captions
+of retrieval candidates to its questioner, QC2 trains on captions, and the Vision Search Assistant
+describes regions, so all need one when a gallery has no ``captions.jsonl`` or ``NAME.txt`` sidecars.
 
-- ``create_captioner("offline", embedder=...)``: what the offline embedder's vision models say
-  ("a photo of a golden retriever (0.62) or a Labrador retriever (0.20)"). Works without internet,
-  but names ImageNet classes, not scenes or actions.
-- ``create_captioner("<BLIP model id or local folder>")``: a BLIP captioning model through
-  transformers, e.g. ``Salesforce/blip-image-captioning-base`` (downloaded once where the network
-  allows).
+Names, resolved by the :data:`CAPTIONERS` :class:`~pictrieve.tools.registry.Registry`:
+
+- ``offline``: what the offline embedder's vision models say ("a photo of a golden retriever (0.62)
+  or a Labrador retriever (0.20)"). Works without internet, but names ImageNet classes, not scenes
+  or actions. Needs ``embedder=`` (an embedder with ``describe``, i.e. ``offline`` or
+  ``offline:detect``).
+- ``blip:<hub id or local folder>`` (``blip`` alone: :data:`DEFAULT_BLIP`): a BLIP captioning
+  model through transformers, downloaded once where the network allows. A bare hub id or folder
+  (``Salesforce/blip-image-captioning-base``, ``./my-blip``) means the same.
+
+Register more with ``CAPTIONERS.register(family, builder)``; builders are called as
+``builder(spec, **kwargs)``.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any, Callable, Sequence
+import logging
+from pathlib import Path
+from typing import Any, Sequence
 
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.images import load_image
+from pictrieve.tools.protocols import Captioner, ImageInput
+from pictrieve.tools.registry import Registry, UnknownNameError
 
-Captioner = Callable[[Sequence[Image.Image]], list[str]]
-"""``captions = captioner(images)``: one caption per decoded image."""
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CAPTIONERS", "BlipCaptioner", "Captioner", "CaptionerUnavailableError", "OfflineCaptioner",
+    "UnknownCaptionerError", "caption_files", "create_captioner",
+]
 
 DEFAULT_BLIP = "Salesforce/blip-image-captioning-base"
 OFFLINE = "offline"
@@ -33,54 +48,142 @@ class CaptionerUnavailableError(PictrieveError, RuntimeError):
     """The requested captioner cannot be loaded here."""
 
 
-def create_captioner(name: str, *, embedder: Any = None) -> Captioner:
-    """``offline`` (needs an ``embedder`` with ``describe``) or a BLIP model id / folder."""
-    if name == OFFLINE:
+class UnknownCaptionerError(UnknownNameError):
+    """The captioner name names no registered family."""
+
+
+CAPTIONERS: Registry[Captioner] = Registry(
+    "captioner", example=f"'offline' or 'blip:{DEFAULT_BLIP}'", error=UnknownCaptionerError
+)
+
+
+class _CaptionerBase:
+    """Shared plumbing: decode paths, call ``_caption_images``; ``captioner(items)`` == ``caption``."""
+
+    name: str = ""
+
+    def caption(self, images: Sequence[ImageInput], *, prompt: str | None = None) -> list[str]:
+        if isinstance(images, (str, Image.Image)) or not isinstance(images, Sequence):
+            images = [images]  # type: ignore[list-item]
+        if not images:
+            return []
+        return self._caption_images([_as_image(item) for item in images], prompt)
+
+    def __call__(self, images: Sequence[ImageInput]) -> list[str]:
+        return self.caption(images)
+
+    def _caption_images(self, images: list[Image.Image], prompt: str | None) -> list[str]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+class OfflineCaptioner(_CaptionerBase):
+    """Captions from an embedder that can say what it sees (``embedder.describe(image)``).
+
+    ``prompt`` is ignored: the offline vision models cannot follow instructions.
+    """
+
+    name = OFFLINE
+
+    def __init__(self, embedder: Any) -> None:
         if embedder is None or not hasattr(embedder, "describe"):
             raise CaptionerUnavailableError(
-                "the 'offline' captioner describes images with the offline embedder; use it with a "
-                "gallery built with --embedder offline (or offline:detect), or name a BLIP model"
+                "the 'offline' captioner describes images with the offline embedder: pass "
+                "embedder=create_embedder('offline') (or the gallery's embedder when it is 'offline' "
+                "or 'offline:detect'), or use a BLIP captioner ('blip:<hub id or folder>')"
             )
-        return describing_captioner(embedder)
-    return blip_captioner(name)
+        self.embedder = embedder
+
+    def _caption_images(self, images: list[Image.Image], prompt: str | None) -> list[str]:
+        return [self.embedder.describe(image) for image in images]
 
 
-def describing_captioner(embedder: Any) -> Captioner:
-    """Captions from an embedder that can say what it sees (``embedder.describe(image)``)."""
+class BlipCaptioner(_CaptionerBase):
+    """A BLIP captioning model (hub id or local folder), shared per process and device.
 
-    def caption(images: Sequence[Image.Image]) -> list[str]:
-        return [embedder.describe(image) for image in images]
+    BLIP is not instruction-following, so ``prompt`` is ignored (feeding an instruction as BLIP's
+    caption prefix would make it complete the instruction instead of describing the image).
+    """
 
-    return caption
+    def __init__(self, model_id: str = DEFAULT_BLIP, *, device: str | None = None,
+                 max_new_tokens: int = 30) -> None:
+        from pictrieve.tools.devices import pick_device
+        from pictrieve.tools.model_cache import shared_model
+
+        self.model_id = model_id or DEFAULT_BLIP
+        self.device = pick_device(device)
+        self.max_new_tokens = max_new_tokens
+        self.name = f"blip:{self.model_id}"
+        self.processor, self.model = shared_model(
+            ("blip-captioner", self.model_id, self.device), lambda: _load_blip(self.model_id, self.device)
+        )
+
+    def _caption_images(self, images: list[Image.Image], prompt: str | None) -> list[str]:
+        import torch
+
+        inputs = self.processor(images=[im.convert("RGB") for im in images], return_tensors="pt")
+        with torch.inference_mode():
+            ids = self.model.generate(**inputs.to(self.device), max_new_tokens=self.max_new_tokens)
+        return [text.strip() for text in self.processor.batch_decode(ids, skip_special_tokens=True)]
 
 
-def blip_captioner(model_id: str = DEFAULT_BLIP, *, max_new_tokens: int = 30) -> Captioner:
-    """A BLIP captioner (hub id or local folder; downloaded once where the network allows)."""
-    import torch
+def _load_blip(model_id: str, device: str) -> tuple[Any, Any]:
     from transformers import BlipForConditionalGeneration, BlipProcessor
 
     try:
         processor = BlipProcessor.from_pretrained(model_id)
-        model = BlipForConditionalGeneration.from_pretrained(model_id).eval()
+        model = BlipForConditionalGeneration.from_pretrained(model_id)
     except (OSError, ValueError) as exc:  # missing files, or a name the hub rejects
         raise CaptionerUnavailableError(
             f"could not load captioner {model_id!r} ({exc}); add captions.jsonl or NAME.txt sidecars "
-            "to your photos instead, pass a local BLIP checkpoint folder, or use 'offline'"
+            "to your photos instead, pass a local BLIP checkpoint folder, or use the 'offline' captioner"
         ) from exc
-
-    def caption(images: Sequence[Image.Image]) -> list[str]:
-        inputs = processor(images=list(images), return_tensors="pt")
-        with torch.no_grad():
-            ids = model.generate(**inputs, max_new_tokens=max_new_tokens)
-        return [text.strip() for text in processor.batch_decode(ids, skip_special_tokens=True)]
-
-    return caption
+    return processor, model.to(device).eval()
 
 
-def caption_files(captioner: Captioner) -> Callable[[Sequence[str | os.PathLike]], list[str]]:
-    """Adapt an image captioner to take file paths (what the PlugIR graph passes)."""
+def build_offline_captioner(spec: str = "", *, embedder: Any = None, **_: Any) -> OfflineCaptioner:
+    """Registry builder for ``offline``."""
+    return OfflineCaptioner(embedder)
 
-    def caption(paths: Sequence[str | os.PathLike]) -> list[str]:
-        return captioner([load_image(path) for path in paths])
 
-    return caption
+def build_blip_captioner(spec: str = "", *, device: str | None = None, max_new_tokens: int = 30,
+                         **_: Any) -> BlipCaptioner:
+    """Registry builder for ``blip`` / ``blip:<hub id or folder>`` (``embedder`` is ignored)."""
+    return BlipCaptioner(spec or DEFAULT_BLIP, device=device, max_new_tokens=max_new_tokens)
+
+
+CAPTIONERS.register(OFFLINE, build_offline_captioner,
+                    "what the offline embedder's ImageNet/COCO models see (needs embedder=)")
+CAPTIONERS.register("blip", build_blip_captioner, f"BLIP through transformers (default {DEFAULT_BLIP})")
+
+
+def create_captioner(name: str, **kwargs: Any) -> Captioner:
+    """Build the captioner ``name`` (see the module docstring); ``kwargs`` go to its builder.
+
+    ``embedder=`` is what ``offline`` describes with; ``device=`` places model-based captioners.
+    A bare hub id or folder (``org/model``, ``./folder``) is a BLIP model.
+    """
+    name = (name or "").strip()
+    if name not in CAPTIONERS and ("/" in name or Path(name).expanduser().is_dir()):
+        name = f"blip:{name}"
+    return CAPTIONERS.create(name, **kwargs)
+
+
+def caption_files(captioner: Any):
+    """A ``paths -> captions`` callable for ``captioner`` (kept for callers written before
+    captioners took paths themselves: a :class:`Captioner` can be passed directly)."""
+    if hasattr(captioner, "caption"):
+        return lambda paths: captioner.caption(list(paths))
+    from pictrieve.tools.images import load_image
+
+    return lambda paths: captioner([load_image(path) for path in paths])
+
+
+def _as_image(item: ImageInput) -> Image.Image:
+    if isinstance(item, Image.Image):
+        return item
+    from pictrieve.tools.images import load_image
+
+    return load_image(item)

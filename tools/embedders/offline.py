@@ -29,17 +29,21 @@ CLIP model (``open_clip:...``) is far better; use it whenever its weights can be
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
 from PIL import Image
 
+from pictrieve.tools.devices import pick_device
 from pictrieve.tools.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.files import atomic_write_bytes
 from pictrieve.tools.imagenet_classifier import (
     IMAGE_SIZE,
     ImageNetClassifier,
@@ -47,7 +51,9 @@ from pictrieve.tools.imagenet_classifier import (
     preprocess_image,
 )
 from pictrieve.tools.object_detector import Detection, ObjectDetector, in_pixels
-from pictrieve.tools.sentence_encoder import SentenceEncoder
+from pictrieve.tools.model_cache import shared_model
+from pictrieve.tools.pypi_assets import cache_root, files_fingerprint
+from pictrieve.tools.sentence_encoder import SentenceEncoder, minilm_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -112,20 +118,40 @@ class OfflineEmbedder(EmbedderBase):
             )
         self.name = _name(variant)
         self.recipe = VARIANTS[variant]
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.classifier = _classifier(self.device)
+        self.device = pick_device(device)
+        # Only the text side loads now: a text search never needs the vision models, so they (and
+        # the class-sentence matrix) load on first use, from the process-wide model cache.
         self.encoder = _encoder(self.device)
-        self.class_names = imagenet_readable_names()
-        self.class_embeddings = _class_embeddings(self.device, self.recipe.class_template)
-        # The mean class sentence: what every description shares ("a photo of a ...").
-        self.description_mean = self.class_embeddings.mean(axis=0)
-        self.detector = _detector() if self.recipe.detect else None
+
+    @property
+    def classifier(self) -> ImageNetClassifier:
+        """The EfficientNet-Lite0 ImageNet classifier (loaded on first use, shared)."""
+        return _classifier(self.device)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return imagenet_readable_names()
+
+    @property
+    def class_embeddings(self) -> np.ndarray:
+        """``(1000, 384)`` sentence embeddings of the class template, read-only (disk-cached)."""
+        return _class_embeddings(self.device, self.recipe.class_template)
+
+    @property
+    def description_mean(self) -> np.ndarray:
+        """The mean class sentence: what every description shares ("a photo of a ...")."""
+        return _description_mean(self.device, self.recipe.class_template)
+
+    @property
+    def detector(self) -> ObjectDetector | None:
+        """The COCO detector for ``offline:detect`` (fetched/loaded on first use), else ``None``."""
+        return _detector() if self.recipe.detect else None
 
     # -- Embedder protocol -------------------------------------------------------------------
     def preprocess(self, image: Image.Image) -> OfflineInput:
         image = image.convert("RGB")
         crops = torch.stack([_crop(image, where) for where in self.recipe.crops])
-        pixels = ObjectDetector.preprocess(image) if self.detector is not None else None
+        pixels = ObjectDetector.preprocess(image) if self.recipe.detect else None
         return OfflineInput(crops=crops, detector_pixels=pixels, size=image.size)
 
     def embed_preprocessed(self, batch: Sequence[OfflineInput]) -> np.ndarray:
@@ -179,7 +205,7 @@ class OfflineEmbedder(EmbedderBase):
         )
 
 
-def build_offline_embedder(spec: str, device: str | None) -> OfflineEmbedder:
+def build_offline_embedder(spec: str, device: str | None = None) -> OfflineEmbedder:
     """Factory hook: ``offline`` (spec ``""``) or ``offline:detect``."""
     return OfflineEmbedder(spec.strip(), device)
 
@@ -230,35 +256,75 @@ def _crop(image: Image.Image, where: str) -> torch.Tensor:
     return preprocess_image(resized.crop((x, y, x + IMAGE_SIZE, y + IMAGE_SIZE)), crop_fraction=1.0)
 
 
-# Models are shared between embedder instances (and threads: they only run inference).
-_MODELS: dict[tuple, object] = {}
-_MODELS_LOCK = threading.RLock()
-
-
-def _shared(key: tuple, build):
-    with _MODELS_LOCK:
-        if key not in _MODELS:
-            _MODELS[key] = build()
-        return _MODELS[key]
-
-
+# Models are shared between embedder instances and threads (they only run inference).
 def _classifier(device: str) -> ImageNetClassifier:
-    return _shared(("classifier", device), lambda: ImageNetClassifier(device))
+    return shared_model(("imagenet-classifier", device), lambda: ImageNetClassifier(device))
 
 
 def _encoder(device: str) -> SentenceEncoder:
-    return _shared(("encoder", device), lambda: SentenceEncoder(device))
+    return shared_model(("sentence-encoder", device), lambda: SentenceEncoder(device))
 
 
 def _detector() -> ObjectDetector:
-    return _shared(("detector",), ObjectDetector)
+    return shared_model(("ssd-mobilenet-v2-coco",), ObjectDetector)
 
 
 def _class_embeddings(device: str, template: str) -> np.ndarray:
+    return shared_model(
+        ("offline-class-embeddings", device, template), lambda: _load_class_embeddings(device, template)
+    )
+
+
+def _description_mean(device: str, template: str) -> np.ndarray:
     def build() -> np.ndarray:
+        mean = _class_embeddings(device, template).mean(axis=0)
+        mean.setflags(write=False)
+        return mean
+
+    return shared_model(("offline-description-mean", device, template), build)
+
+
+CLASS_EMBEDDINGS_FORMAT = 1  # bump when the way the matrix is computed changes
+
+
+def class_embeddings_cache_path(template: str) -> Path:
+    """Where the class-sentence matrix for ``template`` is cached on disk.
+
+    The file name is a hash of the MiniLM model files' *content*, the class names, the template and
+    :data:`CLASS_EMBEDDINGS_FORMAT`, so an upgraded model or name list never reads stale vectors.
+    """
+    digest = hashlib.sha256()
+    digest.update(f"format={CLASS_EMBEDDINGS_FORMAT}\n{template}\n".encode())
+    digest.update("\n".join(imagenet_readable_names()).encode())
+    digest.update(files_fingerprint(minilm_model_dir()).encode())
+    return cache_root() / "offline-embedder" / f"class-embeddings-{digest.hexdigest()[:24]}.npy"
+
+
+def _load_class_embeddings(device: str, template: str) -> np.ndarray:
+    """The 1,000 class sentences embedded by MiniLM: read from the disk cache, or computed once.
+
+    Computing them costs ~10 s of CPU; every new process needed them before this cache. The vectors
+    do not depend on the device beyond float rounding, so one file serves CPU and GPU.
+    """
+    path = class_embeddings_cache_path(template)
+    vectors = None
+    if path.is_file():
+        try:
+            vectors = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:  # a truncated or foreign file: recompute it
+            logger.warning("ignoring unreadable cache %s (%s)", path, exc)
+        if vectors is not None and vectors.shape != (len(imagenet_readable_names()), OfflineEmbedder.dim):
+            vectors = None
+    if vectors is None:
+        logger.info("embedding the 1,000 ImageNet class names once (about 10 s); cached at %s", path)
         names = imagenet_readable_names()
         vectors = _encoder(device).encode([template.format(name) for name in names], batch_size=128)
-        vectors.setflags(write=False)
-        return vectors
-
-    return _shared(("class_embeddings", device, template), build)
+        try:
+            buffer = io.BytesIO()
+            np.save(buffer, vectors, allow_pickle=False)
+            atomic_write_bytes(path, buffer.getvalue())
+        except OSError as exc:  # a read-only cache is slower, not broken
+            logger.warning("could not cache the class embeddings at %s (%s)", path, exc)
+    vectors = np.asarray(vectors, dtype=np.float32)
+    vectors.setflags(write=False)
+    return vectors

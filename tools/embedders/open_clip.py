@@ -23,7 +23,9 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
+from pictrieve.tools.devices import pick_device
 from pictrieve.tools.embedders.base import EmbedderBase
+from pictrieve.tools.seeding import torch_seeded
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +49,9 @@ class OpenCLIPEmbedder(EmbedderBase):
         batch_size: int = 64,
     ) -> None:
         import open_clip
-        import torch
 
         self.arch, self.pretrained = _register_config_file(arch), pretrained
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = pick_device(device)
         self.precision = precision or ("fp16" if self.device.startswith("cuda") else "fp32")
         self.batch_size = batch_size
         weights = None if pretrained in (None, "", RANDOM_WEIGHTS) else _expand(pretrained)
@@ -58,8 +59,7 @@ class OpenCLIPEmbedder(EmbedderBase):
             logger.warning("open_clip %s with RANDOM weights: fine for tests, useless for search", arch)
         try:
             # Random weights are seeded, so a gallery built with them reopens with the same model.
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(0)
+            with torch_seeded(0):
                 model, _, preprocess = open_clip.create_model_and_transforms(
                     self.arch, pretrained=weights, device=self.device, precision=self.precision
                 )
@@ -103,7 +103,7 @@ class OpenCLIPEmbedder(EmbedderBase):
         return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision, torch.float32)
 
 
-def build_open_clip_embedder(spec: str, device: str | None) -> OpenCLIPEmbedder:
+def build_open_clip_embedder(spec: str, device: str | None = None) -> OpenCLIPEmbedder:
     """Factory entry point for ``open_clip:<spec>`` names (see the module docstring)."""
     arch, pretrained = parse_open_clip_spec(spec)
     return OpenCLIPEmbedder(arch, pretrained, device=device)

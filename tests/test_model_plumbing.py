@@ -1,0 +1,175 @@
+"""The shared plumbing of model families: registries, device choice, model cache, scoped seeding."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+
+import pytest
+import torch
+
+from pictrieve.tools.devices import DeviceUnavailableError, pick_device
+from pictrieve.tools.embedders.factory import (
+    EMBEDDERS,
+    UnknownEmbedderError,
+    available_embedders,
+    check_embedder_name,
+    create_embedder,
+    register_embedder,
+)
+from pictrieve.tools.model_cache import forget_shared_models, is_shared, shared_model
+from pictrieve.tools.object_detector import (
+    DETECTORS,
+    ObjectDetector,
+    UnknownDetectorError,
+    available_detectors,
+    create_detector,
+)
+from pictrieve.tools.protocols import Detector
+from pictrieve.tools.registry import UnknownNameError
+from pictrieve.tools.seeding import torch_seeded
+
+def _lazy_builder(spec, device=None):
+    return ("lazy", spec, device)
+
+
+# -- registries ------------------------------------------------------------------------------------
+
+
+def test_embedders_are_one_registry(monkeypatch):
+    monkeypatch.setattr(EMBEDDERS, "_entries", dict(EMBEDDERS._entries))  # undo the registration after
+    calls = []
+
+    def build(spec, device=None):
+        calls.append((spec, device))
+        return f"embedder {spec}"
+
+    register_embedder("mine", build, "a test family")
+    assert "mine" in available_embedders() and "mine" in EMBEDDERS.families()
+    assert check_embedder_name(" mine:big ") == "mine:big"
+    assert create_embedder("mine:big", device="cpu") == "embedder big"
+    assert calls == [("big", "cpu")]
+    register_embedder("lazy", f"{__name__}:_lazy_builder")  # "module:attr" builders load on first use
+    assert create_embedder("lazy:ViT-B-32/tag") == ("lazy", "ViT-B-32/tag", None)
+    with pytest.raises(UnknownEmbedderError) as caught:
+        create_embedder("clipz:ViT")
+    assert isinstance(caught.value, UnknownNameError) and "open_clip" in str(caught.value)
+    assert "--" not in str(caught.value)
+
+
+def test_detectors_registry_and_protocol():
+    assert "offline" in available_detectors() and "offline" in DETECTORS
+    with pytest.raises(UnknownDetectorError, match="known: .*offline"):
+        create_detector("yolo-nope")
+    # The offline detector speaks the Detector protocol: name, keyword-only labels and min_score.
+    assert ObjectDetector.name == "offline"
+    parameters = inspect.signature(ObjectDetector.detect).parameters
+    assert parameters["labels"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert parameters["min_score"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_offline_detector_follows_the_protocol():
+    from PIL import Image
+
+    from pictrieve.tools.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
+
+    try:
+        SSD_MOBILENET_V2_COCO.paths(download=False)
+    except AssetUnavailableError as exc:
+        pytest.skip(f"detector not cached and tests never download: {exc}")
+    detector = create_detector("offline", download=False, default_min_score=0.0)
+    assert isinstance(detector, Detector)
+    found = detector.detect(Image.new("RGB", (64, 48), "gray"), labels=["a cat"], min_score=0.0)
+    assert all(0 <= d.box[0] <= d.box[2] <= 64 and 0 <= d.box[1] <= d.box[3] <= 48 for d in found)
+    assert detector.detect(Image.new("RGB", (64, 48), "gray"), min_score=1.01) == []
+
+
+# -- devices -----------------------------------------------------------------------------------------
+
+
+def test_pick_device():
+    assert pick_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert pick_device("cpu") == "cpu" and pick_device(" cpu ") == "cpu"
+    with pytest.raises(DeviceUnavailableError, match="not a torch device"):
+        pick_device("gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceUnavailableError, match="device='cpu'"):
+            pick_device("cuda:0")
+
+
+# -- the model cache -----------------------------------------------------------------------------
+
+
+def test_shared_model_builds_once_under_concurrency():
+    key = ("test-plumbing", "once")
+    forget_shared_models(lambda k: k == key)
+    builds = []
+
+    def build():
+        builds.append(1)
+        time.sleep(0.05)
+        return object()
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(shared_model(key, build))) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and len({id(r) for r in results}) == 1 and is_shared(key)
+    assert forget_shared_models(lambda k: k == key) == 1 and not is_shared(key)
+
+
+def test_different_models_load_in_parallel_and_failures_are_not_cached():
+    first_started = threading.Event()
+
+    def slow_first():
+        first_started.set()
+        time.sleep(0.3)
+        return "first"
+
+    def second():
+        # Built while the first key is still loading: a single global lock would make this wait.
+        assert first_started.wait(2)
+        started = time.monotonic()
+        value = shared_model(("test-plumbing", "second"), lambda: "second")
+        return value, time.monotonic() - started
+
+    forget_shared_models(lambda k: k[0] == "test-plumbing")
+    loader = threading.Thread(target=lambda: shared_model(("test-plumbing", "first"), slow_first))
+    loader.start()
+    value, waited = second()
+    loader.join()
+    assert value == "second" and waited < 0.2
+
+    def broken():
+        raise RuntimeError("no weights")
+
+    with pytest.raises(RuntimeError):
+        shared_model(("test-plumbing", "broken"), broken)
+    assert shared_model(("test-plumbing", "broken"), lambda: "fixed") == "fixed"
+    forget_shared_models(lambda k: k[0] == "test-plumbing")
+
+
+# -- scoped seeding -------------------------------------------------------------------------------
+
+
+def test_torch_seeded_is_repeatable_and_leaves_the_global_generator_alone():
+    with torch_seeded(7):
+        first = torch.rand(3)
+    with torch_seeded(7):
+        second = torch.rand(3)
+    assert torch.equal(first, second)
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    before = torch.rand(2)
+    with torch_seeded(7):
+        torch.rand(100)
+    after = torch.rand(2)
+    assert torch.equal(torch.cat([before, after]), expected)  # the block consumed nothing outside
+    state = torch.random.get_rng_state()
+    with torch_seeded(None):  # no seed: the block runs on the global generator, untouched
+        pass
+    assert torch.equal(state, torch.random.get_rng_state())
