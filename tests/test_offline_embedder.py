@@ -146,7 +146,7 @@ def test_text_search_loads_no_vision_model(private_cache):
     embedder = create_embedder("offline", device="cpu")
     assert embedder.embed_texts(["a dog"]).shape == (1, 384)
     assert not is_shared(("imagenet-classifier", "cpu"))
-    assert not is_shared(("offline-class-embeddings", "cpu", embedder.recipe.class_template))
+    assert not is_shared(("offline-class-embeddings", embedder.recipe.class_template))
     embedder.embed_images([Image.new("RGB", (40, 30), "red")])
     assert is_shared(("imagenet-classifier", "cpu"))
 
@@ -195,3 +195,31 @@ def test_offline_default_retrieves_flickr8k_captions(offline, flickr_dir):
     metrics = retrieval_metrics(offline.embed_texts(captions) @ images.T, targets)
     assert metrics["queries"] == 2500
     assert metrics["recall@10"] >= 0.35, metrics
+
+
+def test_sentence_encoder_pads_without_changing_vectors():
+    """A text's vector is the same alone and in a batch padded to a much longer text."""
+    from pictrieve.tools.sentence_encoder import SentenceEncoder
+
+    encoder = SentenceEncoder()
+    short = "a dog runs on the grass"
+    alone = encoder.encode([short])
+    batched = encoder.encode(["two children play on the sandy beach near the blue ocean " * 5, short], batch_size=2)
+    np.testing.assert_allclose(batched[1], alone[0], atol=2e-6)
+    vectors = encoder.encode(["a dog runs on the grass", "a puppy running in a field", "stock market report"])
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.3
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_sentence_encoder_equals_sentence_transformers():
+    """The numpy MiniLM gives sentence-transformers' vectors (float32 rounding), long texts too."""
+    from sentence_transformers import SentenceTransformer
+
+    from pictrieve.tools.sentence_encoder import SentenceEncoder, minilm_model_dir
+
+    texts = ["a dog running on grass", "A photo of a golden retriever.", "x", "Über café naïve",
+             "two children play on the sandy beach near the ocean while a man watches", "word " * 400]
+    reference = SentenceTransformer(str(minilm_model_dir()), device="cpu", local_files_only=True)
+    expected = reference.encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(SentenceEncoder().encode(texts, batch_size=4), expected, atol=1e-5)

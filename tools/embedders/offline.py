@@ -29,31 +29,34 @@ CLIP model (``open_clip:...``) is far better; use it whenever its weights can be
 
 from __future__ import annotations
 
+# torch, timm and open_clip are imported only when an image is embedded: a text search in a new
+# process needs just the numpy sentence encoder (about 1 s instead of 9).
+
 import hashlib
 import io
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import torch
 from PIL import Image
 
 from pictrieve.tools.devices import pick_device
 from pictrieve.tools.embedders.base import EmbedderBase, l2_normalize
 from pictrieve.tools.files import atomic_write_bytes
-from pictrieve.tools.imagenet_classifier import (
-    IMAGE_SIZE,
-    ImageNetClassifier,
-    imagenet_readable_names,
-    preprocess_image,
-)
 from pictrieve.tools.object_detector import Detection, ObjectDetector, in_pixels
 from pictrieve.tools.model_cache import shared_model
 from pictrieve.tools.pypi_assets import cache_root, files_fingerprint
 from pictrieve.tools.sentence_encoder import SentenceEncoder, minilm_model_dir
+
+if TYPE_CHECKING:
+    import torch
+
+    from pictrieve.tools.imagenet_classifier import ImageNetClassifier
+
+IMAGE_SIZE = 224  # the classifier's input side (imagenet_classifier.IMAGE_SIZE)
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +84,7 @@ VARIANTS: dict[str, OfflineRecipe] = {
 class OfflineInput:
     """What :meth:`OfflineEmbedder.preprocess` produces for one image."""
 
-    crops: torch.Tensor  # (n_crops, 3, 224, 224), classifier-normalised
+    crops: "torch.Tensor"  # (n_crops, 3, 224, 224), classifier-normalised
     detector_pixels: np.ndarray | None = None  # 300x300 RGB uint8 when the recipe detects
     size: tuple[int, int] = (0, 0)  # (width, height) of the original image
 
@@ -118,29 +121,37 @@ class OfflineEmbedder(EmbedderBase):
             )
         self.name = _name(variant)
         self.recipe = VARIANTS[variant]
-        self.device = pick_device(device)
+        self._requested_device = device
+        self._device: str | None = None
         # Only the text side loads now: a text search never needs the vision models, so they (and
         # the class-sentence matrix) load on first use, from the process-wide model cache.
-        self.encoder = _encoder(self.device)
+        self.encoder = _encoder()
 
     @property
-    def classifier(self) -> ImageNetClassifier:
+    def device(self) -> str:
+        """Where the vision models run (resolved on first use: choosing imports torch)."""
+        if self._device is None:
+            self._device = pick_device(self._requested_device)
+        return self._device
+
+    @property
+    def classifier(self) -> "ImageNetClassifier":
         """The EfficientNet-Lite0 ImageNet classifier (loaded on first use, shared)."""
         return _classifier(self.device)
 
     @property
     def class_names(self) -> tuple[str, ...]:
-        return imagenet_readable_names()
+        return _class_names()
 
     @property
     def class_embeddings(self) -> np.ndarray:
         """``(1000, 384)`` sentence embeddings of the class template, read-only (disk-cached)."""
-        return _class_embeddings(self.device, self.recipe.class_template)
+        return _class_embeddings(self.recipe.class_template)
 
     @property
     def description_mean(self) -> np.ndarray:
         """The mean class sentence: what every description shares ("a photo of a ...")."""
-        return _description_mean(self.device, self.recipe.class_template)
+        return _description_mean(self.recipe.class_template)
 
     @property
     def detector(self) -> ObjectDetector | None:
@@ -149,6 +160,8 @@ class OfflineEmbedder(EmbedderBase):
 
     # -- Embedder protocol -------------------------------------------------------------------
     def preprocess(self, image: Image.Image) -> OfflineInput:
+        import torch
+
         image = image.convert("RGB")
         crops = torch.stack([_crop(image, where) for where in self.recipe.crops])
         pixels = ObjectDetector.preprocess(image) if self.recipe.detect else None
@@ -186,6 +199,8 @@ class OfflineEmbedder(EmbedderBase):
 
     # -- internals -----------------------------------------------------------------------------
     def _crop_probabilities(self, batch: Sequence[OfflineInput]) -> np.ndarray:
+        import torch
+
         crops = torch.cat([item.crops for item in batch])
         logits = self.classifier.logits(crops) / self.recipe.temperature
         return logits.softmax(-1).numpy().reshape(len(batch), -1, logits.shape[-1])
@@ -241,8 +256,10 @@ def _name(variant: str) -> str:
     return f"offline:{variant}" if variant else "offline"
 
 
-def _crop(image: Image.Image, where: str) -> torch.Tensor:
+def _crop(image: Image.Image, where: str) -> "torch.Tensor":
     """The centre crop (resize 256, crop 224) or a 224 crop at one end of the long side."""
+    from pictrieve.tools.imagenet_classifier import preprocess_image
+
     if where == "center":
         return preprocess_image(image)
     width, height = image.size
@@ -257,34 +274,40 @@ def _crop(image: Image.Image, where: str) -> torch.Tensor:
 
 
 # Models are shared between embedder instances and threads (they only run inference).
-def _classifier(device: str) -> ImageNetClassifier:
+def _classifier(device: str) -> "ImageNetClassifier":
+    from pictrieve.tools.imagenet_classifier import ImageNetClassifier
+
     return shared_model(("imagenet-classifier", device), lambda: ImageNetClassifier(device))
 
 
-def _encoder(device: str) -> SentenceEncoder:
-    return shared_model(("sentence-encoder", device), lambda: SentenceEncoder(device))
+def _encoder() -> SentenceEncoder:
+    return shared_model(("sentence-encoder",), SentenceEncoder)
+
+
+def _class_names() -> tuple[str, ...]:
+    from pictrieve.tools.imagenet_classifier import imagenet_readable_names
+
+    return imagenet_readable_names()
 
 
 def _detector() -> ObjectDetector:
     return shared_model(("ssd-mobilenet-v2-coco",), ObjectDetector)
 
 
-def _class_embeddings(device: str, template: str) -> np.ndarray:
-    return shared_model(
-        ("offline-class-embeddings", device, template), lambda: _load_class_embeddings(device, template)
-    )
+def _class_embeddings(template: str) -> np.ndarray:
+    return shared_model(("offline-class-embeddings", template), lambda: _load_class_embeddings(template))
 
 
-def _description_mean(device: str, template: str) -> np.ndarray:
+def _description_mean(template: str) -> np.ndarray:
     def build() -> np.ndarray:
-        mean = _class_embeddings(device, template).mean(axis=0)
+        mean = _class_embeddings(template).mean(axis=0)
         mean.setflags(write=False)
         return mean
 
-    return shared_model(("offline-description-mean", device, template), build)
+    return shared_model(("offline-description-mean", template), build)
 
 
-CLASS_EMBEDDINGS_FORMAT = 1  # bump when the way the matrix is computed changes
+CLASS_EMBEDDINGS_FORMAT = 2  # 2: numpy MiniLM (same vectors to float32 rounding); bump when the way the matrix is computed changes
 
 
 def class_embeddings_cache_path(template: str) -> Path:
@@ -295,16 +318,15 @@ def class_embeddings_cache_path(template: str) -> Path:
     """
     digest = hashlib.sha256()
     digest.update(f"format={CLASS_EMBEDDINGS_FORMAT}\n{template}\n".encode())
-    digest.update("\n".join(imagenet_readable_names()).encode())
+    digest.update("\n".join(_class_names()).encode())
     digest.update(files_fingerprint(minilm_model_dir()).encode())
     return cache_root() / "offline-embedder" / f"class-embeddings-{digest.hexdigest()[:24]}.npy"
 
 
-def _load_class_embeddings(device: str, template: str) -> np.ndarray:
+def _load_class_embeddings(template: str) -> np.ndarray:
     """The 1,000 class sentences embedded by MiniLM: read from the disk cache, or computed once.
 
-    Computing them costs ~10 s of CPU; every new process needed them before this cache. The vectors
-    do not depend on the device beyond float rounding, so one file serves CPU and GPU.
+    Computing them costs ~10 s of CPU; every process that embedded an image paid it before this cache.
     """
     path = class_embeddings_cache_path(template)
     vectors = None
@@ -313,12 +335,12 @@ def _load_class_embeddings(device: str, template: str) -> np.ndarray:
             vectors = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:  # a truncated or foreign file: recompute it
             logger.warning("ignoring unreadable cache %s (%s)", path, exc)
-        if vectors is not None and vectors.shape != (len(imagenet_readable_names()), OfflineEmbedder.dim):
+        if vectors is not None and vectors.shape != (len(_class_names()), OfflineEmbedder.dim):
             vectors = None
     if vectors is None:
-        logger.info("embedding the 1,000 ImageNet class names once (about 10 s); cached at %s", path)
-        names = imagenet_readable_names()
-        vectors = _encoder(device).encode([template.format(name) for name in names], batch_size=128)
+        logger.warning("embedding the 1,000 ImageNet class names once (a few seconds); cached at %s", path)
+        names = _class_names()
+        vectors = _encoder().encode([template.format(name) for name in names], batch_size=128)
         try:
             buffer = io.BytesIO()
             np.save(buffer, vectors, allow_pickle=False)
