@@ -1,0 +1,96 @@
+"""A local OpenAI-compatible HTTP server for tests: the real `openai` / langchain-openai clients talk to it.
+
+It answers ``POST /v1/chat/completions`` with the text a test's ``reply(messages) -> str`` returns
+(streamed or not), and ``POST /v1/images/generations`` with small solid-colour PNGs, and records every
+request body so a test can check what the client sent (e.g. image content blocks).
+
+>>> with OpenAIFake(lambda messages: "Is it red?") as fake:
+...     llm = ChatOpenAI(model="fake", base_url=fake.base_url, api_key="test")
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+Reply = Callable[[list[dict[str, Any]]], str]
+
+
+class OpenAIFake:
+    """Serve on 127.0.0.1 (a free port) until the ``with`` block ends."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+        self.requests: list[dict[str, Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                fake.requests.append({"path": self.path, "body": body})
+                if self.path.endswith("/chat/completions"):
+                    self._chat(body)
+                elif self.path.endswith("/images/generations"):
+                    self._images(body)
+                else:
+                    self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+            def _chat(self, body: dict[str, Any]) -> None:
+                text = fake.reply(body.get("messages", []))
+                created = int(time.time())
+                if body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for delta in ({"role": "assistant", "content": text}, {}):
+                        chunk = {"id": "fake", "object": "chat.completion.chunk", "created": created,
+                                 "model": body.get("model", "fake"),
+                                 "choices": [{"index": 0, "delta": delta, "finish_reason": None if delta else "stop"}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    return
+                n = int(body.get("n") or 1)
+                self._json(200, {
+                    "id": "fake", "object": "chat.completion", "created": created, "model": body.get("model", "fake"),
+                    "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                                for i in range(n)],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                })
+
+            def _images(self, body: dict[str, Any]) -> None:
+                from PIL import Image
+
+                data = []
+                for i in range(int(body.get("n") or 1)):
+                    buffer = io.BytesIO()
+                    Image.new("RGB", (32, 32), (40 * i % 255, 120, 200)).save(buffer, format="PNG")
+                    data.append({"b64_json": base64.b64encode(buffer.getvalue()).decode()})
+                self._json(200, {"created": int(time.time()), "data": data})
+
+            def _json(self, status: int, payload: dict[str, Any]) -> None:
+                raw = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "OpenAIFake":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
