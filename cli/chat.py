@@ -56,19 +56,17 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
     """
     from langgraph.types import Command
 
-    from pictrieve.graphs.interactive_retrieval import build_interactive_retrieval_graph, sqlite_checkpointer
+    from pictrieve.graphs.interactive_retrieval import PlugIRSettings, build_plugir_graph, sqlite_checkpointer
     from pictrieve.vectorstore.gallery import Gallery
 
     store = Gallery.open(gallery, embedder, create=False)
     saver = sqlite_checkpointer(checkpoint or default_checkpoint_path())
-    graph = build_interactive_retrieval_graph(
-        store, llm, checkpointer=saver, base_url=base_url, captioner=_captioner(captioner, store)
+    graph = build_plugir_graph(
+        store, llm=llm, checkpointer=saver, base_url=base_url, captioner=captioner
     )
     session = session or uuid.uuid4().hex[:8]
-    settings: dict[str, Any] = {"arm": arm, "max_rounds": rounds, "top_k": top_k}
-    if top_n:
-        settings["top_n"] = top_n
-    config = {"configurable": {"thread_id": session, **settings}}
+    context = PlugIRSettings(arm=arm, max_rounds=rounds, shown_k=top_k, candidate_k=top_n)
+    config = {"configurable": {"thread_id": session}}
 
     snapshot = graph.get_state(config)
     if snapshot.next:  # an unfinished session: resume where it paused
@@ -76,12 +74,12 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
         click.echo(f"Resuming session {session}: {snapshot.values.get('description', '')!r}")
         if description:
             click.echo("(ignoring the new description; start a new --session for a new search)")
-        result: dict[str, Any] = {"__interrupt__": [payload]} if payload else graph.invoke(None, config)
+        result: dict[str, Any] = {"__interrupt__": [payload]} if payload else graph.invoke(None, config, context=context)
     else:
         if not description:
             raise click.UsageError("give a DESCRIPTION of the photo (or --session ID to resume one)")
         click.echo(f"Session {session} (resume later with --session {session})")
-        result = graph.invoke({"description": description}, config)
+        result = graph.invoke({"description": description}, config, context=context)
 
     stdin = click.get_text_stream("stdin")
     while True:
@@ -97,7 +95,7 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
             click.echo(f"\nEnd of input; session {session} saved (resume with --session {session}).")
             return
         click.echo("" if stdin.isatty() else line.rstrip("\n"))
-        result = graph.invoke(Command(resume=line.strip()), config)
+        result = graph.invoke(Command(resume=line.strip()), config, context=context)
     _show_end(result, html_dir)
 
 
@@ -108,50 +106,46 @@ def _pending(tasks: Any) -> Any:
     return None
 
 
-def _show_hits(hits: list[dict[str, Any]]) -> None:
-    for hit in hits:
-        caption = f"  {hit['caption']}" if hit.get("caption") else ""
-        click.echo(f"  {hit['rank']:>3}. {hit['score']:.3f}  {hit['path'] or hit['id']}{caption}")
+def _show_hits(hits: list[Any]) -> None:
+    from pictrieve.vectorstore.hits import as_hit
+
+    for hit in map(as_hit, hits):
+        caption = f"  {hit.caption}" if hit.caption else ""
+        click.echo(f"  {hit.rank:>3}. {hit.score:.3f}  {hit.path or hit.id}{caption}")
 
 
 def _show_round(payload: dict[str, Any], html_dir: str | None) -> None:
     round_number = payload["round"] - 1
     click.echo(f"\nRound {round_number} query: {payload.get('query', '')}")
-    _show_hits(payload["top_k"])
+    _show_hits(payload["shown"])
     if html_dir:
-        _contact_sheet(payload["top_k"], Path(html_dir) / f"round-{round_number:02d}.html",
+        _contact_sheet(payload["shown"], Path(html_dir) / f"round-{round_number:02d}.html",
                        f"round {round_number}: {payload.get('query', '')}")
 
 
 def _show_end(state: dict[str, Any], html_dir: str | None) -> None:
+    from pictrieve.vectorstore.hits import as_hit
+
     found = state.get("found")
     if found:
-        click.echo(f"\nFound: {found['path'] or found['id']}")
+        found = as_hit(found)
+        click.echo(f"\nFound: {found.path or found.id}")
         return
     if state.get("stopped"):
         click.echo("\nStopped.")
         return
     click.echo(f"\nQuestion budget spent. Final query: {state.get('query', '')}")
-    _show_hits(state.get("top_k", []))
+    _show_hits(state.get("shown", []))
     if html_dir:
-        _contact_sheet(state.get("top_k", []), Path(html_dir) / f"round-{state.get('round', 0):02d}.html",
+        _contact_sheet(state.get("shown", []), Path(html_dir) / f"round-{state.get('round', 0):02d}.html",
                        f"final: {state.get('query', '')}")
 
 
-def _contact_sheet(hits: list[dict[str, Any]], path: Path, title: str) -> None:
+def _contact_sheet(hits: list[Any], path: Path, title: str) -> None:
     from pictrieve.vectorstore.contact_sheet import write_contact_sheet
-    from pictrieve.vectorstore.hits import ImageHit
+    from pictrieve.vectorstore.hits import as_hit
 
-    rows = [ImageHit(id=h["id"], path=h["path"], captions=[h["caption"]] if h["caption"] else [],
-                      score=h["score"], rank=h["rank"]) for h in hits]
-    write_contact_sheet(rows, path, title=title)
+    write_contact_sheet([as_hit(h) for h in hits], path, title=title)
     click.echo(f"  contact sheet: {path}")
 
 
-def _captioner(name: str, store: Any) -> Any:
-    """The graph's captioner (paths -> captions) for ``--captioner``, or ``None`` for file names."""
-    from pictrieve.tools.captioners import caption_files, create_captioner
-
-    if name == "none" or (name == "auto" and not hasattr(store.embedder, "describe")):
-        return None
-    return caption_files(create_captioner("offline" if name == "auto" else name, embedder=store.embedder))

@@ -14,6 +14,9 @@ Input everywhere is a ``(queries, rounds)`` array of the target's 1-based rank a
 - Recall@K at round t: the target is in the top K *at* round t.
 
 Ranks may be non-integer expected ranks (tie-aware, see :mod:`pictrieve.evaluation.retrieval`).
+With ties, pass the ``greater``/``ties`` counts to :func:`hits_at_k` and :func:`recall_at_k`: each
+round's chance of being in the top K is then the tie-aware probability, and Hits@K takes the best
+round so far, so at round 0 Hits@K and Recall@K are the same number.
 """
 
 from __future__ import annotations
@@ -53,11 +56,29 @@ def bri(ranks: np.ndarray) -> float:
     return float(bri_per_query(ranks).mean())
 
 
-def hits_at_k(ranks: np.ndarray, k: int = 10) -> np.ndarray:
-    """Hits@K per round: fraction of queries whose best rank so far is within ``k``."""
-    return (best_ranks(ranks) <= k).mean(axis=0)
+def in_top_k(greater: np.ndarray, ties: np.ndarray, k: int = 10) -> np.ndarray:
+    """Per query and round, the probability that the target is in the top ``k`` under random
+    tie-breaking: ``clip((k - greater) / (ties + 1), 0, 1)`` (1 or 0 when there are no ties)."""
+    greater = np.asarray(greater, dtype=np.float64)
+    ties = np.asarray(ties, dtype=np.float64)
+    return np.clip((k - greater) / (ties + 1.0), 0.0, 1.0)
 
 
-def recall_at_k(ranks: np.ndarray, k: int = 10) -> np.ndarray:
-    """Recall@K per round: fraction of queries whose rank at that round is within ``k``."""
-    return (_rank_matrix(ranks) <= k).mean(axis=0)
+def hits_at_k(ranks: np.ndarray, k: int = 10, *, greater: np.ndarray | None = None,
+              ties: np.ndarray | None = None) -> np.ndarray:
+    """Hits@K per round: fraction of queries in the top ``k`` at some round so far.
+
+    Without tie counts a query counts when its best rank so far is within ``k``; with ``greater``
+    and ``ties`` (same shape as ``ranks``) it counts with its best round's tie-aware probability.
+    """
+    if greater is None or ties is None:
+        return (best_ranks(ranks) <= k).mean(axis=0)
+    return np.maximum.accumulate(in_top_k(greater, ties, k), axis=1).mean(axis=0)
+
+
+def recall_at_k(ranks: np.ndarray, k: int = 10, *, greater: np.ndarray | None = None,
+                ties: np.ndarray | None = None) -> np.ndarray:
+    """Recall@K per round: fraction of queries in the top ``k`` at that round (tie-aware with counts)."""
+    if greater is None or ties is None:
+        return (_rank_matrix(ranks) <= k).mean(axis=0)
+    return in_top_k(greater, ties, k).mean(axis=0)

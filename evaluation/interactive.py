@@ -22,9 +22,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer
-from pictrieve.evaluation.bri import bri, hits_at_k
+from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
 from pictrieve.evaluation.retrieval import rank_statistics
-from pictrieve.graphs.interactive_retrieval import ARMS, build_interactive_retrieval_graph
+from pictrieve.graphs.interactive_retrieval import ARMS, PlugIRSettings, build_plugir_graph
 
 logger = logging.getLogger(__name__)
 
@@ -120,8 +120,6 @@ def run_ablation(
     """:func:`evaluate_interactive` on an open gallery; ``captions_by_id[id] = (path, captions)``."""
     from tqdm import tqdm
 
-    from pictrieve.evaluation.retrieval import recall_at
-
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         raise ValueError(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
@@ -145,7 +143,7 @@ def run_ablation(
         plan.append((id_, texts[first], [t for i, t in enumerate(texts) if i != first]))
 
     answerer_factory = answerer_factory or (lambda path, visible: CaptionAnswerer(chat, visible))
-    base_config = {"top_k": top_k, "max_rounds": rounds, "seed": seed, **(settings or {})}
+    base_settings = {"shown_k": top_k, "max_rounds": rounds, "seed": seed, **_renamed(settings or {})}
     results: dict[str, Any] = {"arms": {}, "dialogues": {}}
     bar = tqdm(total=len(arms) * len(plan), disable=not progress, desc="interactive eval")
     for arm in arms:
@@ -155,9 +153,8 @@ def run_ablation(
         for number, (id_, description, visible) in enumerate(plan):
             _seed_everything(seed * 100_003 + number)  # same seed per target in every arm
             timed_user = _TimedAnswerer(answerer_factory(by_id[id_], visible))
-            graph = build_interactive_retrieval_graph(gallery, chat, answerer=timed_user)
-            config = {"configurable": {**base_config, **ARMS[arm], "thread_id": f"{arm}-{id_}"}}
-            state = graph.invoke({"description": description}, config)
+            graph = build_plugir_graph(gallery, llm=chat, answerer=timed_user)
+            state = graph.invoke({"description": description}, context=PlugIRSettings(**base_settings, arm=arm))
             queries = list(state.get("queries", []))
             queries += [queries[-1]] * (rounds + 1 - len(queries))  # a run that stopped early
             sims = gallery.embedder.embed_texts(queries) @ image_vectors.T
@@ -177,12 +174,12 @@ def run_ablation(
             bar.update(1)
         ranks = np.vstack(rank_rows)
         per_round = max(answered_rounds, 1)
-        recall = [recall_at({"greater": np.array(greater_rows)[:, t], "ties": np.array(tie_rows)[:, t]}, top_k)
-                  for t in range(rounds + 1)]
+        greater, ties = np.vstack(greater_rows), np.vstack(tie_rows)
         results["arms"][arm] = {
             "bri": bri(ranks),
-            f"hits@{top_k}": hits_at_k(ranks, top_k).tolist(),
-            f"recall@{top_k}": recall,
+            # Both tie-aware, so they agree at round 0 (Hits@K keeps each target's best round).
+            f"hits@{top_k}": hits_at_k(ranks, top_k, greater=greater, ties=ties).tolist(),
+            f"recall@{top_k}": recall_at_k(ranks, top_k, greater=greater, ties=ties).tolist(),
             "mean_rank": ranks.mean(axis=0).tolist(),
             "seconds_per_round": sum(node_seconds.values()) / per_round,
             "node_seconds_per_round": {n: node_seconds.get(n, 0.0) / per_round for n in NODES},
@@ -257,3 +254,11 @@ def _seed_everything(seed: int) -> None:
         torch.manual_seed(seed)
     except ImportError:  # pragma: no cover
         pass
+
+
+_OLD_NAMES = {"top_n": "candidate_k", "top_k": "shown_k"}
+
+
+def _renamed(settings: dict[str, Any]) -> dict[str, Any]:
+    """PlugIR settings under their current names (``top_n`` became ``candidate_k``)."""
+    return {_OLD_NAMES.get(key, key): value for key, value in settings.items()}

@@ -21,20 +21,21 @@ Text-to-Image Retrieval with Large Language Models: A Plug-and-Play Approach")::
 - ``ask``: ``interrupt()`` with the question and the current top-k; resume with
   ``Command(resume=answer)``. With an ``answerer`` (simulated user) the graph runs unattended.
 
-The ablation arms of the paper (ZS, CR, CR+RCE, CR+RCE+F) are configuration of this one graph:
-``config["configurable"]`` keys ``reformulate``, ``retrieval_context``, ``filter_questions`` (see
-:class:`PlugIRSettings` and :data:`ARMS`).
+The ablation arms of the paper (ZS, CR, CR+RCE, CR+RCE+F) are run settings of this one graph: the
+context keys ``reformulate``, ``retrieval_context``, ``filter_questions``, or ``arm`` to set all three
+(see :class:`PlugIRSettings` and :data:`ARMS`).
 
 Usage::
 
     from langgraph.types import Command
-    graph = build_interactive_retrieval_graph(Gallery.open("./my.gallery"), "openai:gpt-4o-mini",
-                                              checkpointer="sessions.sqlite")
-    config = {"configurable": {"thread_id": "s1", "max_rounds": 10}}
-    result = graph.invoke({"description": "a dog in the snow"}, config)
+    graph = build_plugir_graph(Gallery.open("./my.gallery"), llm="openai:gpt-4o-mini",
+                               checkpointer="sessions.sqlite")
+    config = {"configurable": {"thread_id": "s1"}}
+    context = {"max_rounds": 10, "shown_k": 10}
+    result = graph.invoke({"description": "a dog in the snow"}, config, context=context)
     while "__interrupt__" in result:
-        payload = result["__interrupt__"][0].value  # {"round", "question", "query", "top_k"}
-        result = graph.invoke(Command(resume=input(payload["question"] + " ")), config)
+        payload = result["__interrupt__"][0].value  # {"round", "question", "query", "shown"}
+        result = graph.invoke(Command(resume=input(payload["question"] + " ")), config, context=context)
 """
 
 from __future__ import annotations
@@ -45,15 +46,17 @@ import operator
 import re
 import sqlite3
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequence, TypedDict
+from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequence
 
 import numpy as np
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
 from langgraph.types import interrupt
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from pictrieve.agents.plugir.question_filter import (
     select_least_disruptive,
@@ -63,6 +66,8 @@ from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION, Turn, generate
 from pictrieve.agents.plugir.reformulator import concatenate_dialogue, reformulate
 from pictrieve.agents.plugir.retrieval_context import select_representatives
 from pictrieve.agents.plugir.simulated_user import Answerer
+from pictrieve.graphs.settings import RunSettings, SettingsError, require_positive, settings_of
+from pictrieve.vectorstore.hits import ImageHit, as_hit
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +80,7 @@ ARMS: dict[str, dict[str, bool]] = {
     "cr+rce": {"reformulate": True, "retrieval_context": True, "filter_questions": False},
     "cr+rce+f": {"reformulate": True, "retrieval_context": True, "filter_questions": True},
 }
-"""The paper's ablation arms (Table 13) as ``configurable`` flags of the same graph."""
+"""The paper's ablation arms (Table 13) as run settings of the same graph."""
 
 
 # --- the gallery seam ----------------------------------------------------------------------------
@@ -84,7 +89,7 @@ class GalleryLike(Protocol):
 
     embedder: Any  # .embed_texts(list[str]) -> (n, dim) float32 unit rows
 
-    def search_vector(self, vector: np.ndarray, k: int = 10) -> list[Any]: ...  # SearchHit-like
+    def search_vector(self, vector: np.ndarray, k: int = 10) -> list[ImageHit]: ...
 
     def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray: ...
 
@@ -95,47 +100,65 @@ Captioner = Callable[[Sequence[str]], list[str]]
 """``captions = captioner(image_paths)``: for candidates without a stored caption."""
 
 
+def resolve_captioner(choice: Captioner | str | None, gallery: GalleryLike) -> Captioner | None:
+    """The captioner PlugIR uses for candidates without a stored caption.
+
+    ``None`` or ``"none"``: none (file names stand in); ``"auto"``: the gallery's embedder describes
+    what it sees when it can (the offline embedders), else none; any other string: a captioner name
+    for :func:`pictrieve.tools.captioners.create_captioner` (``"offline"``, ``"blip:<model>"``); a
+    callable (paths -> captions) is used as is.
+    """
+    if choice is None or callable(choice):
+        return choice
+    if choice == "none" or (choice == "auto" and not hasattr(gallery.embedder, "describe")):
+        return None
+    from pictrieve.tools.captioners import caption_files, create_captioner
+
+    name = "offline" if choice == "auto" else choice
+    return caption_files(create_captioner(name, embedder=gallery.embedder))
+
+
 # --- state and settings --------------------------------------------------------------------------
-class Hit(TypedDict):
-    """A ranked gallery image, as kept in the state and shown to the user."""
-
-    id: str
-    path: str
-    score: float
-    rank: int
-    caption: str
-
-
 class Timing(TypedDict):
     round: int
     node: str
     seconds: float
 
 
-class PlugIRState(TypedDict, total=False):
-    """The graph state. Lists that grow round by round use ``operator.add`` reducers."""
+class PlugIRInput(TypedDict):
+    """What a session starts from: the user's first description of the photo (D_0)."""
 
-    description: str  # D_0, the user's initial description
+    description: str
+
+
+class PlugIROutput(TypedDict, total=False):
+    """What a caller reads back: the dialogue, the queries, what was shown and what was found."""
+
     dialogue: Annotated[list[Turn], operator.add]  # (Q_1, A_1), ..., (Q_t, A_t)
     round: int  # t: answers received so far
     query: str  # this round's retrieval query (reformulated caption or concatenation)
     queries: Annotated[list[str], operator.add]  # query of every round, index = round
-    candidates: list[Hit]  # top-n of this round's query
-    top_k: list[Hit]  # what the user sees
-    retrieval_context: list[str]  # RCE captions shown to the questioner
-    questions: list[str]  # this round's candidate questions
+    shown: list[ImageHit]  # the top images shown to the user this round
+    retrieval_context: list[str]  # RCE captions shown to the questioner this round
     question: str  # the question asked this round
-    found: Hit | None  # the image the user picked
+    found: ImageHit | None  # the image the user picked
     stopped: bool
     timings: Annotated[list[Timing], operator.add]
 
 
-@dataclass
-class PlugIRSettings:
-    """Per-run settings, read from ``config["configurable"]`` (unknown keys are ignored)."""
+class PlugIRState(PlugIRInput, PlugIROutput, total=False):
+    """The graph state. Lists that grow round by round use ``operator.add`` reducers."""
 
-    top_k: int = 10  # images shown per round
-    top_n: int | None = None  # retrieval candidates; None = max(20, 1% of the gallery)
+    candidates: list[ImageHit]  # top-n of this round's query
+    questions: list[str]  # this round's candidate questions
+
+
+@dataclass
+class PlugIRSettings(RunSettings):
+    """Run settings of :func:`build_plugir_graph` (LangGraph context). ``arm`` sets the three flags."""
+
+    shown_k: int = 10  # images shown per round
+    candidate_k: int | None = None  # retrieval candidates; None = max(20, 1% of the gallery)
     clusters: int = 10  # m in Algorithm 1
     questions_per_round: int = 5  # q_n
     max_rounds: int = 10  # question budget T
@@ -145,25 +168,24 @@ class PlugIRSettings:
     retrieval_context: bool = True  # RCE (grounded questioner)
     filter_questions: bool = True  # F
     seed: int = 0
+    arm: str | None = None  # "zs", "cr", "cr+rce" or "cr+rce+f": overrides the three flags above
 
-    @classmethod
-    def from_config(cls, config: RunnableConfig | None) -> "PlugIRSettings":
-        configurable = dict((config or {}).get("configurable", {}) or {})
-        arm = configurable.get("arm")
-        if arm is not None:
-            if arm not in ARMS:
-                raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
-            configurable = {**ARMS[arm], **configurable}
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in configurable.items() if k in names})
+    def validate(self) -> None:
+        require_positive(self, "shown_k", "candidate_k", "clusters", "questions_per_round", "filter_attempts",
+                         "reformulation_max_tokens")
+        if not isinstance(self.max_rounds, int) or self.max_rounds < 0:
+            raise SettingsError(f"max_rounds must be a whole number >= 0, got {self.max_rounds!r}")
+        if self.arm is not None:
+            if self.arm not in ARMS:
+                raise SettingsError(f"unknown arm {self.arm!r}; choose from {', '.join(ARMS)}")
+            for flag, value in ARMS[self.arm].items():
+                setattr(self, flag, value)
 
     def candidate_count(self, gallery_size: int) -> int:
-        if self.top_n:
-            return max(1, int(self.top_n))
+        if self.candidate_k:
+            return max(1, int(self.candidate_k))
         return max(MIN_CANDIDATES, math.ceil(CANDIDATE_FRACTION * gallery_size))
 
-    def as_configurable(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # --- user replies --------------------------------------------------------------------------------
@@ -171,8 +193,8 @@ _FOUND = re.compile(r"^\s*(?:found|select|pick|it'?s)\s*#?\s*(\S+)?\s*$", re.I)
 _STOP = {"stop", "quit", "exit", "q", "done", "give up"}
 
 
-def parse_reply(reply: Any, top_k: Sequence[Hit]) -> dict[str, Any]:
-    """Turn a resume value into ``{"answer": str}``, ``{"found": Hit}`` or ``{"stop": True}``.
+def parse_reply(reply: Any, shown: Sequence[ImageHit]) -> dict[str, Any]:
+    """Turn a resume value into ``{"answer": str}``, ``{"found": ImageHit}`` or ``{"stop": True}``.
 
     Accepts a string (``"found 3"`` = the 3rd shown image, or an image id; ``"stop"``; anything
     else is an answer) or a mapping with ``answer`` / ``found`` / ``stop`` keys.
@@ -181,63 +203,69 @@ def parse_reply(reply: Any, top_k: Sequence[Hit]) -> dict[str, Any]:
         if reply.get("stop"):
             return {"stop": True}
         if reply.get("found") is not None:
-            return _found(str(reply["found"]), top_k)
+            return _found(str(reply["found"]), shown)
         reply = reply.get("answer", "")
     text = str(reply or "").strip()
     if text.lower() in _STOP:
         return {"stop": True}
     match = _FOUND.match(text)
     if match and text.lower().split()[0] in {"found", "select", "pick"}:
-        return _found(match.group(1) or "1", top_k)
+        return _found(match.group(1) or "1", shown)
     return {"answer": text or "unknown"}
 
 
-def _found(token: str, top_k: Sequence[Hit]) -> dict[str, Any]:
-    for hit in top_k:
-        if hit["id"] == token:
+def _found(token: str, shown: Sequence[ImageHit]) -> dict[str, Any]:
+    shown = [as_hit(hit) for hit in shown]
+    for hit in shown:
+        if hit.id == token:
             return {"found": hit}
-    if token.isdigit() and 1 <= int(token) <= len(top_k):
-        return {"found": top_k[int(token) - 1]}
+    if token.isdigit() and 1 <= int(token) <= len(shown):
+        return {"found": shown[int(token) - 1]}
     # Not one of the shown images: record the pick as given rather than failing the session.
     logger.warning("'found %s' matches no shown image; ending with it recorded as given", token)
-    return {"found": Hit(id=token, path="", score=float("nan"), rank=0, caption="")}
+    return {"found": ImageHit(id=token)}
 
 
 # --- the graph -----------------------------------------------------------------------------------
-def build_interactive_retrieval_graph(
-    gallery: GalleryLike,
-    llm: BaseChatModel | str | None = None,
+def build_plugir_graph(
+    index: GalleryLike,
     *,
-    answerer: Answerer | None = None,
+    llm: BaseChatModel | str | None = None,
     checkpointer: Any = None,
-    captioner: Captioner | None = None,
+    name: str = "plugir",
+    answerer: Answerer | None = None,
+    captioner: Captioner | str | None = None,
     base_url: str | None = None,
-):
-    """Compile the PlugIR graph over ``gallery``.
+) -> CompiledStateGraph:
+    """Compile the PlugIR graph over ``index``.
 
     Args:
-        gallery: a :class:`~pictrieve.vectorstore.gallery.Gallery` (or anything with
+        index: the :class:`~pictrieve.vectorstore.gallery.Gallery` searched (or anything with
             ``embedder``, ``search_vector``, ``embeddings`` and ``count``).
         llm: a LangChain chat model or a name for
             :func:`pictrieve.tools.chat_models.create_chat_model` (default: the offline model).
         answerer: ``(question, state) -> answer``; when given the graph never interrupts
             (simulated user). Without it, ``ask`` pauses with ``interrupt()``.
         checkpointer: a LangGraph checkpointer, or a path to a SQLite file
-            (:func:`sqlite_checkpointer`). Needed for interrupts; ``None`` with no answerer
-            uses an in-memory saver.
-        captioner: captions for candidate images that have none (else the file name is used).
+            (:func:`sqlite_checkpointer`). Needed for ``interrupt()`` to pause a session; none is
+            made implicitly (the LangGraph server brings its own).
+        name: the compiled graph's name.
+        captioner: captions for candidate images that have none (else the file name is used):
+            a callable or a name, see :func:`resolve_captioner` (``"auto"`` is what the CLI uses).
     """
     from pictrieve.tools.chat_models import create_chat_model
 
+    gallery = index
     chat = create_chat_model(llm, base_url=base_url)
-    embedder = gallery.embedder
+    captioner = resolve_captioner(captioner, gallery)
+    vectors_of = _CandidateVectors(gallery)
 
     def timed(name: str, state: PlugIRState, started: float) -> list[Timing]:
         return [Timing(round=state.get("round", 0), node=name, seconds=time.perf_counter() - started)]
 
-    def reformulate_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+    def reformulate_node(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> dict[str, Any]:
         started = time.perf_counter()
-        settings = PlugIRSettings.from_config(config)
+        settings = settings_of(runtime, PlugIRSettings)
         dialogue = state.get("dialogue", [])
         description = state["description"]
         if not dialogue:
@@ -249,49 +277,48 @@ def build_interactive_retrieval_graph(
             query = concatenate_dialogue(description, dialogue)
         return {"query": query, "queries": [query], "timings": timed("reformulation", state, started)}
 
-    def retrieve_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+    def retrieve_node(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> dict[str, Any]:
         started = time.perf_counter()
-        settings = PlugIRSettings.from_config(config)
+        settings = settings_of(runtime, PlugIRSettings)
         n = settings.candidate_count(gallery.count())
-        vector = embedder.embed_texts([state["query"]])[0]
-        hits = gallery.search_vector(vector, k=max(n, settings.top_k))
-        candidates = [_to_hit(h, i) for i, h in enumerate(hits)]
+        vector = gallery.embedder.embed_texts([state["query"]])[0]
+        candidates = gallery.search_vector(vector, k=max(n, settings.shown_k))
         return {
             "candidates": candidates[:n],
-            "top_k": candidates[: settings.top_k],
+            "shown": candidates[: settings.shown_k],
             "timings": timed("retrieval", state, started),
         }
 
-    def extract_context_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+    def extract_context_node(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> dict[str, Any]:
         started = time.perf_counter()
-        settings = PlugIRSettings.from_config(config)
+        settings = settings_of(runtime, PlugIRSettings)
         if not settings.retrieval_context:
             return {"retrieval_context": []}
-        candidates = state.get("candidates", [])
+        candidates = [as_hit(c) for c in state.get("candidates", [])]
         if not candidates:
             return {"retrieval_context": [], "timings": timed("rce", state, started)}
         captions, described = _fill_captions(candidates, captioner)
-        image_vectors = gallery.embeddings([c["id"] for c in candidates])
+        image_vectors = vectors_of(candidates)
         probes = np.array(image_vectors, dtype=np.float64, copy=True)
         if described:  # the authors probe with each candidate's caption embedding
-            probes[described] = embedder.embed_texts([captions[i] for i in described])
+            probes[described] = gallery.embedder.embed_texts([captions[i] for i in described])
         chosen = select_representatives(image_vectors, probes, clusters=settings.clusters,
                                         seed=settings.seed)
         return {"retrieval_context": [captions[i] for i in chosen],
                 "timings": timed("rce", state, started)}
 
-    def generate_questions_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+    def generate_questions_node(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> dict[str, Any]:
         started = time.perf_counter()
-        settings = PlugIRSettings.from_config(config)
+        settings = settings_of(runtime, PlugIRSettings)
         # Without the filter the first well-formed question is asked (the authors' arms without
         # selection ask their first sample); sampling q_n at once, in one batch, is how we retry
         # when a small model's first sample is malformed or repeats an earlier question.
         questions = _ask_for_questions(state, settings, settings.questions_per_round)
         return {"questions": questions, "timings": timed("questioner", state, started)}
 
-    def filter_and_select_node(state: PlugIRState, config: RunnableConfig) -> dict[str, Any]:
+    def filter_and_select_node(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> dict[str, Any]:
         started = time.perf_counter()
-        settings = PlugIRSettings.from_config(config)
+        settings = settings_of(runtime, PlugIRSettings)
         questions = list(state.get("questions") or [])
         if not settings.filter_questions:
             question = questions[0] if questions else FALLBACK_QUESTION
@@ -311,22 +338,22 @@ def build_interactive_retrieval_graph(
             kept = questions or [FALLBACK_QUESTION]
         question = kept[0]
         if len(kept) > 1 and state.get("candidates"):
-            candidates = state["candidates"]
-            vectors = gallery.embeddings([c["id"] for c in candidates])
-            context_scores = np.array([c["score"] for c in candidates])
-            extended = embedder.embed_texts([f"{context}, {q}" for q in kept])
+            candidates = [as_hit(c) for c in state["candidates"]]
+            vectors = vectors_of(candidates)  # fetched once per round, shared with RCE
+            context_scores = np.array([c.score for c in candidates])
+            extended = gallery.embedder.embed_texts([f"{context}, {q}" for q in kept])
             question = kept[select_least_disruptive(context_scores, extended @ vectors.T)]
         return {"question": question, "timings": timed("filter", state, started)}
 
     def ask_node(state: PlugIRState) -> dict[str, Any]:
         question = state.get("question") or FALLBACK_QUESTION
-        top_k = state.get("top_k", [])
+        shown = [as_hit(h) for h in state.get("shown", [])]
         if answerer is not None:
             reply: Any = answerer(question, state)
         else:
             reply = interrupt({"round": state.get("round", 0) + 1, "question": question,
-                               "query": state.get("query", ""), "top_k": top_k})
-        parsed = parse_reply(reply, top_k)
+                               "query": state.get("query", ""), "shown": [h.to_json() for h in shown]})
+        parsed = parse_reply(reply, shown)
         if "stop" in parsed:
             return {"stopped": True}
         if "found" in parsed:
@@ -347,14 +374,15 @@ def build_interactive_retrieval_graph(
         logger.warning("questioner failed twice; asking the fallback question")
         return [FALLBACK_QUESTION]
 
-    def after_retrieve(state: PlugIRState, config: RunnableConfig) -> Literal["extract_context", "__end__"]:
-        settings = PlugIRSettings.from_config(config)
+    def after_retrieve(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> Literal["extract_context", "__end__"]:
+        settings = settings_of(runtime, PlugIRSettings)
         return END if state.get("round", 0) >= settings.max_rounds else "extract_context"
 
     def after_ask(state: PlugIRState) -> Literal["reformulate", "__end__"]:
         return END if state.get("stopped") else "reformulate"
 
-    builder = StateGraph(PlugIRState)
+    builder = StateGraph(PlugIRState, context_schema=PlugIRSettings, input_schema=PlugIRInput,
+                         output_schema=PlugIROutput)
     builder.add_node("reformulate", reformulate_node)
     builder.add_node("retrieve", retrieve_node)
     builder.add_node("extract_context", extract_context_node)
@@ -371,11 +399,7 @@ def build_interactive_retrieval_graph(
 
     if isinstance(checkpointer, (str, Path)):
         checkpointer = sqlite_checkpointer(checkpointer)
-    elif checkpointer is None and answerer is None:
-        from langgraph.checkpoint.memory import InMemorySaver
-
-        checkpointer = InMemorySaver()
-    return builder.compile(checkpointer=checkpointer, name="plugir_interactive_retrieval")
+    return builder.compile(checkpointer=checkpointer, name=name)
 
 
 def sqlite_checkpointer(path: str | Path):
@@ -387,27 +411,43 @@ def sqlite_checkpointer(path: str | Path):
     return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
 
 
-def _to_hit(hit: Any, index: int) -> Hit:
-    get = hit.get if isinstance(hit, Mapping) else lambda k, d=None: getattr(hit, k, d)
-    captions = get("captions") or []
-    return Hit(id=str(get("id")), path=str(get("path", "") or ""), score=float(get("score")),
-               rank=int(get("rank") or index + 1), caption=str(captions[0]) if captions else "")
+class _CandidateVectors:
+    """Stored vectors of a round's candidates, fetched once and shared by RCE and the filter.
+
+    Keyed by the candidates' ids, so concurrent sessions never see each other's rows; only the last
+    few rounds are kept.
+    """
+
+    def __init__(self, gallery: GalleryLike, keep: int = 8) -> None:
+        self.gallery = gallery
+        self.keep = keep
+        self._rows: dict[tuple[str, ...], np.ndarray] = {}
+
+    def __call__(self, candidates: Sequence[ImageHit]) -> np.ndarray:
+        key = tuple(c.id for c in candidates)
+        rows = self._rows.get(key)
+        if rows is None:
+            rows = self.gallery.embeddings(list(key))
+            self._rows[key] = rows
+            while len(self._rows) > self.keep:
+                self._rows.pop(next(iter(self._rows)))
+        return rows
 
 
-def _fill_captions(candidates: Sequence[Hit], captioner: Captioner | None) -> tuple[list[str], list[int]]:
+def _fill_captions(candidates: Sequence[ImageHit], captioner: Captioner | None) -> tuple[list[str], list[int]]:
     """Captions for every candidate, and the indices whose caption describes the image.
 
     Stored captions come first, then the captioner's; file names fill the rest but are not used
     as RCE probes (those candidates are probed with their image vector).
     """
-    captions = [c["caption"] for c in candidates]
+    captions = [c.caption for c in candidates]
     missing = [i for i, c in enumerate(captions) if not c]
     if missing and captioner is not None:
-        for i, text in zip(missing, captioner([candidates[i]["path"] for i in missing])):
+        for i, text in zip(missing, captioner([candidates[i].path for i in missing])):
             captions[i] = text
     described = [i for i, text in enumerate(captions) if text]
     for i in missing:
         if not captions[i]:
             # Deliberate difference: without a captioner we describe the image by its file name.
-            captions[i] = Path(candidates[i]["path"] or candidates[i]["id"]).stem.replace("_", " ")
+            captions[i] = Path(candidates[i].path or candidates[i].id).stem.replace("_", " ")
     return captions, described

@@ -95,3 +95,11 @@ register_method(Method(
     description="Plain search by text or example image (cosine similarity in the gallery's embedder space).",
     example_input={"query": "two dogs playing in the snow"},
 ))
+register_method(Method(
+    name="plugir",
+    builder="pictrieve.graphs.interactive_retrieval:build_plugir_graph",
+    settings="pictrieve.graphs.interactive_retrieval:PlugIRSettings",
+    description="PlugIR interactive retrieval: asks one question per round, pausing with interrupt() for the answer.",
+    needs=("llm",),
+    example_input={"description": "a dog running in the snow"},
+))

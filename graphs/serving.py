@@ -96,6 +96,11 @@ def search(config: RunnableConfig) -> CompiledStateGraph:
     return build_served("search", config)
 
 
+def plugir(config: RunnableConfig) -> CompiledStateGraph:
+    """PlugIR: one question per round; resume the thread with the user's answer."""
+    return build_served("plugir", config, llm=llm_for(config), captioner="auto")
+
+
 # --- a langgraph.json for an installed package ---------------------------------------------------
 
 

@@ -8,7 +8,6 @@ about retrieval quality.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -16,6 +15,8 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
+
+from pictrieve.vectorstore.hits import ImageHit
 
 DIM = 16
 
@@ -40,13 +41,6 @@ class BagOfWordsEmbedder:
         return np.asarray(rows, dtype=np.float32)
 
 
-@dataclass
-class FakeHit:
-    id: str
-    path: str
-    score: float
-    rank: int
-    captions: list[str]
 
 
 class FakeGallery:
@@ -73,8 +67,8 @@ class FakeGallery:
     def search_vector(self, vector, k=10):
         scores = self.vectors @ np.asarray(vector, dtype=np.float32)
         order = np.argsort(-scores, kind="stable")[:k]
-        return [FakeHit(self._ids[i], f"/photos/{self._ids[i]}.jpg", float(scores[i]), r + 1,
-                        [self.captions[i]]) for r, i in enumerate(order)]
+        return [ImageHit(id=self._ids[i], path=f"/photos/{self._ids[i]}.jpg", score=float(scores[i]), rank=r + 1,
+                         captions=[self.captions[i]]) for r, i in enumerate(order)]
 
 
 COLORS = ["red", "blue", "green", "white", "black", "brown"]

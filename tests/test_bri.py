@@ -47,3 +47,16 @@ def test_bad_input_is_rejected():
         bri(np.array([[3]]))  # no round after round 0
     with pytest.raises(ValueError):
         bri(np.array([[0, 1]]))  # ranks are 1-based
+
+
+def test_hits_and_recall_agree_at_round_zero_with_ties():
+    """A target tied with 9 others just past 5 better images: each is a 50% chance of the top 10."""
+    from pictrieve.evaluation.bri import hits_at_k, recall_at_k
+
+    greater = np.array([[5, 0, 20], [0, 12, 12]])
+    ties = np.array([[9, 0, 0], [0, 0, 0]])
+    ranks = 1 + greater + ties / 2
+    assert recall_at_k(ranks, 10, greater=greater, ties=ties).tolist() == [0.75, 0.5, 0.0]
+    hits = hits_at_k(ranks, 10, greater=greater, ties=ties)
+    assert hits[0] == 0.75  # the same as Recall@10 at round 0
+    assert hits.tolist() == [0.75, 1.0, 1.0]  # best round so far

@@ -80,7 +80,8 @@ def server(tmp_path_factory, tiny_clip_name):
     config = root / "langgraph.json"
     config.write_text(json.dumps(spec))
     env = {**os.environ, "PICTRIEVE_GALLERY": str(root / "g.gallery"), "PICTRIEVE_CACHE": str(root / "cache"),
-           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1"}
+           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1",
+           "OPENAI_API_KEY": "test-key-for-a-local-fake"}
     process, url = _start(config, env, root)
     yield {"url": url, "gallery": gallery, "photos": photos}
     process.terminate()
@@ -103,3 +104,40 @@ def test_search_over_the_server_matches_the_library(server):
     target = str(server["photos"] / "img4.png")
     by_image = client.runs.wait(None, "search", input={"image": target}, context={"k": 1})
     assert by_image["hits"][0]["path"] == target
+
+
+def _scripted_replies(messages):
+    """What the fake OpenAI endpoint says, by the kind of PlugIR prompt it receives (control flow only)."""
+    system = str(messages[0].get("content", "")) if messages else ""
+    if "Uncertain" in system:
+        return "Uncertain"
+    if "[New Caption]" in system:
+        return "a red square on a white wall"
+    return "What colour is the square?"
+
+
+def test_plugir_round_pauses_for_the_answer_and_resumes_over_the_server(server, tmp_path):
+    """One PlugIR round through the real server: the question arrives as an interrupt, the answer
+    resumes the thread from the server's own checkpointer, and the next round's query uses it."""
+    from langgraph_sdk import get_sync_client
+
+    from openai_fake import OpenAIFake
+
+    client = get_sync_client(url=server["url"])
+    with OpenAIFake(_scripted_replies) as fake:
+        assistant = client.assistants.create(
+            "plugir", config={"configurable": {"llm": "openai:fake-model", "base_url": fake.base_url}})
+        thread = client.threads.create()
+        context = {"max_rounds": 2, "candidate_k": 6, "clusters": 2, "shown_k": 3, "questions_per_round": 2}
+        client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                         input={"description": "a square"}, context=context)
+        state = client.threads.get_state(thread["thread_id"])
+        (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
+        payload = pending["value"]
+        assert payload["round"] == 1 and payload["question"] == "What colour is the square?"
+        assert len(payload["shown"]) == 3 and payload["shown"][0]["rank"] == 1
+        result = client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                                  command={"resume": "red"}, context=context)
+    assert result["dialogue"] == [{"question": "What colour is the square?", "answer": "red"}]
+    assert result["queries"] == ["a square", "a red square on a white wall"]
+    assert any(r["path"].endswith("/chat/completions") for r in fake.requests)

@@ -115,11 +115,12 @@ def test_prompts_load_and_fill_every_placeholder(name):
 
 def test_captioned_candidates_are_probed_but_file_names_are_not():
     from pictrieve.graphs.interactive_retrieval import _fill_captions
+    from pictrieve.vectorstore.hits import ImageHit
 
     hits = [
-        {"id": "a", "path": "/p/dog_on_grass.jpg", "score": 0.9, "rank": 1, "caption": "a dog on grass"},
-        {"id": "b", "path": "/p/IMG_0042.jpg", "score": 0.8, "rank": 2, "caption": ""},
-        {"id": "c", "path": "/p/beach_day.jpg", "score": 0.7, "rank": 3, "caption": ""},
+        ImageHit(id="a", path="/p/dog_on_grass.jpg", score=0.9, rank=1, captions=["a dog on grass"]),
+        ImageHit(id="b", path="/p/IMG_0042.jpg", score=0.8, rank=2),
+        ImageHit(id="c", path="/p/beach_day.jpg", score=0.7, rank=3),
     ]
     captions, described = _fill_captions(hits, lambda paths: ["a photo of a beach" if "beach" in p else "" for p in paths])
     assert captions == ["a dog on grass", "IMG 0042", "a photo of a beach"]

@@ -19,7 +19,7 @@ def test_one_real_round_with_offline_models():
 
     from pictrieve.agents.plugir.simulated_user import CaptionAnswerer
     from pictrieve.evaluation.interactive import open_eval_gallery
-    from pictrieve.graphs.interactive_retrieval import build_interactive_retrieval_graph
+    from pictrieve.graphs.interactive_retrieval import build_plugir_graph
     from pictrieve.tools.chat_models import create_chat_model
 
     torch.manual_seed(0)
@@ -27,16 +27,15 @@ def test_one_real_round_with_offline_models():
     assert gallery.count() == 100
     target, texts = sorted(captions.items())[7]
     llm = create_chat_model("offline")
-    graph = build_interactive_retrieval_graph(gallery, llm, answerer=CaptionAnswerer(llm, texts[1:]))
+    graph = build_plugir_graph(gallery, llm=llm, answerer=CaptionAnswerer(llm, texts[1:]))
     state = graph.invoke(
         {"description": texts[0]},
-        {"configurable": {"max_rounds": 1, "questions_per_round": 3, "filter_attempts": 1,
-                          "reformulation_max_tokens": 96}},
+        context={"max_rounds": 1, "questions_per_round": 3, "filter_attempts": 1, "reformulation_max_tokens": 96},
     )
     assert len(state["queries"]) == 2 and state["queries"][0] == texts[0]
     (turn,) = state["dialogue"]
     assert turn["question"].endswith("?") and turn["answer"]
-    assert len(state["top_k"]) == 10 and all(Path(h["path"]).is_file() for h in state["top_k"])
+    assert len(state["shown"]) == 10 and all(Path(h.path).is_file() for h in state["shown"])
     assert 1 <= len(state["retrieval_context"]) <= 10
     assert {t["node"] for t in state["timings"]} == {"reformulation", "retrieval", "rce",
                                                      "questioner", "filter"}

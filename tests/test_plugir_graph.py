@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -17,7 +18,7 @@ from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION  # noqa: E402
 from pictrieve.graphs.interactive_retrieval import (  # noqa: E402
     ARMS,
     PlugIRSettings,
-    build_interactive_retrieval_graph,
+    build_plugir_graph,
     parse_reply,
     sqlite_checkpointer,
 )
@@ -27,7 +28,18 @@ QUESTIONS = ["What color is the dog?", "Where is the dog running?", "Is the dog 
 
 
 def config(thread: str, **settings):
-    return {"configurable": {"thread_id": thread, "top_n": 20, "clusters": 4, **settings}}
+    """A run config with its thread and the run settings (LangGraph context) that go with it."""
+    return {"configurable": {"thread_id": thread}, "context": {"candidate_k": 20, "clusters": 4, **settings}}
+
+
+def run(graph, value, cfg):
+    return graph.invoke(value, {"configurable": cfg["configurable"]}, context=cfg["context"])
+
+
+def build(gallery, llm, **kwargs):
+    """The graph with an in-memory checkpointer (interrupts need one; none is made implicitly)."""
+    kwargs.setdefault("checkpointer", InMemorySaver())
+    return build_plugir_graph(gallery, llm=llm, **kwargs)
 
 
 def pending(result):
@@ -37,13 +49,13 @@ def pending(result):
 
 def test_interrupt_carries_question_and_top_k_then_resume_adds_turn():
     llm = ScriptedChatModel(questions=QUESTIONS)
-    graph = build_interactive_retrieval_graph(make_gallery(), llm)
-    cfg = config("resume", top_k=5)
-    first = pending(graph.invoke({"description": "a dog in the snow"}, cfg))
+    graph = build(make_gallery(), llm)
+    cfg = config("resume", shown_k=5)
+    first = pending(run(graph, {"description": "a dog in the snow"}, cfg))
     assert first["round"] == 1 and first["question"] in QUESTIONS
-    assert len(first["top_k"]) == 5 and [h["rank"] for h in first["top_k"]] == [1, 2, 3, 4, 5]
+    assert len(first["shown"]) == 5 and [h["rank"] for h in first["shown"]] == [1, 2, 3, 4, 5]
 
-    result = graph.invoke(Command(resume="brown"), cfg)
+    result = run(graph, Command(resume="brown"), cfg)
     second = pending(result)
     assert second["round"] == 2
     assert result["dialogue"] == [{"question": first["question"], "answer": "brown"}]
@@ -52,25 +64,24 @@ def test_interrupt_carries_question_and_top_k_then_resume_adds_turn():
 
 
 def test_found_ends_with_the_picked_image_and_stop_ends_without():
-    graph = build_interactive_retrieval_graph(make_gallery(), ScriptedChatModel(questions=QUESTIONS))
+    graph = build(make_gallery(), ScriptedChatModel(questions=QUESTIONS))
     cfg = config("found")
-    shown = pending(graph.invoke({"description": "a dog in the snow"}, cfg))["top_k"]
-    result = graph.invoke(Command(resume="found 2"), cfg)
-    assert pending(result) is None and result["found"] == shown[1] and result["stopped"]
+    shown = pending(run(graph, {"description": "a dog in the snow"}, cfg))["shown"]
+    result = run(graph, Command(resume="found 2"), cfg)
+    assert pending(result) is None and result["found"].to_json() == shown[1] and result["stopped"]
 
     cfg = config("stop")
-    graph.invoke({"description": "a dog in the snow"}, cfg)
-    result = graph.invoke(Command(resume="stop"), cfg)
+    run(graph, {"description": "a dog in the snow"}, cfg)
+    result = run(graph, Command(resume="stop"), cfg)
     assert pending(result) is None and result["stopped"] and not result.get("found")
 
 
 def test_budget_ends_after_last_retrieval_with_an_answerer():
     asked = []
-    graph = build_interactive_retrieval_graph(
-        make_gallery(), ScriptedChatModel(questions=QUESTIONS),
+    graph = build(make_gallery(), ScriptedChatModel(questions=QUESTIONS),
         answerer=lambda q, state: asked.append(q) or "brown",
     )
-    result = graph.invoke({"description": "a dog in the snow"}, config("budget", max_rounds=3))
+    result = run(graph, {"description": "a dog in the snow"}, config("budget", max_rounds=3))
     assert "__interrupt__" not in result
     assert result["round"] == 3 and len(asked) == 3
     assert len(result["queries"]) == 4  # rounds 0..T each have a query and a ranking
@@ -81,14 +92,14 @@ def test_budget_ends_after_last_retrieval_with_an_answerer():
 def test_session_survives_restart_with_sqlite_checkpoint(tmp_path):
     db = tmp_path / "sessions.sqlite"
     cfg = config("persisted")
-    graph = build_interactive_retrieval_graph(make_gallery(), ScriptedChatModel(questions=QUESTIONS),
+    graph = build(make_gallery(), ScriptedChatModel(questions=QUESTIONS),
                                               checkpointer=sqlite_checkpointer(db))
-    question = pending(graph.invoke({"description": "a dog in the snow"}, cfg))["question"]
+    question = pending(run(graph, {"description": "a dog in the snow"}, cfg))["question"]
     del graph
 
-    reopened = build_interactive_retrieval_graph(make_gallery(), ScriptedChatModel(questions=QUESTIONS),
+    reopened = build(make_gallery(), ScriptedChatModel(questions=QUESTIONS),
                                                  checkpointer=db)  # a path works too
-    result = reopened.invoke(Command(resume="brown"), cfg)
+    result = run(reopened, Command(resume="brown"), cfg)
     assert result["dialogue"] == [{"question": question, "answer": "brown"}]
     assert pending(result)["round"] == 2
 
@@ -96,8 +107,8 @@ def test_session_survives_restart_with_sqlite_checkpoint(tmp_path):
 @pytest.mark.parametrize("arm", list(ARMS))
 def test_arms_are_configuration_of_one_graph(arm):
     llm = ScriptedChatModel(questions=QUESTIONS)
-    graph = build_interactive_retrieval_graph(make_gallery(), llm, answerer=lambda q, s: "brown")
-    result = graph.invoke({"description": "a dog in the snow"}, config(arm, arm=arm, max_rounds=2))
+    graph = build(make_gallery(), llm, answerer=lambda q, s: "brown")
+    result = run(graph, {"description": "a dog in the snow"}, config(arm, arm=arm, max_rounds=2))
     flags = ARMS[arm]
     question_prompts = [p for k, p, _ in llm.calls if k == "questioner"]
     grounded = ["[Retrieval Candidates]" in p.split("### ")[0] and "0. a " in p for p in question_prompts]
@@ -113,15 +124,15 @@ def test_arms_are_configuration_of_one_graph(arm):
 
 def test_malformed_questioner_output_falls_back_without_crashing():
     llm = ScriptedChatModel(questions=["", "the dog is nice and the snow is white and " * 5])
-    graph = build_interactive_retrieval_graph(make_gallery(), llm)
-    question = pending(graph.invoke({"description": "a dog in the snow"}, config("bad")))["question"]
+    graph = build(make_gallery(), llm)
+    question = pending(run(graph, {"description": "a dog in the snow"}, config("bad")))["question"]
     assert question == FALLBACK_QUESTION
 
 
 def test_run_on_question_is_cut_at_the_question_mark():
     llm = ScriptedChatModel(questions=["Question: what breed is the dog? Explanation: candidates 1"])
-    graph = build_interactive_retrieval_graph(make_gallery(), llm)
-    payload = pending(graph.invoke({"description": "a dog in the snow"},
+    graph = build(make_gallery(), llm)
+    payload = pending(run(graph, {"description": "a dog in the snow"},
                                    config("runon", filter_questions=False)))
     assert payload["question"] == "What breed is the dog?"
 
@@ -129,8 +140,8 @@ def test_run_on_question_is_cut_at_the_question_mark():
 def test_filter_regenerates_when_everything_is_answerable_then_falls_back():
     many = [f"{q[:-1]} number {i}?" for i in range(3) for q in QUESTIONS]
     llm = ScriptedChatModel(questions=many, filter_answer="In the snow.")
-    graph = build_interactive_retrieval_graph(make_gallery(), llm)
-    payload = pending(graph.invoke({"description": "a dog in the snow"},
+    graph = build(make_gallery(), llm)
+    payload = pending(run(graph, {"description": "a dog in the snow"},
                                    config("filter", filter_attempts=3)))
     assert llm.kinds().count("filter") == 15  # 3 attempts x 5 fresh questions
     assert payload["question"] in many[:5]  # fallback: the unfiltered first batch
@@ -138,8 +149,8 @@ def test_filter_regenerates_when_everything_is_answerable_then_falls_back():
 
 def test_paraphrase_when_reformulation_repeats_last_query():
     llm = ScriptedChatModel(questions=QUESTIONS)
-    graph = build_interactive_retrieval_graph(make_gallery(), llm, answerer=lambda q, s: "brown")
-    result = graph.invoke({"description": "a dog in the snow"}, config("para", max_rounds=2))
+    graph = build(make_gallery(), llm, answerer=lambda q, s: "brown")
+    result = run(graph, {"description": "a dog in the snow"}, config("para", max_rounds=2))
     # round 1 rewrites to "a brown dog in the snow"; round 2 gives the same text -> paraphrased
     assert result["queries"][1:] == ["a brown dog in the snow", "a dog with brown fur in snow"]
     params = [kw for k, _, kw in llm.calls if k == "paraphrase"][0]
@@ -148,8 +159,8 @@ def test_paraphrase_when_reformulation_repeats_last_query():
 
 def test_sampling_settings_follow_the_paper():
     llm = ScriptedChatModel(questions=QUESTIONS)
-    graph = build_interactive_retrieval_graph(make_gallery(), llm, answerer=lambda q, s: "brown")
-    graph.invoke({"description": "a dog in the snow"}, config("params", max_rounds=1))
+    graph = build(make_gallery(), llm, answerer=lambda q, s: "brown")
+    run(graph, {"description": "a dog in the snow"}, config("params", max_rounds=1))
     by_kind = {k: kw for k, _, kw in llm.calls}
     assert by_kind["questioner"]["temperature"] == 0.7 and by_kind["questioner"]["max_tokens"] == 32
     assert by_kind["filter"] == {"temperature": 0.0, "max_tokens": 10}
@@ -157,17 +168,30 @@ def test_sampling_settings_follow_the_paper():
 
 
 def test_parse_reply_and_settings():
-    top = [{"id": "a", "path": "", "score": 1.0, "rank": 1, "caption": ""},
-           {"id": "b", "path": "", "score": 0.5, "rank": 2, "caption": ""}]
-    assert parse_reply("found 2", top)["found"]["id"] == "b"
-    assert parse_reply("found b", top)["found"]["id"] == "b"
-    assert parse_reply({"found": "a"}, top)["found"]["id"] == "a"
+    top = [{"id": "a", "path": "", "score": 1.0, "rank": 1},  # JSON hits, as a client sends them back
+           {"id": "b", "path": "", "score": 0.5, "rank": 2}]
+    assert parse_reply("found 2", top)["found"].id == "b"
+    assert parse_reply("found b", top)["found"].id == "b"
+    assert parse_reply({"found": "a"}, top)["found"].id == "a"
+    unknown = parse_reply("found zz", top)["found"]
+    assert unknown.id == "zz" and unknown.path == "" and unknown.score == 0.0
     assert parse_reply("STOP", top) == {"stop": True}
     assert parse_reply("it is found in a park", top) == {"answer": "it is found in a park"}
     assert parse_reply("", top) == {"answer": "unknown"}
     assert PlugIRSettings().candidate_count(500) == 20
     assert PlugIRSettings().candidate_count(30_000) == 300  # ~1% of the gallery
-    settings = PlugIRSettings.from_config({"configurable": {"arm": "cr", "max_rounds": 4}})
+    settings = PlugIRSettings.coerce({"arm": "cr", "max_rounds": 4})
     assert (settings.reformulate, settings.retrieval_context, settings.max_rounds) == (True, False, 4)
-    with pytest.raises(ValueError):
-        PlugIRSettings.from_config({"configurable": {"arm": "nope"}})
+    with pytest.raises(ValueError, match="unknown arm"):
+        PlugIRSettings(arm="nope")
+    with pytest.raises(ValueError, match="shown_k"):
+        PlugIRSettings(shown_k=0)
+
+
+def test_no_checkpointer_is_made_implicitly():
+    """The LangGraph server refuses graphs that bring their own checkpointer."""
+    graph = build_plugir_graph(make_gallery(), llm=ScriptedChatModel(questions=QUESTIONS))
+    assert graph.checkpointer is None
+    assert set(graph.get_input_jsonschema()["properties"]) == {"description"}
+    assert "shown" in graph.get_output_jsonschema()["properties"]
+    assert "shown_k" in graph.get_context_jsonschema()["properties"]

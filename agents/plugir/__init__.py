@@ -1,7 +1,7 @@
 """PlugIR (Lee et al., 2024): LLM agents for interactive text-to-image retrieval.
 
 The pieces, each usable on its own and wired together by
-:func:`pictrieve.graphs.interactive_retrieval.build_interactive_retrieval_graph`:
+:func:`pictrieve.graphs.interactive_retrieval.build_plugir_graph`:
 
 - :mod:`.reformulator`: dialogue context -> one caption-style retrieval query (CR);
 - :mod:`.retrieval_context`: Algorithm 1, distinctive captions of the top candidates (RCE);

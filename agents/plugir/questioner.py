@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Sequence, TypedDict
+from typing import Sequence
+
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from langchain_core.language_models.chat_models import BaseChatModel
 
