@@ -124,7 +124,7 @@ def train(gallery: str, scorers: tuple[str, ...], base_model: str | None, n_leve
 def search(gallery: str, query: str, relevance: str | None, aesthetic: str | None, quality_level: str | None,
            k: int, samples: int, seed: int | None, model_dir: str | None, as_json: bool) -> None:
     """Complete QUERY toward the requested levels, show the completed query, and search with it."""
-    from pictrieve.agents.qc2.pipeline import quality_search
+    from pictrieve.graphs.quality_retrieval import quality_search
     from pictrieve.vectorstore.gallery import Gallery
 
     store = Gallery.open(gallery, create=False)

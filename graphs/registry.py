@@ -103,3 +103,11 @@ register_method(Method(
     needs=("llm",),
     example_input={"description": "a dog running in the snow"},
 ))
+register_method(Method(
+    name="qc2",
+    builder="pictrieve.graphs.quality_retrieval:build_qc2_graph",
+    settings="pictrieve.graphs.quality_retrieval:QC2Settings",
+    description="QC2 quality-controllable retrieval: completes a short query toward chosen relevance and quality levels.",
+    needs=("qc2_model",),
+    example_input={"query": "a dog", "levels": {"relevance": "high", "quality": "high"}},
+))

@@ -101,6 +101,24 @@ def plugir(config: RunnableConfig) -> CompiledStateGraph:
     return build_served("plugir", config, llm=llm_for(config), captioner="auto")
 
 
+def qc2(config: RunnableConfig) -> CompiledStateGraph:
+    """QC2: the model trained for the gallery (``pictrieve quality train``), or ``configurable.qc2_model``."""
+    model_dir = ((config or {}).get("configurable") or {}).get("qc2_model")
+    return build_served("qc2", config, model=_qc2_model(gallery_for(config), model_dir))
+
+
+def _qc2_model(gallery: Any, model_dir: str | None) -> Any:
+    key = (str(gallery.location), gallery.embedder_name, model_dir)
+    if key not in _QC2_MODELS:
+        from pictrieve.agents.qc2.pipeline import load_for_gallery
+
+        _QC2_MODELS[key] = load_for_gallery(gallery, model_dir)
+    return _QC2_MODELS[key]
+
+
+_QC2_MODELS: dict[tuple[Any, ...], Any] = {}
+
+
 # --- a langgraph.json for an installed package ---------------------------------------------------
 
 

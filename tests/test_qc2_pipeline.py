@@ -17,7 +17,8 @@ from pictrieve.agents.qc2.annotation import (  # noqa: E402
     build_training_data,
     metadata_key,
 )
-from pictrieve.agents.qc2.pipeline import load_for_gallery, quality_search, train_on_gallery  # noqa: E402
+from pictrieve.agents.qc2.pipeline import load_for_gallery, train_on_gallery  # noqa: E402
+from pictrieve.graphs.quality_retrieval import quality_search  # noqa: E402
 from pictrieve.agents.qc2.training import GalleryMismatchError, QC2ModelError, QC2TrainConfig  # noqa: E402
 from pictrieve.tools.quality_scorers import create_quality_scorer  # noqa: E402
 from pictrieve.vectorstore.gallery import Gallery  # noqa: E402
@@ -126,21 +127,33 @@ def test_cli_annotate_train_search(annotated_gallery, tiny_checkpoint):
     assert payload["completions"][0].startswith("a dog") and len(payload["hits"]) == 2
 
 
-def test_graph_takes_sampling_settings_from_config(annotated_gallery, tiny_checkpoint):
-    from pictrieve.graphs.quality_retrieval import build_quality_retrieval_graph, sampling_settings
+def test_graph_takes_run_settings_from_context(annotated_gallery, tiny_checkpoint):
+    from pictrieve.graphs.quality_retrieval import QC2Settings, build_qc2_graph
+    from pictrieve.graphs.settings import SettingsError
 
-    assert sampling_settings({"configurable": {"temperature": 0.2, "thread_id": "x"}}).temperature == 0.2
-    assert sampling_settings(None).top_k == 50
+    assert QC2Settings.coerce({"temperature": 0.2}).sampling().temperature == 0.2
+    assert QC2Settings().sampling().top_k == 50  # the paper's sampling top-k, named sample_top_k here
+    with pytest.raises(SettingsError, match="samples"):
+        QC2Settings(samples=0)
     gallery, _ = annotated_gallery
     config = QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1)
     bundle, _, _ = train_on_gallery(gallery, base_model=tiny_checkpoint, config=config, save=False, progress=False)
-    graph = build_quality_retrieval_graph(bundle, gallery)
-    state = graph.invoke({"query": "a dog", "levels": {"quality": "high"}, "k": 2, "samples": 3, "seed": 0},
-                         {"configurable": {"max_new_tokens": 1}})
+    graph = build_qc2_graph(gallery, model=bundle)
+    assert graph.checkpointer is None and set(graph.get_input_jsonschema()["properties"]) == {"query", "levels"}
+    state = graph.invoke({"query": "a dog", "levels": {"quality": "high"}},
+                         context={"k": 2, "samples": 3, "seed": 0, "max_new_tokens": 1})
     assert state["resolved_levels"] == {"Relevance": "Medium", "Quality": "High"}
     assert len(state["completions"]) == 3 and len(state["hits"]) == 2
     longest_token = max(len(bundle.tokenizer.decode([i])) for i in range(len(bundle.tokenizer)))
     for text in state["completions"]:  # one new token at most
         assert text.startswith("a dog") and len(text) <= len("a dog") + longest_token
-    # several completions are fused by RRF: scores are RRF scores, ranks 1..k
-    assert [h.rank for h in state["hits"]] == [1, 2] and state["hits"][0].score <= 3 / 61
+    # several completions are fused by RRF over each completion's own ranking
+    from pictrieve.vectorstore.fusion import fuse_hits
+
+    expected = fuse_hits([gallery.search_text(text, k=50) for text in state["completions"]], k=2)
+    assert [(h.id, h.rank) for h in state["hits"]] == [(h.id, h.rank) for h in expected]
+    assert [h.score for h in state["hits"]] == pytest.approx([h.score for h in expected])
+    # a seeded run leaves the process's random generator alone (concurrent served runs)
+    before = torch.get_rng_state()
+    graph.invoke({"query": "a dog"}, context={"k": 2, "seed": 123, "max_new_tokens": 1})
+    assert torch.equal(before, torch.get_rng_state())

@@ -15,7 +15,8 @@ Python entry points::
     from pictrieve.vectorstore.gallery import Gallery
     from pictrieve.tools.quality_scorers import create_quality_scorer
     from pictrieve.agents.qc2.annotation import annotate_gallery
-    from pictrieve.agents.qc2.pipeline import train_on_gallery, quality_search
+    from pictrieve.agents.qc2.pipeline import train_on_gallery
+    from pictrieve.graphs.quality_retrieval import quality_search
 
     gallery = Gallery.open("my.gallery")
     annotate_gallery(gallery, [create_quality_scorer("brisque")])
@@ -23,5 +24,5 @@ Python entry points::
     result = quality_search(gallery, "a dog", {"relevance": "high", "quality": "low"}, k=10)
     result.completions, result.hits
 
-The LangGraph graph is :func:`pictrieve.graphs.quality_retrieval.build_quality_retrieval_graph`.
+The LangGraph graph is :func:`pictrieve.graphs.quality_retrieval.build_qc2_graph`.
 """

@@ -63,20 +63,20 @@ def complete_queries(
     batch_size: int = 32,
 ) -> list[list[str]]:
     """``samples`` completions for each request; each starts with the request's query verbatim."""
-    import torch
+    from pictrieve.tools.seeding import torch_seeded
 
     settings = settings or SamplingSettings()
-    if seed is not None:
-        torch.manual_seed(seed)
     prompts = [prompt_ids(tokenizer, r, axes) for r in requests]
     outputs: list[list[str]] = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        continuations = [text for text, _ in sample_continuations(
-            model, tokenizer, chunk, samples, settings, allowed_token_ids)]
-        for offset, request in enumerate(requests[start : start + batch_size]):
-            texts = continuations[offset * samples : (offset + 1) * samples]
-            outputs.append([_assemble(request.query, text) for text in texts])
+    # The seed applies to this call only (a forked generator), never to the process's global one.
+    with torch_seeded(seed):
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            continuations = [text for text, _ in sample_continuations(
+                model, tokenizer, chunk, samples, settings, allowed_token_ids)]
+            for offset, request in enumerate(requests[start : start + batch_size]):
+                texts = continuations[offset * samples : (offset + 1) * samples]
+                outputs.append([_assemble(request.query, text) for text in texts])
     return outputs
 
 

@@ -1,9 +1,12 @@
-"""QC2 on a pictrieve gallery: train from its annotations, load for it, retrieve with completions."""
+"""QC2 on a pictrieve gallery: train from its annotations, load for it, retrieve with completions.
+
+The graph that runs completion then retrieval, and the one-call ``quality_search``, live in
+:mod:`pictrieve.graphs.quality_retrieval` (agents never import graphs).
+"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -99,35 +102,3 @@ def retrieve_for_completions(gallery: Any, completions: Sequence[str], k: int = 
     pool = max(k, FUSION_POOL)
     # The fused hits' score is the RRF score, not a cosine.
     return fuse_hits([gallery.search_text(text, k=pool) for text in completions], k=k)
-
-
-@dataclass
-class QualitySearchResult:
-    query: str
-    levels: dict[str, str]
-    completions: list[str]
-    hits: list[Any] = field(default_factory=list)
-
-
-def quality_search(
-    gallery: Any,
-    query: str,
-    levels: dict[str, str],
-    *,
-    model: QC2Model | None = None,
-    model_dir: str | Path | None = None,
-    k: int = 10,
-    samples: int = 1,
-    seed: int | None = None,
-) -> QualitySearchResult:
-    """Complete ``query`` toward ``levels`` (``{"relevance": "high", "quality": "low"}``) and retrieve.
-
-    Runs the LangGraph graph of :mod:`pictrieve.graphs.quality_retrieval`.
-    """
-    from pictrieve.graphs.quality_retrieval import build_quality_retrieval_graph
-
-    model = model or load_for_gallery(gallery, model_dir)
-    model.resolve_levels(levels)  # fail here, with a clean message, on an axis the model lacks
-    graph = build_quality_retrieval_graph(model, gallery)
-    state = graph.invoke({"query": query, "levels": levels, "k": k, "samples": samples, "seed": seed})
-    return QualitySearchResult(query, state["resolved_levels"], state["completions"], state["hits"])
