@@ -26,20 +26,23 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print machin
 @click.command()
 @click.argument("sources", nargs=-1, required=True, metavar="PHOTOS...")
 @gallery_option
-@embedder_option
+@click.option("--embedder", "-e", "embedders", multiple=True, metavar="NAME",
+              help="Embedder to index with; repeat it to index with several at once (each photo is decoded "
+              "once). Defaults to the gallery's default, or 'offline' for a new gallery.")
 @click.option("--batch-size", default=32, show_default=True, help="Images per model call and per commit.")
 @click.option("--workers", default=2, show_default=True, help="Threads decoding images beside the model.")
 @click.option("--sync", "prune", is_flag=True, help="Also drop gallery images whose files are gone.")
 @json_option
-def index(sources: tuple[str, ...], gallery: str, embedder: str | None, batch_size: int,
+def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], batch_size: int,
           workers: int, prune: bool, as_json: bool) -> None:
     """Add PHOTOS (folders, files or quoted globs) to a gallery.
 
     Safe to interrupt and re-run: finished batches are kept, unchanged files are skipped, and
     unreadable files are listed at the end. Captions are read from captions.jsonl or NAME.txt.
     """
-    store = Gallery.open(gallery, embedder)
-    report = store.add(list(sources), batch_size=batch_size, workers=workers, progress=not as_json)
+    store = Gallery.open(gallery, embedders[0] if embedders else None)
+    report = store.add(list(sources), embedders=list(embedders) if len(embedders) > 1 else None,
+                       batch_size=batch_size, workers=workers, progress=not as_json)
     removed = store.sync() if prune else []
     if as_json:
         click.echo(json.dumps(report.to_dict() | ({"removed": removed} if prune else {}), indent=2))
@@ -126,4 +129,5 @@ def info(gallery: str, as_json: bool) -> None:
     if not rows:
         click.echo(f"{gallery}: empty; add photos with `pictrieve index PHOTOS --gallery {gallery}`")
     for row in rows:
-        click.echo(f"{row['embedder']}  ({row['dim']}-d): {row['images']} images")
+        default = "  (default)" if row.get("default") else ""
+        click.echo(f"{row['embedder']}  ({row['dim']}-d): {row['images']} images{default}")

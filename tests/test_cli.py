@@ -78,7 +78,8 @@ def test_sync_and_info(tmp_path, photo_folder, tiny_clip_name):
         str(photo_folder / "a" / "img3.png")
     ]
     info = json.loads(pictrieve("info", "--gallery", gallery, "--json").stdout)
-    assert info["collections"] == [{"embedder": tiny_clip_name, "dim": 32, "images": 5}]
+    assert [{k: row[k] for k in ("embedder", "dim", "images", "default")} for row in info["collections"]] == [
+        {"embedder": tiny_clip_name, "dim": 32, "images": 5, "default": True}]
 
 
 def test_eval_retrieval_on_a_captioned_folder(tmp_path, tiny_clip_name):

@@ -146,7 +146,7 @@ def test_dimension_mismatch_is_a_clear_error(tmp_path, photo_folder, tiny_clip_e
 
 
 def test_empty_and_missing_galleries_say_what_to_do(tmp_path, tiny_clip_embedder):
-    with pytest.raises(EmptyGalleryError, match="pictrieve index"):
+    with pytest.raises(EmptyGalleryError, match=r"Gallery.add"):
         Gallery.open(tmp_path / "empty", tiny_clip_embedder).search_text("a dog")
     with pytest.raises(GalleryError, match="no gallery at"):
         Gallery.open(tmp_path / "missing", tiny_clip_embedder, create=False)

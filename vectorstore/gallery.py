@@ -2,15 +2,17 @@
 
 A gallery is a Chroma database (an embedded ``PersistentClient`` folder, or a ``chroma run`` server
 reached at ``http://host:port``) holding one collection per embedder, because embedders differ in
-dimension and meaning. Each record is one image file: its id is derived from the absolute path, its
-vector is the embedder's L2-normalised image embedding, and its metadata holds the path, size,
-modification time, content hash and any sidecar captions. Collections use cosine HNSW, so a hit's
-``score`` is the cosine similarity.
+dimension and meaning; the collections share image ids (a hash of the file's absolute path), so
+methods that combine embedders (NEEDLE) line them up by id. A :class:`Gallery` object is one view:
+the database plus the embedder it searches with; :meth:`Gallery.with_embedder` gives another view of
+the same database, and the gallery records a default embedder, so opening it without naming one
+always works. Each record's vector is the embedder's L2-normalised image embedding and its metadata
+holds the path, size, modification time, content hash and any sidecar captions. Collections use
+cosine HNSW, so a hit's ``score`` is the cosine similarity.
 
-Indexing is built to lose nothing: files are decoded and preprocessed in worker threads while the
-model embeds the previous batch, each batch is written as soon as it is embedded (an interrupted
-run resumes where it stopped), unchanged files are skipped by size and modification time, then by
-content hash, and unreadable files are reported, not fatal.
+Opening reads only: nothing is written until images are added. Modules: :mod:`.chroma_store`
+(connecting, collection names, JSON records), :mod:`.indexing` (adding files, for one embedder or
+several at once), this module (opening, reading, searching).
 """
 
 from __future__ import annotations
@@ -18,34 +20,41 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
-from urllib.parse import urlparse
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from PIL import Image
 
-from pictrieve.errors import PictrieveError
 from pictrieve.tools.embedders.base import Embedder
 from pictrieve.tools.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
-from pictrieve.tools.images import ImageDecodeError, file_sha256, iter_image_files, load_image
+from pictrieve.tools.images import load_image
 from pictrieve.vectorstore.captions import CaptionIndex
+from pictrieve.vectorstore.chroma_store import (
+    COLLECTION_PREFIX,
+    GalleryError,
+    collection_name_for,
+    connect,
+    embedder_collections,
+    read_record,
+    write_record,
+)
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.indexing import FailedImage, IndexReport, Sources, caption_metadata, index_sources
 
 logger = logging.getLogger(__name__)
 
-COLLECTION_PREFIX = "images__"
+GALLERY_RECORD = "gallery"  # the JSON record holding the gallery's default embedder
+
+__all__ = [
+    "AmbiguousEmbedderError", "COLLECTION_PREFIX", "DimensionMismatchError", "EmptyGalleryError", "FailedImage",
+    "Gallery", "GalleryError", "GalleryItem", "ImageHit", "IndexReport", "SearchHit", "collection_name_for",
+    "gallery_contents", "path_id",
+]
 # Chroma's default ef_search (100) gives recall@10 of about 0.91 against exact search at 1M vectors;
 # 200 gives about 0.97 at no measurable latency cost (BENCHMARKS.md, search latency).
 DEFAULT_HNSW = {"ef_search": 200}
-
-
-class GalleryError(PictrieveError, RuntimeError):
-    """Base class for gallery errors; messages say what to do."""
 
 
 class EmptyGalleryError(GalleryError):
@@ -75,25 +84,6 @@ class GalleryItem:
 
 SearchHit = ImageHit
 """Deprecated alias: search results are :class:`~pictrieve.vectorstore.hits.ImageHit`."""
-
-
-@dataclass
-class FailedImage:
-    path: str
-    error: str
-
-
-@dataclass
-class IndexReport:
-    """What one ``Gallery.add`` call did."""
-
-    indexed: int = 0
-    unchanged: int = 0
-    failed: list[FailedImage] = field(default_factory=list)
-    total: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class Gallery:
@@ -130,22 +120,55 @@ class Gallery:
 
         ``embedder`` is an :class:`Embedder` or a factory name; when omitted, the gallery's only
         embedder is reused, or the default embedder is used for a new gallery. The model itself is
-        loaded lazily, on the first call that needs it. ``hnsw`` sets Chroma HNSW options for a new
-        collection (``ef_construction``, ``max_neighbors``, ``ef_search``); ``ef_search``, the
-        speed/recall knob of queries, is also applied to an existing one.
+        loaded lazily, on the first call that needs it. ``hnsw`` sets Chroma HNSW options for a
+        collection this gallery creates (``ef_construction``, ``max_neighbors``, ``ef_search``); to
+        change ``ef_search`` of an existing collection call :meth:`set_ef_search` (opening never writes).
         """
         location = str(location)
-        client = _connect(location, create=create)
+        client = connect(location, create=create)
         if embedder is None:
-            embedder = _stored_embedder_name(client, location) or default_embedder_name()
+            embedder = _default_embedder(client, location) or default_embedder_name()
         gallery = cls(client, location, embedder, hnsw)
         if not create and gallery._get_collection(create=False) is None:
             raise GalleryError(
                 f"gallery {location} has no images for embedder {gallery.embedder_name!r}; "
-                f"index some with `pictrieve index PHOTOS --gallery {location} "
-                f"--embedder {gallery.embedder_name}`"
+                f"add some with Gallery.open({location!r}, {gallery.embedder_name!r}).add(PHOTOS)"
             )
         return gallery
+
+    def with_embedder(self, embedder: Embedder | str) -> "Gallery":
+        """Another view of the same database, searching with ``embedder`` (ids are shared)."""
+        return Gallery(self.client, self.location, embedder, self.hnsw)
+
+    @property
+    def embedder_names(self) -> list[str]:
+        """Every embedder that has a collection in this gallery's database, oldest first."""
+        return [row["embedder"] for row in embedder_collections(self.client) if row["embedder"]]
+
+    @property
+    def default_embedder(self) -> str | None:
+        """The embedder this gallery opens with when none is named (recorded at first indexing)."""
+        return (read_record(self.client, GALLERY_RECORD) or {}).get("default_embedder")
+
+    def set_default_embedder(self, name: str) -> None:
+        """Record ``name`` as the embedder :meth:`open` uses when none is named."""
+        record = read_record(self.client, GALLERY_RECORD) or {}
+        write_record(self.client, GALLERY_RECORD, {**record, "default_embedder": name})
+
+    def get_json(self, key: str) -> dict[str, Any] | None:
+        """A small JSON record stored in this gallery's database (``None`` if absent)."""
+        return read_record(self.client, f"user:{key}")
+
+    def put_json(self, key: str, value: dict[str, Any]) -> None:
+        """Store a small JSON record (trust weights, settings) in this gallery's database, atomically."""
+        write_record(self.client, f"user:{key}", value)
+
+    def set_ef_search(self, ef_search: int) -> None:
+        """Change the query-time HNSW breadth of this embedder's collection (a write)."""
+        collection = self._get_collection(create=False)
+        if collection is None:
+            raise self._empty_error()
+        collection.modify(configuration={"hnsw": {"ef_search": int(ef_search)}})
 
     @property
     def embedder(self) -> Embedder:
@@ -168,8 +191,6 @@ class Gallery:
         existing = {c.name for c in self.client.list_collections()}
         if self.collection_name in existing:
             self._collection = self.client.get_collection(self.collection_name, embedding_function=None)
-            if "ef_search" in self.hnsw:
-                self._collection.modify(configuration={"hnsw": {"ef_search": int(self.hnsw["ef_search"])}})
         elif create:
             self._collection = self.client.create_collection(
                 self.collection_name,
@@ -306,65 +327,33 @@ class Gallery:
     def _empty_error(self) -> EmptyGalleryError:
         return EmptyGalleryError(
             f"gallery {self.location} has no images for embedder {self.embedder_name!r}; "
-            f"run `pictrieve index PHOTOS --gallery {self.location}` first"
+            "add photos first (Gallery.add(PHOTOS))"
         )
 
     # ------------------------------------------------------------------ writing
 
     def add(
         self,
-        sources: str | os.PathLike | Iterable[str | os.PathLike],
+        sources: Sources,
         *,
+        embedders: Sequence[Embedder | str] | None = None,
         batch_size: int = 32,
         workers: int = 2,
         progress: bool = True,
     ) -> IndexReport:
-        """Index images from folders (recursive), globs or files; see the module docstring."""
-        from tqdm.auto import tqdm
+        """Index images from folders (recursive), globs or files (see :mod:`.indexing`).
 
-        sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
-        paths = list(iter_image_files(sources))
-        report = IndexReport(total=len(paths))
-        captions = CaptionIndex(sources)
-        known = self._known_files(paths)
-        todo: list[Path] = []
-        for path in paths:
-            record = known.get(path_id(path))
-            try:
-                stat = path.stat()
-            except OSError as exc:  # vanished or unreadable since the folder was listed
-                report.failed.append(FailedImage(str(path), f"{path}: {exc.strerror or exc}"))
-                continue
-            if record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns:
-                report.unchanged += 1
-                self._refresh_captions(path, record, captions)
-            else:
-                todo.append(path)
-        if not todo:
-            return report
-        embedder = self.embedder
-        batch: list[tuple[Path, Any, dict[str, Any]]] = []
-        bar = tqdm(total=len(todo), unit="img", desc="indexing", disable=not progress)
-        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
-            for path, prepared in _prefetch(pool, todo, embedder, known, window=4 * batch_size):
-                bar.update(1)
-                if isinstance(prepared, Exception):
-                    report.failed.append(FailedImage(str(path), str(prepared)))
-                    logger.warning("skipped %s", prepared)
-                    continue
-                tensor, meta = prepared
-                meta.update(_caption_metadata(captions.captions_for(path)))
-                if tensor is None:  # touched but same content: refresh metadata only
-                    self.collection.update(ids=[path_id(path)], metadatas=[meta])
-                    report.unchanged += 1
-                    continue
-                batch.append((path, tensor, meta))
-                if len(batch) >= batch_size:
-                    report.indexed += self._write_batch(batch)
-                    batch = []
-            if batch:
-                report.indexed += self._write_batch(batch)
-        bar.close()
+        ``embedders`` indexes with several embedders in one pass (each image decoded once), into
+        their collections of this database; by default, this view's embedder. The first embedder
+        becomes the gallery's default if it has none yet.
+        """
+        views = [self] if not embedders else [
+            self if (e if isinstance(e, str) else e.name) == self.embedder_name else self.with_embedder(e)
+            for e in embedders
+        ]
+        report = index_sources(views, sources, batch_size=batch_size, workers=workers, progress=progress)
+        if report.indexed and self.default_embedder is None:
+            self.set_default_embedder(views[0].embedder_name)
         return report
 
     def _write_batch(self, batch: list[tuple[Path, Any, dict[str, Any]]]) -> int:
@@ -389,7 +378,7 @@ class Gallery:
         return known
 
     def _refresh_captions(self, path: Path, record: dict[str, Any], captions: CaptionIndex) -> None:
-        wanted = _caption_metadata(captions.captions_for(path))
+        wanted = caption_metadata(captions.captions_for(path))
         if wanted and wanted.get("captions") != record.get("captions"):
             self.collection.update(ids=[path_id(path)], metadatas=[wanted])
 
@@ -425,114 +414,6 @@ def path_id(path: str | os.PathLike) -> str:
     return hashlib.sha1(str(Path(path).resolve()).encode("utf-8")).hexdigest()[:24]
 
 
-def collection_name_for(embedder_name: str) -> str:
-    """A valid Chroma collection name for an embedder name (readable prefix + hash)."""
-    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", embedder_name.split("/")[0])[:40].strip("-_") or "embedder"
-    digest = hashlib.sha1(embedder_name.encode("utf-8")).hexdigest()[:10]
-    return f"{COLLECTION_PREFIX}{slug}__{digest}"
-
-
-def _connect(location: str, *, create: bool) -> Any:
-    import chromadb
-    from chromadb.config import Settings
-
-    settings = Settings(anonymized_telemetry=False)
-    if location.startswith(("http://", "https://")):
-        url = urlparse(location)
-        try:
-            client = chromadb.HttpClient(
-                host=url.hostname or "localhost",
-                port=url.port or (443 if url.scheme == "https" else 8000),
-                ssl=url.scheme == "https",
-                settings=settings,
-            )
-            client.heartbeat()
-        except Exception as exc:
-            raise GalleryError(
-                f"cannot reach the Chroma server at {location} ({exc}); start one with "
-                "`chroma run --path DIR --port PORT` or use a folder path"
-            ) from exc
-        return client
-    path = Path(location).expanduser()
-    if not create and not path.exists():
-        raise GalleryError(f"no gallery at {path}; create one with `pictrieve index PHOTOS --gallery {path}`")
-    if path.exists() and not path.is_dir():
-        raise GalleryError(f"{path} is a file, not a gallery folder")
-    return chromadb.PersistentClient(path=str(path), settings=settings)
-
-
-def gallery_contents(location: str | os.PathLike) -> list[dict[str, Any]]:
-    """``[{"embedder", "dim", "images"}]`` for each embedder collection in a gallery."""
-    return _collections(_connect(str(location), create=False))
-
-
-def _collections(client: Any) -> list[dict[str, Any]]:
-    rows = []
-    for listed in client.list_collections():
-        if listed.name.startswith(COLLECTION_PREFIX):
-            collection = client.get_collection(listed.name, embedding_function=None)
-            meta = collection.metadata or {}
-            rows.append({"embedder": meta.get("embedder"), "dim": meta.get("dim"), "images": collection.count()})
-    return rows
-
-
-def _stored_embedder_name(client: Any, location: str) -> str | None:
-    names = [row["embedder"] for row in _collections(client) if row["embedder"]]
-    if len(names) > 1:
-        raise AmbiguousEmbedderError(
-            f"gallery {location} holds images for several embedders ({', '.join(sorted(names))}); "
-            "choose one with --embedder"
-        )
-    return names[0] if names else None
-
-
-def _prefetch(
-    pool: ThreadPoolExecutor,
-    paths: Sequence[Path],
-    embedder: Embedder,
-    known: dict[str, dict[str, Any]],
-    window: int,
-) -> Iterator[tuple[Path, Any]]:
-    """Yield ``(path, (tensor, metadata) | exception)`` in order, keeping ``window`` decodes in flight."""
-    pending: deque[tuple[Path, Future]] = deque()
-    queue = iter(paths)
-    for path in queue:
-        pending.append((path, pool.submit(_prepare, path, embedder, known.get(path_id(path)))))
-        if len(pending) >= window:
-            break
-    while pending:
-        path, future = pending.popleft()
-        next_path = next(queue, None)
-        if next_path is not None:
-            pending.append((next_path, pool.submit(_prepare, next_path, embedder, known.get(path_id(next_path)))))
-        try:
-            yield path, future.result()
-        except (ImageDecodeError, OSError) as exc:
-            yield path, exc
-
-
-def _prepare(path: Path, embedder: Embedder, record: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
-    """Hash, decode and preprocess one file in a worker thread (tensor ``None`` if content unchanged)."""
-    stat = path.stat()
-    digest = file_sha256(path)
-    meta: dict[str, Any] = {
-        "path": str(path),
-        "name": path.name,
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-        "sha256": digest,
-    }
-    if record and record.get("sha256") == digest:
-        return None, meta
-    image = load_image(path)
-    meta.update(width=image.width, height=image.height)
-    return embedder.preprocess(image), meta
-
-
-def _caption_metadata(captions: list[str]) -> dict[str, Any]:
-    return {"captions": captions, "caption": captions[0]} if captions else {}
-
-
 def _records(batch: dict[str, Any], include: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     metadatas = batch.get("metadatas") if "metadatas" in include else None
     embeddings = batch.get("embeddings") if "embeddings" in include else None
@@ -547,3 +428,28 @@ def _records(batch: dict[str, Any], include: list[str]) -> Iterator[tuple[str, d
 
 def _item(id_: str, metadata: dict[str, Any]) -> GalleryItem:
     return GalleryItem(id=id_, path=str(metadata.get("path", "")), metadata=metadata)
+
+
+def gallery_contents(location: str | os.PathLike) -> list[dict[str, Any]]:
+    """``[{"embedder", "dim", "images", "collection", "default"}]`` for each embedder in a gallery."""
+    client = connect(str(location), create=False)
+    default = _default_embedder(client, str(location))
+    return [{**row, "default": row["embedder"] == default} for row in embedder_collections(client)]
+
+
+def _default_embedder(client: Any, location: str) -> str | None:
+    """The recorded default embedder; else the only one; ``None`` for an empty gallery.
+
+    Galleries indexed before defaults were recorded may hold several embedders and no record: then
+    the caller must choose, rather than get whichever collection happens to be listed first.
+    """
+    recorded = (read_record(client, GALLERY_RECORD) or {}).get("default_embedder")
+    names = [row["embedder"] for row in embedder_collections(client) if row["embedder"]]
+    if recorded and recorded in names:
+        return recorded
+    if len(names) > 1:
+        raise AmbiguousEmbedderError(
+            f"gallery {location} holds images for several embedders ({', '.join(sorted(names))}) and no default; "
+            "name one (Gallery.open(location, embedder=...)) or record one with gallery.set_default_embedder(name)"
+        )
+    return names[0] if names else None
