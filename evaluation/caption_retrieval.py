@@ -1,45 +1,26 @@
-"""Text-to-image retrieval quality on your own captioned photos.
+"""Text-to-image retrieval quality on your own captioned photos (``pictrieve eval retrieval``).
 
 A folder with images and ``captions.jsonl`` (the flickr8k-dev format) is indexed into a gallery;
 every caption becomes a query whose only correct answer is its own image. Ranks are exact (numpy
 over all stored vectors, not the approximate HNSW index) and tie-aware (see
-:mod:`pictrieve.evaluation.retrieval`), so embedders can be compared fairly.
+:mod:`pictrieve.evaluation.retrieval`), so embedders can be compared fairly. This is the harness's
+``search`` method (:func:`pictrieve.evaluation.harness.evaluate_method`).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from pictrieve.evaluation.retrieval import retrieval_metrics
+from pictrieve.evaluation.datasets import CaptionedFolder
 from pictrieve.tools.embedders.base import Embedder
-from pictrieve.vectorstore.captions import CAPTIONS_FILE, read_captions_jsonl
-from pictrieve.vectorstore.gallery import Gallery, path_id
-
-logger = logging.getLogger(__name__)
 
 
 def load_captioned_folder(folder: str | os.PathLike) -> dict[Path, list[str]]:
     """``{image path: captions}`` from ``folder/captions.jsonl``, keeping images that exist."""
-    caption_file = Path(folder) / CAPTIONS_FILE
-    if not caption_file.is_file():
-        raise FileNotFoundError(
-            f"{caption_file} not found: the folder needs a captions.jsonl with lines like "
-            '{"image": "images/NAME.jpg", "captions": ["...", "..."]}'
-        )
-    captions = {path: texts for path, texts in read_captions_jsonl(caption_file).items() if texts}
-    missing = [path for path in captions if not path.is_file()]
-    for path in missing:
-        logger.warning("%s lists %s, which does not exist; skipping it", caption_file, path)
-        del captions[path]
-    if not captions:
-        raise ValueError(f"{caption_file} lists no existing images with captions")
-    return captions
+    return CaptionedFolder.load(folder).captions
 
 
 def evaluate_caption_retrieval(
@@ -52,25 +33,15 @@ def evaluate_caption_retrieval(
 ) -> dict[str, Any]:
     """Index ``folder`` and score every caption as a query for its own image.
 
-    Returns ``{"recall@1", "recall@5", "recall@10", "median_rank", "queries", "images", "embedder"}``.
-    The gallery is kept at ``gallery_location`` when given (re-runs skip indexing), else temporary.
+    Returns ``{"recall@1", "recall@5", "recall@10", "median_rank", "mean_rank", "queries", "images",
+    "embedder", "method"}``. The gallery is kept at ``gallery_location`` when given (re-runs skip
+    indexing), else it is temporary. ``batch_size`` is kept for callers; indexing uses the default.
     """
-    captions = load_captioned_folder(folder)
+    from pictrieve.evaluation.harness import evaluate_method
+
+    del batch_size
+    if gallery_location is not None:
+        return evaluate_method("search", folder, embedders=embedder, gallery_location=gallery_location,
+                               progress=progress)
     with tempfile.TemporaryDirectory(prefix="pictrieve-eval-") as scratch:
-        gallery = Gallery.open(gallery_location or scratch, embedder)
-        report = gallery.add(list(captions), batch_size=batch_size, progress=progress)
-        if report.failed:
-            logger.warning("%d images could not be indexed and are left out", len(report.failed))
-        indexed = {path_id(path): path for path in captions}
-        stored_ids = [id_ for id_ in gallery.ids() if id_ in indexed]
-        image_vectors = gallery.embeddings(stored_ids)
-        column = {id_: i for i, id_ in enumerate(stored_ids)}
-        queries, targets = [], []
-        for id_ in stored_ids:
-            for text in captions[indexed[id_]]:
-                queries.append(text)
-                targets.append(column[id_])
-        text_vectors = gallery.embedder.embed_texts(queries)
-        metrics = retrieval_metrics(text_vectors @ image_vectors.T, np.asarray(targets))
-        metrics.update(images=len(stored_ids), embedder=gallery.embedder_name)
-        return metrics
+        return evaluate_method("search", folder, embedders=embedder, gallery_location=scratch, progress=progress)

@@ -11,7 +11,6 @@ split by graph node.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -23,7 +22,7 @@ import numpy as np
 
 from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer
 from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
-from pictrieve.evaluation.retrieval import rank_statistics
+from pictrieve.evaluation.ranking import ExactRanker
 from pictrieve.graphs.interactive_retrieval import ARMS, PlugIRSettings, build_plugir_graph
 
 logger = logging.getLogger(__name__)
@@ -33,38 +32,15 @@ AnswererFactory = Callable[[Path, list[str]], Answerer]
 """``answerer = factory(target_image_path, visible_captions)``; default: :class:`CaptionAnswerer`."""
 
 
-def default_gallery_location(folder: str | os.PathLike, embedder_name: str) -> Path:
-    """A cache folder for the evaluation gallery of ``folder`` (never inside the data folder)."""
-    from pictrieve.tools.pypi_assets import cache_root
-
-    key = hashlib.sha1(f"{Path(folder).resolve()}|{embedder_name}".encode()).hexdigest()[:16]
-    return cache_root() / "eval-galleries" / key
-
-
 def open_eval_gallery(folder: str | os.PathLike, embedder: Any = None,
                       location: str | os.PathLike | None = None, limit: int | None = None):
-    """Index the images listed in ``folder/captions.jsonl`` (first ``limit``) into a gallery.
+    """The evaluation gallery of the images in ``folder/captions.jsonl`` (first ``limit``), as
+    :func:`pictrieve.evaluation.datasets.eval_gallery` keeps it. Returns ``(gallery, captions)`` where
+    ``captions`` maps image paths to their human captions."""
+    from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
 
-    Returns ``(gallery, captions)`` where ``captions`` maps image paths to their human captions.
-    Re-runs reuse the cached index (unchanged files are skipped).
-    """
-    from pictrieve.evaluation.caption_retrieval import load_captioned_folder
-    from pictrieve.tools.embedders.factory import default_embedder_name
-    from pictrieve.vectorstore.gallery import Gallery
-
-    captions = load_captioned_folder(folder)
-    paths = sorted(captions)[:limit] if limit else sorted(captions)
-    captions = {p: captions[p] for p in paths}
-    name = embedder if isinstance(embedder, str) else getattr(embedder, "name", None)
-    name = name or default_embedder_name()
-    if location is None:
-        suffix = f"-first{limit}" if limit else ""
-        location = Path(f"{default_gallery_location(folder, name)}{suffix}")
-    gallery = Gallery.open(location, embedder)
-    report = gallery.add(paths, progress=False)
-    if report.failed:
-        logger.warning("%d images could not be indexed and are left out", len(report.failed))
-    return gallery, captions
+    dataset = CaptionedFolder.load(folder, limit=limit)
+    return eval_gallery(dataset, embedder, location=location), dataset.captions
 
 
 def evaluate_interactive(
@@ -125,9 +101,8 @@ def run_ablation(
         raise ValueError(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
     if rounds < 1:
         raise ValueError("--rounds must be at least 1 (BRI needs round 0 and one more)")
-    ids = gallery.ids()
-    column = {id_: i for i, id_ in enumerate(ids)}
-    image_vectors = gallery.embeddings(ids)
+    ranker = ExactRanker(gallery)
+    ids = ranker.ids
     by_id = {id_: path for id_, (path, _) in captions_by_id.items()}
     captions = {path: texts for path, texts in captions_by_id.values()}
     eligible = [id_ for id_ in ids if id_ in by_id and len(captions[by_id[id_]]) >= 2]
@@ -157,8 +132,7 @@ def run_ablation(
             state = graph.invoke({"description": description}, context=PlugIRSettings(**base_settings, arm=arm))
             queries = list(state.get("queries", []))
             queries += [queries[-1]] * (rounds + 1 - len(queries))  # a run that stopped early
-            sims = gallery.embedder.embed_texts(queries) @ image_vectors.T
-            stats = rank_statistics(sims, np.full(len(queries), column[id_]))
+            stats = ranker.ranks(queries, [id_] * len(queries))
             rank_rows.append(stats["ranks"])
             greater_rows.append(stats["greater"])
             tie_rows.append(stats["ties"])

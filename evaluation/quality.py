@@ -44,6 +44,8 @@ from pictrieve.agents.qc2.completion import CompletionRequest, SamplingSettings,
 from pictrieve.agents.qc2.pipeline import train_on_gallery
 from pictrieve.agents.qc2.training import QC2Model, QC2ModelError, QC2TrainConfig, load_qc2_model
 from pictrieve.evaluation.caption_retrieval import load_captioned_folder
+from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
+from pictrieve.evaluation.ranking import ExactRanker
 from pictrieve.tools.quality_scorers import create_quality_scorer, default_quality_scorer_name
 from pictrieve.vectorstore.gallery import Gallery
 
@@ -110,22 +112,21 @@ class _ScoredGallery:
         if not items:
             raise QC2ModelError("no fully annotated images to evaluate on")
         self.ids = [i.id for i in items]
-        self.vectors = gallery.embeddings(self.ids)
+        self.ranker = ExactRanker(gallery, self.ids)
+        self.vectors = self.ranker.vectors
         self.relevance = np.array([np.mean(i.metadata[metadata_key(RELEVANCE_KEY)]) for i in items])
         self.quality = np.array([float(i.metadata[metadata_key(quality_key)]) for i in items])
         self.captions = [item_captions(i) for i in items]
         self.higher_is_better = higher_is_better
         self.embedder = gallery.embedder
 
-    def top(self, texts: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Indices ``(len(texts), k)`` of the best images and the text vectors."""
-        vectors = self.embedder.embed_texts(list(texts))
-        scores = vectors @ self.vectors.T
-        return np.argsort(-scores, axis=1, kind="stable")[:, :k], vectors
+    def top(self, texts: Sequence[str], k: int) -> np.ndarray:
+        """Indices ``(len(texts), k)`` of the best images (the exact ranker's)."""
+        return self.ranker.top(texts, k)
 
     def measure(self, texts: Sequence[str], queries: Sequence[str]) -> dict[str, dict[str, float]]:
         """Mean scores of the top-1 and top-5 results of ``texts`` (``queries`` are their short forms)."""
-        top, _ = self.top(texts, max(TOP))
+        top = self.top(texts, max(TOP))
         short = self.embedder.embed_texts(list(queries))
         out = {}
         for k in TOP:
@@ -141,7 +142,7 @@ class _ScoredGallery:
 
     def rerank(self, queries: Sequence[str]) -> dict[str, dict[str, float]]:
         """Retrieve top-k by the short query, reorder by quality, keep the best (paper Table 6)."""
-        top, _ = self.top(queries, max(RERANK_KS))
+        top = self.top(queries, max(RERANK_KS))
         out = {}
         for k in RERANK_KS:
             sign = -1.0 if self.higher_is_better else 1.0
@@ -200,9 +201,9 @@ def evaluate_quality_control(
     config = train_config or QC2TrainConfig()
     timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="pictrieve-qc2-eval-") as scratch:
-        gallery = Gallery.open(gallery_location or scratch, embedder)
         started = time.perf_counter()
-        gallery.add(list(captions), progress=progress)
+        gallery = eval_gallery(CaptionedFolder.load(folder), embedder, location=gallery_location or scratch,
+                               progress=progress)
         timings["index_seconds"] = time.perf_counter() - started
         scorer_name = scorer or default_quality_scorer_name(gallery.embedder_name)
         quality_scorer = create_quality_scorer(scorer_name)
