@@ -111,7 +111,10 @@ class ScriptedChatModel(BaseChatModel):
             kind, text = "paraphrase", "a dog with brown fur in snow"
         else:
             kind, text = "answer", "brown"
-        self.calls.append((kind, prompt, dict(kwargs)))
+        self.calls.append((kind, prompt, dict(kwargs, stop=stop) if stop else dict(kwargs)))
+        for marker in stop or ():  # like a real endpoint: the text ends before the first stop string
+            if marker in text:
+                text = text[: text.index(marker)]
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
 
     def kinds(self) -> list[str]:

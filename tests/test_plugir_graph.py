@@ -163,8 +163,18 @@ def test_sampling_settings_follow_the_paper():
     run(graph, {"description": "a dog in the snow"}, config("params", max_rounds=1))
     by_kind = {k: kw for k, _, kw in llm.calls}
     assert by_kind["questioner"]["temperature"] == 0.7 and by_kind["questioner"]["max_tokens"] == 32
-    assert by_kind["filter"] == {"temperature": 0.0, "max_tokens": 10}
-    assert by_kind["reformulate"] == {"temperature": 0.0, "max_tokens": 512}
+    assert by_kind["filter"] == {"temperature": 0.0, "max_tokens": 10, "stop": ["\n"]}
+    assert by_kind["reformulate"]["temperature"] == 0.0 and by_kind["reformulate"]["max_tokens"] == 512
+
+
+def test_questions_cut_at_a_stop_string_keep_their_question_mark():
+    """A real endpoint drops the stop string itself: the question must still read as a question."""
+    llm = ScriptedChatModel(questions=["What colour is the dog? It is probably brown."])
+    graph = build(make_gallery(), llm)
+    payload = pending(run(graph, {"description": "a dog in the snow"}, config("stop", filter_questions=False)))
+    assert payload["question"] == "What colour is the dog?"
+    stops = [kw.get("stop") for kind, _, kw in llm.calls if kind == "questioner"]
+    assert stops and all(stops)  # the questioner asks the endpoint to stop after one question
 
 
 def test_parse_reply_and_settings():

@@ -1,0 +1,104 @@
+"""Every registered method keeps the contract: a builder taking the gallery first and the rest by
+keyword, declared input/output/context schemas, no implicit checkpointer, a fixed graph shape, and a
+run on a tiny real gallery that returns ImageHit results.
+
+The shape snapshots are deliberate: an accidental rewiring of a method shows up here. When a change
+to a graph's wiring is intended, update its line below in the same commit.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plugir_fakes import ScriptedChatModel  # noqa: E402
+
+from pictrieve.graphs.registry import available_methods, get_method  # noqa: E402
+from pictrieve.graphs.settings import RunSettings  # noqa: E402
+from pictrieve.vectorstore.gallery import Gallery  # noqa: E402
+from pictrieve.vectorstore.hits import ImageHit  # noqa: E402
+
+SHAPES = {
+    "search": {("__start__", "retrieve"), ("retrieve", "__end__")},
+    "plugir": {("__start__", "reformulate"), ("reformulate", "retrieve"), ("retrieve", "extract_context"),
+               ("retrieve", "__end__"), ("extract_context", "generate_questions"),
+               ("generate_questions", "filter_and_select"), ("filter_and_select", "ask"), ("ask", "reformulate"),
+               ("ask", "__end__")},
+    "qc2": {("__start__", "complete"), ("complete", "retrieve"), ("retrieve", "__end__")},
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_gallery(tmp_path_factory, tiny_clip_embedder):
+    from conftest import make_photo
+
+    root = tmp_path_factory.mktemp("contract")
+    for i, caption in enumerate(["a black dog runs", "a brown dog jumps", "two children play", "a man rides a bike"]):
+        make_photo(root / "photos" / f"p{i}.png", seed=i)
+        (root / "photos" / f"p{i}.txt").write_text(caption + "\n")
+    gallery = Gallery.open(root / "g", tiny_clip_embedder)
+    gallery.add(root / "photos", progress=False)
+    return gallery
+
+
+@pytest.fixture(scope="module")
+def builder_kwargs(tiny_gallery, tmp_path_factory):
+    """What each method needs besides the gallery, built small and local."""
+    kwargs = {"search": {}, "plugir": {"llm": ScriptedChatModel(questions=["Is the dog black?"]),
+                                        "answerer": lambda question, state: "yes"}}
+    if "qc2" in available_methods():
+        from test_qc2_model import CAPTIONS  # noqa: F401  (the tiny tokenizer's corpus)
+
+        from pictrieve.agents.qc2.annotation import annotate_gallery
+        from pictrieve.agents.qc2.pipeline import train_on_gallery
+        from pictrieve.agents.qc2.training import QC2TrainConfig
+        from pictrieve.tools.quality_scorers import create_quality_scorer
+
+        annotate_gallery(tiny_gallery, [create_quality_scorer("brisque")], progress=False)
+        checkpoint = _tiny_checkpoint(tmp_path_factory)
+        model, _, _ = train_on_gallery(tiny_gallery, base_model=checkpoint, save=False, progress=False,
+                                       config=QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1))
+        kwargs["qc2"] = {"model": model}
+    return kwargs
+
+
+def _tiny_checkpoint(tmp_path_factory):
+    import test_qc2_model
+
+    return test_qc2_model.tiny_checkpoint.__wrapped__(tmp_path_factory)
+
+
+INPUTS = {"search": {"query": "a dog"}, "plugir": {"description": "a dog"}, "qc2": {"query": "a dog"}}
+CONTEXTS = {"search": {"k": 2}, "plugir": {"max_rounds": 1, "shown_k": 2, "candidate_k": 4, "clusters": 2},
+            "qc2": {"k": 2, "max_new_tokens": 2, "seed": 0}}
+
+
+def test_every_method_has_a_shape_snapshot_and_an_input():
+    assert set(available_methods()) == set(SHAPES) == set(INPUTS)
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_method_keeps_the_contract(name, tiny_gallery, builder_kwargs):
+    method = get_method(name)
+    builder = method.load_builder()
+    params = list(inspect.signature(builder).parameters.values())
+    assert params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:])
+    assert {"llm", "checkpointer", "name"} <= {p.name for p in params[1:]}
+    assert issubclass(method.settings_class(), RunSettings) and method.description
+
+    graph = method.build(tiny_gallery, **builder_kwargs[name])
+    assert graph.checkpointer is None and graph.name == name
+    assert graph.get_input_jsonschema()["properties"] and graph.get_output_jsonschema()["properties"]
+    assert set(graph.get_context_jsonschema()["properties"]) == set(method.settings_class().names())
+    edges = {(e.source, e.target) for e in graph.get_graph().edges}
+    assert edges == SHAPES[name]
+
+    result = graph.invoke(INPUTS[name], context=CONTEXTS[name])
+    hits = result.get("hits") or result.get("shown")
+    assert hits and all(isinstance(hit, ImageHit) for hit in hits)
+    assert [hit.rank for hit in hits] == list(range(1, len(hits) + 1))
