@@ -23,6 +23,7 @@ import numpy as np
 from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer
 from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
 from pictrieve.evaluation.ranking import ExactRanker
+from pictrieve.tools.seeding import torch_seeded
 from pictrieve.graphs.interactive_retrieval import ARMS, PlugIRSettings, build_plugir_graph
 
 logger = logging.getLogger(__name__)
@@ -126,10 +127,10 @@ def run_ablation(
         node_seconds: dict[str, float] = defaultdict(float)
         user_seconds, answered_rounds, dialogues = 0.0, 0, []
         for number, (id_, description, visible) in enumerate(plan):
-            _seed_everything(seed * 100_003 + number)  # same seed per target in every arm
             timed_user = _TimedAnswerer(answerer_factory(by_id[id_], visible))
             graph = build_plugir_graph(gallery, llm=chat, answerer=timed_user)
-            state = graph.invoke({"description": description}, context=PlugIRSettings(**base_settings, arm=arm))
+            with torch_seeded(seed * 100_003 + number):  # same sampling per target in every arm
+                state = graph.invoke({"description": description}, context=PlugIRSettings(**base_settings, arm=arm))
             queries = list(state.get("queries", []))
             queries += [queries[-1]] * (rounds + 1 - len(queries))  # a run that stopped early
             stats = ranker.ranks(queries, [id_] * len(queries))
@@ -215,19 +216,6 @@ class _TimedAnswerer:
             return self.answerer(question, state)
         finally:
             self.seconds += time.perf_counter() - started
-
-
-def _seed_everything(seed: int) -> None:
-    import random
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    try:
-        import torch
-
-        torch.manual_seed(seed)
-    except ImportError:  # pragma: no cover
-        pass
 
 
 _OLD_NAMES = {"top_n": "candidate_k", "top_k": "shown_k"}

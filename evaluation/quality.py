@@ -42,7 +42,9 @@ from pictrieve.agents.qc2.annotation import (
 )
 from pictrieve.agents.qc2.completion import CompletionRequest, SamplingSettings, complete_queries
 from pictrieve.agents.qc2.pipeline import train_on_gallery
-from pictrieve.agents.qc2.training import QC2Model, QC2ModelError, QC2TrainConfig, load_qc2_model
+from pictrieve.agents.qc2.bundle import QC2Model, load_qc2_model
+from pictrieve.agents.qc2.errors import QC2ModelError
+from pictrieve.agents.qc2.training import QC2TrainConfig
 from pictrieve.evaluation.caption_retrieval import load_captioned_folder
 from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
 from pictrieve.evaluation.ranking import ExactRanker
@@ -189,8 +191,6 @@ def evaluate_quality_control(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the evaluation described in the module docstring; returns a JSON-ready dict."""
-    import torch
-
     from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
 
     unknown = set(methods) - set(METHODS)
@@ -240,10 +240,9 @@ def evaluate_quality_control(
                         lm, tokenizer, allowed = pt_model, pt_tokenizer, None
                     else:
                         lm, tokenizer, allowed = models[method].model, models[method].tokenizer, models[method].allowed_token_ids
-                    torch.manual_seed(seed)
                     completed = complete_queries(
                         lm, tokenizer, [CompletionRequest(q, (rel_level, q_level)) for q in queries], axis_names,
-                        samples=samples, settings=SamplingSettings(), allowed_token_ids=allowed,
+                        samples=samples, settings=SamplingSettings(), allowed_token_ids=allowed, seed=seed,
                     )
                     texts = [t for per_query in completed for t in per_query]
                     shorts = [q for q in queries for _ in range(samples)]

@@ -6,7 +6,10 @@ quality levels ("Relevance: High, Quality: Low, Query: ..."), turns a short quer
 
 - :mod:`~pictrieve.agents.qc2.levels`: percentile discretisation of scores into levels;
 - :mod:`~pictrieve.agents.qc2.annotation`: captions, relevance and quality scores as gallery metadata;
-- :mod:`~pictrieve.agents.qc2.training`: prompt format, loss mask, CPU-sized training, save/load;
+- :mod:`~pictrieve.agents.qc2.prompt_format`: the level instruction, cleaned captions, encoded examples;
+- :mod:`~pictrieve.agents.qc2.training`: CPU-sized training (LoRA, frozen-trunk cache through
+  :mod:`~pictrieve.agents.qc2.decoder_internals`, restricted softmax);
+- :mod:`~pictrieve.agents.qc2.bundle`: the trained model on disk, tied to its gallery's fingerprint;
 - :mod:`~pictrieve.agents.qc2.completion`: sampling completions for a query and levels;
 - :mod:`~pictrieve.agents.qc2.pipeline`: the whole thing on a gallery.
 

@@ -23,7 +23,9 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.agents.qc2.levels import AxisLevels
-from pictrieve.agents.qc2.training import QC2Example, QC2ModelError, gallery_fingerprint
+from pictrieve.agents.qc2.bundle import gallery_fingerprint
+from pictrieve.agents.qc2.errors import QC2ModelError
+from pictrieve.agents.qc2.prompt_format import QC2Example
 from pictrieve.tools.captioners import Captioner
 from pictrieve.tools.quality_scorers import _SCORERS, LaionAestheticScorer, QualityScorer
 

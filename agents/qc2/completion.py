@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pictrieve.agents.qc2.training import format_instruction, normalize_query
+from pictrieve.agents.qc2.prompt_format import format_instruction, normalize_query
 
 logger = logging.getLogger(__name__)
 

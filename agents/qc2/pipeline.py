@@ -11,14 +11,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pictrieve.agents.qc2.annotation import annotated_score_keys, build_training_data, fingerprint_of
-from pictrieve.agents.qc2.training import (
-    QC2Model,
-    QC2ModelError,
-    QC2TrainConfig,
-    TrainReport,
-    load_qc2_model,
-    train_completion_model,
-)
+from pictrieve.agents.qc2.bundle import QC2Model, load_qc2_model
+from pictrieve.agents.qc2.errors import QC2ModelError
+from pictrieve.agents.qc2.training import QC2TrainConfig, TrainReport, train_completion_model
 from pictrieve.vectorstore.fusion import fuse_hits
 
 logger = logging.getLogger(__name__)

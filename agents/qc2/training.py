@@ -1,11 +1,7 @@
 """Fine-tune a small causal LM to complete queries conditioned on quality levels (QC2, Sec. 3.3).
 
-Each training example is one gallery caption ``T_i`` with the levels of its image's scores,
-written as ``"<bos>Relevance: High, Aesthetic: Low, Query: " + T_i + <eos>``; the next-token loss
-covers only the caption and end tokens, never the instruction. The space after ``Query:`` is
-tokenised with the caption (``" a dog ..."``) because byte-level BPE tokenisers attach a leading
-space to the word; inference encodes ``" " + query`` the same way, so training and completion see the
-same tokens.
+The example format is :mod:`.prompt_format`'s; the frozen-trunk cache runs decoder layers through
+:mod:`.decoder_internals`; the trained model is saved and loaded by :mod:`.bundle`.
 
 CPU budget, and where we deliberately differ from the paper (which fully fine-tunes GPT2-1.5B /
 Qwen2.5-0.5B for 30-50 epochs on 8 A100s):
@@ -26,109 +22,46 @@ model, the level thresholds and a fingerprint of the gallery it was trained for.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import random
-import re
 import time
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pictrieve.agents.qc2.levels import AxisLevels
-from pictrieve.errors import PictrieveError
+from pictrieve.agents.qc2.bundle import (  # noqa: F401  (re-exported: the public QC2 names)
+    ADAPTER_DIR,
+    BUNDLE_FILE,
+    FORMAT_VERSION,
+    FULL_MODEL_DIR,
+    QC2Model,
+    gallery_fingerprint,
+    load_qc2_model,
+    read_bundle_info,
+)
+from pictrieve.agents.qc2.decoder_internals import (  # noqa: F401
+    _base,
+    _cache_trunk,
+    _causal_mask,
+    _decoder_parts,
+    _layer_list,
+    _pad,
+    _run_layers,
+)
+from pictrieve.agents.qc2.errors import GalleryMismatchError, QC2ModelError  # noqa: F401
+from pictrieve.agents.qc2.prompt_format import (  # noqa: F401
+    IGNORE_INDEX,
+    QC2Example,
+    clean_caption,
+    encode_example,
+    format_instruction,
+    normalize_query,
+)
 
 logger = logging.getLogger(__name__)
-
-FORMAT_VERSION = 1
-BUNDLE_FILE = "qc2.json"
-ADAPTER_DIR = "adapter"
-FULL_MODEL_DIR = "model"
-IGNORE_INDEX = -100
-
-
-class QC2ModelError(PictrieveError, RuntimeError):
-    """A QC2 model cannot be trained, saved or loaded as asked (the message says what to do)."""
-
-
-class GalleryMismatchError(QC2ModelError):
-    """The QC2 model was trained for another gallery (or the gallery changed since)."""
-
-
-# --------------------------------------------------------------------------- text format
-
-
-def clean_caption(text: str) -> str:
-    """Normalise a caption for training: ASCII, single spaces, lower case, ends with a period.
-
-    Captioners and annotators leave stray characters and ``"dog ."`` spacing (flickr8k); the paper
-    cleans non-English characters before training. Lower case matches how users type short queries.
-    """
-    text = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
-    text = " ".join(text.split())
-    text = re.sub(r"\s+([.,!?;:])", r"\1", text).strip().lower()
-    if text and text[-1] not in ".!?":
-        text += "."
-    return text
-
-
-def normalize_query(query: str) -> str:
-    """The form of a user's short query that the model sees (same normalisation as captions)."""
-    text = clean_caption(query)
-    return text[:-1] if text.endswith(".") else text
-
-
-def format_instruction(axes: Sequence[str], levels: Sequence[str]) -> str:
-    """``"Relevance: High, Aesthetic: Low, Query:"`` (the caption/query follows after a space)."""
-    if len(axes) != len(levels):
-        raise ValueError(f"need one level per axis {list(axes)}, got {list(levels)}")
-    return ", ".join(f"{axis}: {level}" for axis, level in zip(axes, levels)) + ", Query:"
-
-
-@dataclass(frozen=True)
-class QC2Example:
-    """One caption and its levels, in the order of the model's axes."""
-
-    caption: str
-    levels: tuple[str, ...]
-
-
-def encode_example(tokenizer: Any, instruction: str, caption: str, max_length: int = 64) -> tuple[list[int], list[int]]:
-    """``(input_ids, labels)``: ``<bos> instruction " caption" <eos>``, labels -100 on bos+instruction.
-
-    Captions longer than ``max_length`` are cut (and then get no end token, so the model is never
-    taught to stop mid-sentence).
-    """
-    prefix = ([tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else [])
-    prefix += tokenizer(instruction, add_special_tokens=False)["input_ids"]
-    body = tokenizer(" " + caption, add_special_tokens=False)["input_ids"]
-    eos = [tokenizer.eos_token_id]
-    room = max_length - len(prefix)
-    if room < 2:
-        raise ValueError(f"max_length {max_length} leaves no room for a caption after the instruction")
-    if len(body) + 1 > room:
-        body, eos = body[:room], []
-    ids = prefix + body + eos
-    labels = [IGNORE_INDEX] * len(prefix) + body + eos
-    return ids, labels
-
-
-# --------------------------------------------------------------------------- gallery identity
-
-
-def gallery_fingerprint(collection: str, ids: Sequence[str]) -> str:
-    """Identity of a gallery's contents: collection name, image count and a hash of the sorted ids."""
-    digest = hashlib.sha256("\n".join(sorted(ids)).encode("utf-8")).hexdigest()[:16]
-    return f"{collection}:{len(ids)}:{digest}"
-
-
-# --------------------------------------------------------------------------- training
 
 
 @dataclass
@@ -330,83 +263,6 @@ def _lora_targets(model: Any) -> list[str] | str:
     return "all-linear"
 
 
-def _base(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def _layer_list(model: Any):
-    base = _base(model)
-    inner = getattr(base, "model", None)
-    if inner is not None and hasattr(inner, "layers"):
-        return inner.layers
-    transformer = getattr(base, "transformer", None)
-    if transformer is not None and hasattr(transformer, "h"):
-        return transformer.h
-    return None
-
-
-def _decoder_parts(model: Any) -> dict[str, Any] | None:
-    """Llama-style pieces (embeddings, layers, rotary, final norm, output head), else None."""
-    base = _base(model)
-    inner = getattr(base, "model", None)
-    if inner is None or not all(hasattr(inner, a) for a in ("embed_tokens", "layers", "rotary_emb", "norm")):
-        return None
-    return {
-        "embed": inner.embed_tokens,
-        "layers": inner.layers,
-        "rotary": inner.rotary_emb,
-        "norm": inner.norm,
-        "head": base.get_output_embeddings(),
-    }
-
-
-def _causal_mask(length: int, dtype: Any):
-    import torch
-
-    mask = torch.full((length, length), torch.finfo(dtype).min, dtype=dtype).triu(1)
-    return mask[None, None]
-
-
-def _run_layers(parts: dict[str, Any], layers: Sequence[Any], hidden):
-    import torch
-
-    length = hidden.shape[1]
-    position_ids = torch.arange(length, device=hidden.device)[None]
-    rotary = parts["rotary"](hidden, position_ids=position_ids)
-    mask = _causal_mask(length, hidden.dtype)
-    for layer in layers:
-        out = layer(hidden, attention_mask=mask, position_ids=position_ids, position_embeddings=rotary)
-        hidden = out[0] if isinstance(out, tuple) else out
-    return hidden
-
-
-def _pad(rows: Sequence[Sequence[int]], value: int):
-    import torch
-
-    length = max(len(r) for r in rows)
-    return torch.tensor([list(r) + [value] * (length - len(r)) for r in rows], dtype=torch.long)
-
-
-def _cache_trunk(parts: dict[str, Any], encoded, split: int, progress: bool, batch_size: int = 64):
-    """Hidden states after the frozen layers, one ``(len_i, hidden)`` tensor per example.
-
-    Right padding with a causal mask never lets a real token see a pad, so the states are exact.
-    """
-    import torch
-    from tqdm.auto import tqdm
-
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
-    cache: list[Any] = [None] * len(encoded)
-    with torch.no_grad():
-        for start in tqdm(range(0, len(order), batch_size), desc="caching frozen layers", disable=not progress):
-            chunk = order[start : start + batch_size]
-            ids = _pad([encoded[i][0] for i in chunk], 0)
-            hidden = _run_layers(parts, parts["layers"][:split], parts["embed"](ids))
-            for row, index in enumerate(chunk):
-                cache[index] = hidden[row, : len(encoded[index][0])].clone()
-    return cache
-
-
 def _length_grouped_batches(n: int, encoded, batch_size: int, rng: random.Random) -> list[list[int]]:
     """Shuffled batches of similar length (less padding), in shuffled order."""
     indices = list(range(n))
@@ -482,109 +338,3 @@ def mean_caption_loss(model: Any, tokenizer: Any, examples: Sequence[QC2Example]
         logits = logits[:, allowed]
         targets = _remap_table(allowed_token_ids, _vocab_size(model, tokenizer))[targets]
     return float(F.cross_entropy(logits, targets))
-
-
-# --------------------------------------------------------------------------- saving / loading
-
-
-@dataclass
-class QC2Model:
-    """A trained completion model with everything needed to use it on its gallery."""
-
-    model: Any
-    tokenizer: Any
-    base_model: str
-    axes: list[AxisLevels]
-    fingerprint: str | None = None
-    allowed_token_ids: list[int] | None = None
-    training: dict[str, Any] = field(default_factory=dict)
-    gallery: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def axis_names(self) -> list[str]:
-        return [axis.axis for axis in self.axes]
-
-    def axis(self, name: str) -> AxisLevels:
-        for axis in self.axes:
-            if axis.axis.lower() == name.lower() or axis.score_key == name.lower():
-                return axis
-        raise QC2ModelError(
-            f"this QC2 model has no {name!r} axis (it was trained on: {', '.join(self.axis_names)}). "
-            f"Annotate that score (`pictrieve quality annotate`) and retrain to use it."
-        )
-
-    def resolve_levels(self, requested: dict[str, str], default: str = "Medium") -> tuple[str, ...]:
-        """One canonical level per model axis from ``{axis or score key: level}``; unspecified axes get ``default``."""
-        chosen = {axis.axis: axis.normalize(default) for axis in self.axes}
-        for name, level in requested.items():
-            if level is None:
-                continue
-            axis = self.axis(name)
-            chosen[axis.axis] = axis.normalize(level)
-        return tuple(chosen[axis.axis] for axis in self.axes)
-
-    def save(self, directory: str | Path) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        is_peft = hasattr(self.model, "peft_config")
-        if is_peft:
-            self.model.save_pretrained(directory / ADAPTER_DIR)
-        else:
-            self.model.save_pretrained(directory / FULL_MODEL_DIR)
-            self.tokenizer.save_pretrained(directory / FULL_MODEL_DIR)
-        meta = {
-            "format": FORMAT_VERSION,
-            "base_model": self.base_model,
-            "weights": ADAPTER_DIR if is_peft else FULL_MODEL_DIR,
-            "axes": [axis.to_dict() for axis in self.axes],
-            "fingerprint": self.fingerprint,
-            "gallery": self.gallery,
-            "allowed_token_ids": self.allowed_token_ids,
-            "training": self.training,
-        }
-        from pictrieve.tools.files import atomic_write_text
-
-        atomic_write_text(directory / BUNDLE_FILE, json.dumps(meta, indent=1))
-        return directory
-
-
-def read_bundle_info(directory: str | Path) -> dict[str, Any]:
-    """``qc2.json`` of a saved model (no weights loaded)."""
-    path = Path(directory) / BUNDLE_FILE
-    if not path.is_file():
-        raise QC2ModelError(f"no QC2 model at {directory} ({BUNDLE_FILE} missing): train one with `pictrieve quality train`")
-    meta = json.loads(path.read_text())
-    if meta.get("format") != FORMAT_VERSION:
-        raise QC2ModelError(f"{path}: unsupported QC2 model format {meta.get('format')!r}; retrain it")
-    return meta
-
-
-def load_qc2_model(directory: str | Path, *, fingerprint: str | None = None, device: str | None = None) -> QC2Model:
-    """Load a saved QC2 model; refuse it when ``fingerprint`` (of the gallery in use) differs."""
-    from pictrieve.tools.causal_lm import load_causal_lm
-
-    directory = Path(directory)
-    meta = read_bundle_info(directory)
-    if fingerprint is not None and meta.get("fingerprint") != fingerprint:
-        raise GalleryMismatchError(
-            f"the QC2 model in {directory} was trained for gallery {meta.get('fingerprint')!r}, not for "
-            f"this one ({fingerprint!r}); images were added or removed, or it is another gallery. "
-            f"Re-annotate and retrain: `pictrieve quality annotate` then `pictrieve quality train`."
-        )
-    if meta["weights"] == ADAPTER_DIR:
-        from peft import PeftModel
-
-        base, tokenizer = load_causal_lm(meta["base_model"], device=device or "cpu")
-        model = PeftModel.from_pretrained(base, directory / ADAPTER_DIR).merge_and_unload()
-    else:
-        model, tokenizer = load_causal_lm(str(directory / FULL_MODEL_DIR), device=device)
-    return QC2Model(
-        model=model.eval(),
-        tokenizer=tokenizer,
-        base_model=meta["base_model"],
-        axes=[AxisLevels.from_dict(a) for a in meta["axes"]],
-        fingerprint=meta.get("fingerprint"),
-        allowed_token_ids=meta.get("allowed_token_ids"),
-        training=meta.get("training") or {},
-        gallery=meta.get("gallery") or {},
-    )
