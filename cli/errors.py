@@ -1,4 +1,8 @@
-"""Turning anticipated failures into one clear line and a non-zero exit code."""
+"""Turning anticipated failures into one clear line and a non-zero exit code.
+
+Library errors say what to change in Python (``pass embedder=... to Gallery.open``); here each
+error type gets the matching command-line hint, so the CLI user reads the flag to use.
+"""
 
 from __future__ import annotations
 
@@ -13,31 +17,48 @@ from pictrieve.errors import PictrieveError
 
 EXIT_USER_ERROR = 2
 
-# Library errors describe the Python fix; on the command line the flag that does the same is added.
-_CLI_HINTS: dict[str, str] = {
-    "EmptyGalleryError": "add photos with `pictrieve index PHOTOS --gallery GALLERY` (with --embedder NAME for another embedder)",
-    "AmbiguousEmbedderError": "choose one with --embedder NAME (`pictrieve info --gallery GALLERY` lists them)",
-    "UnknownEmbedderError": "choose one with --embedder NAME",
-    "UnknownChatModelError": "choose one with --llm NAME",
-}
-
 
 def cli_hint(exc: BaseException) -> str | None:
-    """The command-line form of the fix an error's message describes, if there is one."""
+    """The command-line advice for a library error, or ``None``."""
+    from pictrieve.vectorstore import errors as gallery_errors
+
+    hints: list[tuple[type[BaseException], str]] = [
+        (gallery_errors.EmptyGalleryError,
+         "index photos first with `pictrieve index PHOTOS --gallery GALLERY`, or pick another of the "
+         "gallery's embedders with --embedder (see `pictrieve info --gallery GALLERY`)"),
+        (gallery_errors.DimensionMismatchError,
+         "choose the embedder the gallery was built with (--embedder; `pictrieve info` lists them)"),
+        (gallery_errors.GalleryPermissionError, "pass a --gallery location you can write to"),
+        (gallery_errors.GalleryBusyError, "wait for the other `pictrieve` command to finish"),
+    ]
+    for error_type, hint in hints:
+        if isinstance(exc, error_type):
+            return hint
+    by_name = {  # errors of other packages' families, matched by class name to avoid importing them
+        "UnknownEmbedderError": "choose one with --embedder NAME",
+        "UnknownChatModelError": "choose one with --llm NAME",
+    }
     for cls in type(exc).__mro__:
-        if cls.__name__ in _CLI_HINTS:
-            return _CLI_HINTS[cls.__name__]
+        if cls.__name__ in by_name:
+            return by_name[cls.__name__]
+    if isinstance(exc, gallery_errors.GalleryError) and str(exc).startswith("no gallery at"):
+        return "create it with `pictrieve index PHOTOS --gallery GALLERY`"
     return None
+
+
+def error_line(exc: BaseException) -> str:
+    """``error: <message>`` plus the command-line hint, on one line."""
+    hint = cli_hint(exc)
+    return f"error: {exc}" + (f" (command line: {hint})" if hint else "")
 
 
 @contextmanager
 def friendly_errors() -> Iterator[None]:
-    """Print ``error: <message>`` for pictrieve errors and missing files; full traceback with -vv."""
+    """Print one ``error:`` line for pictrieve errors and missing files; full traceback with -vv."""
     try:
         yield
     except (PictrieveError, FileNotFoundError) as exc:
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             raise
-        hint = cli_hint(exc)
-        click.echo(f"error: {exc}" + (f"\n  on the command line: {hint}" if hint else ""), err=True)
+        click.echo(error_line(exc), err=True)
         sys.exit(EXIT_USER_ERROR)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,32 +19,46 @@ gallery_option = click.option(
 embedder_option = click.option(
     "--embedder", "-e", default=None, metavar="NAME",
     help="Embedder name, e.g. offline (default for new galleries) or "
-    "open_clip:ViT-B-32/laion2b_s34b_b79k. Defaults to the gallery's own.",
+    "open_clip:ViT-B-32/laion2b_s34b_b79k. Defaults to the gallery's default embedder.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+SYNC_CONFIRM_SHARE = 0.2
+"""``sync`` asks before removing more than this share of a gallery (unless --yes)."""
+
+
+def _embedder_list(values: tuple[str, ...]) -> list[str]:
+    """``--embedder a --embedder b,c`` -> ``[a, b, c]``."""
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
 
 @click.command()
 @click.argument("sources", nargs=-1, required=True, metavar="PHOTOS...")
 @gallery_option
 @click.option("--embedder", "-e", "embedders", multiple=True, metavar="NAME",
-              help="Embedder to index with; repeat it to index with several at once (each photo is decoded "
-              "once). Defaults to the gallery's default, or 'offline' for a new gallery.")
-@click.option("--batch-size", default=32, show_default=True, help="Images per model call and per commit.")
-@click.option("--workers", default=2, show_default=True, help="Threads decoding images beside the model.")
+              help="Embedder(s) to index with; repeat or give a comma list to index with several at "
+              "once (each image is decoded once). Default: the gallery's default embedder.")
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1),
+              help="Images per model call and per commit.")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Threads decoding images beside the model.")
+@click.option("--max-pixels", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Refuse images larger than N pixels before decoding (default 180000000, "
+              "or PICTRIEVE_MAX_IMAGE_PIXELS).")
 @click.option("--sync", "prune", is_flag=True, help="Also drop gallery images whose files are gone.")
 @json_option
 def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], batch_size: int,
-          workers: int, prune: bool, as_json: bool) -> None:
+          workers: int, max_pixels: int | None, prune: bool, as_json: bool) -> None:
     """Add PHOTOS (folders, files or quoted globs) to a gallery.
 
     Safe to interrupt and re-run: finished batches are kept, unchanged files are skipped, and
     unreadable files are listed at the end. Captions are read from captions.jsonl or NAME.txt.
     """
-    store = Gallery.open(gallery, embedders[0] if embedders else None)
-    report = store.add(list(sources), embedders=list(embedders) if len(embedders) > 1 else None,
-                       batch_size=batch_size, workers=workers, progress=not as_json)
-    removed = store.sync() if prune else []
+    names = _embedder_list(embedders)
+    store = Gallery.open(gallery, names[0] if names else None)
+    report = store.add(list(sources), embedders=names, batch_size=batch_size, workers=workers,
+                       progress=not as_json, max_pixels=max_pixels)
+    removed = store.sync() if prune and store.exists() else []
     if as_json:
         click.echo(json.dumps(report.to_dict() | ({"removed": removed} if prune else {}), indent=2))
     else:
@@ -60,10 +75,10 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
     click.echo(
         f"indexed {report.indexed}, unchanged {report.unchanged}, failed {len(report.failed)} "
         f"of {report.total} files; gallery {store.location} now holds {store.count()} images "
-        f"({store.embedder_name})"
+        f"({', '.join(report.embedders)})"
     )
     if removed is not None:
-        click.echo(f"removed {len(removed)} images whose files are gone")
+        _print_removed(removed, dry_run=False)
     for failure in report.failed:
         click.echo(f"  skipped {failure.error}", err=True)
 
@@ -74,60 +89,127 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
               help="Search by this example image instead of text.")
 @gallery_option
 @embedder_option
-@click.option("-k", default=10, show_default=True, help="How many results.")
+@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="How many results.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write an HTML contact sheet here.")
 @json_option
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
            html_path: str | None, as_json: bool) -> None:
     """Find the images that best match QUERY (text) or --image."""
-    if bool(query) == bool(image):
-        raise click.UsageError("give either a text QUERY or --image PATH (not both)")
+    query = _check_query(query, image)
     store = Gallery.open(gallery, embedder, create=False)
     hits = store.search_image(image, k=k) if image else store.search_text(query or "", k=k)
+    _print_hits(hits, query=query, image=image, as_json=as_json)
     if html_path:
-        from pictrieve.vectorstore.contact_sheet import write_contact_sheet
+        _write_sheet(hits, html_path, title=f"pictrieve: {query or image}", quiet=as_json)
 
-        write_contact_sheet(hits, html_path, title=f"pictrieve: {query or image}")
+
+def _check_query(query: str | None, image: str | None) -> str | None:
+    """The stripped text query; a usage error unless exactly one of text or image was given."""
+    text = (query or "").strip()
+    if query is not None and not text and not image:
+        raise click.UsageError("the text QUERY is empty: describe the image you are looking for")
+    if bool(text) == bool(image):
+        raise click.UsageError("give a text QUERY or --image PATH, not both" if image
+                               else "give a text QUERY or --image PATH")
+    return text or None
+
+
+def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps({"query": query, "image": image, "hits": [_hit_dict(h) for h in hits]}, indent=2))
+        click.echo(json.dumps({"query": query, "image": image, "hits": [h.to_json() for h in hits]}, indent=2))
         return
     for hit in hits:
         caption = f"  {hit.captions[0]}" if hit.captions else ""
         click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}")
-    if html_path:
+
+
+def _write_sheet(hits: list[ImageHit], html_path: str, *, title: str, quiet: bool) -> None:
+    """Write the contact sheet after the results were printed; a failure is one line and exit 1."""
+    from pictrieve.vectorstore.contact_sheet import write_contact_sheet
+
+    try:
+        write_contact_sheet(hits, html_path, title=title)
+    except OSError as exc:
+        click.echo(f"error: could not write the contact sheet {html_path}: {exc.strerror or exc}", err=True)
+        sys.exit(1)
+    if not quiet:
         click.echo(f"contact sheet: {html_path}")
-
-
-def _hit_dict(hit: ImageHit) -> dict[str, Any]:
-    return {"rank": hit.rank, "score": hit.score, "id": hit.id, "path": hit.path, "metadata": hit.metadata}
 
 
 @click.command()
 @gallery_option
 @embedder_option
+@click.option("--dry-run", is_flag=True, help="List what would be removed; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Remove without asking, even a large share of the gallery.")
+@click.option("--allow-missing-folders", is_flag=True,
+              help="Also remove images of whole folders that are gone (default: refuse).")
 @json_option
-def sync(gallery: str, embedder: str | None, as_json: bool) -> None:
-    """Drop gallery images whose files no longer exist."""
-    removed = Gallery.open(gallery, embedder, create=False).sync()
+def sync(gallery: str, embedder: str | None, dry_run: bool, yes: bool, allow_missing_folders: bool,
+         as_json: bool) -> None:
+    """Drop gallery images whose files no longer exist.
+
+    Refuses when a whole folder of the gallery is gone (an unplugged drive?), and asks before
+    removing more than a fifth of the gallery unless --yes.
+    """
+    store = Gallery.open(gallery, embedder, create=False)
+    missing = store.missing_files()
+    gone_roots = _missing_roots([item.path for item in missing])
+    if missing and gone_roots and not dry_run and not allow_missing_folders:
+        raise click.ClickException(
+            f"{len(missing)} images are missing because these folders are gone: {', '.join(gone_roots)} "
+            "(unplugged drive?); nothing removed. Reconnect them, or if they are gone for good, "
+            "preview with --dry-run and pass --allow-missing-folders"
+        )
+    share = len(missing) / max(1, store.count())
+    if missing and not dry_run and not yes and share > SYNC_CONFIRM_SHARE:
+        if not sys.stdin.isatty():
+            raise click.ClickException(
+                f"sync would remove {len(missing)} of {store.count()} images; check with --dry-run, "
+                "then confirm with --yes")
+        click.confirm(f"remove {len(missing)} of {store.count()} images whose files are gone?", abort=True)
+    removed = [item.path for item in missing]
+    if not dry_run:
+        store.delete([item.id for item in missing])
     if as_json:
-        click.echo(json.dumps({"removed": removed}, indent=2))
+        click.echo(json.dumps({"removed": removed, "dry_run": dry_run}, indent=2))
     else:
-        click.echo(f"removed {len(removed)} images whose files are gone")
+        _print_removed(removed, dry_run=dry_run)
+
+
+def _missing_roots(paths: list[str]) -> list[str]:
+    """The top-most missing folders among the parents of ``paths`` (whose own parent exists)."""
+    roots = set()
+    for path in paths:
+        folder = Path(path).parent
+        if folder.exists():
+            continue
+        while not folder.parent.exists():
+            folder = folder.parent
+        roots.add(str(folder))
+    return sorted(roots)
+
+
+def _print_removed(removed: list[str], *, dry_run: bool) -> None:
+    verb = "would remove" if dry_run else "removed"
+    click.echo(f"{verb} {len(removed)} images whose files are gone")
+    for path in removed:
+        click.echo(f"  {path}")
 
 
 @click.command()
 @gallery_option
 @json_option
 def info(gallery: str, as_json: bool) -> None:
-    """Show the embedders a gallery holds and how many images each has."""
+    """Show the embedders a gallery holds, how many images each has, and the default one."""
     from pictrieve.vectorstore.gallery import gallery_contents
 
     rows = gallery_contents(gallery)
     if as_json:
-        click.echo(json.dumps({"gallery": gallery, "collections": rows}, indent=2))
+        default = next((row["embedder"] for row in rows if row["default"]), None)
+        click.echo(json.dumps({"gallery": gallery, "default_embedder": default, "collections": rows}, indent=2))
         return
     if not rows:
         click.echo(f"{gallery}: empty; add photos with `pictrieve index PHOTOS --gallery {gallery}`")
     for row in rows:
-        default = "  (default)" if row.get("default") else ""
-        click.echo(f"{row['embedder']}  ({row['dim']}-d): {row['images']} images{default}")
+        mark = "  (default)" if row["default"] else ""
+        click.echo(f"{row['embedder']}  ({row['dim']}-d): {row['images']} images{mark}")

@@ -22,27 +22,45 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _heartbeat(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _start_chroma(executable: str, data: Path, attempts: int = 5) -> tuple[subprocess.Popen, str]:
+    """Start `chroma run` on a free port. A port found free can be taken before the server binds it
+    (another test, another program): then the server exits, or a heartbeat never comes from *our*
+    process, and we retry on a new port instead of failing or talking to a stranger."""
+    for _ in range(attempts):
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        process = subprocess.Popen(
+            [executable, "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            if _heartbeat(url):
+                time.sleep(0.2)
+                if process.poll() is None:  # the answer came from our server, which is still up
+                    return process, url
+            time.sleep(0.3)
+        process.kill()
+        process.wait()
+    pytest.fail(f"chroma run did not start after {attempts} attempts")
+
+
 @pytest.fixture
 def chroma_server(tmp_path):
     executable = shutil.which("chroma") or str(Path(sys.executable).with_name("chroma"))
     if not Path(executable).exists():
         pytest.skip("the `chroma` command (from chromadb) is not installed")
-    port = _free_port()
-    process = subprocess.Popen(
-        [executable, "run", "--path", str(tmp_path / "server-data"), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"chroma run did not start on {url}")
-            time.sleep(0.3)
+    process, url = _start_chroma(executable, tmp_path / "server-data")
     yield url
     process.terminate()
     try:

@@ -67,7 +67,7 @@ def test_clear_errors_and_exit_codes(tmp_path, tiny_clip_name):
     assert unknown.returncode == 2 and "unknown embedder 'clipz'" in unknown.stderr
 
     usage = pictrieve("search", "--gallery", str(tmp_path / "g"), check=False)
-    assert usage.returncode == 2 and "either a text QUERY or --image" in usage.stderr
+    assert usage.returncode == 2 and "give a text QUERY or --image PATH" in usage.stderr
 
 
 def test_sync_and_info(tmp_path, photo_folder, tiny_clip_name):
@@ -80,6 +80,7 @@ def test_sync_and_info(tmp_path, photo_folder, tiny_clip_name):
     info = json.loads(pictrieve("info", "--gallery", gallery, "--json").stdout)
     assert [{k: row[k] for k in ("embedder", "dim", "images", "default")} for row in info["collections"]] == [
         {"embedder": tiny_clip_name, "dim": 32, "images": 5, "default": True}]
+    assert info["default_embedder"] == tiny_clip_name
 
 
 def test_eval_retrieval_on_a_captioned_folder(tmp_path, tiny_clip_name):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pictrieve.vectorstore import indexing
-from pictrieve.vectorstore.gallery import AmbiguousEmbedderError, Gallery, gallery_contents
+from pictrieve.vectorstore.gallery import Gallery, gallery_contents
 
 SECOND = "pictrieve-second-tiny"
 
@@ -42,7 +42,7 @@ def test_several_embedders_decode_each_image_once_and_share_ids(tmp_path, photo_
                                                                 second_embedder, monkeypatch):
     decoded = []
     real_load = indexing.load_image
-    monkeypatch.setattr(indexing, "load_image", lambda path: decoded.append(path) or real_load(path))
+    monkeypatch.setattr(indexing, "load_image", lambda path, **kw: decoded.append(path) or real_load(path, **kw))
     gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
     report = gallery.add(photo_folder, embedders=[tiny_clip_embedder, second_embedder], progress=False)
     assert report.indexed == 6 and len(decoded) == 6  # six photos, two embedders, six decodes
@@ -69,17 +69,19 @@ def test_opening_without_an_embedder_uses_the_recorded_default(tmp_path, photo_f
     assert all(row["images"] == 6 for row in rows.values())
 
 
-def test_several_embedders_and_no_record_is_ambiguous_not_a_silent_pick(tmp_path, photo_folder,
-                                                                        tiny_clip_embedder, second_embedder):
-    """A gallery from before defaults were recorded: opening must not pick whichever is listed first."""
-    Gallery.open(tmp_path / "g", tiny_clip_embedder).add(photo_folder, progress=False)
+def test_several_embedders_and_no_record_opens_the_largest_and_says_so(tmp_path, photo_folder, tiny_clip_embedder,
+                                                                       second_embedder, caplog):
+    """A gallery from before defaults were recorded: opening works (never AmbiguousEmbedderError), takes
+    the embedder with the most images, not whichever is listed first, and logs which one it took."""
     legacy = Gallery.open(tmp_path / "g", second_embedder)
     legacy.add(photo_folder, progress=False)
+    Gallery.open(tmp_path / "g", tiny_clip_embedder).add(photo_folder / "a", progress=False)
     from pictrieve.vectorstore.chroma_store import RECORDS_COLLECTION
 
     legacy.client.delete_collection(RECORDS_COLLECTION)
-    with pytest.raises(AmbiguousEmbedderError, match="set_default_embedder"):
-        Gallery.open(tmp_path / "g")
+    with caplog.at_level("WARNING"):
+        assert Gallery.open(tmp_path / "g").embedder_name == second_embedder.name  # 6 images beat 4
+    assert "records no default" in caplog.text and "set_default_embedder" in caplog.text
 
 
 def test_json_records_round_trip_and_opening_never_writes(tmp_path, photo_folder, tiny_clip_embedder):

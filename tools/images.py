@@ -3,25 +3,38 @@
 ``iter_image_files`` expands what a user types (folders, globs, files) into image paths;
 ``load_image`` decodes one file fully, so that truncated or corrupt files fail here, with a clear
 message, rather than later inside a model.
+
+Decompression bombs (a few kilobytes that decode to gigapixels) are refused from the header size,
+before any pixel is decoded, above a per-call pixel cap (``max_pixels``, default
+:data:`DEFAULT_MAX_PIXELS`, or the ``PICTRIEVE_MAX_IMAGE_PIXELS`` variable). Nothing here changes
+Pillow's process-wide settings.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
+import logging
 import os
+import struct
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageFile, UnidentifiedImageError
 
 from pictrieve.errors import PictrieveError
+
+logger = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm"}
 )
 
-Image.MAX_IMAGE_PIXELS = 20_000 * 20_000  # refuse decompression bombs beyond 400 MP
+DEFAULT_MAX_PIXELS = 180_000_000
+"""Largest image decoded by default: 180 MP (above today's largest phone sensors, 200 MP excepted).
+An RGB image this size takes about 540 MB while decoding."""
+MAX_PIXELS_ENV = "PICTRIEVE_MAX_IMAGE_PIXELS"
 
 
 class ImageDecodeError(PictrieveError, ValueError):
@@ -32,34 +45,53 @@ def is_image_path(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_EXTENSIONS
 
 
-def iter_image_files(sources: str | os.PathLike | Iterable[str | os.PathLike]) -> Iterator[Path]:
+def iter_image_files(
+    sources: str | os.PathLike | Iterable[str | os.PathLike],
+    *,
+    problems: list[tuple[str, str]] | None = None,
+) -> Iterator[Path]:
     """Yield absolute image paths from folders (recursive), glob patterns and files, de-duplicated.
 
     Explicitly named files are yielded whatever their extension (so a bad file named by the user is
     reported rather than silently ignored); files found by walking a folder or a glob must have an
-    image extension. Hidden files and folders are skipped while walking.
+    image extension. Hidden files and folders are skipped while walking. Symlinked folders are
+    followed (each real folder once, so loops end). What cannot be used (unreadable folders, symlink
+    loops, dangling links) is appended to ``problems`` as ``(path as found, reason)`` when given,
+    else logged; a source that does not exist at all raises ``FileNotFoundError``.
     """
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
+    report = problems.append if problems is not None else _log_problem
     seen: set[Path] = set()
     for source in sources:
-        for path in _expand_source(str(source)):
-            path = path.resolve()
-            if path not in seen:
-                seen.add(path)
-                yield path
+        for path in _expand_source(str(source), report):
+            try:
+                resolved = path.resolve(strict=True)
+            except (OSError, RuntimeError) as exc:
+                report((str(path), _link_problem(path, exc)))
+                continue
+            if resolved not in seen:
+                seen.add(resolved)
+                yield resolved
 
 
-def _expand_source(source: str) -> Iterator[Path]:
+def _log_problem(problem: tuple[str, str]) -> None:
+    logger.warning("skipped %s: %s", *problem)
+
+
+def _link_problem(path: Path, exc: BaseException) -> str:
+    if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP:
+        return f"{path}: symlink loop"
+    if path.is_symlink():
+        return f"{path}: broken symlink (its target {os.readlink(path)} does not exist)"
+    return f"{path}: {getattr(exc, 'strerror', None) or exc}"
+
+
+def _expand_source(source: str, report: Any) -> Iterator[Path]:
     path = Path(source).expanduser()
     if path.is_dir():
-        for root, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for name in sorted(files):
-                candidate = Path(root) / name
-                if not name.startswith(".") and is_image_path(candidate):
-                    yield candidate
-    elif path.exists():
+        yield from _walk(path, report)
+    elif path.exists() or path.is_symlink():
         yield path
     elif glob.has_magic(source):
         for match in sorted(glob.glob(os.path.expanduser(source), recursive=True)):
@@ -70,14 +102,112 @@ def _expand_source(source: str) -> Iterator[Path]:
         raise FileNotFoundError(f"{source}: no such file, folder or glob match")
 
 
-def load_image(path: str | os.PathLike) -> Image.Image:
-    """Decode ``path`` completely into an RGB image, or raise :class:`ImageDecodeError`."""
+def _walk(top: Path, report: Any) -> Iterator[Path]:
+    visited: set[tuple[int, int]] = set()
+
+    def on_error(exc: OSError) -> None:
+        report((str(exc.filename), f"{exc.filename}: cannot read folder ({exc.strerror or exc})"))
+
+    for root, dirs, files in os.walk(top, onerror=on_error, followlinks=True):
+        stat = os.stat(root)
+        if (stat.st_dev, stat.st_ino) in visited:  # a symlinked folder seen before: a loop
+            dirs[:] = []
+            continue
+        visited.add((stat.st_dev, stat.st_ino))
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            candidate = Path(root) / name
+            if not name.startswith(".") and is_image_path(candidate):
+                yield candidate
+
+
+def max_image_pixels() -> int:
+    """The pixel cap in force: ``PICTRIEVE_MAX_IMAGE_PIXELS`` when set, else :data:`DEFAULT_MAX_PIXELS`."""
+    value = os.environ.get(MAX_PIXELS_ENV, "").strip()
+    if not value:
+        return DEFAULT_MAX_PIXELS
     try:
-        with Image.open(path) as image:
-            image.load()
-            return image.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        cap = int(float(value))
+    except ValueError:
+        raise ImageDecodeError(f"{MAX_PIXELS_ENV}={value!r} is not a number of pixels") from None
+    if cap <= 0:
+        raise ImageDecodeError(f"{MAX_PIXELS_ENV} must be a positive number of pixels, got {value!r}")
+    return cap
+
+
+def load_image(
+    path: str | os.PathLike,
+    *,
+    max_pixels: int | None = None,
+    draft_size: tuple[int, int] | None = None,
+) -> Image.Image:
+    """Decode ``path`` completely into an RGB image, or raise :class:`ImageDecodeError`.
+
+    Images whose header declares more than ``max_pixels`` pixels (default :func:`max_image_pixels`)
+    are refused before decoding. ``draft_size`` lets JPEG decoding scale down by 1/2, 1/4 or 1/8
+    while staying at least that large, which bounds memory and time for huge photos.
+    """
+    cap = max_image_pixels() if max_pixels is None else int(max_pixels)
+    try:
+        image = _open_header(path)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise ImageDecodeError(f"{path}: not a readable image ({exc})") from exc
+    try:
+        width, height = image.size
+        if width * height > cap:
+            raise ImageDecodeError(
+                f"{path}: {width}x{height} = {width * height / 1e6:.0f} MP is above the cap of "
+                f"{cap / 1e6:.0f} MP (a decompression bomb?); raise it with max_pixels= or "
+                f"{MAX_PIXELS_ENV} if the image is genuine"
+            )
+        if draft_size is not None and image.format == "JPEG":
+            image.draft("RGB", draft_size)
+        image.load()
+        return image.convert("RGB")
+    except ImageDecodeError:
+        raise
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ImageDecodeError(f"{path}: not a readable image ({exc})") from exc
+    finally:
+        image.close()
+
+
+def image_size(path: str | os.PathLike) -> tuple[int, int]:
+    """``(width, height)`` from the file's header, without decoding pixels."""
+    image = _open_header(path)
+    try:
+        return image.size
+    finally:
+        image.close()
+
+
+def _open_header(path: str | os.PathLike) -> ImageFile.ImageFile:
+    """Open ``path`` reading only its header, like ``Image.open`` without Pillow's global bomb limit.
+
+    ``Image.open`` compares the size with the process-wide ``Image.MAX_IMAGE_PIXELS`` (warning above
+    it, failing at twice it); our cap is per call instead, so we run the format plugins ourselves.
+    """
+    handle = open(path, "rb")
+    try:
+        prefix = handle.read(16)
+        for loader in (Image.preinit, Image.init):
+            loader()
+            for format_id in list(Image.ID):
+                factory, accept = Image.OPEN[format_id]
+                accepted = not accept or accept(prefix)
+                if not accepted or isinstance(accepted, str):
+                    continue
+                handle.seek(0)
+                try:
+                    image = factory(handle, str(path))
+                except (SyntaxError, IndexError, TypeError, struct.error):
+                    continue
+                image._exclusive_fp = True  # closing the image closes the file
+                return image
+        raise UnidentifiedImageError(f"cannot identify image file {str(path)!r}")
+    except BaseException:
+        handle.close()
+        raise
 
 
 def file_sha256(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:

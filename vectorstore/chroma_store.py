@@ -1,29 +1,47 @@
-"""The Chroma side of a gallery: connecting, naming collections, listing them, and small JSON records.
+"""The Chroma side of a gallery: connecting, naming collections, small JSON records, the write lock.
 
 A gallery is one Chroma database (an embedded ``PersistentClient`` folder, or a ``chroma run`` server
-at ``http://host:port``). It holds one collection of image vectors per embedder, named from the
-embedder's name (:func:`collection_name_for`), and one small collection of JSON records
-(:data:`RECORDS_COLLECTION`) for what the gallery must remember besides vectors: its default
-embedder, NEEDLE's trust weights, fingerprints.
+at ``http://host:port``). Each embedder has its own collection (``images__<slug>__<hash>``), and
+one more collection, ``pictrieve__records``, keeps small JSON records (the default embedder,
+fingerprints, trust weights) keyed by name.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import json
+import logging
+import os
 import re
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import urlparse
 
-from pictrieve.errors import PictrieveError
+from pictrieve.vectorstore.errors import GalleryBusyError, GalleryError, GalleryPermissionError  # noqa: F401
+
+logger = logging.getLogger(__name__)
 
 COLLECTION_PREFIX = "images__"
 RECORDS_COLLECTION = "pictrieve__records"
+LOCK_FILE = ".pictrieve-write.lock"
+GALLERY_RECORD = "gallery"
+"""The JSON record holding gallery-wide settings such as ``default_embedder``."""
 
 
-class GalleryError(PictrieveError, RuntimeError):
-    """Base class for gallery errors; messages say what to do."""
+def is_server(location: str) -> bool:
+    return str(location).startswith(("http://", "https://"))
+
+
+is_remote = is_server
+
+
+def path_id(path: str | os.PathLike) -> str:
+    """The record id of an image file: a hash of its absolute path (stable across runs and embedders)."""
+    return hashlib.sha1(str(Path(path).resolve()).encode("utf-8")).hexdigest()[:24]
 
 
 def collection_name_for(embedder_name: str) -> str:
@@ -33,12 +51,8 @@ def collection_name_for(embedder_name: str) -> str:
     return f"{COLLECTION_PREFIX}{slug}__{digest}"
 
 
-def is_server(location: str) -> bool:
-    return str(location).startswith(("http://", "https://"))
-
-
-def connect(location: str, *, create: bool) -> Any:
-    """A Chroma client for a gallery folder or server URL (a missing folder is created only if ``create``)."""
+def connect(location: str, *, create: bool) -> Any | None:
+    """A Chroma client for ``location``; ``None`` for a folder that does not exist and ``create=False``."""
     import chromadb
     from chromadb.config import Settings
 
@@ -60,23 +74,44 @@ def connect(location: str, *, create: bool) -> Any:
             ) from exc
         return client
     path = Path(location).expanduser()
-    if not create and not path.exists():
-        raise GalleryError(f"no gallery at {path}: index photos into it first (Gallery.add / `pictrieve index`)")
     if path.exists() and not path.is_dir():
-        raise GalleryError(f"{path} is a file, not a gallery folder")
-    return chromadb.PersistentClient(path=str(path), settings=settings)
+        raise GalleryError(f"{path} is a file, not a gallery folder; open a folder path")
+    if not path.exists():
+        if not create:
+            return None
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise _permission_error(path, exc) from exc
+    if not os.access(path, os.R_OK | os.X_OK) or (create and not os.access(path, os.W_OK)):
+        raise _permission_error(path, PermissionError(errno.EACCES, "Permission denied"))
+    try:
+        return chromadb.PersistentClient(path=str(path), settings=settings)
+    except Exception as exc:  # chromadb wraps sqlite's errors in its own types
+        if "permission" in str(exc).lower() or "readonly" in str(exc).lower():
+            raise _permission_error(path, exc) from exc
+        raise
+
+
+def _permission_error(path: Path, exc: BaseException) -> GalleryPermissionError:
+    return GalleryPermissionError(
+        f"cannot use gallery folder {path}: {getattr(exc, 'strerror', None) or exc}; "
+        "choose a gallery location you can write to"
+    )
 
 
 def embedder_collections(client: Any) -> list[dict[str, Any]]:
-    """``[{"embedder", "dim", "images", "collection"}]`` for each embedder collection, oldest first."""
+    """``[{"embedder", "dim", "images", "collection"}]`` for each embedder collection, by name."""
     rows = []
     for listed in client.list_collections():
         if listed.name.startswith(COLLECTION_PREFIX):
             collection = client.get_collection(listed.name, embedding_function=None)
             meta = collection.metadata or {}
-            rows.append({"embedder": meta.get("embedder"), "dim": meta.get("dim"),
-                         "images": collection.count(), "collection": listed.name})
-    return rows
+            rows.append({
+                "embedder": meta.get("embedder"), "dim": meta.get("dim"),
+                "images": collection.count(), "collection": listed.name,
+            })
+    return sorted(rows, key=lambda row: str(row["embedder"]))
 
 
 def read_record(client: Any, key: str) -> dict[str, Any] | None:
@@ -90,9 +125,48 @@ def read_record(client: Any, key: str) -> dict[str, Any] | None:
 
 
 def write_record(client: Any, key: str, value: dict[str, Any]) -> None:
-    """Store ``value`` (JSON-serialisable) under ``key``; one upsert, so a reader sees old or new, never half."""
+    """Store the dict ``value`` under ``key``: one upsert (one SQLite transaction), so a reader sees
+    the old or the new value, never a mix. Callers writing to an embedded gallery hold :func:`write_lock`."""
+    if not isinstance(value, dict):
+        raise TypeError(f"JSON records are dicts, got {type(value).__name__}")
     document = json.dumps(value, sort_keys=True)
     collection = client.get_or_create_collection(RECORDS_COLLECTION, embedding_function=None,
                                                  metadata={"pictrieve": "records"})
     # Chroma stores a vector with every record; these records are looked up by key only.
     collection.upsert(ids=[key], documents=[document], embeddings=[[0.0]])
+
+
+@contextlib.contextmanager
+def write_lock(location: str, *, timeout: float | None = None, poll: float = 0.2) -> Iterator[None]:
+    """Hold the gallery's write lock (an ``flock`` on a file in an embedded gallery's folder).
+
+    Chroma's embedded mode keeps an in-memory HNSW index per process, so two writer processes would
+    overwrite each other's index files. Writers therefore take turns; a second writer waits (logging
+    once), or raises :class:`GalleryBusyError` after ``timeout`` seconds. The kernel releases the lock
+    when a process dies, even by ``kill -9``. Servers (``http://``) serialise writes themselves.
+    """
+    if is_server(location):
+        yield
+        return
+    path = Path(location).expanduser() / LOCK_FILE
+    handle = open(path, "a+")
+    try:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        announced = False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise GalleryBusyError(
+                        f"gallery {location} is busy: another process is writing to it; "
+                        "try again when it has finished"
+                    ) from None
+                if not announced:
+                    logger.warning("gallery %s is busy (another process is writing); waiting", location)
+                    announced = True
+                time.sleep(poll)
+        yield
+    finally:
+        handle.close()

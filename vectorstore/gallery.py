@@ -1,28 +1,24 @@
 """Image galleries: image embeddings in Chroma, searchable by text, image or vector.
 
-A gallery is a Chroma database (an embedded ``PersistentClient`` folder, or a ``chroma run`` server
-reached at ``http://host:port``) holding one collection per embedder, because embedders differ in
-dimension and meaning; the collections share image ids (a hash of the file's absolute path), so
-methods that combine embedders (NEEDLE) line them up by id. A :class:`Gallery` object is one view:
-the database plus the embedder it searches with; :meth:`Gallery.with_embedder` gives another view of
-the same database, and the gallery records a default embedder, so opening it without naming one
-always works. Each record's vector is the embedder's L2-normalised image embedding and its metadata
-holds the path, size, modification time, content hash and any sidecar captions. Collections use
-cosine HNSW, so a hit's ``score`` is the cosine similarity.
+A gallery is one Chroma database (an embedded folder, or a ``chroma run`` server at
+``http://host:port``) holding one collection per embedder, because embedders differ in dimension and
+meaning. Every collection uses the same record id for an image file (:func:`path_id`), its vector is
+that embedder's L2-normalised image embedding, and its metadata holds the path, size, modification
+time, content hash and any sidecar captions. Collections use cosine HNSW, so a hit's ``score`` is
+the cosine similarity. A :class:`Gallery` object is a view of the database through one embedder;
+:meth:`Gallery.with_embedder` gives a view through another, and the gallery records a default one.
 
-Opening reads only: nothing is written until images are added. Modules: :mod:`.chroma_store`
-(connecting, collection names, JSON records), :mod:`.indexing` (adding files, for one embedder or
-several at once), this module (opening, reading, searching).
+The parts live in short modules: ``chroma_store`` (connecting, naming, JSON records, the write lock),
+``reading`` (ids, items, vectors), ``indexing`` (adding files), ``errors``; this module holds the
+:class:`Gallery` class itself, opening and searching.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from PIL import Image
@@ -31,73 +27,56 @@ from pictrieve.tools.embedders.base import Embedder
 from pictrieve.tools.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
 from pictrieve.tools.images import load_image
 from pictrieve.vectorstore.captions import CaptionIndex
-from pictrieve.vectorstore.chroma_store import (
-    COLLECTION_PREFIX,
+from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
+    AmbiguousEmbedderError,
+    DimensionMismatchError,
+    EmptyGalleryError,
+    GalleryBusyError,
     GalleryError,
+    GalleryPermissionError,
+)
+from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.indexing import FailedImage, IndexReport, Sources, caption_metadata, index_sources  # noqa: F401
+from pictrieve.vectorstore.reading import GalleryItem, GalleryReads
+from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
+    COLLECTION_PREFIX,
+    GALLERY_RECORD,
     collection_name_for,
     connect,
     embedder_collections,
+    is_server,
+    path_id,
     read_record,
+    write_lock,
     write_record,
 )
-from pictrieve.vectorstore.hits import ImageHit
-from pictrieve.vectorstore.indexing import FailedImage, IndexReport, Sources, caption_metadata, index_sources
 
 logger = logging.getLogger(__name__)
 
-GALLERY_RECORD = "gallery"  # the JSON record holding the gallery's default embedder
-
-__all__ = [
-    "AmbiguousEmbedderError", "COLLECTION_PREFIX", "DimensionMismatchError", "EmptyGalleryError", "FailedImage",
-    "Gallery", "GalleryError", "GalleryItem", "ImageHit", "IndexReport", "SearchHit", "collection_name_for",
-    "gallery_contents", "path_id",
-]
 # Chroma's default ef_search (100) gives recall@10 of about 0.91 against exact search at 1M vectors;
 # 200 gives about 0.97 at no measurable latency cost (BENCHMARKS.md, search latency).
 DEFAULT_HNSW = {"ef_search": 200}
-
-
-class EmptyGalleryError(GalleryError):
-    """The gallery has no images for the embedder in use."""
-
-
-class DimensionMismatchError(GalleryError):
-    """The stored vectors and the embedder have different dimensions."""
-
-
-class AmbiguousEmbedderError(GalleryError):
-    """The gallery holds several embedders' collections and none was chosen."""
-
-
-@dataclass
-class GalleryItem:
-    """One stored image."""
-
-    id: str
-    path: str
-    metadata: dict[str, Any]
-
-    @property
-    def captions(self) -> list[str]:
-        return list(self.metadata.get("captions") or [])
-
 
 SearchHit = ImageHit
 """Deprecated alias: search results are :class:`~pictrieve.vectorstore.hits.ImageHit`."""
 
 
-class Gallery:
-    """A searchable image collection for one embedder, stored in Chroma.
+class QueryError(GalleryError, ValueError):
+    """A search request that cannot be answered as given (empty text, k below 1)."""
+
+
+class Gallery(GalleryReads):
+    """A searchable image collection, seen through one embedder, stored in Chroma.
 
     Open with :meth:`Gallery.open`; see the module docstring for the storage layout.
     """
 
     def __init__(
-        self, client: Any, location: str, embedder: Embedder | str, hnsw: dict[str, Any] | None = None
+        self, client: Any | None, location: str, embedder: Embedder | str, hnsw: dict[str, Any] | None = None
     ) -> None:
-        self.client = client
+        self._client = client
         self.hnsw = dict(hnsw or {})
-        self.location = location
+        self.location = str(location)
         self._embedder = embedder if not isinstance(embedder, str) else None
         self.embedder_name = check_embedder_name(embedder) if isinstance(embedder, str) else embedder.name
         self.collection_name = collection_name_for(self.embedder_name)
@@ -116,59 +95,51 @@ class Gallery:
         create: bool = True,
         hnsw: dict[str, Any] | None = None,
     ) -> "Gallery":
-        """Open (or create) the gallery at a folder path or ``http://host:port`` Chroma server.
+        """Open the gallery at a folder path or ``http://host:port`` Chroma server. Never writes.
 
-        ``embedder`` is an :class:`Embedder` or a factory name; when omitted, the gallery's only
-        embedder is reused, or the default embedder is used for a new gallery. The model itself is
-        loaded lazily, on the first call that needs it. ``hnsw`` sets Chroma HNSW options for a
-        collection this gallery creates (``ef_construction``, ``max_neighbors``, ``ef_search``); to
-        change ``ef_search`` of an existing collection call :meth:`set_ef_search` (opening never writes).
+        ``embedder`` is an :class:`Embedder` or a factory name; when omitted, the gallery's recorded
+        default embedder is used (or its only one; for an older gallery holding several and no record,
+        the one with the most images), and the global default for a new gallery. The model is loaded
+        lazily. With ``create=False`` a missing gallery, or one without images for the embedder, is an
+        error. Nothing is created on disk until images are added. ``hnsw`` holds Chroma HNSW options
+        (``ef_construction``, ``max_neighbors``, ``ef_search``) for collections this object creates;
+        to change ``ef_search`` of an existing collection call :meth:`set_ef_search`.
         """
         location = str(location)
-        client = connect(location, create=create)
+        client = connect(location, create=False)
+        if client is None and not create:
+            raise GalleryError(
+                f"no gallery at {Path(location).expanduser()}; create one with "
+                f"Gallery.open({location!r}).add(PHOTOS)"
+            )
         if embedder is None:
-            embedder = _default_embedder(client, location) or default_embedder_name()
+            embedder = (_stored_default(client) if client is not None else None) or default_embedder_name()
         gallery = cls(client, location, embedder, hnsw)
         if not create and gallery._get_collection(create=False) is None:
-            raise GalleryError(
-                f"gallery {location} has no images for embedder {gallery.embedder_name!r}; "
-                f"add some with Gallery.open({location!r}, {gallery.embedder_name!r}).add(PHOTOS)"
+            raise EmptyGalleryError(
+                f"gallery {location} has no images for embedder {gallery.embedder_name!r} "
+                f"(it holds: {', '.join(gallery.embedder_names) or 'nothing'}); pass embedder=... "
+                "to Gallery.open, or index images with this embedder via gallery.add(PHOTOS)"
             )
         return gallery
 
     def with_embedder(self, embedder: Embedder | str) -> "Gallery":
-        """Another view of the same database, searching with ``embedder`` (ids are shared)."""
-        return Gallery(self.client, self.location, embedder, self.hnsw)
+        """A view of the same database through another embedder's collection (ids are shared)."""
+        return type(self)(self._client, self.location, embedder, self.hnsw)
 
     @property
-    def embedder_names(self) -> list[str]:
-        """Every embedder that has a collection in this gallery's database, oldest first."""
-        return [row["embedder"] for row in embedder_collections(self.client) if row["embedder"]]
+    def client(self) -> Any:
+        """The Chroma client (connected, and for a new embedded gallery created, on first use)."""
+        return self._writable_client()
 
-    @property
-    def default_embedder(self) -> str | None:
-        """The embedder this gallery opens with when none is named (recorded at first indexing)."""
-        return (read_record(self.client, GALLERY_RECORD) or {}).get("default_embedder")
+    def exists(self) -> bool:
+        """Whether the database exists yet (a new gallery is created by its first write)."""
+        return self._client is not None or is_server(self.location) or Path(self.location).expanduser().is_dir()
 
-    def set_default_embedder(self, name: str) -> None:
-        """Record ``name`` as the embedder :meth:`open` uses when none is named."""
-        record = read_record(self.client, GALLERY_RECORD) or {}
-        write_record(self.client, GALLERY_RECORD, {**record, "default_embedder": name})
-
-    def get_json(self, key: str) -> dict[str, Any] | None:
-        """A small JSON record stored in this gallery's database (``None`` if absent)."""
-        return read_record(self.client, f"user:{key}")
-
-    def put_json(self, key: str, value: dict[str, Any]) -> None:
-        """Store a small JSON record (trust weights, settings) in this gallery's database, atomically."""
-        write_record(self.client, f"user:{key}", value)
-
-    def set_ef_search(self, ef_search: int) -> None:
-        """Change the query-time HNSW breadth of this embedder's collection (a write)."""
-        collection = self._get_collection(create=False)
-        if collection is None:
-            raise self._empty_error()
-        collection.modify(configuration={"hnsw": {"ef_search": int(ef_search)}})
+    def _writable_client(self) -> Any:
+        if self._client is None:
+            self._client = connect(self.location, create=True)
+        return self._client
 
     @property
     def embedder(self) -> Embedder:
@@ -180,19 +151,60 @@ class Gallery:
         return self._embedder
 
     @property
+    def embedder_names(self) -> list[str]:
+        """Every embedder with a collection in this gallery, sorted by name."""
+        if self._client is None:
+            return []
+        return [row["embedder"] for row in embedder_collections(self._client) if row["embedder"]]
+
+    @property
+    def default_embedder(self) -> str | None:
+        """The recorded default embedder's name (``None`` if none was recorded)."""
+        return None if self._client is None else (read_record(self._client, GALLERY_RECORD) or {}).get("default_embedder")
+
+    def set_default_embedder(self, name: str) -> None:
+        """Record the embedder that :meth:`open` uses when none is named."""
+        name = check_embedder_name(name)
+        client = self._writable_client()
+        with write_lock(self.location):
+            record = read_record(client, GALLERY_RECORD) or {}
+            write_record(client, GALLERY_RECORD, {**record, "default_embedder": name})
+
+    def _record_default_embedder_if_unset(self) -> None:
+        """Called by indexing, under the write lock."""
+        client = self._writable_client()
+        record = read_record(client, GALLERY_RECORD) or {}
+        if not record.get("default_embedder"):
+            write_record(client, GALLERY_RECORD, {**record, "default_embedder": self.embedder_name})
+
+    def get_json(self, key: str) -> dict[str, Any] | None:
+        """A small JSON record stored in this gallery's database (``None`` if absent)."""
+        return None if self._client is None else read_record(self._client, f"user:{key}")
+
+    def put_json(self, key: str, value: dict[str, Any]) -> None:
+        """Store a small JSON record (trust weights, settings) in this gallery's database, atomically."""
+        client = self._writable_client()
+        with write_lock(self.location):
+            write_record(client, f"user:{key}", value)
+
+    @property
     def collection(self) -> Any:
+        return self._collection_for_write()
+
+    def _collection_for_write(self) -> Any:
         if self._collection is None:
+            self._writable_client()
             self._collection = self._get_collection(create=True)
         return self._collection
 
     def _get_collection(self, *, create: bool) -> Any:
-        if self._collection is not None:
+        if self._collection is not None or self._client is None:
             return self._collection
-        existing = {c.name for c in self.client.list_collections()}
+        existing = {c.name for c in self._client.list_collections()}
         if self.collection_name in existing:
-            self._collection = self.client.get_collection(self.collection_name, embedding_function=None)
+            self._collection = self._client.get_collection(self.collection_name, embedding_function=None)
         elif create:
-            self._collection = self.client.create_collection(
+            self._collection = self._client.create_collection(
                 self.collection_name,
                 embedding_function=None,
                 configuration={"hnsw": {**DEFAULT_HNSW, **self.hnsw, "space": "cosine"}},
@@ -200,9 +212,16 @@ class Gallery:
             )
         return self._collection
 
-    def _check_dimension(self, dim: int) -> None:
+    def set_ef_search(self, ef_search: int) -> None:
+        """Change the stored HNSW ``ef_search`` (speed/recall of queries) of this collection: a write."""
         collection = self._get_collection(create=False)
-        stored = (collection.metadata or {}).get("dim") if collection is not None else None
+        if collection is None:
+            raise self._empty_error()
+        with write_lock(self.location):
+            collection.modify(configuration={"hnsw": {"ef_search": int(ef_search)}})
+
+    def _check_dimension(self, dim: int) -> None:
+        stored = self._stored_dim()
         if stored is not None and int(stored) != int(dim):
             raise DimensionMismatchError(
                 f"gallery {self.location} stores {stored}-d vectors for {self.embedder_name!r}, but "
@@ -210,72 +229,9 @@ class Gallery:
                 f"Index into a new gallery, or delete collection {self.collection_name!r} and re-index."
             )
 
-    # ------------------------------------------------------------------ reading
-
-    def count(self) -> int:
-        collection = self._get_collection(create=False)
-        return 0 if collection is None else collection.count()
-
-    def ids(self) -> list[str]:
-        """All ids, in the stable order that :meth:`embeddings` with ``ids=None`` uses."""
-        return [id_ for id_, _ in self._scan(include=[])]
-
-    def get(self, ids: Sequence[str]) -> list[GalleryItem]:
-        """Items for ``ids``, in the same order; unknown ids raise ``KeyError``."""
-        found = self._get_by_ids(ids, include=["metadatas"])
-        return [_item(id_, found[id_]["metadata"]) for id_ in ids]
-
-    def items(self) -> Iterator[GalleryItem]:
-        """Every stored item, in :meth:`ids` order."""
-        for id_, record in self._scan(include=["metadatas"]):
-            yield _item(id_, record["metadata"])
-
-    def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray:
-        """Stored vectors as ``(n, dim)`` float32: for ``ids`` in order, or all in :meth:`ids` order."""
-        if ids is None:
-            rows = [record["embedding"] for _, record in self._scan(include=["embeddings"])]
-        else:
-            found = self._get_by_ids(ids, include=["embeddings"])
-            rows = [found[id_]["embedding"] for id_ in ids]
-        if not rows:
-            return np.zeros((0, int(self._stored_dim() or 0)), dtype=np.float32)
-        return np.asarray(rows, dtype=np.float32)
-
-    def captions(self, id_: str) -> list[str]:
-        return self.get([id_])[0].captions
-
-    def _stored_dim(self) -> int | None:
-        collection = self._get_collection(create=False)
-        return None if collection is None else (collection.metadata or {}).get("dim")
-
-    def _scan(self, include: list[str], page: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
-        collection = self._get_collection(create=False)
-        if collection is None:
-            return
-        offset = 0
-        while True:
-            batch = collection.get(limit=page, offset=offset, include=include)
-            if not batch["ids"]:
-                return
-            yield from _records(batch, include)
-            offset += len(batch["ids"])
-
-    def _get_by_ids(self, ids: Sequence[str], include: list[str]) -> dict[str, dict[str, Any]]:
-        collection = self._get_collection(create=False)
-        found: dict[str, dict[str, Any]] = {}
-        if collection is not None:
-            step = self._max_batch()
-            for start in range(0, len(ids), step):
-                batch = collection.get(ids=list(ids[start : start + step]), include=include)
-                found.update(_records(batch, include))
-        missing = [id_ for id_ in ids if id_ not in found]
-        if missing:
-            raise KeyError(f"not in gallery {self.location}: {missing[:5]}")
-        return found
-
     def _max_batch(self) -> int:
         try:
-            return max(1, min(int(self.client.get_max_batch_size()), 5000))
+            return max(1, min(int(self._writable_client().get_max_batch_size()), 5000))
         except Exception:  # older servers do not report it
             return 1000
 
@@ -284,13 +240,15 @@ class Gallery:
     def search_text(self, query: str, k: int = 10, where: dict[str, Any] | None = None) -> list[ImageHit]:
         """The ``k`` images closest to a text query."""
         if not query or not query.strip():
-            raise ValueError("empty text query: describe the image you are looking for")
+            raise QueryError("empty text query: describe the image you are looking for")
+        _check_k(k)
         return self.search_vector(self.embedder.embed_texts([query])[0], k, where)
 
     def search_image(
         self, image: Image.Image | str | os.PathLike, k: int = 10, where: dict[str, Any] | None = None
     ) -> list[ImageHit]:
         """The ``k`` images closest to a query image (a PIL image or a file path)."""
+        _check_k(k)
         if not isinstance(image, Image.Image):
             image = load_image(image)
         return self.search_vector(self.embedder.embed_images([image])[0], k, where)
@@ -299,6 +257,7 @@ class Gallery:
         self, vector: np.ndarray | Sequence[float], k: int = 10, where: dict[str, Any] | None = None
     ) -> list[ImageHit]:
         """The ``k`` images closest to a vector in this gallery's embedding space."""
+        _check_k(k)
         # No count() here: on a 1M-image Chroma collection it costs ~60 ms, the query itself ~2 ms.
         collection = self._get_collection(create=False)
         if collection is None:
@@ -307,12 +266,11 @@ class Gallery:
         stored = self._stored_dim()
         if stored is not None and vector.shape[0] != int(stored):
             raise DimensionMismatchError(
-                f"query vector has {vector.shape[0]} dimensions, gallery stores {stored}"
+                f"query vector has {vector.shape[0]} dimensions, gallery {self.location} stores "
+                f"{stored}-d vectors for {self.embedder_name!r}; embed the query with that embedder"
             )
         result = collection.query(
-            query_embeddings=[vector.tolist()],
-            n_results=max(1, int(k)),
-            where=where,
+            query_embeddings=[vector.tolist()], n_results=int(k), where=where,
             include=["metadatas", "distances"],
         )
         if not result["ids"][0] and (where is None or collection.count() == 0):
@@ -327,7 +285,7 @@ class Gallery:
     def _empty_error(self) -> EmptyGalleryError:
         return EmptyGalleryError(
             f"gallery {self.location} has no images for embedder {self.embedder_name!r}; "
-            "add photos first (Gallery.add(PHOTOS))"
+            "add some with gallery.add(PHOTOS) first"
         )
 
     # ------------------------------------------------------------------ writing
@@ -340,25 +298,30 @@ class Gallery:
         batch_size: int = 32,
         workers: int = 2,
         progress: bool = True,
+        max_pixels: int | None = None,
     ) -> IndexReport:
-        """Index images from folders (recursive), globs or files (see :mod:`.indexing`).
+        """Index images from folders (recursive), globs or files; see :mod:`~pictrieve.vectorstore.indexing`.
 
-        ``embedders`` indexes with several embedders in one pass (each image decoded once), into
-        their collections of this database; by default, this view's embedder. The first embedder
-        becomes the gallery's default if it has none yet.
+        ``embedders`` indexes with several embedders at once (each image decoded once per batch);
+        default: this view's embedder. The first index records this view's embedder as the default.
+        ``max_pixels`` caps the size of images decoded (see :func:`~pictrieve.tools.images.load_image`).
         """
-        views = [self] if not embedders else [
-            self if (e if isinstance(e, str) else e.name) == self.embedder_name else self.with_embedder(e)
-            for e in embedders
-        ]
-        report = index_sources(views, sources, batch_size=batch_size, workers=workers, progress=progress)
-        if report.indexed and self.default_embedder is None:
-            self.set_default_embedder(views[0].embedder_name)
-        return report
+        targets = [self]
+        for other in embedders or []:
+            name = other if isinstance(other, str) else other.name
+            if name == self.embedder_name or check_embedder_name(name) == self.embedder_name:
+                if not isinstance(other, str):
+                    self._embedder = self._embedder or other
+                continue
+            if name not in {t.embedder_name for t in targets}:
+                targets.append(self.with_embedder(other))
+        return index_sources(
+            targets, sources, batch_size=batch_size, workers=workers, progress=progress, max_pixels=max_pixels
+        )
 
     def _write_batch(self, batch: list[tuple[Path, Any, dict[str, Any]]]) -> int:
         vectors = self.embedder.embed_preprocessed([tensor for _, tensor, _ in batch])
-        self.collection.upsert(
+        self._collection_for_write().upsert(
             ids=[path_id(path) for path, _, _ in batch],
             embeddings=vectors,
             metadatas=[meta for _, _, meta in batch],
@@ -380,76 +343,67 @@ class Gallery:
     def _refresh_captions(self, path: Path, record: dict[str, Any], captions: CaptionIndex) -> None:
         wanted = caption_metadata(captions.captions_for(path))
         if wanted and wanted.get("captions") != record.get("captions"):
-            self.collection.update(ids=[path_id(path)], metadatas=[wanted])
+            self._collection_for_write().update(ids=[path_id(path)], metadatas=[wanted])
 
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
         """Merge keys into stored metadata (values: str, int, float, bool or lists of them)."""
         if len(ids) != len(metadatas):
             raise ValueError("update_metadata needs one metadata dict per id")
         step = self._max_batch()
-        for start in range(0, len(ids), step):
-            self.collection.update(
-                ids=list(ids[start : start + step]), metadatas=list(metadatas[start : start + step])
-            )
+        with write_lock(self.location):
+            for start in range(0, len(ids), step):
+                self._collection_for_write().update(
+                    ids=list(ids[start : start + step]), metadatas=list(metadatas[start : start + step])
+                )
 
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
-            self.collection.delete(ids=list(ids))
+            with write_lock(self.location):
+                self._collection_for_write().delete(ids=list(ids))
+
+    def missing_files(self) -> list[GalleryItem]:
+        """Stored images whose files no longer exist (what :meth:`sync` would remove)."""
+        return [item for item in self.items() if not Path(item.path).exists()]
 
     def sync(self) -> list[str]:
         """Drop images whose files no longer exist; return the removed paths."""
-        gone = [(item.id, item.path) for item in self.items() if not Path(item.path).exists()]
-        self.delete([id_ for id_, _ in gone])
-        return [path for _, path in gone]
+        gone = self.missing_files()
+        self.delete([item.id for item in gone])
+        return [item.path for item in gone]
 
     def __repr__(self) -> str:
         return f"Gallery({self.location!r}, embedder={self.embedder_name!r})"
 
 
-# ---------------------------------------------------------------------- helpers
-
-
-def path_id(path: str | os.PathLike) -> str:
-    """The record id of an image file: a hash of its absolute path (stable across runs)."""
-    return hashlib.sha1(str(Path(path).resolve()).encode("utf-8")).hexdigest()[:24]
-
-
-def _records(batch: dict[str, Any], include: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    metadatas = batch.get("metadatas") if "metadatas" in include else None
-    embeddings = batch.get("embeddings") if "embeddings" in include else None
-    for i, id_ in enumerate(batch["ids"]):
-        record: dict[str, Any] = {}
-        if metadatas is not None:
-            record["metadata"] = dict(metadatas[i] or {})
-        if embeddings is not None:
-            record["embedding"] = embeddings[i]
-        yield id_, record
-
-
-def _item(id_: str, metadata: dict[str, Any]) -> GalleryItem:
-    return GalleryItem(id=id_, path=str(metadata.get("path", "")), metadata=metadata)
+def _check_k(k: int) -> None:
+    if int(k) < 1:
+        raise QueryError(f"k must be at least 1 (the number of images to return), got {k}")
 
 
 def gallery_contents(location: str | os.PathLike) -> list[dict[str, Any]]:
     """``[{"embedder", "dim", "images", "collection", "default"}]`` for each embedder in a gallery."""
     client = connect(str(location), create=False)
-    default = _default_embedder(client, str(location))
-    return [{**row, "default": row["embedder"] == default} for row in embedder_collections(client)]
+    if client is None:
+        raise GalleryError(f"no gallery at {Path(location).expanduser()}")
+    default = _stored_default(client)
+    return [
+        {**row, "default": row["embedder"] == default} for row in embedder_collections(client)
+    ]
 
 
-def _default_embedder(client: Any, location: str) -> str | None:
-    """The recorded default embedder; else the only one; ``None`` for an empty gallery.
-
-    Galleries indexed before defaults were recorded may hold several embedders and no record: then
-    the caller must choose, rather than get whichever collection happens to be listed first.
-    """
+def _stored_default(client: Any) -> str | None:
+    """The recorded default embedder; else the only one; else (older galleries) the largest one."""
     recorded = (read_record(client, GALLERY_RECORD) or {}).get("default_embedder")
-    names = [row["embedder"] for row in embedder_collections(client) if row["embedder"]]
-    if recorded and recorded in names:
+    rows = [row for row in embedder_collections(client) if row["embedder"]]
+    if recorded and (not rows or recorded in {row["embedder"] for row in rows}):
         return recorded
-    if len(names) > 1:
-        raise AmbiguousEmbedderError(
-            f"gallery {location} holds images for several embedders ({', '.join(sorted(names))}) and no default; "
-            "name one (Gallery.open(location, embedder=...)) or record one with gallery.set_default_embedder(name)"
+    if not rows:
+        return None
+    chosen = max(rows, key=lambda row: (row["images"], [-ord(c) for c in row["embedder"]]))["embedder"]
+    if len(rows) > 1:  # a gallery from before defaults were recorded: say which one, never guess silently
+        logger.warning(
+            "gallery holds several embedders (%s) and records no default; using %s, the one with the most "
+            "images (record one with gallery.set_default_embedder(name))",
+            ", ".join(row["embedder"] for row in rows), chosen,
         )
-    return names[0] if names else None
+    return chosen

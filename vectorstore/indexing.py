@@ -1,11 +1,11 @@
-"""Adding image files to a gallery, for one embedder or several at once, without losing anything.
+"""Indexing image files into one or several embedders' collections of a gallery.
 
-Files are hashed, decoded and preprocessed in worker threads while the model embeds the previous
-batch; each image is decoded once per run however many embedders need it. Each batch is written as
-soon as it is embedded, so an interrupted run resumes where it stopped. A file is skipped for an
-embedder when its size and modification time match what that embedder's collection stores, or,
-failing that, its content hash (then only the metadata is refreshed). Unreadable files are
-reported in the :class:`IndexReport`, never fatal.
+Built to lose nothing and to decode each image once: files are hashed, decoded and preprocessed for
+every embedder that needs them in worker threads while the models embed the previous batch; each
+batch is written as soon as it is embedded (an interrupted run resumes where it stopped, and ids are
+path hashes, so a re-run never duplicates); unchanged files are skipped by size and modification
+time, then by content hash; unreadable files and folders are reported, not fatal. Writers to one
+embedded gallery take turns through the gallery's write lock (see :func:`.chroma_store.write_lock`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,16 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from pictrieve.tools.images import ImageDecodeError, file_sha256, iter_image_files, load_image
 from pictrieve.vectorstore.captions import CaptionIndex
+from pictrieve.vectorstore.chroma_store import path_id
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:
     from pictrieve.vectorstore.gallery import Gallery
 
 logger = logging.getLogger(__name__)
+
+DRAFT_SIZE = (1024, 1024)
+"""JPEGs larger than this are decoded at a reduced scale (1/2, 1/4, 1/8), never below this size:
+embedders look at a few hundred pixels, and full-size decoding of a 50 MP photo costs 150 MB."""
 
 
 @dataclass
@@ -35,13 +40,14 @@ class FailedImage:
 
 @dataclass
 class IndexReport:
-    """What one ``Gallery.add`` call did: images embedded (for at least one embedder), unchanged
-    (nothing to embed for any embedder), failed (with the reason) and the total seen."""
+    """What one ``Gallery.add`` call did. ``indexed`` counts files embedded by at least one embedder;
+    ``unchanged`` files needed no embedding; ``failed`` lists files and folders that were skipped."""
 
     indexed: int = 0
     unchanged: int = 0
     failed: list[FailedImage] = field(default_factory=list)
     total: int = 0
+    embedders: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,112 +57,139 @@ Sources = str | os.PathLike | Iterable[str | os.PathLike]
 
 
 def index_sources(
-    views: Sequence["Gallery"],
+    targets: Sequence["Gallery"],
     sources: Sources,
     *,
     batch_size: int = 32,
     workers: int = 2,
     progress: bool = True,
+    max_pixels: int | None = None,
 ) -> IndexReport:
-    """Index ``sources`` (folders, globs, files) into every gallery view in ``views`` (one per embedder,
-    same database); see the module docstring."""
-    from tqdm.auto import tqdm
+    """Index images from folders, globs or files into every gallery view in ``targets``.
 
-    from pictrieve.vectorstore.gallery import path_id
+    ``targets`` are views of one database (one per embedder, see :meth:`Gallery.with_embedder`).
+    """
+    from pictrieve.vectorstore.chroma_store import write_lock
 
     sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
-    paths = list(iter_image_files(sources))
-    report = IndexReport(total=len(paths))
-    captions = CaptionIndex(sources)
-    known = [view._known_files(paths) for view in views]
-    plans: list[tuple[Path, list[int]]] = []
-    for path in paths:
-        try:
-            stat = path.stat()
-        except OSError as exc:  # vanished or unreadable since the folder was listed
-            report.failed.append(FailedImage(str(path), f"{path}: {exc.strerror or exc}"))
-            continue
-        needed = []
-        for i, view in enumerate(views):
-            record = known[i].get(path_id(path))
-            if record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns:
-                view._refresh_captions(path, record, captions)
-            else:
-                needed.append(i)
-        if needed:
-            plans.append((path, needed))
-        else:
-            report.unchanged += 1
-    if not plans:
+    problems: list[tuple[str, str]] = []
+    paths = list(iter_image_files(sources, problems=problems))
+    report = IndexReport(total=len(paths) + len(problems), embedders=[t.embedder_name for t in targets])
+    report.failed.extend(FailedImage(path, error) for path, error in problems)
+    if not paths:
         return report
-    embedders = [view.embedder for view in views]
-    batches: list[list[tuple[Path, Any, dict[str, Any]]]] = [[] for _ in views]
-    bar = tqdm(total=len(plans), unit="img", desc="indexing", disable=not progress)
+    first = targets[0]
+    if not first.exists():
+        for target in targets:  # load every model before anything is created on disk
+            target.embedder
+    first._writable_client()
+    with write_lock(first.location):
+        first._record_default_embedder_if_unset()
+        captions = CaptionIndex(sources)
+        known = [target._known_files(paths) for target in targets]
+        todo: list[tuple[Path, list[int]]] = []
+        for path in paths:
+            try:
+                stat = path.stat()
+            except OSError as exc:  # vanished or unreadable since the folder was listed
+                report.failed.append(FailedImage(str(path), f"{path}: {exc.strerror or exc}"))
+                continue
+            needing = []
+            for i, target in enumerate(targets):
+                record = known[i].get(path_id(path))
+                if record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns:
+                    target._refresh_captions(path, record, captions)
+                else:
+                    needing.append(i)
+            if needing:
+                todo.append((path, needing))
+            else:
+                report.unchanged += 1
+        if todo:
+            _embed_and_write(targets, todo, known, captions, report, batch_size, workers, progress, max_pixels)
+    return report
+
+
+def _embed_and_write(
+    targets: Sequence["Gallery"],
+    todo: list[tuple[Path, list[int]]],
+    known: list[dict[str, dict[str, Any]]],
+    captions: CaptionIndex,
+    report: IndexReport,
+    batch_size: int,
+    workers: int,
+    progress: bool,
+    max_pixels: int | None,
+) -> None:
+    from tqdm.auto import tqdm
+
+    embedders = [target.embedder for target in targets]
+    batches: list[list[tuple[Path, Any, dict[str, Any]]]] = [[] for _ in targets]
+
+    def prepare(path: Path, needing: list[int]) -> tuple[dict[str, Any], dict[int, Any]]:
+        records = {i: known[i].get(path_id(path)) for i in needing}
+        return _prepare(path, records, embedders, max_pixels)
+
+    bar = tqdm(total=len(todo), unit="img", desc="indexing", disable=not progress)
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
-        for path, prepared in _prefetch(pool, plans, embedders, known, window=4 * batch_size):
+        for path, prepared in _prefetch(pool, todo, prepare, window=4 * batch_size):
             bar.update(1)
-            if isinstance(prepared, Exception):
+            if isinstance(prepared, BaseException):
                 report.failed.append(FailedImage(str(path), str(prepared)))
-                logger.debug("skipped %s", prepared)  # listed once, in the report
                 continue
             meta, tensors = prepared
             meta.update(caption_metadata(captions.captions_for(path)))
             embedded = False
             for i, tensor in tensors.items():
-                if tensor is None:  # touched but same content: refresh metadata only
-                    views[i].collection.update(ids=[path_id(path)], metadatas=[meta])
+                if tensor is None:  # touched but same content: refresh metadata (mtime) only
+                    targets[i]._collection_for_write().update(ids=[path_id(path)], metadatas=[dict(meta)])
                     continue
                 embedded = True
-                batches[i].append((path, tensor, meta))
+                batches[i].append((path, tensor, dict(meta)))
                 if len(batches[i]) >= batch_size:
-                    views[i]._write_batch(batches[i])
+                    targets[i]._write_batch(batches[i])
                     batches[i] = []
-            report.indexed += embedded
-            report.unchanged += not embedded
-        for view, batch in zip(views, batches):
+            if embedded:
+                report.indexed += 1
+            else:
+                report.unchanged += 1
+        for i, batch in enumerate(batches):
             if batch:
-                view._write_batch(batch)
+                targets[i]._write_batch(batch)
     bar.close()
-    return report
 
 
 def _prefetch(
-    pool: ThreadPoolExecutor,
-    plans: Sequence[tuple[Path, list[int]]],
-    embedders: Sequence[Any],
-    known: Sequence[dict[str, dict[str, Any]]],
-    window: int,
+    pool: ThreadPoolExecutor, todo: Sequence[tuple[Path, list[int]]], prepare: Any, window: int
 ) -> Iterator[tuple[Path, Any]]:
-    """Yield ``(path, (metadata, {view: tensor | None}) | exception)`` in order, ``window`` in flight."""
-    from pictrieve.vectorstore.gallery import path_id
+    """Yield ``(path, prepare(...) | exception)`` in order, keeping ``window`` decodes in flight.
 
-    def submit(plan: tuple[Path, list[int]]) -> tuple[Path, Future]:
-        path, needed = plan
-        pid = path_id(path)
-        return path, pool.submit(_prepare, path, {i: (embedders[i], known[i].get(pid)) for i in needed})
-
+    Any ``Exception`` from a worker (decode errors, permission errors, a file vanishing) becomes a
+    reported failure of that one file, never the end of the run.
+    """
     pending: deque[tuple[Path, Future]] = deque()
-    queue = iter(plans)
-    for plan in queue:
-        pending.append(submit(plan))
+    queue = iter(todo)
+    for path, needing in queue:
+        pending.append((path, pool.submit(prepare, path, needing)))
         if len(pending) >= window:
             break
     while pending:
         path, future = pending.popleft()
         following = next(queue, None)
         if following is not None:
-            pending.append(submit(following))
+            pending.append((following[0], pool.submit(prepare, *following)))
         try:
             yield path, future.result()
-        except (ImageDecodeError, OSError, RuntimeError) as exc:  # RuntimeError: e.g. a symlink loop
-            yield path, exc
+        except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
+            message = str(exc) if isinstance(exc, ImageDecodeError) else f"{path}: {exc}"
+            logger.debug("skipped %s", message)
+            yield path, type(exc)(message) if isinstance(exc, ImageDecodeError) else RuntimeError(message)
 
 
-def _prepare(path: Path, needs: dict[int, tuple[Any, dict[str, Any] | None]]) -> tuple[dict[str, Any], dict[int, Any]]:
-    """Hash, decode (once) and preprocess one file for each embedder that needs it, in a worker thread.
-
-    A view whose stored record has the same content hash gets ``None``: only its metadata changes.
-    """
+def _prepare(
+    path: Path, records: dict[int, dict[str, Any] | None], embedders: Sequence[Any], max_pixels: int | None
+) -> tuple[dict[str, Any], dict[int, Any]]:
+    """Hash, decode once and preprocess for each embedder that needs it (``None``: content unchanged)."""
     stat = path.stat()
     digest = file_sha256(path)
     meta: dict[str, Any] = {
@@ -166,14 +199,28 @@ def _prepare(path: Path, needs: dict[int, tuple[Any, dict[str, Any] | None]]) ->
         "mtime_ns": stat.st_mtime_ns,
         "sha256": digest,
     }
-    tensors: dict[int, Any] = {i: None for i, (_, record) in needs.items() if record and record.get("sha256") == digest}
-    changed = [i for i in needs if i not in tensors]
-    if changed:
-        image = load_image(path)
-        meta.update(width=image.width, height=image.height)
-        for i in changed:
-            tensors[i] = needs[i][0].preprocess(image)
+    tensors: dict[int, Any] = {}
+    image = None
+    for i, record in records.items():
+        if record and record.get("sha256") == digest:
+            tensors[i] = None
+            meta.update({key: record[key] for key in ("width", "height") if key in record})
+            continue
+        if image is None:
+            image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
+            width, height = _original_size(path, image)
+            meta.update(width=width, height=height)
+        tensors[i] = embedders[i].preprocess(image)
     return meta, tensors
+
+
+def _original_size(path: Path, image: Any) -> tuple[int, int]:
+    """The file's own size (a draft-mode JPEG decodes smaller than the file says)."""
+    from pictrieve.tools.images import image_size
+
+    if image.width >= DRAFT_SIZE[0] or image.height >= DRAFT_SIZE[1]:
+        return image_size(path)
+    return image.width, image.height
 
 
 def caption_metadata(captions: list[str]) -> dict[str, Any]:

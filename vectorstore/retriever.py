@@ -1,8 +1,9 @@
 """A LangChain retriever over a gallery, so any LangChain or LangGraph app can find images by text.
 
-Each result is a ``Document`` whose ``page_content`` is the image's first caption (or its file name
-when it has none) and whose metadata carries ``id``, ``path``, ``score``, ``rank`` and the stored
-metadata, so a downstream VLM or answer node can open the image itself.
+Each result is a ``Document`` whose ``page_content`` is the image's label (first caption, else file
+name) and whose metadata is the :class:`ImageHit` as JSON (``id``, ``path``, ``score``, ``rank``,
+``captions``, ``metadata``), so a downstream VLM or answer node can open the image itself.
+``retriever.invoke(query, k=3, where={...})`` overrides ``k`` and ``where`` for one call.
 """
 
 from __future__ import annotations
@@ -35,14 +36,22 @@ class GalleryRetriever(BaseRetriever):
     """Optional Chroma metadata filter."""
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        k: int | None = None,
+        where: dict[str, Any] | None = None,
     ) -> list[Document]:
+        """Search; ``k`` and ``where`` passed to ``invoke`` override the retriever's own for one call."""
         gallery: Gallery = self.gallery
-        return [hit_to_document(hit) for hit in gallery.search_text(query, k=self.k, where=self.where)]
+        hits = gallery.search_text(query, k=self.k if k is None else k, where=self.where if where is None else where)
+        return [hit_to_document(hit) for hit in hits]
 
 
 def hit_to_document(hit: ImageHit) -> Document:
-    """A LangChain ``Document`` describing one search hit."""
-    text = hit.captions[0] if hit.captions else hit.metadata.get("name", hit.path)
-    metadata = {**hit.metadata, "id": hit.id, "path": hit.path, "score": hit.score, "rank": hit.rank}
-    return Document(page_content=text, metadata=metadata, id=hit.id)
+    """A LangChain ``Document`` for one hit: the hit's label as text, ``hit.to_json()`` as metadata.
+
+    ``ImageHit.model_validate(doc.metadata)`` gives the hit back.
+    """
+    return Document(page_content=hit.label, metadata=hit.to_json(), id=hit.id)

@@ -1,0 +1,29 @@
+"""Errors raised by galleries. Messages describe the Python fix; the CLI adds its flag hints."""
+
+from __future__ import annotations
+
+from pictrieve.errors import PictrieveError
+
+
+class GalleryError(PictrieveError, RuntimeError):
+    """Base class for gallery errors; messages say what to do."""
+
+
+class EmptyGalleryError(GalleryError):
+    """The gallery has no images for the embedder in use."""
+
+
+class DimensionMismatchError(GalleryError):
+    """The stored vectors and the embedder (or a query vector) have different dimensions."""
+
+
+class AmbiguousEmbedderError(GalleryError):
+    """Kept for callers that catch it; :meth:`Gallery.open` no longer raises it."""
+
+
+class GalleryBusyError(GalleryError):
+    """Another process is writing to the same embedded gallery."""
+
+
+class GalleryPermissionError(GalleryError):
+    """The gallery folder cannot be created, read or written."""
