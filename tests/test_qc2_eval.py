@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 pytest.importorskip("torch")
@@ -79,3 +81,52 @@ def test_evaluation_runs_every_method_and_condition(tmp_path, tiny_clip_name, ti
                                             "--base-model", tiny_checkpoint, "--method", "prefix", "--json"])
     assert out.exit_code == 0, out.output
     assert set(json.loads(out.stdout)["methods"]) == {"prefix"}
+
+
+def test_monotonicity_says_when_the_order_is_wrong():
+    axes = [AxisLevels.fit("Relevance", [1, 2, 3]), AxisLevels.fit("Quality", [1, 2, 3])]
+    results = {"m": {}}
+    for i, r in enumerate(axes[0].levels):
+        for j, q in enumerate(axes[1].levels):
+            # relevance falls with the requested level; quality peaks in the middle
+            results["m"][f"Relevance={r}, Quality={q}"] = {"top5": {"relevance": float(-i), "quality": float(j == 1)}}
+    summary = monotonicity(results, axes)["m"]
+    assert summary["Relevance"]["mean"] == [0, -1, -2] and not summary["Relevance"]["increasing"]
+    assert not summary["Quality"]["increasing"]
+
+
+@pytest.mark.parametrize("higher_is_better", [True, False])
+def test_rerank_keeps_the_best_quality_image_of_the_top_k(higher_is_better):
+    """Rerank (paper Table 6): retrieve by the short query, keep the best-quality image of the top k."""
+    import numpy as np
+
+    from pictrieve.evaluation.quality import _ScoredGallery
+
+    scored = _ScoredGallery.__new__(_ScoredGallery)
+    order = np.array([[3, 1, 4, 0, 2, 5, 6, 7, 8, 9, 10, 11]])  # the retrieval order for the one query
+    scored.top = lambda texts, k: order[:, :k]
+    scored.quality = np.array([5.0, 9.0, 1.0, 2.0, 7.0, 3.0, 0.0, 8.0, 4.0, 6.0, 10.0, 11.0])
+    scored.relevance = np.arange(12, dtype=float)
+    scored.captions = [["a dog"]] * 12
+    scored.higher_is_better = higher_is_better
+    result = scored.rerank(["a dog"])
+    # top-1 is image 3 whatever the quality; top-5 = {3, 1, 4, 0, 2}: best is 1 (9.0) or 2 (1.0)
+    assert result["k=1"]["quality"] == 2.0
+    assert result["k=5"]["quality"] == (9.0 if higher_is_better else 1.0)
+    assert result["k=10"]["quality"] == (9.0 if higher_is_better else 0.0)
+
+
+def test_random_levels_carry_no_information_but_keep_the_level_set():
+    from types import SimpleNamespace
+
+    from pictrieve.agents.qc2.annotation import build_training_data, metadata_key
+
+    items = [SimpleNamespace(captions=[f"photo {i}"], metadata={metadata_key("relevance"): [i / 60],
+                                                                metadata_key("brisque"): float(i)}) for i in range(60)]
+    true, axes = build_training_data(items, ["brisque"])
+    shuffled, same_axes = build_training_data(items, ["brisque"], random_levels=True, seed=1)
+    assert [e.caption for e in shuffled] == [e.caption for e in true]
+    assert [a.thresholds for a in same_axes] == [a.thresholds for a in axes]
+    agreement = np.mean([a.levels == b.levels for a, b in zip(true, shuffled)])
+    assert agreement < 0.5  # true levels would agree on every caption; uniform ones on about 1 in 9
+    assert {e.levels[1] for e in shuffled} == set(axes[1].levels)
