@@ -17,6 +17,7 @@ from pictrieve.agents.qc2.completion import (  # noqa: E402
     CompletionRequest,
     SamplingSettings,
     complete_queries,
+    complete_query,
     first_sentence,
     prompt_ids,
     sample_continuations,
@@ -285,3 +286,21 @@ def test_generation_stops_after_a_finished_sentence_not_inside_a_number():
 
     ids = torch.tensor([[7, 0], [7, 1], [7, 2]])
     assert _FirstSentenceStop(RowTokenizer(), prompt_length=1)(ids, None).tolist() == [False, True, True]
+
+
+def test_generated_words_reach_the_completion(tiny_checkpoint):
+    """A tiny model taught one caption says its continuation: completions must carry the generated
+    words, not just echo the typed query (an empty continuation passes every startswith check)."""
+    model, tokenizer = _load(tiny_checkpoint)
+    taught = "A brown dog jumps over a fence ."
+    examples = [QC2Example(clean_caption(taught), levels) for levels in LEVELS]
+    config = QC2TrainConfig(epochs=40, batch_size=4, learning_rate=3e-2, warmup_steps=2, lora_rank=8,
+                            train_layers=2, restrict_vocab=True)
+    model, _, allowed = train_completion_model(model, tokenizer, examples, AXES, config, progress=False)
+    greedy = SamplingSettings(temperature=1.0, top_k=1, max_new_tokens=12, repetition_penalty=1.0, no_repeat_ngram_size=0)
+    (completion,) = complete_query(model, tokenizer, "a brown dog", ("High", "High"), AXES, settings=greedy,
+                                   allowed_token_ids=allowed, seed=0)
+    assert completion.startswith("a brown dog")
+    continuation = completion[len("a brown dog"):]
+    # the taught next word (its first BPE piece, at least) is there: generation reached the output
+    assert continuation.strip().startswith("jum"), completion
