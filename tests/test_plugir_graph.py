@@ -205,3 +205,25 @@ def test_no_checkpointer_is_made_implicitly():
     assert set(graph.get_input_jsonschema()["properties"]) == {"description"}
     assert "shown" in graph.get_output_jsonschema()["properties"]
     assert "shown_k" in graph.get_context_jsonschema()["properties"]
+
+
+class FailingChatModel(ScriptedChatModel):
+    """Every call raises, as a timed-out or refusing endpoint would."""
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.calls.append(("failed", "", dict(kwargs)))
+        raise TimeoutError("the model endpoint timed out")
+
+
+def test_a_failing_language_model_never_ends_the_session():
+    """Every questioner, filter and reformulation call fails: the round still asks the fallback question,
+    the answer still moves the query (plain concatenation), and the session goes on."""
+    llm = FailingChatModel()
+    graph = build(make_gallery(), llm)
+    cfg = config("failing")
+    first = pending(run(graph, {"description": "a dog in the snow"}, cfg))
+    assert first["question"] == FALLBACK_QUESTION and len(first["shown"]) == 10
+    result = run(graph, Command(resume="brown"), cfg)
+    assert pending(result)["round"] == 2
+    assert result["queries"][1].startswith("a dog in the snow") and "brown" in result["queries"][1]
+    assert llm.kinds() and set(llm.kinds()) == {"failed"}
