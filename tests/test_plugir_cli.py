@@ -1,4 +1,5 @@
-"""`pictrieve chat` line-by-line protocol, with the gallery and chat model swapped for fakes."""
+"""`pictrieve chat` line-by-line protocol on a real gallery (tiny random CLIP over a few photos); only the
+chat model is scripted (control flow, not quality)."""
 
 import sys
 from pathlib import Path
@@ -7,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from plugir_fakes import ScriptedChatModel, make_gallery  # noqa: E402
+from plugir_fakes import ScriptedChatModel  # noqa: E402
 
 from pictrieve.cli.chat import chat  # noqa: E402
 
@@ -15,10 +16,11 @@ QUESTIONS = ["What color is the dog?", "Where is the dog running?", "Is the dog 
 
 
 @pytest.fixture
-def fakes(monkeypatch):
-    gallery = make_gallery()
-    monkeypatch.setattr("pictrieve.vectorstore.gallery.Gallery.open",
-                        classmethod(lambda cls, *a, **k: gallery))
+def fakes(monkeypatch, tmp_path, photo_folder, tiny_clip_embedder):
+    from pictrieve.vectorstore.gallery import Gallery
+
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(photo_folder, progress=False)
     monkeypatch.setattr("pictrieve.tools.chat_models.create_chat_model",
                         lambda *a, **k: ScriptedChatModel(questions=QUESTIONS))
     return gallery
@@ -26,7 +28,7 @@ def fakes(monkeypatch):
 
 def run(args, answers, tmp_path):
     db = tmp_path / "s.sqlite"
-    return CliRunner().invoke(chat, ["-g", "unused", "--checkpoint", str(db), "--top-n", "20", *args],
+    return CliRunner().invoke(chat, ["-g", str(tmp_path / "g"), "--checkpoint", str(db), "--top-n", "20", *args],
                               input=answers)
 
 
@@ -35,7 +37,8 @@ def test_piped_answers_then_found(fakes, tmp_path):
     assert result.exit_code == 0, result.output
     assert "Q1: " in result.output and "Q2: " in result.output
     assert "Round 1 query: a brown dog in the snow" in result.output
-    assert "Found: /photos/" in result.output
+    first_shown = result.output.split("Round 1 query")[1].splitlines()[1].split()[2]
+    assert f"Found: {first_shown}" in result.output and first_shown.startswith(str(fakes.location.rsplit("/", 1)[0]))
 
 
 def test_end_of_input_keeps_session_and_resume_continues(fakes, tmp_path):
@@ -53,6 +56,15 @@ def test_budget_and_html_contact_sheets(fakes, tmp_path):
     assert result.exit_code == 0, result.output
     assert "Question budget spent" in result.output
     assert sorted(p.name for p in html.iterdir()) == ["round-00.html", "round-01.html"]
+    assert "data:image/jpeg;base64," in (html / "round-00.html").read_text()  # real thumbnails
+
+
+def test_a_missing_gallery_is_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setattr("pictrieve.tools.chat_models.create_chat_model",
+                        lambda *a, **k: ScriptedChatModel(questions=QUESTIONS))
+    result = CliRunner().invoke(chat, ["-g", str(tmp_path / "nowhere"), "a dog"], input="")
+    assert result.exit_code != 0
+    assert "no gallery at" in str(result.exception or result.output)
 
 
 def test_missing_description_is_a_usage_error(fakes, tmp_path):

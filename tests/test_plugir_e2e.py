@@ -1,20 +1,17 @@
 """One real PlugIR round on flickr8k-dev photos with the offline embedder and offline LLM.
 
-Slow (real models on CPU); uses a gallery of the first 100 images, cached between runs.
+Slow (real models on CPU); indexes the first 100 images into a temporary gallery (never the user's
+cache: a changed offline embedder must not meet stale vectors).
 """
 
 from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "flickr8k-dev"
-
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.skipif(not (DATA / "captions.jsonl").is_file(),
-                    reason=f"flickr8k-dev not found at {DATA}")
-def test_one_real_round_with_offline_models():
+def test_one_real_round_with_offline_models(flickr_dir, tmp_path):
     import torch
 
     from pictrieve.agents.plugir.simulated_user import CaptionAnswerer
@@ -23,7 +20,7 @@ def test_one_real_round_with_offline_models():
     from pictrieve.tools.chat_models import create_chat_model
 
     torch.manual_seed(0)
-    gallery, captions = open_eval_gallery(DATA, "offline", limit=100)
+    gallery, captions = open_eval_gallery(flickr_dir, "offline", location=tmp_path / "g", limit=100)
     assert gallery.count() == 100
     target, texts = sorted(captions.items())[7]
     llm = create_chat_model("offline")
