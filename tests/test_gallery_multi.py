@@ -3,6 +3,7 @@ where filters, wrong-dimension vectors."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -68,3 +69,66 @@ def test_where_filters_and_a_wrong_dimension_vector(tmp_path, photo_folder, tiny
         gallery.search_vector([0.1, 0.2, 0.3], k=1)
     with pytest.raises(GalleryError, match="k must be at least 1"):
         gallery.search_text("x", k=0)
+
+
+def test_glob_sources_and_hidden_files(tmp_path, tiny_clip_embedder):
+    from conftest import make_photo
+
+    photos = tmp_path / "photos"
+    for name in ("a/one.png", "a/two.jpg", "b/three.png", "a/.hidden.png", ".secret/four.png", "notes.txt"):
+        if name.endswith("txt"):
+            (photos / name).write_text("not an image")
+        else:
+            make_photo(photos / name, seed=len(name))
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    report = gallery.add([str(photos / "**" / "*.png")], progress=False)
+    assert report.total == 2 and sorted(item.path.rsplit("/", 1)[-1] for item in gallery.items()) == [
+        "one.png", "three.png"]  # the glob skips .hidden.png and the .secret folder
+    folder = gallery.add(photos, progress=False)
+    assert folder.total == 3 and folder.unchanged == 2  # the walk skips hidden files and folders too
+
+
+def test_malformed_caption_lines_are_skipped_not_fatal(tmp_path, tiny_clip_embedder, caplog):
+    from conftest import make_photo
+
+    photos = tmp_path / "photos"
+    for i in range(4):
+        make_photo(photos / f"{i}.png", seed=i)
+    (photos / "captions.jsonl").write_text(
+        '{"image": "0.png", "captions": ["a good caption"]}\n'
+        "{not json\n"
+        '{"image": "1.png"}\n'
+        '{"image": "2.png", "captions": 7}\n'
+        "\n"
+        '{"image": "3.png", "captions": ["", "  ", "last one"]}\n'
+    )
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    with caplog.at_level("WARNING"):
+        assert gallery.add(photos, progress=False).indexed == 4
+    captions = {item.path.rsplit("/", 1)[-1]: item.captions for item in gallery.items()}
+    assert captions == {"0.png": ["a good caption"], "1.png": [], "2.png": [], "3.png": ["last one"]}
+    assert caplog.text.count("malformed caption line") == 3
+
+
+def test_touched_files_refresh_their_mtime_and_captions_refresh_without_reembedding(
+        tmp_path, photo_folder, tiny_clip_embedder, monkeypatch):
+    from pictrieve.vectorstore import indexing
+    from pictrieve.vectorstore.gallery import path_id
+
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(photo_folder, progress=False)
+    touched = photo_folder / "a" / "img1.png"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    hashed = []
+    real_hash = indexing.file_sha256
+    monkeypatch.setattr(indexing, "file_sha256", lambda path, *a: hashed.append(path) or real_hash(path, *a))
+    report = gallery.add(photo_folder, progress=False)
+    assert (report.indexed, report.unchanged, hashed) == (0, 6, [touched])
+    assert gallery.get([path_id(touched)])[0].metadata["mtime_ns"] == touched.stat().st_mtime_ns
+    gallery.add(photo_folder, progress=False)
+    assert hashed == [touched]  # the refreshed mtime spares the next run a re-hash
+
+    (photo_folder / "a" / "img1.txt").write_text("a new caption\n")
+    gallery.add(photo_folder, progress=False)
+    assert gallery.get([path_id(touched)])[0].captions == ["a new caption"]
+    assert hashed == [touched]  # captions refreshed from the sidecar without hashing or embedding

@@ -149,7 +149,10 @@ def write_lock(location: str, *, timeout: float | None = None, poll: float = 0.2
         yield
         return
     path = Path(location).expanduser() / LOCK_FILE
-    handle = open(path, "a+")
+    try:
+        handle = open(path, "a+")
+    except OSError as exc:
+        raise _permission_error(path.parent, exc) from exc
     try:
         deadline = None if timeout is None else time.monotonic() + timeout
         announced = False

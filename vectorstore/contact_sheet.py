@@ -20,16 +20,17 @@ from pictrieve.vectorstore.hits import ImageHit
 
 logger = logging.getLogger(__name__)
 
-THUMBNAIL_SIZE = 256
+THUMBNAIL_SIZE = 384
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;background:#fafafa;color:#222}
 h1{font-size:1.3em} h2{font-size:1.05em;margin-top:2em}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(200px,1fr));gap:12px}
-figure{margin:0;background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px}
-img{width:100%;height:180px;object-fit:contain;background:#eee}
-figcaption{font-size:.8em;word-break:break-all}
-.rank{font-weight:bold} .score{color:#555} .missing{height:180px;display:flex;align-items:center;justify-content:center;background:#eee}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(220px,1fr));gap:12px}
+figure{margin:0;background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px;max-width:480px}
+img{width:100%;aspect-ratio:4/3;height:auto;object-fit:contain;background:#eee}
+figcaption{font-size:.8em;overflow-wrap:anywhere}
+.rank{font-weight:bold} .score{color:#555}
+.missing{aspect-ratio:4/3;display:flex;align-items:center;justify-content:center;background:#eee}
 """
 
 
@@ -54,19 +55,26 @@ def render_contact_sheet(sections: Sequence[tuple[str, Sequence[ImageHit]]], tit
         f"<h1>{html.escape(title)}</h1>",
     ]
     for heading, hits in sections:
-        parts.append(f"<h2>{html.escape(heading)}</h2><div class='grid'>")
+        if heading != title:  # a single search's section carries the page title: say it once
+            parts.append(f"<h2>{html.escape(heading)}</h2>")
+        parts.append("<div class='grid'>")
         for hit in hits:
             uri = thumbnail_data_uri(hit.path)
             picture = f"<img src='{uri}' alt=''>" if uri else "<div class='missing'>unreadable</div>"
             caption = html.escape(hit.captions[0]) if hit.captions else ""
             parts.append(
-                f"<figure>{picture}<figcaption><span class='rank'>#{hit.rank}</span> "
-                f"<span class='score'>{hit.score:.3f}</span><br>{html.escape(hit.path)}"
+                f"<figure title='{html.escape(hit.path, quote=True)}'>{picture}<figcaption><span class='rank'>#{hit.rank}</span> "
+                f"<span class='score'>{hit.score:.3f}</span><br>{_breakable_path(hit.path)}"
                 f"{'<br><i>' + caption + '</i>' if caption else ''}</figcaption></figure>"
             )
         parts.append("</div>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _breakable_path(path: str) -> str:
+    """``path`` escaped, with line-break opportunities after each ``/`` (never inside a name)."""
+    return "/<wbr>".join(html.escape(part) for part in path.split("/"))
 
 
 def write_contact_sheet(

@@ -1,0 +1,328 @@
+"""The command line under bad input and faults (issue: tried as a new user would). Real processes.
+
+Permission cases drop root's override (``setpriv --bounding-set=-dac_override,-dac_read_search``):
+as root, ``chmod 0`` stops nothing, so without it these tests would pass for the wrong reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import make_photo
+
+CLI = [sys.executable, "-m", "pictrieve.cli.main"]
+
+
+def run(*args: str, prefix: list[str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*(prefix or []), *CLI, *args], capture_output=True, text=True, timeout=600,
+                          input=stdin if stdin is not None else "")
+
+
+@pytest.fixture(scope="module")
+def unprivileged() -> list[str]:
+    """A command prefix under which file modes are enforced (empty when not root)."""
+    if os.geteuid() != 0:
+        return []
+    if not shutil.which("setpriv"):
+        pytest.skip("root without setpriv: cannot test permission errors")
+    probe = Path(f"/tmp/pictrieve-probe-{os.getpid()}")
+    probe.write_text("x")
+    probe.chmod(0)
+    try:
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+        if subprocess.run([*prefix, "cat", str(probe)], capture_output=True).returncode == 0:
+            pytest.skip("setpriv did not drop root's file-permission override here")
+        return prefix
+    finally:
+        probe.unlink()
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory, tiny_clip_name):
+    """A gallery of six photos built once for the search tests."""
+    root = tmp_path_factory.mktemp("indexed")
+    for i in range(6):
+        make_photo(root / "photos" / f"{i}.png", seed=i)
+    result = run("index", str(root / "photos"), "-g", str(root / "g"), "-e", tiny_clip_name)
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+def one_clear_line(result: subprocess.CompletedProcess) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("WARNING ")]
+    assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- 1, 5: queries and k
+
+
+def test_blank_queries_and_bad_k_are_one_line_usage_errors(indexed):
+    gallery = str(indexed / "g")
+    blank = run("search", "   ", "-g", gallery)
+    assert blank.returncode == 2 and "Traceback" not in blank.stderr and "QUERY is empty" in blank.stderr
+    empty = run("search", "", "-g", gallery)
+    assert empty.returncode == 2 and "QUERY is empty" in empty.stderr and "not both" not in empty.stderr
+    for k in ("0", "-1"):
+        bad = run("search", "a dog", "-g", gallery, "-k", k)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr and "-k" in bad.stderr and not bad.stdout
+
+
+# ---------------------------------------------------------------- 2, 7: what the folder walk meets
+
+
+def test_symlink_loops_dangling_links_and_symlinked_folders(tmp_path, tiny_clip_name):
+    photos = tmp_path / "photos"
+    make_photo(photos / "good.png", seed=1)
+    (photos / "a.jpg").symlink_to(photos / "b.jpg")
+    (photos / "b.jpg").symlink_to(photos / "a.jpg")
+    (photos / "dangling.png").symlink_to(tmp_path / "elsewhere" / "gone.png")
+    make_photo(tmp_path / "trip" / "beach.png", seed=2)
+    (photos / "trip").symlink_to(tmp_path / "trip", target_is_directory=True)
+    (tmp_path / "trip" / "loop").symlink_to(tmp_path / "trip", target_is_directory=True)
+    result = run("index", str(photos), "-g", str(tmp_path / "g"), "-e", tiny_clip_name, "--json")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    report = json.loads(result.stdout)
+    assert report["indexed"] == 2  # good.png and trip/beach.png, once despite the loop
+    failed = {Path(f["path"]).name: f["error"] for f in report["failed"]}
+    assert set(failed) == {"a.jpg", "b.jpg", "dangling.png"}
+    assert "symlink loop" in failed["a.jpg"]
+    assert str(photos / "dangling.png") in failed["dangling.png"] and "broken symlink" in failed["dangling.png"]
+
+
+def test_an_unreadable_subfolder_is_reported(tmp_path, tiny_clip_name, unprivileged):
+    photos = tmp_path / "photos"
+    make_photo(photos / "ok.png", seed=1)
+    make_photo(photos / "private" / "secret.png", seed=2)
+    (photos / "private").chmod(0)
+    try:
+        result = run("index", str(photos), "-g", str(tmp_path / "g"), "-e", tiny_clip_name, "--json",
+                     prefix=unprivileged)
+    finally:
+        (photos / "private").chmod(0o755)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["indexed"] == 1 and report["total"] == 2
+    assert report["failed"][0]["path"] == str(photos / "private") and "cannot read folder" in report["failed"][0]["error"]
+
+
+def test_an_unreadable_file_is_reported_and_the_rest_indexed(tmp_path, tiny_clip_name, unprivileged):
+    photos = tmp_path / "photos"
+    for i in range(3):
+        make_photo(photos / f"{i}.png", seed=i)
+    (photos / "1.png").chmod(0)
+    result = run("index", str(photos), "-g", str(tmp_path / "g"), "-e", tiny_clip_name, "--json", prefix=unprivileged)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["indexed"] == 2 and [Path(f["path"]).name for f in report["failed"]] == ["1.png"]
+
+
+# ---------------------------------------------------------------- 3, 4: unwritable places
+
+
+def test_a_gallery_in_an_unwritable_folder_is_one_clear_error(tmp_path, tiny_clip_name, unprivileged):
+    make_photo(tmp_path / "photos" / "x.png", seed=1)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    result = run("index", str(tmp_path / "photos"), "-g", str(locked / "g"), "-e", tiny_clip_name, prefix=unprivileged)
+    assert result.returncode == 2 and "cannot use gallery folder" in one_clear_line(result)
+
+    existing = tmp_path / "existing"
+    assert run("index", str(tmp_path / "photos"), "-g", str(existing), "-e", tiny_clip_name).returncode == 0
+    make_photo(tmp_path / "photos" / "y.png", seed=2)
+    existing.chmod(0o555)
+    try:
+        again = run("index", str(tmp_path / "photos"), "-g", str(existing), prefix=unprivileged)
+    finally:
+        existing.chmod(0o755)
+    assert again.returncode == 2 and "cannot use gallery folder" in one_clear_line(again)
+
+
+def test_results_are_printed_before_an_unwritable_contact_sheet_is_reported(indexed, tmp_path, unprivileged):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    result = run("search", "a dog", "-g", str(indexed / "g"), "-k", "2", "--html", str(locked / "out.html"),
+                 prefix=unprivileged)
+    assert result.returncode == 1
+    assert len(result.stdout.splitlines()) == 2  # the two hits
+    assert "could not write the contact sheet" in one_clear_line(result)
+
+
+# ---------------------------------------------------------------- 6: decompression bombs
+
+
+def _png_header_only(path: Path, width: int, height: int) -> None:
+    """A PNG that declares ``width`` x ``height`` (its pixels never need to exist to be refused)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+                     + chunk(b"IEND", b""))
+
+
+def test_images_above_the_pixel_cap_are_refused_before_decoding(tmp_path, tiny_clip_name):
+    photos = tmp_path / "photos"
+    make_photo(photos / "ok.png", seed=1)
+    _png_header_only(photos / "bomb.png", 24_000, 24_000)  # 576 MP
+    result = run("index", str(photos), "-g", str(tmp_path / "g"), "-e", tiny_clip_name, "--json")
+    assert result.returncode == 0 and "DecompressionBomb" not in result.stderr, result.stderr
+    report = json.loads(result.stdout)
+    assert report["indexed"] == 1 and "576 MP is above the cap of 180 MP" in report["failed"][0]["error"]
+
+    capped = run("index", str(photos / "ok.png"), "-g", str(tmp_path / "g2"), "-e", tiny_clip_name,
+                 "--max-pixels", "1000", "--json")
+    assert "above the cap" in json.loads(capped.stdout)["failed"][0]["error"]
+
+
+def test_the_pixel_cap_is_per_call_and_bounds_memory(tmp_path):
+    from PIL import Image
+
+    from pictrieve.tools.images import ImageDecodeError, load_image
+
+    big = tmp_path / "big.jpg"
+    Image.new("RGB", (4000, 3000), (200, 10, 10)).save(big, quality=80)
+    with pytest.raises(ImageDecodeError, match="above the cap of 0 MP"):
+        load_image(big, max_pixels=100)
+    assert load_image(big).size == (4000, 3000)
+    assert load_image(big, draft_size=(1024, 1024)).size == (1000, 750) or load_image(
+        big, draft_size=(1024, 1024)).size[0] < 4000  # JPEG draft decoding at a reduced scale
+
+
+# ---------------------------------------------------------------- 8: sync
+
+
+def test_sync_refuses_a_missing_folder_previews_lists_and_asks(tmp_path, tiny_clip_name):
+    photos = tmp_path / "drive" / "photos"
+    for i in range(5):
+        make_photo(photos / f"{i}.png", seed=i)
+    gallery = str(tmp_path / "g")
+    assert run("index", str(photos), "-g", gallery, "-e", tiny_clip_name).returncode == 0
+
+    photos.rename(tmp_path / "drive" / "moved")  # the drive is unplugged
+    refused = run("sync", "-g", gallery)
+    assert refused.returncode != 0 and str(photos) in refused.stderr and "nothing removed" in refused.stderr
+    preview = json.loads(run("sync", "-g", gallery, "--dry-run", "--json").stdout)
+    assert preview["dry_run"] and len(preview["removed"]) == 5
+    assert run("info", "-g", gallery, "--json").stdout.count('"images": 5') == 1
+
+    (tmp_path / "drive" / "moved").rename(photos)
+    (photos / "0.png").unlink()
+    (photos / "1.png").unlink()
+    asked = run("sync", "-g", gallery)  # 2 of 5 is a large share; stdin is not a terminal
+    assert asked.returncode != 0 and "--yes" in asked.stderr
+    done = run("sync", "-g", gallery, "--yes")
+    assert done.returncode == 0 and str(photos / "0.png") in done.stdout and "removed 2 images" in done.stdout
+
+
+def test_index_with_sync_drops_deleted_files(tmp_path, photo_folder, tiny_clip_name):
+    gallery = str(tmp_path / "g")
+    assert run("index", str(photo_folder), "-g", gallery, "-e", tiny_clip_name).returncode == 0
+    (photo_folder / "a" / "img2.png").unlink()
+    report = json.loads(run("index", str(photo_folder), "-g", gallery, "--sync", "--json").stdout)
+    assert report["removed"] == [str(photo_folder / "a" / "img2.png")] and report["unchanged"] == 5
+
+
+# ---------------------------------------------------------------- 9: failed index leaves nothing
+
+
+def test_a_failed_index_leaves_no_gallery_behind(tmp_path, tiny_clip_name):
+    make_photo(tmp_path / "photos" / "x.png", seed=1)
+    missing = run("index", str(tmp_path / "nope"), "-g", str(tmp_path / "g1"), "-e", tiny_clip_name)
+    unknown = run("index", str(tmp_path / "photos"), "-g", str(tmp_path / "g2"), "-e", "clipz")
+    unloadable = run("index", str(tmp_path / "photos"), "-g", str(tmp_path / "g3"),
+                     "-e", "open_clip:ViT-B-32/no-such-pretrained-tag")
+    for result in (missing, unknown, unloadable):
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert not any((tmp_path / name).exists() for name in ("g1", "g2", "g3"))
+
+
+def test_info_on_a_missing_and_an_empty_gallery(tmp_path):
+    (tmp_path / "empty").mkdir()
+    empty = run("info", "-g", str(tmp_path / "empty"))
+    assert empty.returncode == 0 and "empty; add photos" in empty.stdout
+    assert json.loads(run("info", "-g", str(tmp_path / "empty"), "--json").stdout)["collections"] == []
+    missing = run("info", "-g", str(tmp_path / "none"))
+    assert missing.returncode == 2 and "no gallery at" in one_clear_line(missing)
+
+
+# ---------------------------------------------------------------- 13, 14: the HTML page
+
+
+def test_html_honours_the_umask_and_reads_well(tmp_path, photo_folder):
+    from pictrieve.vectorstore.contact_sheet import render_contact_sheet, write_contact_sheet
+    from pictrieve.vectorstore.hits import ImageHit
+
+    hit = ImageHit(id="x", path=str(photo_folder / "a" / "img0.png"), score=0.5, rank=1)
+    old = os.umask(0o022)
+    try:
+        sheet = write_contact_sheet([hit], tmp_path / "out.html", title="one search")
+    finally:
+        os.umask(old)
+    assert sheet.stat().st_mode & 0o777 == 0o644
+    page = sheet.read_text()
+    assert page.count("one search") == 2  # <title> and <h1>, not a repeated <h2>
+    assert "break-all" not in page and "/<wbr>img0.png" in page
+    two = render_contact_sheet([("a", [hit]), ("b", [hit])], "demo")
+    assert two.count("<h2>") == 2
+
+
+def test_the_demo_folder_is_ignored_by_git():
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(["git", "check-ignore", "-q", "pictrieve-demo/results.html"], cwd=root)
+    assert result.returncode == 0
+
+
+# ---------------------------------------------------------------- 16: concurrency and kill -9
+
+
+def _progress(log: Path) -> int:
+    found = re.findall(r"(\d+)/\d+", log.read_text(errors="replace"))
+    return int(found[-1]) if found else 0
+
+
+def test_two_writers_and_a_kill_lose_and_duplicate_nothing(tmp_path, tiny_clip_name):
+    from pictrieve.vectorstore.gallery import Gallery, path_id
+
+    photos = tmp_path / "photos"
+    for i in range(40):
+        make_photo(photos / f"{i:02d}.png", seed=i)
+    gallery = str(tmp_path / "g")
+    args = [*CLI, "index", str(photos), "-g", gallery, "-e", tiny_clip_name, "--batch-size", "2", "--workers", "1"]
+
+    # kill -9 in the middle of a run
+    log = tmp_path / "first.log"
+    with open(log, "w") as stderr:
+        victim = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.monotonic() + 300
+        while _progress(log) < 8 and victim.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    assert victim.returncode == -signal.SIGKILL, log.read_text()
+
+    # two writers at once, then both finish
+    both = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outcomes = [process.communicate(timeout=600) for process in both]
+    assert all(process.returncode == 0 for process in both), outcomes
+
+    store = Gallery.open(gallery, create=False)
+    expected = sorted(path_id(p) for p in photos.iterdir())
+    assert store.count() == 40 and sorted(store.ids()) == expected
+    for path in sorted(photos.iterdir())[::7]:  # the vector index agrees with the records
+        assert store.search_image(path, k=1)[0].path == str(path)
