@@ -75,6 +75,10 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
         if description:
             click.echo("(ignoring the new description; start a new --session for a new search)")
         result: dict[str, Any] = {"__interrupt__": [payload]} if payload else graph.invoke(None, config, context=context)
+    elif snapshot.values and not description:  # a finished session: nothing is pending
+        click.echo(f"Session {session} has already ended; start a new one with a DESCRIPTION.")
+        _show_end(snapshot.values, None)
+        return
     else:
         if not description:
             raise click.UsageError("give a DESCRIPTION of the photo (or --session ID to resume one)")

@@ -60,3 +60,11 @@ def test_hits_and_recall_agree_at_round_zero_with_ties():
     hits = hits_at_k(ranks, 10, greater=greater, ties=ties)
     assert hits[0] == 0.75  # the same as Recall@10 at round 0
     assert hits.tolist() == [0.75, 1.0, 1.0]  # best round so far
+
+
+def test_nan_or_zero_ranks_are_refused():
+    """A NaN rank (a target missing from a ranking) must not turn into a silent BRI of NaN."""
+    with pytest.raises(ValueError, match="1-based"):
+        bri(np.array([[3.0, np.nan, 2.0]]))
+    with pytest.raises(ValueError, match="1-based"):
+        hits_at_k(np.array([[0.0, 1.0]]))

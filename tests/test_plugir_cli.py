@@ -70,3 +70,37 @@ def test_a_missing_gallery_is_one_clear_line(tmp_path, monkeypatch):
 def test_missing_description_is_a_usage_error(fakes, tmp_path):
     result = run([], "", tmp_path)
     assert result.exit_code == 2 and "DESCRIPTION" in result.output
+
+
+def test_resuming_a_finished_session_says_so(fakes, tmp_path):
+    done = run(["a dog in the snow", "--session", "s2"], "stop\n", tmp_path)
+    assert done.exit_code == 0 and "Stopped." in done.output
+    again = run(["--session", "s2"], "", tmp_path)
+    assert again.exit_code == 0, again.output
+    assert "has already ended" in again.output and "Stopped." in again.output
+    assert "Q1:" not in again.output  # nothing pending: no question is asked again
+
+
+def test_eval_interactive_writes_the_plot_and_the_dialogues(tmp_path, tiny_clip_name, monkeypatch):
+    import json
+
+    from conftest import make_photo
+    from pictrieve.cli.eval_interactive import interactive
+
+    monkeypatch.setattr("pictrieve.tools.chat_models.create_chat_model",
+                        lambda *a, **k: ScriptedChatModel(questions=QUESTIONS))
+    folder = tmp_path / "set"
+    lines = []
+    for i, text in enumerate(["a dog in the snow", "a cat on a sofa", "a man on a bike", "two kids at a beach"]):
+        make_photo(folder / "images" / f"{i}.png", seed=i)
+        lines.append(json.dumps({"image": f"images/{i}.png", "captions": [text, text + " today", "photo of " + text]}))
+    (folder / "captions.jsonl").write_text("\n".join(lines) + "\n")
+    plot, dialogues = tmp_path / "plot.png", tmp_path / "dialogues.json"
+    result = CliRunner().invoke(interactive, [str(folder), "--targets", "2", "--rounds", "1", "--arms", "zs,cr",
+                                              "--embedder", tiny_clip_name, "--gallery", str(tmp_path / "g"),
+                                              "--plot", str(plot), "--dialogues", str(dialogues), "--json"])
+    assert result.exit_code == 0, result.output
+    assert plot.stat().st_size > 1000
+    written = json.loads(dialogues.read_text())
+    assert set(written["dialogues"]) == {"zs", "cr"} and all(len(v) == 2 for v in written["dialogues"].values())
+    assert set(json.loads(result.stdout)["arms"]) == {"zs", "cr"}
