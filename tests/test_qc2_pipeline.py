@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,41 @@ def test_graph_takes_run_settings_from_context(annotated_gallery, tiny_checkpoin
     before = torch.get_rng_state()
     graph.invoke({"query": "a dog"}, context={"k": 2, "seed": 123, "max_new_tokens": 1})
     assert torch.equal(before, torch.get_rng_state())
+
+
+def test_cli_train_five_levels_random_full_fine_tune_to_out(annotated_gallery, tiny_checkpoint, tmp_path):
+    """`quality train --levels 5 --random-levels --lora-rank 0 --out DIR`: five levels, the FT baseline,
+    a full fine-tune of the top layer saved where asked, and loaded back with its levels and weights."""
+    from pictrieve.cli.quality import quality
+
+    gallery, _ = annotated_gallery
+    out_dir = tmp_path / "qc2-random"
+    out = CliRunner().invoke(quality, ["train", "--gallery", gallery.location, "--base-model", tiny_checkpoint,
+                                       "--levels", "5", "--random-levels", "--lora-rank", "0", "--out", str(out_dir),
+                                       "--epochs", "1", "--batch-size", "4", "--train-layers", "1"])
+    assert out.exit_code == 0, out.output
+    assert not (Path(gallery.location) / "qc2").exists()  # saved only where asked
+    model = load_for_gallery(gallery, out_dir)
+    assert [len(axis.levels) for axis in model.axes] == [5, 5]
+    assert model.training["random_levels"] is True and model.training["config"]["lora_rank"] == 0
+    assert (out_dir / "model").is_dir() and not (out_dir / "adapter").exists()  # full weights, not LoRA
+    trained = dict(model.model.named_parameters())
+    from pictrieve.tools.causal_lm import load_causal_lm
+
+    base, _ = load_causal_lm(tiny_checkpoint, device="cpu")
+    changed = [name for name, p in base.named_parameters() if not torch.equal(p, trained[name])]
+    assert changed and all(".layers.1." in name for name in changed)  # only the top layer learned
+
+
+def test_evaluation_retrains_when_the_training_config_differs(annotated_gallery, tiny_checkpoint, tmp_path):
+    from pictrieve.evaluation.quality import _reuse_or_train
+
+    gallery, _ = annotated_gallery
+    small = QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1)
+    first, info = _reuse_or_train(gallery, tmp_path / "m", small, False, tiny_checkpoint, "brisque", False)
+    assert info["reused"] is False
+    _, again = _reuse_or_train(gallery, tmp_path / "m", small, False, tiny_checkpoint, "brisque", False)
+    assert again["reused"] is True
+    other = QC2TrainConfig(epochs=1, batch_size=4, lora_rank=2, train_layers=1)
+    _, changed = _reuse_or_train(gallery, tmp_path / "m", other, False, tiny_checkpoint, "brisque", False)
+    assert changed["reused"] is False and changed["config"]["lora_rank"] == 2
