@@ -80,6 +80,26 @@ def test_gallery_over_http(chroma_server, photo_folder, tiny_clip_embedder):
     assert reopened.add(photo_folder, progress=False).unchanged == 6
 
 
+def test_a_port_taken_before_the_server_binds_it_is_retried(tmp_path, monkeypatch):
+    """The free-port race: the first port offered is already in use, so the server on it fails and
+    the fixture must try another port rather than fail the test or talk to the port's owner."""
+    executable = shutil.which("chroma") or str(Path(sys.executable).with_name("chroma"))
+    if not Path(executable).exists():
+        pytest.skip("the `chroma` command (from chromadb) is not installed")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        real_free_port = _free_port
+        monkeypatch.setitem(globals(), "_free_port", lambda: next(ports, None) or real_free_port())
+        process, url = _start_chroma(executable, tmp_path / "data")
+        try:
+            assert url != f"http://127.0.0.1:{taken.getsockname()[1]}" and _heartbeat(url)
+        finally:
+            process.kill()
+            process.wait()
+
+
 def test_unreachable_server_is_a_clear_error():
     with pytest.raises(GalleryError, match="cannot reach the Chroma server.*chroma run"):
         Gallery.open(f"http://127.0.0.1:{_free_port()}", "offline")

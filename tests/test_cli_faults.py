@@ -326,3 +326,31 @@ def test_two_writers_and_a_kill_lose_and_duplicate_nothing(tmp_path, tiny_clip_n
     assert store.count() == 40 and sorted(store.ids()) == expected
     for path in sorted(photos.iterdir())[::7]:  # the vector index agrees with the records
         assert store.search_image(path, k=1)[0].path == str(path)
+
+
+def test_a_second_writer_waits_for_the_gallery_lock(tmp_path, tiny_clip_name):
+    """While another process holds an embedded gallery's write lock, `index` waits (saying so) and
+    writes nothing; it finishes once the lock is free."""
+    import fcntl
+
+    from pictrieve.vectorstore.chroma_store import LOCK_FILE
+    from pictrieve.vectorstore.gallery import Gallery
+
+    make_photo(tmp_path / "photos" / "x.png", seed=1)
+    gallery = tmp_path / "g"
+    assert run("index", str(tmp_path / "photos"), "-g", str(gallery), "-e", tiny_clip_name).returncode == 0
+    make_photo(tmp_path / "photos" / "y.png", seed=2)
+    with open(gallery / LOCK_FILE, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = subprocess.Popen([*CLI, "index", str(tmp_path / "photos"), "-g", str(gallery)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and waiting.poll() is None:
+            time.sleep(0.5)
+            if Gallery.open(gallery, create=False).count() != 1:
+                break
+        still_waiting = waiting.poll() is None
+        count_while_held = Gallery.open(gallery, create=False).count()
+    out, err = waiting.communicate(timeout=300)
+    assert still_waiting and count_while_held == 1, err
+    assert waiting.returncode == 0 and "is busy" in err and "indexed 1, unchanged 1" in out
