@@ -8,6 +8,7 @@ Sessions are checkpointed in SQLite: ``--session ID`` resumes one after a restar
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,11 @@ def default_checkpoint_path() -> Path:
 @click.option("--rounds", default=10, show_default=True, help="Question budget.")
 @click.option("-k", "top_k", default=10, show_default=True, help="Images shown per round.")
 @click.option("--top-n", default=None, type=int, help="Retrieval candidates (default: 1% of the gallery, >= 20).")
+@click.option("--questions", default=5, show_default=True, help="Questions generated per round (q_n).")
+@click.option("--filter-attempts", default=3, show_default=True,
+              help="Question regenerations when the filter rejects them all (1 is much faster on a CPU).")
+@click.option("--reformulation-tokens", default=512, show_default=True,
+              help="Token cap for rewriting the dialogue into one description (paper: 512; ~96 suffices).")
 @click.option("--arm", type=click.Choice(["zs", "cr", "cr+rce", "cr+rce+f"]), default="cr+rce+f",
               show_default=True, help="Which PlugIR parts to use (paper ablation arms).")
 @click.option("--session", "--thread-id", "session", default=None, metavar="ID",
@@ -44,7 +50,8 @@ def default_checkpoint_path() -> Path:
               "own description when the gallery uses it, else the file name), 'offline', 'none', or "
               "a BLIP model (hub id or folder).")
 def chat(description: str | None, gallery: str, embedder: str | None, llm: str, base_url: str | None,
-         rounds: int, top_k: int, top_n: int | None, arm: str, session: str | None,
+         rounds: int, top_k: int, top_n: int | None, questions: int, filter_attempts: int,
+         reformulation_tokens: int, arm: str, session: str | None,
          checkpoint: str | None, html_dir: str | None, captioner: str) -> None:
     """Describe a photo briefly; answer questions until it shows up.
 
@@ -65,7 +72,9 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
         store, llm=llm, checkpointer=saver, base_url=base_url, captioner=captioner
     )
     session = session or uuid.uuid4().hex[:8]
-    context = PlugIRSettings(arm=arm, max_rounds=rounds, shown_k=top_k, candidate_k=top_n)
+    context = PlugIRSettings(arm=arm, max_rounds=rounds, shown_k=top_k, candidate_k=top_n,
+                             questions_per_round=questions, filter_attempts=filter_attempts,
+                             reformulation_max_tokens=reformulation_tokens)
     config = {"configurable": {"thread_id": session}}
 
     snapshot = graph.get_state(config)
@@ -74,7 +83,7 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
         click.echo(f"Resuming session {session}: {snapshot.values.get('description', '')!r}")
         if description:
             click.echo("(ignoring the new description; start a new --session for a new search)")
-        result: dict[str, Any] = {"__interrupt__": [payload]} if payload else graph.invoke(None, config, context=context)
+        result: dict[str, Any] = {"__interrupt__": [payload]} if payload else _run(graph, None, config, context)
     elif snapshot.values and not description:  # a finished session: nothing is pending
         click.echo(f"Session {session} has already ended; start a new one with a DESCRIPTION.")
         _show_end(snapshot.values, None)
@@ -83,7 +92,7 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
         if not description:
             raise click.UsageError("give a DESCRIPTION of the photo (or --session ID to resume one)")
         click.echo(f"Session {session} (resume later with --session {session})")
-        result = graph.invoke({"description": description}, config, context=context)
+        result = _run(graph, {"description": description}, config, context)
 
     stdin = click.get_text_stream("stdin")
     while True:
@@ -99,8 +108,41 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
             click.echo(f"\nEnd of input; session {session} saved (resume with --session {session}).")
             return
         click.echo("" if stdin.isatty() else line.rstrip("\n"))
-        result = graph.invoke(Command(resume=line.strip()), config, context=context)
+        result = _run(graph, Command(resume=line.strip()), config, context)
     _show_end(result, html_dir)
+
+
+# What starts after each step, so a slow CPU round shows where it is.
+_NEXT_STEP = {
+    "reformulate": "searching the gallery",
+    "retrieve": "reading the candidates",
+    "extract_context": "writing questions",
+    "generate_questions": "checking the questions against what is known",
+    "filter_and_select": "",
+    "ask": "rewriting the description with your answer",
+}
+_STEP_NAMES = {"reformulate": "description", "retrieve": "retrieval", "extract_context": "candidates",
+               "generate_questions": "questions", "filter_and_select": "filter", "ask": "answer"}
+
+
+def _run(graph: Any, value: Any, config: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Run the graph to its next pause, printing each step and its time to stderr as it finishes."""
+    started = time.perf_counter()
+    for update in graph.stream(value, config, context=context, stream_mode="updates"):
+        for node in update:
+            if node not in _STEP_NAMES:
+                continue
+            now = time.perf_counter()
+            following = _NEXT_STEP.get(node, "")
+            click.echo(f"  [{_STEP_NAMES[node]} {now - started:.1f} s]" + (f" {following}..." if following else ""),
+                       err=True)
+            started = now
+    snapshot = graph.get_state(config)
+    result: dict[str, Any] = dict(snapshot.values)
+    pending = _pending(snapshot.tasks)
+    if pending is not None:
+        result["__interrupt__"] = [pending]
+    return result
 
 
 def _pending(tasks: Any) -> Any:

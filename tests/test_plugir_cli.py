@@ -37,6 +37,8 @@ def test_piped_answers_then_found(fakes, tmp_path):
     assert result.exit_code == 0, result.output
     assert "Q1: " in result.output and "Q2: " in result.output
     assert "Round 1 query: a brown dog in the snow" in result.output
+    # each step reports itself as it finishes, so a slow CPU round shows signs of life
+    assert "[retrieval " in result.output and "writing questions..." in result.output
     first_shown = result.output.split("Round 1 query")[1].splitlines()[1].split()[2]
     assert f"Found: {first_shown}" in result.output and first_shown.startswith(str(fakes.location.rsplit("/", 1)[0]))
 
