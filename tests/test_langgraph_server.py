@@ -32,6 +32,20 @@ def test_langgraph_json_serves_every_registered_method():
         assert (REPO_ROOT / path).resolve() == (REPO_ROOT / "graphs" / "serving.py").resolve()
 
 
+def _train_tiny_qc2(gallery, tmp_path_factory) -> None:
+    import test_qc2_model
+
+    from pictrieve.agents.qc2.annotation import annotate_gallery
+    from pictrieve.agents.qc2.pipeline import train_on_gallery
+    from pictrieve.agents.qc2.training import QC2TrainConfig
+    from pictrieve.tools.quality_scorers import create_quality_scorer
+
+    annotate_gallery(gallery, [create_quality_scorer("brisque")], progress=False)
+    checkpoint = test_qc2_model.tiny_checkpoint.__wrapped__(tmp_path_factory)
+    train_on_gallery(gallery, base_model=checkpoint, progress=False,
+                     config=QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1))
+
+
 def _start(config: Path, env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen, str]:
     executable = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
     if not Path(executable).exists():
@@ -72,6 +86,7 @@ def server(tmp_path_factory, tiny_clip_name):
     (photos / "img0.txt").write_text("a red square\n")
     gallery = Gallery.open(root / "g.gallery", tiny_clip_name)
     gallery.add(photos, progress=False)
+    _train_tiny_qc2(gallery, tmp_path_factory)  # saved as <gallery>/qc2, where the served qc2 graph looks
     # The repository's own langgraph.json, with its relative paths made absolute so that the server's
     # working directory (where it keeps its state) can be a temporary folder.
     spec = json.loads(LANGGRAPH_JSON.read_text())
@@ -141,3 +156,14 @@ def test_plugir_round_pauses_for_the_answer_and_resumes_over_the_server(server, 
     assert result["dialogue"] == [{"question": "What colour is the square?", "answer": "red"}]
     assert result["queries"] == ["a square", "a red square on a white wall"]
     assert any(r["path"].endswith("/chat/completions") for r in fake.requests)
+
+
+def test_qc2_over_the_server_completes_and_retrieves(server):
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server["url"])
+    result = client.runs.wait(None, "qc2", input={"query": "a square", "levels": {"quality": "high"}},
+                              context={"k": 2, "samples": 2, "seed": 0, "max_new_tokens": 3})
+    assert result["resolved_levels"]["Quality"] == "High" and len(result["completions"]) == 2
+    assert all(c.startswith("a square") for c in result["completions"])
+    assert [h["rank"] for h in result["hits"]] == [1, 2]
