@@ -9,8 +9,6 @@ from conftest import make_photo
 from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.retriever import GalleryRetriever
 
-# The suite's async test runs through pytest-asyncio (installed with langchain-tests), in strict mode.
-pytestmark = pytest.mark.asyncio
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +21,7 @@ def standard_gallery(tmp_path_factory, tiny_clip_embedder):
     return gallery
 
 
-@pytest.mark.filterwarnings("ignore:.*marked with '@pytest.mark.asyncio' but it is not an async function")
+# The suite's async test runs through pytest-asyncio (asyncio_mode = "auto" in pyproject.toml).
 class TestGalleryRetrieverStandard(RetrieversIntegrationTests):
     """All five standard tests, unchanged (the suite forbids overriding them)."""
 
