@@ -24,6 +24,7 @@ COMMANDS = {
     "chat": ("pictrieve.cli.chat:chat", "Find a photo by answering questions (PlugIR)."),
     "quality": ("pictrieve.cli.quality:quality", "Quality-controlled search (QC2): annotate, train, search."),
     "serve": ("pictrieve.cli.serve:serve", "Serve every method's graph on a local LangGraph server."),
+    "ask": ("pictrieve.cli.ask:ask", "Ask about a photo; answered from the photo and a web or local search, with sources."),
     "eval": ("pictrieve.cli.main:eval_group", "Measure retrieval quality on your own captioned photos."),
 }
 

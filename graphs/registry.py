@@ -111,3 +111,12 @@ register_method(Method(
     needs=("qc2_model",),
     example_input={"query": "a dog", "levels": {"relevance": "high", "quality": "high"}},
 ))
+
+register_method(Method(
+    name="vsa",
+    builder="pictrieve.graphs.vision_search:build_vision_search_graph",
+    settings="pictrieve.graphs.vision_search:VisionSearchSettings",
+    description="Vision Search Assistant: answer a question about a photo from its regions and a web or local search, with numbered sources.",
+    needs=("llm",),
+    example_input={"question": "What breed is this dog and how big does it grow?", "image": "photo.jpg"},
+))

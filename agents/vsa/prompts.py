@@ -1,0 +1,26 @@
+"""Prompt texts of the Vision Search Assistant (files in :mod:`pictrieve.prompts`) and data fencing."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+
+_FENCE = re.compile(r"<<<\s*(END\s+)?(RESULT|FINDINGS)[^>]*>>>", re.IGNORECASE)
+
+
+@lru_cache(maxsize=None)
+def prompt(name: str) -> str:
+    return resources.files("pictrieve.prompts").joinpath(f"vsa_{name}.txt").read_text(encoding="utf-8")
+
+
+def defang(text: str) -> str:
+    """Page text with anything that looks like our fence markers removed, so a page cannot close its fence."""
+    return _FENCE.sub("[removed marker]", text)
+
+
+def fence_results(results: list[tuple[int, str, str]]) -> str:
+    """``(number, title, text)`` triples as fenced blocks (the text is data, never instructions)."""
+    return "\n\n".join(
+        f"<<<RESULT {n}>>>\nTitle: {defang(title)}\n{defang(text)}\n<<<END RESULT {n}>>>" for n, title, text in results
+    )

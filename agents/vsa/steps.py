@@ -1,0 +1,152 @@
+"""The Vision Search Assistant's steps as plain functions (the graph's nodes call them).
+
+The planner returns STRUCTURED output (:class:`Plan`): with ``with_structured_output`` where the
+chat model supports it, else a tolerant JSON parse of the reply; when neither yields a usable plan
+(a 135M model often cannot write JSON), a deterministic fallback plan asks the question itself plus
+one question per region label. The authors' planner writes Python that their code runs with
+``exec``; we never execute model output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from typing import Any, Sequence
+
+from pydantic import BaseModel, Field, ValidationError
+
+from pictrieve.agents.vsa.prompts import defang, fence_results, prompt
+
+logger = logging.getLogger(__name__)
+
+
+class SubQuestion(BaseModel):
+    question: str = Field(description="One self-contained question about a single fact")
+    region: int = Field(default=1, description="1-based number of the photo region it is about")
+
+
+class Plan(BaseModel):
+    sub_questions: list[SubQuestion] = Field(default_factory=list)
+
+
+_WARM: set[int] = set()
+_WARM_LOCK = threading.Lock()
+
+
+def complete(llm: Any, text: str) -> str:
+    """One user turn to ``llm``; the reply's text.
+
+    The first call per model is serialised: parallel searchers would otherwise load a local model
+    several times at once (``shared_causal_lm`` is not safe against concurrent first loads).
+    """
+    from langchain_core.messages import HumanMessage
+
+    if id(llm) not in _WARM:
+        with _WARM_LOCK:
+            reply = llm.invoke([HumanMessage(content=text)])
+            _WARM.add(id(llm))
+        return str(getattr(reply, "content", reply)).strip()
+    reply = llm.invoke([HumanMessage(content=text)])
+    return str(getattr(reply, "content", reply)).strip()
+
+
+def region_lines(regions: Sequence[dict[str, Any]]) -> str:
+    return "\n".join(f"{i}. {r['label']}: {r.get('description', '')}" for i, r in enumerate(regions, 1))
+
+
+def correlate(llm: Any, question: str, regions: Sequence[dict[str, Any]]) -> list[str]:
+    """Each region's description rewritten with the others as context (only with 2+ regions)."""
+    if len(regions) < 2:
+        return [r.get("description", "") for r in regions]
+    out = []
+    for i, region in enumerate(regions, 1):
+        others = "; ".join(f"{j}. {r['description']}" for j, r in enumerate(regions, 1) if j != i)
+        text = complete(llm, prompt("correlate").format(index=i, question=question,
+                                                        description=region["description"], others=others))
+        out.append(text.split("\n")[0].strip() or region["description"])
+    return out
+
+
+def parse_plan(text: str, *, n_regions: int, limit: int) -> Plan | None:
+    """A :class:`Plan` from a model's reply (the first JSON object in it), or None if there is none."""
+    match = re.search(r"\{.*\}", text, re.DOTALL)
+    if not match:
+        return None
+    try:
+        data = json.loads(match.group(0))
+    except json.JSONDecodeError:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("sub_questions"), list):
+        items = [x if isinstance(x, dict) else {"question": str(x)} for x in data["sub_questions"]]
+    else:
+        return None
+    try:
+        plan = Plan(sub_questions=[SubQuestion(**{k: v for k, v in x.items() if k in ("question", "region")}) for x in items])
+    except (ValidationError, TypeError):
+        return None
+    clean = [SubQuestion(question=s.question.strip(), region=min(max(s.region, 1), max(n_regions, 1)))
+             for s in plan.sub_questions if s.question.strip()]
+    return Plan(sub_questions=clean[:limit]) if clean else None
+
+
+_STOP = {"what", "which", "who", "whom", "whose", "where", "when", "why", "how", "is", "are", "was", "were", "the",
+         "a", "an", "this", "that", "these", "those", "of", "in", "on", "at", "to", "for", "do", "does", "did", "it",
+         "its", "and", "or", "with", "from", "by", "can", "could", "photo", "picture", "image", "there", "many",
+         "much", "be", "have", "has", "they", "them", "their", "about", "kind", "type"}
+
+
+def question_terms(question: str) -> list[str]:
+    """The question's content words (a cheap stand-in for its nouns) for an open-vocabulary detector."""
+    words = re.findall(r"[A-Za-z][A-Za-z-]+", question.lower())
+    return list(dict.fromkeys(w for w in words if w not in _STOP and len(w) > 2))
+
+
+def fallback_plan(question: str, regions: Sequence[dict[str, Any]], limit: int) -> Plan:
+    """The question itself, then the question about each distinct region label."""
+    subs = [SubQuestion(question=question, region=1)]
+    seen: set[str] = set()
+    for i, region in enumerate(regions, 1):
+        label = region["label"]
+        if label != "image" and label not in seen:
+            seen.add(label)
+            subs.append(SubQuestion(question=f"{label} {' '.join(question_terms(question))}".strip(), region=i))
+    return Plan(sub_questions=subs[:limit])
+
+
+def plan(llm: Any, question: str, regions: Sequence[dict[str, Any]], *, limit: int) -> tuple[Plan, str]:
+    """(plan, how) where how is ``structured``, ``json`` or ``fallback``."""
+    text = prompt("planner").format(max_sub_questions=limit, regions=region_lines(regions), question=question)
+    try:
+        structured = llm.with_structured_output(Plan)
+    except Exception:  # noqa: BLE001 - models without tool calling (local LMs, plain runnables)
+        structured = None
+    if structured is not None:
+        try:
+            result = structured.invoke(text)
+            if isinstance(result, Plan) and result.sub_questions:
+                return Plan(sub_questions=result.sub_questions[:limit]), "structured"
+        except Exception as exc:  # noqa: BLE001 - fall back to parsing text
+            logger.info("structured planning failed (%s); parsing JSON instead", exc)
+    parsed = parse_plan(complete(llm, text), n_regions=len(regions), limit=limit)
+    if parsed is not None:
+        return parsed, "json"
+    return fallback_plan(question, regions, limit), "fallback"
+
+
+def answer_sub_question(llm: Any, question: str, pages: Sequence[dict[str, Any]], *, page_chars: int) -> str:
+    """The sub-question answered from fenced ``pages`` (dicts with number, title, text)."""
+    if not pages:
+        return "The search found nothing."
+    blocks = fence_results([(p["number"], p["title"], p["text"][:page_chars]) for p in pages])
+    return complete(llm, prompt("searcher").format(results=blocks, question=question))
+
+
+def summarize_region(llm: Any, index: int, description: str, findings: str) -> str:
+    return complete(llm, prompt("summary").format(index=index, description=description, findings=defang(findings)))
+
+
+def final_answer(llm: Any, question: str, regions: str, findings: str, sources: str) -> str:
+    return complete(llm, prompt("answer").format(question=question, regions=regions,
+                                                 findings=defang(findings), sources=defang(sources)))

@@ -1,0 +1,333 @@
+"""Vision Search Assistant: answer a question about a photo from what is in it and what the web says.
+
+Specification: the Vision Search Assistant paper and section 3 of the implementation notes
+(``/work/shared/papers``). The graph::
+
+    START -> retrieve -> regions -> describe -> plan -(Send per sub-question)-> search -> summarize -> answer -> END
+
+- ``retrieve`` (visual RAG): when the input has no ``image`` but the graph has a gallery, the
+  question retrieves the best-matching photo from it (its hits are returned too).
+- ``regions``: a Detector (offline SSD-MobileNet COCO by default) prompted with the question's
+  words plus the COCO classes; no detection -> the whole image is one region.
+- ``describe``: each crop described by a Captioner in the light of the question (a VLM via any
+  OpenAI-compatible endpoint, or offline the offline embedder's description); with 2+ regions each
+  description is rewritten with the others as context.
+- ``plan``: structured sub-questions (never executed code; see :mod:`pictrieve.agents.vsa.steps`).
+- ``search`` (parallel via ``Send``): search, open up to ``pages_per_search`` pages (through the
+  fetch guard for web URLs), answer the sub-question from fenced page text with citations.
+- ``summarize``: sources numbered globally, one summary per region.
+- ``answer``: one answer citing sources by number; says so when the search found nothing.
+
+Where we differ from the authors' code: the planner emits JSON (pydantic), not Python run with
+``exec``; searchers run one round (the authors allow up to 3 turns) and the planner one round (up to
+10 turns) so that an offline run fits in two minutes on a CPU; offline descriptions come from a
+classifier-based describer, not LLaVA.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import re
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+from PIL import Image
+from typing_extensions import NotRequired, TypedDict
+
+from pictrieve.agents.vsa import steps
+from pictrieve.agents.vsa.steps import question_terms
+from pictrieve.graphs.settings import RunSettings, SettingsError, require_positive, settings_of
+from pictrieve.vectorstore.hits import ImageHit
+
+logger = logging.getLogger(__name__)
+
+@dataclass
+class VisionSearchSettings(RunSettings):
+    """Run settings of :func:`build_vision_search_graph` (defaults after the authors' code, scaled down)."""
+
+    max_regions: int = 3
+    """Regions described at most (best detections first)."""
+    min_score: float = 0.4
+    """Detector box threshold (the authors' Grounding DINO box threshold)."""
+    max_sub_questions: int = 3
+    """Sub-questions the planner may ask (the authors allow up to 10 planning turns)."""
+    search_k: int = 6
+    """Results per search (the authors: DuckDuckGo top 6)."""
+    pages_per_search: int = 2
+    """Pages opened per sub-question (the authors: up to 4)."""
+    page_chars: int = 8192
+    """Characters kept per page (the authors: 8,192)."""
+    answer_context_chars: int = 3500
+    """Characters of findings given to the answer step (the authors: 3,500)."""
+    correlate: bool = True
+    """Rewrite each region's description with the others as context (2+ regions)."""
+    summarize_regions: bool = True
+    """One summary of the findings per region before answering."""
+    plan_with_llm: bool = True
+    """Ask the LLM for the plan; False uses the rule plan (the question, and the question per region
+    label): a 135M model rarely writes a usable JSON plan and spends a minute trying."""
+    candidate_k: int = 3
+    """Visual RAG: gallery photos retrieved for a question without an image."""
+
+    def validate(self) -> None:
+        for name in ("max_regions", "max_sub_questions", "search_k", "pages_per_search", "page_chars",
+                     "answer_context_chars", "candidate_k"):
+            require_positive(self, name)
+
+
+class VisionSearchInput(TypedDict):
+    question: str
+    image: NotRequired[str]
+
+
+class VisionSearchOutput(TypedDict, total=False):
+    answer: str
+    sources: list[dict[str, Any]]
+    regions: list[dict[str, Any]]
+    sub_questions: list[dict[str, Any]]
+    findings: list[dict[str, Any]]
+    region_summaries: list[str]
+    hits: list[ImageHit]
+    image: str
+    plan_mode: str
+    timings: dict[str, float]
+
+
+def _merge(left: dict[str, float] | None, right: dict[str, float] | None) -> dict[str, float]:
+    out = dict(left or {})
+    for key, value in (right or {}).items():
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+class VisionSearchState(VisionSearchInput, total=False):
+    answer: str
+    sources: list[dict[str, Any]]
+    regions: list[dict[str, Any]]
+    sub_questions: list[dict[str, Any]]
+    findings: list[dict[str, Any]]
+    searched: Annotated[list[dict[str, Any]], operator.add]
+    """Raw findings of the parallel searchers (source numbers local to each); summarize renumbers."""
+    region_summaries: list[str]
+    hits: list[ImageHit]
+    plan_mode: str
+    timings: Annotated[dict[str, float], _merge]
+
+
+class SearchTask(TypedDict):
+    sub_question: dict[str, Any]
+    order: int
+
+
+def _renumber(text: str, mapping: dict[int, int]) -> str:
+    return re.sub(r"\[(\d+)\]", lambda m: f"[{mapping[int(m.group(1))]}]" if int(m.group(1)) in mapping else "", text)
+
+
+def build_vision_search_graph(
+    index: Any = None,
+    *,
+    llm: Any = None,
+    checkpointer: Any = None,
+    name: str = "vsa",
+    vlm: Any = None,
+    detector: Any = None,
+    search: Any = None,
+    fetch_allow_hosts: tuple[str, ...] = (),
+) -> CompiledStateGraph:
+    """Compile the Vision Search Assistant graph.
+
+    ``index``: a Gallery for visual RAG (questions without an image), or None for photo QA.
+    ``llm``: a chat model or a name for :func:`~pictrieve.tools.chat_models.create_chat_model`
+    (default offline). ``vlm``: a Captioner or name (default ``offline``). ``detector``: a Detector
+    or registry name (default ``ssd``). ``search``: ``ddgs``, ``local:DIR``, a SearchBackend or a
+    LangChain retriever/tool; None searches nothing (the answer then says so).
+    ``fetch_allow_hosts`` exempts hosts from the fetch guard (tests with a loopback server only).
+    """
+    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.detectors import COCO_CLASSES, create_detector, regions_or_whole
+    from pictrieve.tools.vlm import create_region_captioner
+    from pictrieve.tools.web_search import as_search_backend
+
+    chat = create_chat_model(llm) if llm is None or isinstance(llm, str) else llm
+    parts: dict[str, Any] = {}
+
+    def part(key: str, make: Any) -> Any:
+        if key not in parts:
+            parts[key] = make()
+        return parts[key]
+
+    def get_detector() -> Any:
+        return part("detector", lambda: create_detector(detector or "ssd"))
+
+    def get_vlm() -> Any:
+        return part("vlm", lambda: create_region_captioner(vlm or "offline"))
+
+    def get_search() -> Any:
+        return part("search", lambda: None if search is None else as_search_backend(search))
+
+    def timed(label: str, start: float) -> dict[str, float]:
+        return {label: round(time.perf_counter() - start, 3)}
+
+    def retrieve(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
+        settings = settings_of(runtime, VisionSearchSettings)
+        if not (state.get("question") or "").strip():
+            raise SettingsError("the vsa graph needs a 'question' in its input")
+        if state.get("image"):
+            return {}
+        if index is None:
+            raise SettingsError("the vsa graph needs an 'image' path (or a gallery to retrieve one from)")
+        start = time.perf_counter()
+        hits = index.search_text(state["question"], k=settings.candidate_k)
+        if not hits:
+            raise SettingsError("the gallery is empty: index photos before asking about them")
+        return {"hits": hits, "image": hits[0].path, "timings": timed("retrieve", start)}
+
+    def regions(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
+        settings = settings_of(runtime, VisionSearchSettings)
+        start = time.perf_counter()
+        with Image.open(state["image"]) as opened:
+            image = opened.convert("RGB")
+        labels = question_terms(state["question"]) + COCO_CLASSES
+        found = get_detector().detect(image, labels=labels, min_score=settings.min_score)
+        chosen = regions_or_whole(image, found, max_regions=settings.max_regions)
+        out = [{"label": d.label, "score": round(float(d.score), 3), "box": [round(float(v), 1) for v in d.box]}
+               for d in chosen]
+        return {"regions": out, "timings": timed("regions", start)}
+
+    def describe(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
+        settings = settings_of(runtime, VisionSearchSettings)
+        start = time.perf_counter()
+        with Image.open(state["image"]) as opened:
+            image = opened.convert("RGB")
+        crops = [image.crop(tuple(int(round(v)) for v in r["box"])) for r in state["regions"]]
+        prompts = [f"Describe the {r['label']} in this picture. The user asks: {state['question']}" for r in state["regions"]]
+        captioner = get_vlm()
+        texts = [captioner.caption([crop], prompt=p)[0] for crop, p in zip(crops, prompts)]
+        described = [{**r, "description": t} for r, t in zip(state["regions"], texts)]
+        timings = timed("describe", start)
+        if settings.correlate and len(described) > 1:
+            start = time.perf_counter()
+            rewritten = steps.correlate(chat, state["question"], described)
+            described = [{**r, "description": t} for r, t in zip(described, rewritten)]
+            timings = _merge(timings, timed("correlate", start))
+        return {"regions": described, "timings": timings}
+
+    def plan(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
+        settings = settings_of(runtime, VisionSearchSettings)
+        start = time.perf_counter()
+        if get_search() is None:
+            return {"sub_questions": [], "plan_mode": "no search", "timings": timed("plan", start)}
+        if settings.plan_with_llm:
+            made, how = steps.plan(chat, state["question"], state["regions"], limit=settings.max_sub_questions)
+        else:
+            made, how = steps.fallback_plan(state["question"], state["regions"], settings.max_sub_questions), "rules"
+        return {"sub_questions": [s.model_dump() for s in made.sub_questions], "plan_mode": how,
+                "timings": timed("plan", start)}
+
+    def dispatch(state: VisionSearchState) -> list[Send] | str:
+        subs = state.get("sub_questions") or []
+        if not subs:
+            return "summarize"
+        return [Send("search", {"sub_question": s, "order": i}) for i, s in enumerate(subs)]
+
+    def search_node(task: SearchTask, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
+        from pictrieve.errors import PictrieveError
+        from pictrieve.tools.web_fetch import fetch_page
+
+        settings = settings_of(runtime, VisionSearchSettings)
+        start = time.perf_counter()
+        sub = task["sub_question"]
+        pages: list[dict[str, Any]] = []
+        error = ""
+        try:
+            results = get_search().search(sub["question"], k=settings.search_k)
+        except PictrieveError as exc:
+            results, error = [], str(exc)
+        for result in results:
+            if len(pages) >= settings.pages_per_search:
+                break
+            text, title = result.text, result.title
+            if not text and result.url.startswith(("http://", "https://")):
+                try:
+                    page = fetch_page(result.url, max_chars=settings.page_chars, allow_hosts=fetch_allow_hosts)
+                    text, title = page.text, title or page.title
+                except PictrieveError as exc:
+                    logger.info("skipping %s: %s", result.url, exc)
+                    text = result.snippet
+            if text:
+                pages.append({"number": len(pages) + 1, "url": result.url, "title": title or result.url,
+                              "text": text[: settings.page_chars]})
+        answer = steps.answer_sub_question(chat, sub["question"], pages, page_chars=settings.page_chars)
+        finding = {"order": task["order"], "question": sub["question"], "region": sub.get("region", 1),
+                   "answer": answer, "sources": [{"url": p["url"], "title": p["title"]} for p in pages],
+                   "error": error}
+        return {"searched": [finding], "timings": timed("search", start)}
+
+    def summarize(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
+        settings = settings_of(runtime, VisionSearchSettings)
+        start = time.perf_counter()
+        sources: list[dict[str, Any]] = []
+        numbers: dict[str, int] = {}
+        findings = []
+        for finding in sorted(state.get("searched") or [], key=lambda f: f["order"]):
+            mapping = {}
+            for local, src in enumerate(finding["sources"], 1):
+                if src["url"] not in numbers:
+                    numbers[src["url"]] = len(sources) + 1
+                    sources.append({"number": len(sources) + 1, **src})
+                mapping[local] = numbers[src["url"]]
+            findings.append({**finding, "answer": _renumber(finding["answer"], mapping),
+                             "source_numbers": sorted(set(mapping.values()))})
+        summaries: list[str] = []
+        if settings.summarize_regions and len(state["regions"]) > 1 and findings:
+            for i, region in enumerate(state["regions"], 1):
+                mine = [f for f in findings if f["region"] == i]
+                if mine:
+                    text = "\n".join(f"Q: {f['question']}\nA: {f['answer']}" for f in mine)
+                    summaries.append(f"Region {i} ({region['label']}): "
+                                     + steps.summarize_region(chat, i, region["description"], text))
+        return {"findings": findings, "sources": sources, "region_summaries": summaries,
+                "timings": timed("summarize", start)}
+
+    def answer(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
+        settings = settings_of(runtime, VisionSearchSettings)
+        start = time.perf_counter()
+        findings = state.get("findings") or []
+        sources = state.get("sources") or []
+        if sources:
+            blocks = state.get("region_summaries") or [
+                f"Q: {f['question']}\nA: {f['answer']} (sources {', '.join(map(str, f['source_numbers'])) or 'none'})"
+                for f in findings]
+            knowledge = "\n".join(blocks)[: settings.answer_context_chars]
+        else:
+            knowledge = "The search found nothing."
+        source_lines = "\n".join(f"[{s['number']}] {s['title']} ({s['url']})" for s in sources) or "(none)"
+        text = steps.final_answer(chat, state["question"], steps.region_lines(state["regions"]), knowledge, source_lines)
+        if not sources and "found nothing" not in text.lower():
+            text = f"{text}\n(The search found nothing; this answer comes from the photo alone.)".strip()
+        return {"answer": text, "timings": timed("answer", start)}
+
+    builder = StateGraph(VisionSearchState, context_schema=VisionSearchSettings, input_schema=VisionSearchInput,
+                         output_schema=VisionSearchOutput)
+    builder.add_node("retrieve", retrieve)
+    builder.add_node("regions", regions)
+    builder.add_node("describe", describe)
+    builder.add_node("plan", plan)
+    builder.add_node("search", search_node)
+    builder.add_node("summarize", summarize)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "retrieve")
+    builder.add_edge("retrieve", "regions")
+    builder.add_edge("regions", "describe")
+    builder.add_edge("describe", "plan")
+    builder.add_conditional_edges("plan", dispatch, ["search", "summarize"])
+    builder.add_edge("search", "summarize")
+    builder.add_edge("summarize", "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=checkpointer, name=name)

@@ -1,0 +1,127 @@
+"""The offline search backend: a folder of pages (HTML, Markdown, text) searched like the web.
+
+Pages are split into passages, embedded with all-MiniLM-L6-v2 (:class:`SentenceEncoder`, local
+files only) and stored in a Chroma collection named after the folder's content, so re-opening an
+unchanged folder re-uses the index. By default the collection lives in a Chroma database in the
+pictrieve cache; pass ``client=gallery.client`` to keep it in the same database as a gallery.
+A result's ``url`` is ``file://`` + the page's absolute path, and its ``text`` is the page's
+readable text (no fetching needed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from pictrieve.errors import PictrieveError
+from pictrieve.tools.web_fetch import extract_text
+from pictrieve.tools.web_search import SearchResult
+
+logger = logging.getLogger(__name__)
+
+PAGE_SUFFIXES = {".html": "text/html", ".htm": "text/html", ".md": "text/markdown", ".markdown": "text/markdown",
+                 ".txt": "text/plain"}
+PASSAGE_CHARS = 600
+
+_ENCODER: Any = None
+_ENCODER_LOCK = threading.Lock()
+
+
+class PageFolderError(PictrieveError, ValueError):
+    """The local page folder is missing or holds no pages."""
+
+
+def _encoder() -> Any:
+    global _ENCODER
+    with _ENCODER_LOCK:
+        return _load_encoder()
+
+
+def _load_encoder() -> Any:
+    global _ENCODER
+    if _ENCODER is None:
+        from pictrieve.tools.sentence_encoder import SentenceEncoder
+
+        _ENCODER = SentenceEncoder(device="cpu")
+    return _ENCODER
+
+
+def _passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
+    paragraphs = [p.strip() for p in text.split("\n") if p.strip()]
+    out, current = [], ""
+    for paragraph in paragraphs:
+        if current and len(current) + len(paragraph) > size:
+            out.append(current)
+            current = ""
+        current = f"{current}\n{paragraph}".strip()
+    if current:
+        out.append(current)
+    return out
+
+
+class LocalPages:
+    """``search(query, k)`` over the pages in ``folder`` (see the module docstring)."""
+
+    def __init__(self, folder: str | Path, *, client: Any = None) -> None:
+        self.folder = Path(folder).expanduser().resolve()
+        if not self.folder.is_dir():
+            raise PageFolderError(f"no page folder at {self.folder}; give local:DIR with a folder of .html/.md/.txt pages")
+        self.name = f"local:{self.folder}"
+        self.pages: dict[str, tuple[str, str]] = {}
+        for path in sorted(self.folder.rglob("*")):
+            kind = PAGE_SUFFIXES.get(path.suffix.lower())
+            if kind and path.is_file():
+                title, text = extract_text(path.read_text(encoding="utf-8", errors="replace"), kind, path.as_uri())
+                self.pages[path.as_uri()] = (title or path.stem, text)
+        if not self.pages:
+            raise PageFolderError(f"{self.folder} holds no .html, .md or .txt pages")
+        digest = hashlib.sha1()
+        for url, (title, text) in self.pages.items():
+            digest.update(f"{url}\0{title}\0{text}\0".encode())
+        self._client = client or self._default_client()
+        self.collection = self._client.get_or_create_collection(
+            f"pictrieve-pages-{digest.hexdigest()[:16]}", metadata={"hnsw:space": "cosine"}
+        )
+        if self.collection.count() == 0:
+            self._index()
+
+    @staticmethod
+    def _default_client() -> Any:
+        import chromadb
+
+        from pictrieve.tools.pypi_assets import cache_root
+
+        path = cache_root() / "local-pages"
+        path.mkdir(parents=True, exist_ok=True)
+        return chromadb.PersistentClient(path=str(path))
+
+    def _index(self) -> None:
+        ids, docs, metas = [], [], []
+        for url, (title, text) in self.pages.items():
+            for number, passage in enumerate(_passages(text)):
+                ids.append(f"{url}#{number}")
+                docs.append(passage)
+                metas.append({"url": url, "title": title})
+        logger.info("indexing %d passages of %d pages from %s", len(ids), len(self.pages), self.folder)
+        vectors = _encoder().encode(docs)
+        self.collection.add(ids=ids, documents=docs, metadatas=metas, embeddings=vectors.tolist())
+
+    def search(self, query: str, *, k: int = 6) -> list[SearchResult]:
+        """The ``k`` pages whose best passage is closest to ``query`` (best first)."""
+        vector = _encoder().encode([query])[0].tolist()
+        found = self.collection.query(query_embeddings=[vector], n_results=min(self.collection.count(), 4 * k))
+        results: list[SearchResult] = []
+        seen: set[str] = set()
+        for passage, meta, distance in zip(found["documents"][0], found["metadatas"][0], found["distances"][0]):
+            url = str(meta["url"])
+            if url in seen:
+                continue
+            seen.add(url)
+            title, text = self.pages[url]
+            results.append(SearchResult(url=url, title=title, snippet=passage[:300], text=text, score=1.0 - float(distance)))
+            if len(results) == k:
+                break
+        return results
