@@ -107,6 +107,25 @@ def qc2(config: RunnableConfig) -> CompiledStateGraph:
     return build_served("qc2", config, model=_qc2_model(gallery_for(config), model_dir))
 
 
+def vsa(config: RunnableConfig) -> CompiledStateGraph:
+    """Vision Search Assistant: a question about an image path (or, with a gallery, a photo found in it).
+
+    ``configurable.search`` / ``$PICTRIEVE_SEARCH`` (``ddgs`` or ``local:DIR``; none: no search),
+    ``configurable.vlm`` / ``$PICTRIEVE_VLM`` (default ``offline``), ``configurable.detector`` (``ssd``).
+    The gallery is optional here: without one the graph answers about the given image only.
+    """
+    from pictrieve.tools.vlm import create_region_captioner
+
+    index = gallery_for(config) if _setting(config, "gallery", ENV_GALLERY) else None
+    return get_method("vsa").build(
+        index, name="vsa", llm=llm_for(config),
+        vlm=create_region_captioner(_setting(config, "vlm", "PICTRIEVE_VLM", "offline") or "offline",
+                                    base_url=_setting(config, "vlm_base_url", "PICTRIEVE_VLM_BASE_URL")),
+        detector=_setting(config, "detector", "PICTRIEVE_DETECTOR", "ssd"),
+        search=_setting(config, "search", "PICTRIEVE_SEARCH"),
+    )
+
+
 def _qc2_model(gallery: Any, model_dir: str | None) -> Any:
     key = (str(gallery.location), gallery.embedder_name, model_dir)
     if key not in _QC2_MODELS:

@@ -29,6 +29,9 @@ SHAPES = {
                ("generate_questions", "filter_and_select"), ("filter_and_select", "ask"), ("ask", "reformulate"),
                ("ask", "__end__")},
     "qc2": {("__start__", "complete"), ("complete", "retrieve"), ("retrieve", "__end__")},
+    "vsa": {("__start__", "retrieve"), ("retrieve", "regions"), ("regions", "describe"), ("describe", "plan"),
+            ("plan", "search"), ("plan", "summarize"), ("search", "summarize"), ("summarize", "answer"),
+            ("answer", "__end__")},
 }
 
 
@@ -50,6 +53,10 @@ def builder_kwargs(tiny_gallery, tmp_path_factory):
     """What each method needs besides the gallery, built small and local."""
     kwargs = {"search": {}, "plugir": {"llm": ScriptedChatModel(questions=["Is the dog black?"]),
                                         "answerer": lambda question, state: "yes"}}
+    if "vsa" in available_methods():
+        from test_vsa import _WholeImage, _Words
+
+        kwargs["vsa"] = {"llm": ScriptedChatModel(questions=["a dog"]), "vlm": _Words(), "detector": _WholeImage()}
     if "qc2" in available_methods():
         from test_qc2_model import CAPTIONS  # noqa: F401  (the tiny tokenizer's corpus)
 
@@ -72,9 +79,10 @@ def _tiny_checkpoint(tmp_path_factory):
     return test_qc2_model.tiny_checkpoint.__wrapped__(tmp_path_factory)
 
 
-INPUTS = {"search": {"query": "a dog"}, "plugir": {"description": "a dog"}, "qc2": {"query": "a dog"}}
+INPUTS = {"search": {"query": "a dog"}, "plugir": {"description": "a dog"}, "qc2": {"query": "a dog"},
+          "vsa": {"question": "which photo shows a dog?"}}
 CONTEXTS = {"search": {"k": 2}, "plugir": {"max_rounds": 1, "shown_k": 2, "candidate_k": 4, "clusters": 2},
-            "qc2": {"k": 2, "max_new_tokens": 2, "seed": 0}}
+            "qc2": {"k": 2, "max_new_tokens": 2, "seed": 0}, "vsa": {"candidate_k": 2}}
 
 
 def test_every_method_has_a_shape_snapshot_and_an_input():
