@@ -89,10 +89,15 @@ def eval_gallery(
     embedders: Sequence[Any] | Any = None,
     *,
     location: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> Any:
     """The gallery of ``folder`` indexed with ``embedders`` (names or objects; the first is the view
-    returned), cached per folder and embedder content unless ``location`` is given. Re-runs resume."""
+    returned), cached per folder and embedder content unless ``location`` is given. Re-runs resume.
+
+    ``cache_dir``: the folder holding cached evaluation galleries (default: ``eval-galleries`` under
+    the pictrieve cache, ``PICTRIEVE_CACHE``); the gallery inside it is still keyed by content.
+    ``location``: an exact gallery folder instead (no keying; the caller owns it)."""
     from pictrieve.tools.embedders.factory import create_embedder, default_embedder_name
     from pictrieve.tools.pypi_assets import cache_root
     from pictrieve.vectorstore.gallery import Gallery
@@ -103,7 +108,7 @@ def eval_gallery(
     models = [create_embedder(e) if isinstance(e, str) else e for e in embedders]
     if location is None:
         key = "__".join([folder.fingerprint(), *(embedder_fingerprint(m) for m in models)])
-        location = cache_root() / "eval-galleries" / key
+        location = Path(cache_dir if cache_dir is not None else cache_root() / "eval-galleries") / key
     gallery = Gallery.open(location, models[0])
     report = gallery.add(folder.paths, embedders=models if len(models) > 1 else None, progress=progress)
     if report.failed:

@@ -3,6 +3,7 @@ and evaluate_method over registered methods."""
 
 from __future__ import annotations
 
+from pathlib import Path
 import json
 
 import numpy as np
@@ -62,6 +63,9 @@ def test_eval_gallery_is_keyed_by_embedder_content_not_name(captioned, tiny_clip
     assert embedder_fingerprint(tiny_clip_embedder) != embedder_fingerprint(SameNameOtherWeights())
     np.testing.assert_allclose(other.embeddings(first.ids()), -first.embeddings(), atol=1e-5)
     assert str(tmp_path / "cache") in str(first.location)  # never the user's home in tests
+    elsewhere = eval_gallery(captioned, tiny_clip_embedder, cache_dir=tmp_path / "other-cache")
+    assert Path(elsewhere.location).parent == tmp_path / "other-cache"
+    assert Path(elsewhere.location).name == Path(first.location).name  # same content key under another root
 
 
 def test_search_through_the_harness_matches_the_exact_ranker_and_the_graph(captioned, tiny_clip_embedder, tmp_path):
