@@ -76,7 +76,7 @@ def test_brisque_one_score_per_image_and_blur_scores_worse(flickr_dir):
 
 def test_registry():
     assert {"brisque", "laion_aesthetic"} <= set(qs.available_quality_scorers())
-    with pytest.raises(qs.QualityScorerError, match="available: "):
+    with pytest.raises(qs.QualityScorerError, match="known: brisque, laion_aesthetic"):
         qs.create_quality_scorer("sharpness")
     assert qs.default_quality_scorer_name("open_clip:ViT-L-14/openai") == "laion_aesthetic"
     assert qs.default_quality_scorer_name("offline") == "brisque"

@@ -13,7 +13,7 @@ A scorer turns images into one float each and says how to read it:
   not of aesthetics; lower is better (about 0-100). It needs no download, so it is the offline
   default. Its prompt axis is therefore called "Quality", never "Aesthetic".
 
-Register more with :func:`register_quality_scorer`.
+Register more with :func:`register_quality_scorer` (the :data:`QUALITY_SCORERS` registry).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pictrieve.errors import PictrieveError
 from pictrieve.tools.downloads import DownloadError, download_verified
 from pictrieve.tools.files import atomic_write_bytes
 from pictrieve.tools.pypi_assets import cache_root
+from pictrieve.tools.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -205,29 +206,35 @@ class LaionAestheticScorer:
 
 # --------------------------------------------------------------------------- registry
 
-_SCORERS: dict[str, Callable[..., QualityScorer]] = {
-    "brisque": BrisqueScorer,
-    "laion_aesthetic": LaionAestheticScorer,
-}
+
+class UnknownQualityScorerError(UnknownNameError, QualityScorerError):
+    """The scorer name names no registered scorer."""
+
+
+QUALITY_SCORERS: Registry[QualityScorer] = Registry(
+    "quality scorer", example="'brisque' or 'laion_aesthetic'", error=UnknownQualityScorerError
+)
+QUALITY_SCORERS.register("brisque", lambda spec="", **options: BrisqueScorer(**options), BrisqueScorer.description)
+QUALITY_SCORERS.register("laion_aesthetic", lambda spec="", **options: LaionAestheticScorer(**options),
+                         LaionAestheticScorer.description)
 
 
 def register_quality_scorer(name: str, factory: Callable[..., QualityScorer]) -> None:
     """Make ``create_quality_scorer(name)`` build scorers with ``factory(**options)``."""
-    _SCORERS[name] = factory
+    QUALITY_SCORERS.register(_normalise(name), lambda spec="", **options: factory(**options))
 
 
 def available_quality_scorers() -> list[str]:
-    return sorted(_SCORERS)
+    return QUALITY_SCORERS.families()
 
 
 def create_quality_scorer(name: str, **options: Any) -> QualityScorer:
     """Build a registered scorer by name (``brisque``, ``laion_aesthetic``, or one you registered)."""
-    factory = _SCORERS.get(name.strip().lower().replace("-", "_"))
-    if factory is None:
-        raise QualityScorerError(
-            f"unknown quality scorer {name!r}; available: {', '.join(available_quality_scorers())}"
-        )
-    return factory(**options)
+    return QUALITY_SCORERS.create(_normalise(name), **options)
+
+
+def _normalise(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
 
 
 def default_quality_scorer_name(embedder_name: str) -> str:
