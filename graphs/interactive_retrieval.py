@@ -289,6 +289,18 @@ def build_plugir_graph(
             "timings": timed("retrieval", state, started),
         }
 
+    # Candidates of one round are mostly the next round's too: their caption vectors are kept (per
+    # caption text, for this compiled graph's embedder) instead of re-embedding them every round.
+    caption_cache: dict[str, np.ndarray] = {}
+
+    def caption_vectors(texts: list[str]) -> np.ndarray:
+        if len(caption_cache) > 50_000:  # bounded for long-lived served graphs
+            caption_cache.clear()
+        missing = list(dict.fromkeys(t for t in texts if t not in caption_cache))
+        if missing:
+            caption_cache.update(zip(missing, np.asarray(gallery.embedder.embed_texts(missing))))
+        return np.stack([caption_cache[t] for t in texts])
+
     def extract_context_node(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> dict[str, Any]:
         started = time.perf_counter()
         settings = settings_of(runtime, PlugIRSettings)
@@ -301,7 +313,7 @@ def build_plugir_graph(
         image_vectors = vectors_of(candidates)
         probes = np.array(image_vectors, dtype=np.float64, copy=True)
         if described:  # the authors probe with each candidate's caption embedding
-            probes[described] = gallery.embedder.embed_texts([captions[i] for i in described])
+            probes[described] = caption_vectors([captions[i] for i in described])
         chosen = select_representatives(image_vectors, probes, clusters=settings.clusters,
                                         seed=settings.seed)
         return {"retrieval_context": [captions[i] for i in chosen],

@@ -228,3 +228,22 @@ def test_a_failing_language_model_never_ends_the_session():
     assert pending(result)["round"] == 2
     assert result["queries"][1].startswith("a dog in the snow") and "brown" in result["queries"][1]
     assert llm.kinds() and set(llm.kinds()) == {"failed"}
+
+
+def test_candidate_captions_are_embedded_once_across_rounds():
+    """RCE probes with caption vectors; a caption seen in an earlier round is not embedded again."""
+    gallery = make_gallery()
+    embedded: list[str] = []
+    real = gallery.embedder.embed_texts
+
+    def counting(texts):
+        embedded.extend(texts)
+        return real(texts)
+
+    gallery.embedder.embed_texts = counting
+    graph = build(gallery, ScriptedChatModel(questions=QUESTIONS), answerer=lambda q, state: "brown")
+    result = run(graph, {"description": "a dog in the snow"}, config("cache", max_rounds=3))
+    assert result["round"] == 3
+    captions = [t for t in embedded if t in set(gallery.captions)]
+    assert captions, "RCE never embedded a candidate caption"
+    assert len(captions) == len(set(captions))  # each caption embedded once over three rounds
