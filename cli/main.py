@@ -32,6 +32,7 @@ EVAL_COMMANDS = {
     "retrieval": ("pictrieve.cli.eval_retrieval:retrieval", "Recall@K of text-to-image search on DIR/captions.jsonl."),
     "interactive": ("pictrieve.cli.eval_interactive:interactive", "PlugIR ablation with a simulated user (BRI, Hits@10)."),
     "quality": ("pictrieve.cli.eval_quality:quality_eval", "QC2 quality control against its baselines."),
+    "vsa": ("pictrieve.cli.eval_vsa:vsa_eval", "Vision Search Assistant: judged accuracy and citation checks."),
 }
 
 

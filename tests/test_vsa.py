@@ -6,6 +6,7 @@ The scripted chat model here tests control flow and what the prompts contain, ne
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import threading
 from pathlib import Path
@@ -293,3 +294,36 @@ def _tiny_clip_tokenizer_dir() -> str:
     Path(folder, "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
     Path(folder, "merges.txt").write_text("#version: 0.2\nd o\nh o\n")
     return folder
+
+
+# -- evaluation and the CLI -----------------------------------------------------------------------
+def test_citation_scoring_counts_only_cited_required_sources():
+    from pictrieve.cli.eval_vsa import score_row
+
+    out = {"answer": "36 to 44 [1], also [2] and [9].",
+           "sources": [{"number": 1, "url": "file:///x/horses.md"}, {"number": 2, "url": "file:///x/dogs.html"}]}
+    scored = score_row({"sources": ["horses.md"]}, out, True)
+    assert (scored["cited"], scored["cited_required"], scored["source_recall"]) == (2, 1, 1.0)
+
+
+@pytest.mark.slow
+def test_offline_ask_end_to_end_on_a_real_photo(tmp_path, monkeypatch):
+    """The whole offline stack (SSD, offline describer, MiniLM pages, SmolLM2-135M) on one photo."""
+    from click.testing import CliRunner
+
+    from pictrieve.cli.main import cli
+
+    if not HORSE.is_file():
+        pytest.skip("flickr8k-dev not found (set PICTRIEVE_FLICKR8K_DEV)")
+    monkeypatch.setenv("PICTRIEVE_PAGES_DB", str(tmp_path / "db"))  # models stay in the real cache
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "horses.md").write_text((PAGES / "horses.md").read_text())
+    (pages / "dogs.html").write_text((PAGES / "dogs.html").read_text())
+    result = CliRunner().invoke(cli, ["ask", str(HORSE), "How many teeth does an adult animal like this have?",
+                                      "--search", f"local:{pages}", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])
+    assert out["regions"][0]["label"] == "horse"
+    assert out["sources"][0]["url"].endswith("horses.md")
+    assert out["answer"].strip()

@@ -3,7 +3,7 @@
 Pages are split into passages, embedded with all-MiniLM-L6-v2 (:class:`SentenceEncoder`, local
 files only) and stored in a Chroma collection named after the folder's content, so re-opening an
 unchanged folder re-uses the index. By default the collection lives in a Chroma database in the
-pictrieve cache; pass ``client=gallery.client`` to keep it in the same database as a gallery.
+pictrieve cache (or ``$PICTRIEVE_PAGES_DB``); pass ``client=gallery.client`` to keep it in the same database as a gallery.
 A result's ``url`` is ``file://`` + the page's absolute path, and its ``text`` is the page's
 readable text (no fetching needed).
 """
@@ -11,6 +11,7 @@ readable text (no fetching needed).
 from __future__ import annotations
 
 import hashlib
+import os
 import logging
 import threading
 from pathlib import Path
@@ -94,7 +95,7 @@ class LocalPages:
 
         from pictrieve.tools.pypi_assets import cache_root
 
-        path = cache_root() / "local-pages"
+        path = Path(os.environ.get("PICTRIEVE_PAGES_DB") or cache_root() / "local-pages")
         path.mkdir(parents=True, exist_ok=True)
         return chromadb.PersistentClient(path=str(path))
 

@@ -66,13 +66,13 @@ class OfflineRegionCaptioner:
     name = "offline"
 
     def __init__(self, embedder: Any = None) -> None:
-        if embedder is None:
-            from pictrieve.tools.embedders.factory import create_embedder
-
-            embedder = create_embedder("offline")
-        self.embedder = embedder
+        self.embedder = embedder  # loaded on first use, so building a graph stays cheap
 
     def caption(self, images: Sequence[ImageInput], *, prompt: str | None = None) -> list[str]:
+        if self.embedder is None:
+            from pictrieve.tools.embedders.factory import create_embedder
+
+            self.embedder = create_embedder("offline")
         pictures = [im if isinstance(im, Image.Image) else Image.open(os.fspath(im)) for im in images]
         return [self.embedder.describe(p.convert("RGB")) for p in pictures]
 
