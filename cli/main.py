@@ -25,6 +25,7 @@ COMMANDS = {
     "quality": ("pictrieve.cli.quality:quality", "Quality-controlled search (QC2): annotate, train, search."),
     "serve": ("pictrieve.cli.serve:serve", "Serve every method's graph on a local LangGraph server."),
     "ask": ("pictrieve.cli.ask:ask", "Ask about a photo; answered from the photo and a web or local search, with sources."),
+    "ui": ("pictrieve.cli.ui:ui", "Serve a web page to search, chat and steer over a gallery."),
     "eval": ("pictrieve.cli.main:eval_group", "Measure retrieval quality on your own captioned photos."),
 }
 

@@ -1,0 +1,50 @@
+"""``pictrieve ui``: serve the web page over a gallery (search, chat, steer)."""
+
+from __future__ import annotations
+
+import socket
+
+import click
+
+
+def free_port(host: str) -> int:
+    """A port nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+@click.command(epilog="Example:\n\n\b\n  pictrieve demo --out ./demo\n  pictrieve ui --gallery ./demo/gallery")
+@click.option("--gallery", "-g", required=True, metavar="PATH|URL", help="Gallery to serve.")
+@click.option("--embedder", "-e", default=None, metavar="NAME", help="Embedder (default: the gallery's).")
+@click.option("--llm", default="offline", show_default=True, metavar="NAME", help="Chat model for the Chat tab (PlugIR).")
+@click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:...")
+@click.option("--captioner", default="auto", show_default=True, metavar="NAME",
+              help="Captions for uncaptioned candidates in the Chat tab (see `pictrieve chat --help`).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Keep the loopback default unless others should reach the page.")
+@click.option("--port", default=0, type=click.IntRange(0, 65535), help="Port (default: a free one, printed on start).")
+@click.option("--state-dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
+              help="Where chat sessions are kept (default: the user cache folder).")
+def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, captioner: str, host: str, port: int,
+       state_dir: str | None) -> None:
+    """Serve a web page to search, chat (PlugIR) and steer (QC2) over a gallery.
+
+    Opens nothing by itself: visit the printed URL in a browser.
+    """
+    import uvicorn
+
+    from pictrieve.cli.chat import default_checkpoint_path
+    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.ui.app import create_app
+    from pictrieve.vectorstore.gallery import Gallery
+
+    opened = Gallery.open(gallery, embedder)
+    chat_model = create_chat_model(llm, base_url=base_url)
+    state = state_dir or default_checkpoint_path().parent / "ui"
+    app = create_app(opened, llm=chat_model, state_dir=state, plugir_extras={"captioner": captioner})
+    port = port or free_port(host)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"pictrieve ui: {opened.count()} images in {opened.location}")
+    click.echo(f"open http://{shown}:{port}/  (Ctrl+C stops)")
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,236 @@
+"""The web page (``pictrieve ui``): its JSON API in-process, then the page itself in headless Chromium.
+
+The gallery is six small photos indexed with the tiny random CLIP model (real code path, fast); one
+caption and one chat question carry markup that must be shown as text, never run. The chat uses a
+scripted chat model (control flow only: no claim about question quality).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+fastapi = pytest.importorskip("fastapi", reason="the web page needs the 'ui' extra: pip install -e '.[ui]'")
+from fastapi.testclient import TestClient  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import make_photo  # noqa: E402
+from plugir_fakes import ScriptedChatModel  # noqa: E402
+
+from pictrieve.ui.app import create_app  # noqa: E402
+
+SCRIPT_CAPTION = "<script>window.__pwned = 1</script>a red square"
+SCRIPT_QUESTION = "Is it <img src=x onerror=\"window.__pwned=2\"> red?"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def gallery(tmp_path_factory, tiny_clip_name):
+    from pictrieve.vectorstore.gallery import Gallery
+
+    root = tmp_path_factory.mktemp("ui")
+    photos = root / "photos"
+    for i in range(6):
+        make_photo(photos / f"img{i}.png", seed=i, size=(64, 48))
+    (photos / "img0.txt").write_text(SCRIPT_CAPTION + "\n")
+    opened = Gallery.open(root / "gallery", tiny_clip_name)
+    opened.add([photos])
+    return opened
+
+
+def make_app(gallery, tmp_path, **kwargs):
+    llm = ScriptedChatModel(questions=[SCRIPT_QUESTION])
+    return create_app(gallery, llm=llm, state_dir=tmp_path / "state", plugir_extras={"captioner": None}, **kwargs)
+
+
+@pytest.fixture
+def client(gallery, tmp_path):
+    return TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
+
+
+# --- API, in-process -------------------------------------------------------------------------------
+
+
+def test_status_lists_count_embedders_and_methods(client, gallery):
+    body = client.get("/api/status").json()
+    assert body["count"] == 6 and body["embedder"] == gallery.embedder_name
+    assert {"search", "plugir", "qc2"} <= set(body["methods"])
+
+
+def test_text_search_returns_hits_whose_images_are_served(client, gallery):
+    hits = client.post("/api/search", json={"query": "a red square", "k": 4}).json()["hits"]
+    assert len(hits) == 4 and [h["rank"] for h in hits] == [1, 2, 3, 4]
+    image = client.get(f"/api/image/{hits[0]['id']}")
+    assert image.status_code == 200 and image.content == Path(hits[0]["path"]).read_bytes()
+
+
+@pytest.mark.parametrize("bad", ["../../../../etc/passwd", "..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd",
+                                 "/etc/passwd", "..", "img0.png", "0" * 24])
+def test_image_bytes_only_for_gallery_ids(client, bad):
+    response = client.get(f"/api/image/{bad}")
+    assert response.status_code == 404
+    assert b"root:" not in response.content
+
+
+def test_static_files_only_by_exact_name(client):
+    assert client.get("/app.js").status_code == 200
+    for bad in ["/..%2Fapp.py", "/%2Fetc%2Fpasswd", "/__init__.py"]:
+        response = client.get(bad)
+        assert response.status_code == 404 and b"import" not in response.content
+
+
+def test_upload_search_decodes_with_the_guarded_loader(client, tmp_path):
+    photo = make_photo(tmp_path / "q.png", seed=3, size=(64, 48))
+    hits = client.post("/api/search", files={"image": ("q.png", photo.read_bytes(), "image/png")}).json()["hits"]
+    assert hits and hits[0]["path"].endswith("img3.png")  # the same pixels rank first
+    response = client.post("/api/search", files={"image": ("x.png", b"not an image", "image/png")})
+    assert response.status_code == 400 and "not a readable image" in response.json()["error"]
+
+
+def test_upload_size_is_capped(gallery, tmp_path):
+    client = TestClient(make_app(gallery, tmp_path, max_upload_bytes=1000), raise_server_exceptions=False)
+    photo = make_photo(tmp_path / "big.png", seed=1, size=(200, 200))
+    response = client.post("/api/search", files={"image": ("big.png", photo.read_bytes(), "image/png")})
+    assert response.status_code == 400 and "larger than" in response.json()["error"]
+
+
+def test_errors_are_one_readable_line(client):
+    response = client.post("/api/search", json={"query": "  "})
+    assert response.status_code == 400 and response.json() == {"error": "type what you are looking for, or drop a picture"}
+    assert "Traceback" not in client.post("/api/search", json={"query": "x", "k": "many"}).text
+    assert "between 1 and" in client.post("/api/search", json={"query": "x", "k": 0}).json()["error"]
+
+
+def test_more_like_this_puts_the_image_first(client, gallery):
+    target = gallery.ids()[2]
+    hits = client.post("/api/search", json={"like": target}).json()["hits"]
+    assert hits[0]["id"] == target
+
+
+def test_chat_round_and_found_survive_a_new_server(gallery, tmp_path):
+    client = TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
+    view = client.post("/api/chat/start", json={"description": "a red square"}).json()
+    assert view["question"] == SCRIPT_QUESTION and len(view["shown"]) == 6 and not view["done"]
+    view = client.post("/api/chat/reply", json={"thread": view["thread"], "answer": "yes, bright red"}).json()
+    assert view["round"] == 1 and view["dialogue"][0]["answer"] == "yes, bright red"
+    # A new app on the same state folder (a server restart) still knows the session.
+    again = TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
+    assert again.get(f"/api/chat/{view['thread']}").json()["question"] == view["question"]
+    pick = view["shown"][1]["id"]
+    done = again.post("/api/chat/reply", json={"thread": view["thread"], "found": pick}).json()
+    assert done["done"] and done["found"]["id"] == pick
+    assert "ended" in again.post("/api/chat/reply", json={"thread": view["thread"], "answer": "x"}).json()["error"]
+    assert again.get("/api/chat/..%2Fetc").status_code in (400, 404)
+
+
+def test_steer_without_a_trained_model_says_how_to_train(client):
+    response = client.post("/api/steer", json={"query": "a dog", "relevance": "high", "quality": "high"})
+    assert response.status_code == 400 and "pictrieve quality train" in response.json()["error"]
+
+
+# --- the page in a real browser --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(gallery, tmp_path_factory):
+    """The app on a free loopback port, served by uvicorn in a thread."""
+    import uvicorn
+
+    from pictrieve.cli.ui import free_port
+
+    port = free_port("127.0.0.1")
+    app = make_app(gallery, tmp_path_factory.mktemp("served"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM:
+        pytest.skip("Chromium not found: install Debian's `chromium` package (.ci/run does as root) to run browser tests")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright (the 'test' extra)")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+def loaded_images(page, grid: str) -> list[int]:
+    page.wait_for_function(f"() => [...document.querySelectorAll('#{grid} img')].length > 0 && "
+                           f"[...document.querySelectorAll('#{grid} img')].every(i => i.complete)")
+    return page.eval_on_selector_all(f"#{grid} img", "imgs => imgs.map(i => i.naturalWidth)")
+
+
+@pytest.mark.browser
+def test_page_searches_by_text_and_shows_images_and_status(page, served):
+    page.goto(served)
+    page.wait_for_function("() => document.getElementById('status').textContent.includes('6 images')")
+    page.fill("#query", "a red square")
+    page.click("#search-form button")
+    widths = loaded_images(page, "search-grid")
+    assert len(widths) == 6 and all(w > 0 for w in widths)
+    # The caption with markup is shown as text and never runs.
+    assert page.locator(".card .cap", has_text="<script>").count() == 1
+    assert page.evaluate("window.__pwned") is None
+    page.locator(".card").first.click()
+    assert page.locator("#viewer").is_visible()
+    page.click("#viewer-like")
+    assert all(w > 0 for w in loaded_images(page, "search-grid"))
+
+
+@pytest.mark.browser
+def test_page_searches_by_uploaded_image(page, served, tmp_path):
+    photo = make_photo(tmp_path / "q.png", seed=4, size=(64, 48))
+    page.goto(served)
+    page.set_input_files("#upload", str(photo))
+    page.wait_for_selector("#search-grid .card")
+    assert "img4.png" in page.locator("#search-grid .card .cap").first.text_content()
+
+
+@pytest.mark.browser
+def test_page_shows_errors_as_text(page, served):
+    page.goto(served)
+    page.wait_for_function("() => document.getElementById('status').textContent.includes('images')")
+    page.click("#search-form button")
+    page.wait_for_selector("#error:not([hidden])")
+    assert page.text_content("#error") == "type what you are looking for, or drop a picture"
+
+
+@pytest.mark.browser
+def test_page_chat_round_survives_reload_and_found_by_click(page, served):
+    page.goto(served + "/#chat")
+    page.wait_for_selector("#tab-chat:not([hidden])")
+    page.fill("#chat-description", "a red square")
+    page.click("#chat-start button")
+    page.wait_for_selector("#chat-grid .card")
+    assert SCRIPT_QUESTION in page.text_content("#chat-question")  # the LLM's markup is text
+    assert page.evaluate("window.__pwned") is None
+    page.fill("#chat-reply", "yes")
+    page.click("#chat-answer button[type=submit]")
+    page.wait_for_function("() => document.getElementById('chat-dialogue').children.length === 1")
+    page.reload()
+    page.wait_for_function("() => document.getElementById('chat-dialogue').children.length === 1")
+    assert "Round 2" in page.text_content("#chat-question")
+    page.locator("#chat-grid .card").nth(1).click()
+    page.wait_for_function("() => document.getElementById('chat-outcome').textContent.startsWith('Found')")
