@@ -80,3 +80,13 @@ def test_registry():
         qs.create_quality_scorer("sharpness")
     assert qs.default_quality_scorer_name("open_clip:ViT-L-14/openai") == "laion_aesthetic"
     assert qs.default_quality_scorer_name("offline") == "brisque"
+
+
+def test_qc2_prompt_axis_and_orientation_of_each_scorer():
+    """BRISQUE is 'Quality' with lower = better, the LAION head 'Aesthetic' with higher = better:
+    a wrong orientation would train QC2 to call the worst images high quality."""
+    from pictrieve.agents.qc2.annotation import scorer_axis
+
+    assert scorer_axis("brisque") == ("Quality", False)
+    assert scorer_axis("laion_aesthetic") == ("Aesthetic", True)
+    assert scorer_axis("my_score") == ("My Score", True)  # unknown keys: a readable default

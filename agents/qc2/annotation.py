@@ -27,7 +27,7 @@ from pictrieve.agents.qc2.bundle import gallery_fingerprint
 from pictrieve.agents.qc2.errors import QC2ModelError
 from pictrieve.agents.qc2.prompt_format import QC2Example
 from pictrieve.tools.captioners import Captioner
-from pictrieve.tools.quality_scorers import _SCORERS, LaionAestheticScorer, QualityScorer
+from pictrieve.tools.quality_scorers import QUALITY_SCORERS, BrisqueScorer, LaionAestheticScorer, QualityScorer
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +201,11 @@ def _score_each(scorer, items, images, report) -> list[float | None]:
 
 def scorer_axis(score_key: str) -> tuple[str, bool]:
     """``(prompt axis name, higher_is_better)`` of a registered scorer, without building it."""
-    factory = _SCORERS.get(score_key)
+    # The built-in scorers' classes carry axis and orientation; a scorer registered by name is
+    # asked through the builder it was registered with (if that carries them).
+    factory: Any = {cls.key: cls for cls in (BrisqueScorer, LaionAestheticScorer)}.get(score_key)
+    if factory is None and score_key in QUALITY_SCORERS:
+        factory = QUALITY_SCORERS.builder_for(score_key)[0]
     axis = getattr(factory, "axis", None) or score_key.replace("_", " ").title()
     return axis, bool(getattr(factory, "higher_is_better", True))
 
