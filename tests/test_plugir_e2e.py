@@ -11,19 +11,18 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def test_one_real_round_with_offline_models(flickr_dir, tmp_path):
+def test_one_real_round_with_offline_models(flickr_dir, tmp_path, offline_llm):
     import torch
 
     from pictrieve.agents.plugir.simulated_user import CaptionAnswerer
     from pictrieve.evaluation.interactive import open_eval_gallery
     from pictrieve.graphs.interactive_retrieval import build_plugir_graph
-    from pictrieve.tools.chat_models import create_chat_model
 
     torch.manual_seed(0)
     gallery, captions = open_eval_gallery(flickr_dir, "offline", location=tmp_path / "g", limit=100)
     assert gallery.count() == 100
     target, texts = sorted(captions.items())[7]
-    llm = create_chat_model("offline")
+    llm = offline_llm
     graph = build_plugir_graph(gallery, llm=llm, answerer=CaptionAnswerer(llm, texts[1:]))
     state = graph.invoke(
         {"description": texts[0]},

@@ -116,13 +116,29 @@ def train_completion_model(
 
     ``model`` is changed in place (LoRA adapters are added with peft unless ``lora_rank`` is 0).
     """
+    from pictrieve.tools.seeding import torch_seeded
+
+    config = config or QC2TrainConfig()
+    # Seeded in a forked generator: training never reseeds the caller's process-wide RNG.
+    with torch_seeded(config.seed):
+        return _train(model, tokenizer, examples, axes, config, progress=progress)
+
+
+def _train(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[QC2Example],
+    axes: Sequence[str],
+    config: QC2TrainConfig | None = None,
+    *,
+    progress: bool = True,
+) -> tuple[Any, TrainReport, list[int] | None]:
     import torch
     from tqdm.auto import tqdm
 
     config = config or QC2TrainConfig()
     if not examples:
         raise QC2ModelError("no training examples: annotate the gallery first (`pictrieve quality annotate`)")
-    torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
 
     encoded = [
