@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from pictrieve.cli.method_search import method_options, run_method
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
 from pictrieve.vectorstore.hits import ImageHit
 
@@ -92,12 +93,16 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="How many results.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write an HTML contact sheet here.")
 @json_option
+@method_options
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
-           html_path: str | None, as_json: bool) -> None:
+           html_path: str | None, as_json: bool, method: str = "search", visualizer: str | None = None) -> None:
     """Find the images that best match QUERY (text) or --image."""
     query = _check_query(query, image)
     store = Gallery.open(gallery, embedder, create=False)
-    hits = store.search_image(image, k=k) if image else store.search_text(query or "", k=k)
+    if method != "search":
+        hits = run_method(store, method, query, k=k, visualizer=visualizer)
+    else:
+        hits = store.search_image(image, k=k) if image else store.search_text(query or "", k=k)
     _print_hits(hits, query=query, image=image, as_json=as_json)
     if html_path:
         _write_sheet(hits, html_path, title=f"pictrieve: {query or image}", quiet=as_json)

@@ -120,3 +120,11 @@ register_method(Method(
     needs=("llm",),
     example_input={"question": "What breed is this dog and how big does it grow?", "image": "photo.jpg"},
 ))
+register_method(Method(
+    name="visret",
+    builder="pictrieve.graphs.visret:build_visret_graph",
+    settings="pictrieve.graphs.visret:VisRetSettings",
+    description="VisRet: visualize the query as guide images, search image-to-image, fuse by reciprocal rank.",
+    needs=("visualizer",),
+    example_input={"query": "a dog catching a frisbee"},
+))

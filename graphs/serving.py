@@ -125,6 +125,19 @@ def vsa(config: RunnableConfig) -> CompiledStateGraph:
     )
 
 
+def visret(config: RunnableConfig) -> CompiledStateGraph:
+    """VisRet: ``configurable.visualizer`` / ``$PICTRIEVE_VISUALIZER`` (e.g. ``exemplar:/photos/captioned``)."""
+    name = _setting(config, "visualizer", "PICTRIEVE_VISUALIZER")
+    return build_served("visret", config, llm=llm_for(config), visualizer=_visualizer(name) if name else None)
+
+
+@lru_cache(maxsize=4)
+def _visualizer(name: str) -> Any:
+    from pictrieve.tools.visualizers import create_visualizer
+
+    return create_visualizer(name)
+
+
 def _qc2_model(gallery: Any, model_dir: str | None) -> Any:
     from pictrieve.agents.qc2.pipeline import load_for_gallery
 

@@ -32,6 +32,7 @@ SHAPES = {
     "vsa": {("__start__", "retrieve"), ("retrieve", "regions"), ("regions", "describe"), ("describe", "plan"),
             ("plan", "search"), ("plan", "summarize"), ("search", "summarize"), ("summarize", "answer"),
             ("answer", "__end__")},
+    "visret": {("__start__", "rewrite"), ("rewrite", "visualize"), ("visualize", "retrieve"), ("retrieve", "__end__")},
 }
 
 
@@ -57,6 +58,7 @@ def builder_kwargs(tiny_gallery, tmp_path_factory):
         from test_vsa import _WholeImage, _Words
 
         kwargs["vsa"] = {"llm": ScriptedChatModel(questions=["a dog"]), "vlm": _Words(), "detector": _WholeImage()}
+    kwargs["visret"] = {"visualizer": _PhotoGuides(tiny_gallery)}
     if "qc2" in available_methods():
         from test_qc2_model import CAPTIONS  # noqa: F401  (the tiny tokenizer's corpus)
 
@@ -73,6 +75,20 @@ def builder_kwargs(tiny_gallery, tmp_path_factory):
     return kwargs
 
 
+class _PhotoGuides:
+    """A visualizer returning the gallery's own photos (control flow only)."""
+
+    name, generates = "photos", False
+
+    def __init__(self, gallery):
+        self.paths = [hit.path for hit in gallery.search_text("a dog", k=4)]
+
+    def visualize(self, prompt, *, n=1, seed=None):
+        from PIL import Image
+
+        return [Image.open(p).convert("RGB") for p in self.paths[:n]]
+
+
 def _tiny_checkpoint(tmp_path_factory):
     import test_qc2_model
 
@@ -80,9 +96,9 @@ def _tiny_checkpoint(tmp_path_factory):
 
 
 INPUTS = {"search": {"query": "a dog"}, "plugir": {"description": "a dog"}, "qc2": {"query": "a dog"},
-          "vsa": {"question": "which photo shows a dog?"}}
+          "vsa": {"question": "which photo shows a dog?"}, "visret": {"query": "a dog"}}
 CONTEXTS = {"search": {"k": 2}, "plugir": {"max_rounds": 1, "shown_k": 2, "candidate_k": 4, "clusters": 2},
-            "qc2": {"k": 2, "max_new_tokens": 2, "seed": 0}, "vsa": {"candidate_k": 2}}
+            "qc2": {"k": 2, "max_new_tokens": 2, "seed": 0}, "vsa": {"candidate_k": 2}, "visret": {"k": 2, "m": 2}}
 
 
 def test_every_method_has_a_shape_snapshot_and_an_input():

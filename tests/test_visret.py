@@ -1,0 +1,125 @@
+"""VisRet: the graph's wiring, reciprocal rank fusion with the authors' constant, rewrite, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from PIL import Image
+
+from pictrieve.graphs.settings import SettingsError
+from pictrieve.graphs.visret import VisRetSettings, build_visret_graph
+from pictrieve.vectorstore.gallery import Gallery
+
+CAPTIONS = ["a black dog runs", "a brown dog jumps", "two children play", "a man rides a bike", "a red square"]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> Path:
+    from conftest import make_photo
+
+    root = tmp_path_factory.mktemp("visret") / "photos"
+    lines = []
+    for i, caption in enumerate(CAPTIONS):
+        make_photo(root / f"p{i}.png", seed=i)
+        lines.append(json.dumps({"image": f"p{i}.png", "captions": [caption]}))
+    (root / "captions.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def gallery(photos, tiny_clip_embedder, tmp_path_factory):
+    store = Gallery.open(tmp_path_factory.mktemp("g") / "g", tiny_clip_embedder)
+    store.add(photos, progress=False)
+    return store
+
+
+class PhotoVisualizer:
+    """Returns given gallery photos as the guides (control flow only)."""
+
+    name = "photos"
+    generates = False
+
+    def __init__(self, paths):
+        self.paths = list(paths)
+        self.prompts = []
+
+    def visualize(self, prompt, *, n=1, seed=None):
+        self.prompts.append(prompt)
+        return [Image.open(p).convert("RGB") for p in self.paths[:n]]
+
+
+def _id(gallery, path):
+    return next(h.id for h in gallery.search_image(str(path), k=1))
+
+
+def test_each_guide_finds_itself_and_rrf_uses_constant_one(gallery, photos):
+    guides = [photos / "p3.png", photos / "p1.png"]
+    graph = build_visret_graph(gallery, visualizer=PhotoVisualizer(guides))
+    out = graph.invoke({"query": "a bike"}, context={"k": 5, "m": 2})
+    hits = out["hits"]
+    assert out["guides"] == 2 and out["prompt"] == "a bike"  # no llm: the query is visualized as is
+    assert [h.id for h in hits[:2]] == [_id(gallery, guides[0]), _id(gallery, guides[1])]
+    # Hand-computed: each guide ranks itself first: 1/(1+1) + 1/(1+r_other) with rrf_k = 1.
+    per_guide = [[h.id for h in gallery.search_image(str(g), k=100)] for g in guides]
+    expected = {}
+    for ranking in per_guide:
+        for rank, id_ in enumerate(ranking, start=1):
+            expected[id_] = expected.get(id_, 0.0) + 1.0 / (1.0 + rank)
+    assert {h.id: pytest.approx(expected[h.id]) for h in hits} == {h.id: h.score for h in hits}
+    assert [h.rank for h in hits] == [1, 2, 3, 4, 5]
+
+
+def test_m_limits_guides_and_text_fusion_adds_the_text_ranking(gallery, photos):
+    visualizer = PhotoVisualizer([photos / "p0.png", photos / "p2.png", photos / "p4.png"])
+    graph = build_visret_graph(gallery, visualizer=visualizer)
+    assert graph.invoke({"query": "x"}, context={"m": 1, "k": 1})["hits"][0].id == _id(gallery, photos / "p0.png")
+    plain = graph.invoke({"query": "a red square"}, context={"m": 1, "k": 5})["hits"]
+    fused = graph.invoke({"query": "a red square"}, context={"m": 1, "k": 5, "fuse_text": True, "text_weight": 5.0})["hits"]
+    assert fused[0].id == gallery.search_text("a red square", k=1)[0].id
+    assert [h.score for h in fused] != [h.score for h in plain]
+
+
+def test_llm_rewrites_the_query_into_the_visualization_prompt(gallery, photos):
+    visualizer = PhotoVisualizer([photos / "p1.png"])
+    llm = FakeListChatModel(responses=['"A brown dog in mid-jump over grass."\nextra line'])
+    out = build_visret_graph(gallery, llm=llm, visualizer=visualizer).invoke({"query": "jumping dog"}, context={"m": 1})
+    assert out["prompt"] == "A brown dog in mid-jump over grass."
+    assert visualizer.prompts == [out["prompt"]]
+
+
+def test_exemplar_visualizer_end_to_end(gallery, photos, tmp_path, monkeypatch):
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
+    graph = build_visret_graph(gallery, visualizer=f"exemplar:{photos}")
+    hits = graph.invoke({"query": "a man riding a bicycle"}, context={"m": 1, "k": 3})["hits"]
+    assert hits[0].id == _id(gallery, photos / "p3.png")
+
+
+def test_bad_settings_and_missing_visualizer(gallery):
+    with pytest.raises(SettingsError):
+        VisRetSettings(m=0)
+    with pytest.raises(SettingsError):
+        VisRetSettings(rrf_k=-1)
+    with pytest.raises(SettingsError, match="visualizer"):
+        build_visret_graph(gallery).invoke({"query": "a dog"})
+
+
+def test_cli_search_method_visret(gallery, photos, tmp_path, monkeypatch):
+    from pictrieve.cli.main import cli
+
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
+    # The tiny test embedder has random weights per instance: make the CLI use this gallery's instance.
+    monkeypatch.setattr(Gallery, "open", classmethod(lambda cls, *args, **kwargs: gallery))
+    runner = CliRunner()
+    args = ["search", "a man riding a bicycle", "-g", str(gallery.location), "-k", "2", "--json"]
+    result = runner.invoke(cli, args + ["--method", "visret", "--visualizer", f"exemplar:{photos}"])
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.output)["hits"]
+    expected = build_visret_graph(gallery, visualizer=f"exemplar:{photos}").invoke(
+        {"query": "a man riding a bicycle"}, context={"k": 2})["hits"]
+    assert [h["id"] for h in hits] == [h.id for h in expected] and len(hits) == 2
+    missing = runner.invoke(cli, args + ["--method", "visret"])
+    assert missing.exit_code != 0 and "--visualizer" in missing.output
