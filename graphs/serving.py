@@ -131,11 +131,16 @@ def visret(config: RunnableConfig) -> CompiledStateGraph:
     return build_served("visret", config, llm=llm_for(config), visualizer=_visualizer(name) if name else None)
 
 
-@lru_cache(maxsize=4)
 def _visualizer(name: str) -> Any:
-    from pictrieve.tools.visualizers import create_visualizer
+    """One visualizer per name for the server's life (the exemplar one holds its caption vectors)."""
+    if name not in _VISUALIZERS:
+        from pictrieve.tools.visualizers import create_visualizer
 
-    return create_visualizer(name)
+        _VISUALIZERS[name] = create_visualizer(name)
+    return _VISUALIZERS[name]
+
+
+_VISUALIZERS: dict[str, Any] = {}
 
 
 def _qc2_model(gallery: Any, model_dir: str | None) -> Any:
