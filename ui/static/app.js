@@ -148,3 +148,7 @@ $("steer-form").addEventListener("submit", async (ev) => {
     try { renderChat(await api(`/api/chat/${encodeURIComponent(thread)}`)); } catch (e) { localStorage.removeItem("pictrieve-chat"); showError(""); }
   }
 })();
+window.addEventListener("hashchange", () => {
+  const wanted = location.hash.slice(1);
+  if (document.querySelector(`#tabs button[data-tab="${wanted}"]:not([hidden])`)) selectTab(wanted);
+});
