@@ -43,6 +43,10 @@ EMBEDDERS.register(
     "packaged ImageNet classifier + MiniLM sentence space, no network ('offline:detect' adds COCO objects)",
 )
 EMBEDDERS.register(
+    "trained", "pictrieve.tools.embedders.trained:build_trained_embedder",
+    "packaged EfficientNet-Lite0 + a head trained into MiniLM's space; 'trained:/path/head.npz' for your own head",
+)
+EMBEDDERS.register(
     "open_clip", "pictrieve.tools.embedders.open_clip:build_open_clip_embedder",
     "any OpenCLIP model: 'open_clip:<arch>/<pretrained tag or checkpoint path>'",
 )
