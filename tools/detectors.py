@@ -15,14 +15,9 @@ from typing import Any, Sequence
 
 from PIL import Image
 
-from pictrieve.tools.object_detector import COCO_LABELS, Detection
-from pictrieve.tools.registry import Registry, UnknownNameError
+from pictrieve.tools.object_detector import COCO_LABELS, DETECTORS, Detection, UnknownDetectorError  # noqa: F401
 
 COCO_CLASSES: list[str] = list(dict.fromkeys(COCO_LABELS.values()))
-
-
-class UnknownDetectorError(UnknownNameError):
-    """No detector family has that name."""
 
 
 class SSDDetector:
@@ -103,14 +98,16 @@ def regions_or_whole(image: Image.Image, detections: Sequence[Detection], *, max
     return list(detections)[:max_regions]
 
 
-DETECTORS: Registry[Any] = Registry("detector", example="ssd, zeroshot:IDEA-Research/grounding-dino-tiny",
-                                    error=UnknownDetectorError)
-DETECTORS.register("ssd", lambda spec, **kw: SSDDetector(**kw), "SSD-MobileNet-v2 COCO (offline, from PyPI).")
-DETECTORS.register("offline", lambda spec, **kw: SSDDetector(**kw), "Alias of ssd.")
+# One registry for every detector (tools/object_detector.py's, which has ``offline``): these register
+# onto it when this module is imported, which ``create_detector`` does before resolving a name.
+DETECTORS.register("ssd", lambda spec, **kw: SSDDetector(**kw),
+                   "SSD-MobileNet-v2 COCO (offline, from PyPI), its output filtered by the requested labels.")
 DETECTORS.register("zeroshot", lambda spec, **kw: ZeroShotDetector(spec, **kw),
                    "A transformers zero-shot detector (Grounding DINO, OWLv2) by hub id or folder.")
 
 
 def create_detector(name: str | Any = "ssd", **kwargs: Any) -> Any:
     """A detector from a registry name, or ``name`` itself if it already is one."""
-    return DETECTORS.create(name, **kwargs) if isinstance(name, str) else name
+    from pictrieve.tools.object_detector import create_detector as create_registered
+
+    return create_registered(name, **kwargs) if isinstance(name, str) else name
