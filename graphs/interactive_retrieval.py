@@ -415,12 +415,18 @@ def build_plugir_graph(
 
 
 def sqlite_checkpointer(path: str | Path):
-    """A ``SqliteSaver`` on ``path`` (created with its folder), so sessions survive restarts."""
+    """A ``SqliteSaver`` on ``path`` (created with its folder), so sessions survive restarts.
+
+    Its serializer names the types our state holds (:class:`ImageHit`), so checkpoints read back
+    without LangGraph's warning about unregistered types (which future versions will refuse).
+    """
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+    serde = JsonPlusSerializer(allowed_msgpack_modules=[ImageHit])
+    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False), serde=serde)
 
 
 class _CandidateVectors:
