@@ -21,7 +21,7 @@ from pictrieve.agents.vsa.prompts import fence_results
 from pictrieve.tools.web_fetch import FetchError, UnsafeURLError, check_url, fetch_page
 
 PAGES = Path(__file__).resolve().parents[1] / "examples" / "vsa-offline" / "pages"
-DEV = Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", "/nonexistent"))
+from conftest import FLICKR8K_DEV as DEV  # noqa: E402  (the shared default, or $PICTRIEVE_FLICKR8K_DEV)
 HORSE = DEV / "images" / "109202756_b97fcdc62c.jpg"
 
 
