@@ -35,13 +35,10 @@ def evaluate_caption_retrieval(
 
     Returns ``{"recall@1", "recall@5", "recall@10", "median_rank", "mean_rank", "queries", "images",
     "embedder", "method"}``. The gallery is kept at ``gallery_location`` when given (re-runs skip
-    indexing), else it is temporary. ``batch_size`` is kept for callers; indexing uses the default.
+    indexing), else it is temporary. ``batch_size`` is the number of images per model call while indexing.
     """
     from pictrieve.evaluation.harness import evaluate_method
 
-    del batch_size
-    if gallery_location is not None:
-        return evaluate_method("search", folder, embedders=embedder, gallery_location=gallery_location,
-                               progress=progress)
     with tempfile.TemporaryDirectory(prefix="pictrieve-eval-") as scratch:
-        return evaluate_method("search", folder, embedders=embedder, gallery_location=scratch, progress=progress)
+        return evaluate_method("search", folder, embedders=embedder, gallery_location=gallery_location or scratch,
+                               batch_size=batch_size, progress=progress)

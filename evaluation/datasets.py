@@ -90,6 +90,7 @@ def eval_gallery(
     *,
     location: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
+    batch_size: int = 32,
     progress: bool = False,
 ) -> Any:
     """The gallery of ``folder`` indexed with ``embedders`` (names or objects; the first is the view
@@ -110,7 +111,8 @@ def eval_gallery(
         key = "__".join([folder.fingerprint(), *(embedder_fingerprint(m) for m in models)])
         location = Path(cache_dir if cache_dir is not None else cache_root() / "eval-galleries") / key
     gallery = Gallery.open(location, models[0])
-    report = gallery.add(folder.paths, embedders=models if len(models) > 1 else None, progress=progress)
+    report = gallery.add(folder.paths, embedders=models if len(models) > 1 else None, batch_size=batch_size,
+                         progress=progress)
     if report.failed:
         logger.warning("%d images could not be indexed and are left out", len(report.failed))
     return gallery

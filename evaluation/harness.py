@@ -52,6 +52,7 @@ def evaluate_method(
     queries: int | None = None,
     settings: dict[str, Any] | None = None,
     seed: int = 0,
+    batch_size: int = 32,
     progress: bool = True,
     **builder_kwargs: Any,
 ) -> dict[str, Any]:
@@ -64,7 +65,7 @@ def evaluate_method(
 
     spec = get_method(method)
     folder = folder if isinstance(folder, CaptionedFolder) else CaptionedFolder.load(folder)
-    gallery = eval_gallery(folder, embedders, location=gallery_location, progress=progress)
+    gallery = eval_gallery(folder, embedders, location=gallery_location, batch_size=batch_size, progress=progress)
     texts, targets = caption_queries(folder, gallery, queries, seed)
     base = {"method": method, "images": gallery.count(), "embedder": gallery.embedder_name}
     if method == "search":

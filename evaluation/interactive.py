@@ -62,7 +62,7 @@ def evaluate_interactive(
 ) -> dict[str, Any]:
     """Run the ablation; returns per-arm metrics, per-node latency and every dialogue.
 
-    ``settings`` are extra ``configurable`` keys for the graph (``top_n``, ``clusters``,
+    ``settings`` are extra PlugIR run settings (``candidate_k`` or its old name ``top_n``, ``clusters``,
     ``questions_per_round``, ...). The result's ``arms[arm]`` holds ``bri``, ``hits@10`` and
     ``recall@10`` (lists over rounds 0..T), ``seconds_per_round``, ``node_seconds_per_round``
     and ``user_seconds_per_round``; ``dialogues[arm]`` holds each target's turns, queries and ranks.

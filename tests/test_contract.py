@@ -7,7 +7,7 @@ import pytest
 from pictrieve.graphs.registry import UnknownMethodError, available_methods, get_method
 from pictrieve.graphs.settings import SettingsError
 from pictrieve.vectorstore.fusion import fuse_hits, reciprocal_rank_fusion
-from pictrieve.vectorstore.hits import ImageHit, as_hit, rerank
+from pictrieve.vectorstore.hits import ImageHit, as_hit
 
 
 def hits(*ids):
@@ -40,13 +40,6 @@ def test_fusion_counts_a_repeated_id_once_per_ranking_at_its_best_rank():
     assert reciprocal_rank_fusion([["a", "b", "a"]], k=0) == [("a", 1.0), ("b", 0.5)]
     with pytest.raises(ValueError, match="weights"):
         reciprocal_rank_fusion([["a"], ["b"]], weights=[1.0])
-
-
-def test_rerank_numbers_new_hits():
-    original = hits("a", "b")
-    out = rerank(reversed(original), scores=[2.0, 1.0])
-    assert [(h.id, h.rank, h.score) for h in out] == [("b", 1, 2.0), ("a", 2, 1.0)]
-    assert original[0].rank == 1
 
 
 def test_registry_lists_methods_and_refuses_unknown_names():

@@ -12,7 +12,7 @@ back (``ImageHit.model_validate(d)``). Frozen on purpose: fusion and re-ranking 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -71,11 +71,3 @@ class ImageHit(BaseModel):
 def as_hit(value: ImageHit | Mapping[str, Any]) -> ImageHit:
     """Accept a hit or its JSON dict (as it comes back from the LangGraph server or a checkpoint)."""
     return value if isinstance(value, ImageHit) else ImageHit.model_validate(dict(value))
-
-
-def rerank(hits: Iterable[ImageHit], scores: Iterable[float] | None = None) -> list[ImageHit]:
-    """New hits numbered 1.. in the given order, optionally with new ``scores`` (never mutates)."""
-    hits = list(hits)
-    if scores is None:
-        return [hit.model_copy(update={"rank": i}) for i, hit in enumerate(hits, start=1)]
-    return [hit.model_copy(update={"rank": i, "score": float(s)}) for i, (hit, s) in enumerate(zip(hits, scores, strict=True), start=1)]

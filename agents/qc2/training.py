@@ -124,19 +124,11 @@ def train_completion_model(
         return _train(model, tokenizer, examples, axes, config, progress=progress)
 
 
-def _train(
-    model: Any,
-    tokenizer: Any,
-    examples: Sequence[QC2Example],
-    axes: Sequence[str],
-    config: QC2TrainConfig | None = None,
-    *,
-    progress: bool = True,
-) -> tuple[Any, TrainReport, list[int] | None]:
+def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Sequence[str],
+           config: QC2TrainConfig, *, progress: bool) -> tuple[Any, TrainReport, list[int] | None]:
     import torch
     from tqdm.auto import tqdm
 
-    config = config or QC2TrainConfig()
     if not examples:
         raise QC2ModelError("no training examples: annotate the gallery first (`pictrieve quality annotate`)")
     rng = random.Random(config.seed)
