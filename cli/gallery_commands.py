@@ -95,12 +95,16 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @json_option
 @method_options
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
-           html_path: str | None, as_json: bool, method: str = "search", visualizer: str | None = None) -> None:
-    """Find the images that best match QUERY (text) or --image."""
+           html_path: str | None, as_json: bool, method: str = "search", **method_args: Any) -> None:
+    """Find the images that best match QUERY (text) or --image.
+
+    With --method visret or needle the query is first turned into guide images by --visualizer
+    (offline: exemplar:FOLDER finds matching photos of a captioned folder; it does not generate).
+    """
     query = _check_query(query, image)
     store = Gallery.open(gallery, embedder, create=False)
     if method != "search":
-        hits = run_method(store, method, query, k=k, visualizer=visualizer)
+        hits = run_method(store, method, query, k=k, **method_args)
     else:
         hits = store.search_image(image, k=k) if image else store.search_text(query or "", k=k)
     _print_hits(hits, query=query, image=image, as_json=as_json)

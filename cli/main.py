@@ -20,6 +20,7 @@ COMMANDS = {
     "search": ("pictrieve.cli.gallery_commands:search", "Find images by text or by example image."),
     "sync": ("pictrieve.cli.gallery_commands:sync", "Drop images whose files were deleted."),
     "info": ("pictrieve.cli.gallery_commands:info", "Show what a gallery holds."),
+    "tile": ("pictrieve.cli.tile:tile", "Index tiles of every image so NEEDLE finds small objects."),
     "demo": ("pictrieve.cli.demo:demo", "Index bundled sample photos, search them, write an HTML sheet."),
     "chat": ("pictrieve.cli.chat:chat", "Find a photo by answering questions (PlugIR)."),
     "quality": ("pictrieve.cli.quality:quality", "Quality-controlled search (QC2): annotate, train, search."),

@@ -420,13 +420,13 @@ def sqlite_checkpointer(path: str | Path):
     Its serializer names the types our state holds (:class:`ImageHit`), so checkpoints read back
     without LangGraph's warning about unregistered types (which future versions will refuse).
     """
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from pictrieve.graphs.checkpoints import state_serde
 
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
-    serde = JsonPlusSerializer(allowed_msgpack_modules=[ImageHit])
-    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False), serde=serde)
+    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False), serde=state_serde())
 
 
 class _CandidateVectors:

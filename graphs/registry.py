@@ -128,3 +128,11 @@ register_method(Method(
     needs=("visualizer",),
     example_input={"query": "a dog catching a frisbee"},
 ))
+register_method(Method(
+    name="needle",
+    builder="pictrieve.graphs.needle:build_needle_graph",
+    settings="pictrieve.graphs.needle:NeedleSettings",
+    description="NEEDLE: guide images from several visualizers, ranked by several embedders (and tiles), fused with trust weights learned from feedback.",
+    needs=("visualizers",),
+    example_input={"query": "a kite over a beach", "topic": "outdoors"},
+))

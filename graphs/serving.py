@@ -131,6 +131,13 @@ def visret(config: RunnableConfig) -> CompiledStateGraph:
     return build_served("visret", config, llm=llm_for(config), visualizer=_visualizer(name) if name else None)
 
 
+def needle(config: RunnableConfig) -> CompiledStateGraph:
+    """NEEDLE: ``configurable.visualizer`` / ``$PICTRIEVE_VISUALIZER``, several names separated by commas;
+    the gallery's embedders (index it with several: ``pictrieve index PHOTOS -e offline -e efficientnet-lite0``)."""
+    names = [n.strip() for n in (_setting(config, "visualizer", "PICTRIEVE_VISUALIZER") or "").split(",") if n.strip()]
+    return build_served("needle", config, llm=llm_for(config), visualizers=[_visualizer(n) for n in names])
+
+
 def _visualizer(name: str) -> Any:
     """One visualizer per name for the server's life (the exemplar one holds its caption vectors)."""
     if name not in _VISUALIZERS:

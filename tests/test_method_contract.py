@@ -33,6 +33,10 @@ SHAPES = {
             ("plan", "search"), ("plan", "summarize"), ("search", "summarize"), ("summarize", "answer"),
             ("answer", "__end__")},
     "visret": {("__start__", "rewrite"), ("rewrite", "visualize"), ("visualize", "retrieve"), ("retrieve", "__end__")},
+    "needle": {("__start__", "refine"), ("refine", "visualize"), ("visualize", "review_guides"),
+               ("visualize", "screen_guides"), ("review_guides", "regenerate"), ("review_guides", "rank"),
+               ("regenerate", "review_guides"), ("regenerate", "rank"), ("screen_guides", "rank"),
+               ("rank", "review_results"), ("rank", "__end__"), ("review_results", "learn"), ("learn", "__end__")},
 }
 
 
@@ -59,6 +63,7 @@ def builder_kwargs(tiny_gallery, tmp_path_factory):
 
         kwargs["vsa"] = {"llm": ScriptedChatModel(questions=["a dog"]), "vlm": _Words(), "detector": _WholeImage()}
     kwargs["visret"] = {"visualizer": _PhotoGuides(tiny_gallery)}
+    kwargs["needle"] = {"visualizers": [_PhotoGuides(tiny_gallery)], "cache_dir": tmp_path_factory.mktemp("guides")}
     if "qc2" in available_methods():
         from test_qc2_model import CAPTIONS  # noqa: F401  (the tiny tokenizer's corpus)
 
@@ -96,9 +101,11 @@ def _tiny_checkpoint(tmp_path_factory):
 
 
 INPUTS = {"search": {"query": "a dog"}, "plugir": {"description": "a dog"}, "qc2": {"query": "a dog"},
-          "vsa": {"question": "which photo shows a dog?"}, "visret": {"query": "a dog"}}
+          "vsa": {"question": "which photo shows a dog?"}, "visret": {"query": "a dog"},
+          "needle": {"query": "a dog"}}
 CONTEXTS = {"search": {"k": 2}, "plugir": {"max_rounds": 1, "shown_k": 2, "candidate_k": 4, "clusters": 2},
-            "qc2": {"k": 2, "max_new_tokens": 2, "seed": 0}, "vsa": {"candidate_k": 2}, "visret": {"k": 2, "m": 2}}
+            "qc2": {"k": 2, "max_new_tokens": 2, "seed": 0}, "vsa": {"candidate_k": 2}, "visret": {"k": 2, "m": 2},
+            "needle": {"k": 2, "guides_per_visualizer": 2}}
 
 
 def test_every_method_has_a_shape_snapshot_and_an_input():

@@ -116,6 +116,10 @@ class ExemplarVisualizer:
         top = top[np.lexsort((top, -best[top]))]
         return [(self.items[i][0], float(best[i])) for i in top]
 
+    def source_paths(self, prompt: str, n: int = 1) -> list[Path]:
+        """The files of the ``n`` best-matching reference photos (see :mod:`pictrieve.tools.guide_images`)."""
+        return [path for path, _ in self.best_matches(prompt, n)]
+
     def visualize(self, prompt: str, *, n: int = 1, seed: int | None = None) -> list[Image.Image]:
         del seed
         images = []

@@ -47,6 +47,10 @@ EMBEDDERS.register(
     "packaged EfficientNet-Lite0 + a head trained into MiniLM's space; 'trained:/path/head.npz' for your own head",
 )
 EMBEDDERS.register(
+    "efficientnet-lite0", "pictrieve.tools.embedders.image_features:build_image_feature_embedder",
+    "image-only: packaged EfficientNet-Lite0 pooled features, for image-to-image search (NEEDLE, VisRet)",
+)
+EMBEDDERS.register(
     "open_clip", "pictrieve.tools.embedders.open_clip:build_open_clip_embedder",
     "any OpenCLIP model: 'open_clip:<arch>/<pretrained tag or checkpoint path>'",
 )

