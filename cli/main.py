@@ -35,6 +35,8 @@ EVAL_COMMANDS = {
     "retrieval": ("pictrieve.cli.eval_retrieval:retrieval", "Recall@K of text-to-image search on DIR/captions.jsonl."),
     "interactive": ("pictrieve.cli.eval_interactive:interactive", "PlugIR ablation with a simulated user (BRI, Hits@10)."),
     "quality": ("pictrieve.cli.eval_quality:quality_eval", "QC2 quality control against its baselines."),
+    "visret": ("pictrieve.cli.eval_generative:visret_eval", "VisRet vs the text query's own ranking (hit@k, nDCG, AP)."),
+    "needle": ("pictrieve.cli.eval_generative:needle_eval", "NEEDLE with 1..n embedders, screening, tiles, learned trust."),
     "vsa": ("pictrieve.cli.eval_vsa:vsa_eval", "Vision Search Assistant: judged accuracy and citation checks."),
 }
 

@@ -46,6 +46,9 @@ class VisRetSettings(RunSettings):
     """Weight of the text ranking when ``fuse_text`` (each guide ranking weighs 1)."""
     seed: int = 0
     """Seed passed to the visualizer."""
+    image_embedder: str | None = None
+    """Gallery embedder for the image-to-image searches (default: the gallery's own). Offline, index
+    ``efficientnet-lite0`` next to the text embedder and name it here; text fusion keeps the gallery's."""
 
     def validate(self) -> None:
         require_positive(self, "k")
@@ -88,6 +91,15 @@ def build_visret_graph(
 
         visualizer = create_visualizer(visualizer)
     guide_images: dict[str, list[Any]] = {}
+    views: dict[str, Any] = {}
+
+    def view(embedder: str | None) -> Any:
+        """The gallery seen through ``embedder`` (one view per name, so its model loads once)."""
+        if embedder in (None, index.embedder_name):
+            return index
+        if embedder not in views:
+            views[embedder] = index.with_embedder(embedder)
+        return views[embedder]
 
     def rewrite(state: VisRetState) -> dict[str, Any]:
         query = (state.get("query") or "").strip()
@@ -110,7 +122,8 @@ def build_visret_graph(
         images = guide_images.pop(state["prompt"], None)
         if images is None:  # resumed in another process: visualize again (cached visualizers are cheap)
             images = visualizer.visualize(state["prompt"], n=settings.m, seed=settings.seed)
-        rankings = [index.search_image(image, k=settings.candidate_k) for image in images]
+        images_view = view(settings.image_embedder)
+        rankings = [images_view.search_image(image, k=settings.candidate_k) for image in images]
         weights = [1.0] * len(rankings)
         if settings.fuse_text or not rankings:
             rankings.append(index.search_text(state["query"], k=settings.candidate_k))

@@ -1,0 +1,95 @@
+"""``pictrieve eval visret|needle``: generation-augmented retrieval against the text query's own ranking."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+_common = [
+    click.argument("folder", type=click.Path(exists=True, file_okay=False), metavar="DIR"),
+    click.option("--visualizer", "visualizers", multiple=True, required=True, metavar="NAME",
+                 help="Guide images, e.g. exemplar:/path/to/another/captioned-folder (never DIR itself)."),
+    click.option("--queries", type=click.IntRange(min=1), default=None,
+                 help="Evaluate this many photos (first caption of each, seeded sample); default: all."),
+    click.option("--gallery", "-g", default=None, metavar="PATH", help="Keep the evaluation index here."),
+    click.option("--seed", default=0, show_default=True),
+    click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON."),
+]
+
+
+def common(function: Any) -> Any:
+    for option in reversed(_common):
+        function = option(function)
+    return function
+
+
+@click.command()
+@common
+@click.option("--embedder", "-e", "embedders", multiple=True, default=("offline", "efficientnet-lite0"),
+              show_default=True, help="Gallery embedders: the first text-image (baseline, text fusion), "
+                                      "the last used image-to-image.")
+@click.option("--m", "m_values", multiple=True, type=int, default=(1, 3), show_default=True,
+              help="Guide image counts to compare.")
+def visret_eval(folder: str, visualizers: tuple[str, ...], queries: int | None, gallery: str | None, seed: int,
+                as_json: bool, embedders: tuple[str, ...], m_values: tuple[int, ...]) -> None:
+    """VisRet on DIR/captions.jsonl: text only vs visualize-then-retrieve vs their fusion."""
+    from pictrieve.evaluation.generative import evaluate_generative
+
+    if len(visualizers) != 1:
+        raise click.UsageError("VisRet takes one --visualizer")
+    image = embedders[-1]
+    configs: dict[str, dict[str, Any]] = {f"visret m={m}": {"m": m, "image_embedder": image} for m in m_values}
+    configs[f"visret m={max(m_values)} + text"] = {"m": max(m_values), "image_embedder": image, "fuse_text": True}
+    report = evaluate_generative("visret", folder, embedders=embedders, visualizers=list(visualizers),
+                                 configs=configs, queries=queries, seed=seed, gallery_location=gallery,
+                                 progress=not as_json)
+    _print(report, as_json)
+
+
+@click.command()
+@common
+@click.option("--embedder", "-e", "embedders", multiple=True,
+              default=("efficientnet-lite0", "offline", "offline:detect"), show_default=True,
+              help="Embedders NEEDLE ranks with; rows use the first 1, 2, ... of them.")
+@click.option("--text-embedder", default="offline", show_default=True,
+              help="Text-image embedder of the text-only baseline row.")
+@click.option("--guides", type=click.IntRange(min=1), default=4, show_default=True, help="Guides per visualizer.")
+@click.option("--tiles/--no-tiles", default=False, show_default=True, help="Also a row ranked by tiles (tiles made first).")
+@click.option("--feedback-queries", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Teach trust weights with simulated feedback on this many other photos, then re-evaluate.")
+def needle_eval(folder: str, visualizers: tuple[str, ...], queries: int | None, gallery: str | None, seed: int,
+                as_json: bool, embedders: tuple[str, ...], text_embedder: str, guides: int, tiles: bool,
+                feedback_queries: int) -> None:
+    """NEEDLE on DIR/captions.jsonl: 1, 2, 3 embedders, with and without guide screening (and tiles)."""
+    from pictrieve.evaluation.generative import evaluate_generative
+
+    configs: dict[str, dict[str, Any]] = {
+        f"{n} embedder{'s' if n > 1 else ''}": {"embedders": list(embedders[:n]), "guides_per_visualizer": guides,
+                                                "tiles": False}
+        for n in range(1, len(embedders) + 1)
+    }
+    full = configs[list(configs)[-1]]
+    configs["all, no screening"] = {**full, "screen": False}
+    if tiles:
+        configs["all + tiles"] = {**full, "tiles": True}
+    indexed = list(dict.fromkeys([text_embedder, *embedders]))
+    report = evaluate_generative("needle", folder, embedders=indexed, visualizers=list(visualizers),
+                                 configs=configs, queries=queries, seed=seed, gallery_location=gallery,
+                                 tile=tiles, feedback_queries=feedback_queries, progress=not as_json)
+    _print(report, as_json)
+
+
+def _print(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    kinds = ", ".join(f"{n} ({'generated' if g else 'exemplars, not generated'})"
+                      for n, g in zip(report["visualizers"], report["generates"]))
+    click.echo(f"{report['method']} on {report['images']} images; embedders {', '.join(report['embedders'])}; "
+               f"guides from {kinds}")
+    click.echo(f"{'row':32s} {'hit@1':>6s} {'hit@10':>6s} {'nDCG@10':>7s} {'VisRet-NDCG@10':>14s} {'AP':>6s} {'s/query':>7s}")
+    for name, row in report["rows"].items():
+        click.echo(f"{name:32s} {row['hit@1']:6.3f} {row['hit@10']:6.3f} {row['ndcg@10']:7.3f} "
+                   f"{row['visret_ndcg@10']:14.3f} {row['ap']:6.3f} {row['seconds_per_query']:7.3f}")
