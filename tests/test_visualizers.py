@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from pictrieve.tools.visualizers import (
     VISUALIZERS,
@@ -66,14 +67,80 @@ def test_exemplar_on_real_photos(tmp_path, monkeypatch, flickr_dir):
     assert np.allclose(again.caption_vectors, visualizer.caption_vectors)
 
 
-def test_errors_are_clear(tmp_path):
+def test_errors_are_clear(tmp_path, monkeypatch):
     with pytest.raises(UnknownVisualizerError, match="exemplar"):
         create_visualizer("dall-e-9000")
-    for name in ("diffusers:stabilityai/sd-turbo", "openai:gpt-image-1", "tiny-random"):
-        with pytest.raises(VisualizerUnavailableError, match="exemplar:"):
-            create_visualizer(name)
+    with pytest.raises(VisualizerUnavailableError, match="could not load the diffusers pipeline"):
+        create_visualizer(f"diffusers:{tmp_path / 'no-such-pipeline'}").visualize("a dog")
+    with pytest.raises(VisualizerUnavailableError, match="name the pipeline"):
+        create_visualizer("diffusers")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(VisualizerUnavailableError, match="OPENAI_API_KEY"):
+        create_visualizer("openai:gpt-image-1")
     with pytest.raises(VisualizerUnavailableError, match="captions.jsonl"):
         create_visualizer(f"exemplar:{tmp_path}")
     with pytest.raises(VisualizerUnavailableError, match="reference collection"):
         create_visualizer("exemplar")
     assert "exemplar" in VISUALIZERS.families()
+
+
+# ---------------------------------------------------------------------- text-to-image backends
+
+
+@pytest.fixture(scope="module")
+def tiny_pipeline_folder(tmp_path_factory):
+    """The tiny random Stable Diffusion pipeline saved as a local folder, as a user's model would be."""
+    from pictrieve.tools.text_to_image import tiny_random_pipeline
+
+    folder = tmp_path_factory.mktemp("tiny-sd")
+    tiny_random_pipeline().save_pretrained(folder)
+    return folder
+
+
+def test_tiny_random_runs_the_real_diffusers_code_path_reproducibly():
+    visualizer = create_visualizer("tiny-random")
+    first = visualizer.visualize("a red kite over a beach", n=2, seed=7)
+    again = visualizer.visualize("a red kite over a beach", n=2, seed=7)
+    other = visualizer.visualize("a red kite over a beach", n=1, seed=8)
+    assert [image.size for image in first] == [(32, 32), (32, 32)] and visualizer.generates
+    assert np.array_equal(np.asarray(first[0]), np.asarray(again[0]))
+    assert not np.array_equal(np.asarray(first[0]), np.asarray(other[0]))
+
+
+def test_diffusers_loads_a_local_pipeline_folder_through_autopipeline(tiny_pipeline_folder, tmp_path):
+    from pictrieve.tools.guide_images import guide_paths
+
+    visualizer = create_visualizer(f"diffusers:{tiny_pipeline_folder}", steps=2, size=32)
+    assert type(visualizer.pipeline).__name__ == "StableDiffusionPipeline"
+    paths = guide_paths(visualizer, "a dog", 2, seed=1, cache_dir=tmp_path)
+    assert len(paths) == 2 and all(Image.open(p).size == (32, 32) for p in paths)
+    calls = []
+    visualizer.visualize = lambda *a, **k: calls.append(a) or []  # a repeat must come from the disk cache
+    assert guide_paths(visualizer, "a dog", 2, seed=1, cache_dir=tmp_path) == paths and not calls
+
+
+def test_turbo_models_get_few_steps_and_no_guidance():
+    from pictrieve.tools.text_to_image import DiffusersVisualizer
+
+    turbo = DiffusersVisualizer("stabilityai/sdxl-turbo", pipeline=object())
+    assert (turbo.steps, turbo.guidance) == (2, 0.0)
+    plain = DiffusersVisualizer("runwayml/stable-diffusion-v1-5", pipeline=object())
+    assert (plain.steps, plain.guidance) == (None, None)
+
+
+def test_openai_images_through_the_real_client_against_a_local_fake():
+    from openai_fake import OpenAIFake
+
+    with OpenAIFake(lambda messages: "") as fake:
+        visualizer = create_visualizer("openai:gpt-image-1", base_url=fake.base_url, size="256x256")
+        images = visualizer.visualize("a lighthouse at dusk", n=3, seed=1)
+        dalle = create_visualizer("openai:dall-e-3", base_url=fake.base_url)
+        assert len(dalle.visualize("a lighthouse", n=2)) == 2
+    assert len(images) == 3 and all(image.size == (32, 32) for image in images)
+    first = fake.requests[0]
+    assert first["path"].endswith("/images/generations")
+    assert first["body"]["prompt"] == "a lighthouse at dusk" and first["body"]["n"] == 3
+    assert first["body"]["size"] == "256x256" and "response_format" not in first["body"]
+    # DALL-E 3 makes one picture per call and must be asked for base64.
+    assert [r["body"]["n"] for r in fake.requests[1:]] == [1, 1]
+    assert fake.requests[1]["body"]["response_format"] == "b64_json"

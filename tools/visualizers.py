@@ -5,8 +5,10 @@ NOT generate anything: it returns the photos of a reference captioned collection
 match the prompt (text-to-text cosine with all-MiniLM-L6-v2). Its images are *exemplars*, never
 generations, and ``generates`` is ``False`` so reports can say so.
 
-Text-to-image backends (``diffusers:``, ``openai:``, ``tiny-random``) are not implemented yet;
-asking for one raises :class:`VisualizerUnavailableError` naming what exists.
+Text-to-image backends live in :mod:`pictrieve.tools.text_to_image`: ``diffusers:<model>``,
+``openai:<model>`` and ``tiny-random`` (a real diffusers pipeline with random weights, for tests and
+cost measurements). A backend that cannot be built raises :class:`VisualizerUnavailableError`
+saying what to install or pass.
 """
 
 from __future__ import annotations
@@ -135,19 +137,13 @@ def _build_exemplar(spec: str, **kwargs: Any) -> ExemplarVisualizer:
     return ExemplarVisualizer(spec, **kwargs)
 
 
-def _unavailable(family: str):
-    def build(spec: str, **kwargs: Any) -> Any:
-        raise VisualizerUnavailableError(
-            f"the {family!r} visualizer is not implemented in this version of pictrieve; "
-            "use exemplar:/path/to/captioned-folder (offline; finds matching photos, does not generate)"
-        )
-
-    return build
-
-
 VISUALIZERS.register("exemplar", _build_exemplar, "offline: reference photos whose captions match the prompt (not generated)")
-for _family in ("diffusers", "openai", "tiny-random"):
-    VISUALIZERS.register(_family, _unavailable(_family), "text-to-image generation (not implemented yet)")
+VISUALIZERS.register("diffusers", "pictrieve.tools.text_to_image:build_diffusers",
+                     "a diffusers text-to-image pipeline: diffusers:<model id or local folder>")
+VISUALIZERS.register("openai", "pictrieve.tools.text_to_image:build_openai",
+                     "an OpenAI-compatible images endpoint: openai:<model> (base_url=... for others)")
+VISUALIZERS.register("tiny-random", "pictrieve.tools.text_to_image:build_tiny_random",
+                     "a tiny random-weight diffusers pipeline: real code path, meaningless pictures (tests, cost)")
 
 
 def create_visualizer(name: str, **kwargs: Any) -> Any:
