@@ -25,17 +25,25 @@ def guide_rankings(
     image ranks by its best tile or its whole image, whichever matches better, so images not tiled
     yet (an interrupted `pictrieve tile`) still take part.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from pictrieve.vectorstore.tiles import TileIndex
 
+    # One batched k-NN query per collection, run concurrently (Chroma's HNSW search releases the GIL).
+    jobs = {(name, "images"): (views[name].rank_ids, (vectors, depth)) for name, vectors in guide_vectors.items()}
+    if tiles:
+        jobs.update({(name, "tiles"): (TileIndex(views[name]).rank_ids, (vectors, depth, tiles_per_image))
+                     for name, vectors in guide_vectors.items()})
+    with ThreadPoolExecutor(max_workers=min(8, len(jobs)) or 1) as pool:
+        futures = {key: pool.submit(function, *args) for key, (function, args) in jobs.items()}
+        found = {key: future.result() for key, future in futures.items()}
     rankings: dict[str, list[list[str]]] = {}
-    for name, vectors in guide_vectors.items():
-        view = views[name]
-        whole = view.rank_ids(vectors, depth)
+    for name in guide_vectors:
+        whole = found[(name, "images")]
         if not tiles:
             rankings[name] = [[id_ for id_, _ in ranking] for ranking in whole]
-            continue
-        parts = TileIndex(view).rank_ids(vectors, depth, tiles_per_image)
-        rankings[name] = [_best_of(a, b, depth) for a, b in zip(whole, parts)]
+        else:
+            rankings[name] = [_best_of(a, b, depth) for a, b in zip(whole, found[(name, "tiles")])]
     return rankings
 
 
