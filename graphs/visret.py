@@ -1,12 +1,15 @@
 """VisRet (visualize, then retrieve): search a gallery with pictures of the query instead of its text.
 
     START -> rewrite -> visualize -> retrieve -> END
+                                             -> read -> END     (when the input has a question)
 
 ``rewrite`` asks the LLM for a visualization prompt (the query itself without an LLM); ``visualize``
 asks a visualizer (:mod:`pictrieve.tools.visualizers`) for ``m`` guide images; ``retrieve`` ranks the
 gallery by each guide image (image-to-image) and fuses the rankings by reciprocal rank fusion with
 constant ``rrf_k`` (1, as in the authors' code), optionally together with the text query's own ranking
 (``fuse_text``). With the offline ``exemplar:`` visualizer the guides are found photos, not generations.
+With a ``question`` in the input, ``read`` answers it from the top ``reader_k`` images (visual RAG:
+:mod:`pictrieve.agents.visret.reader`; a VLM sees the pictures, a text-only model reads their captions).
 
 Deliberate differences from the authors' code: a visualizer that yields fewer images than asked
 simply contributes fewer rankings (no black placeholder images are searched with), and the fused
@@ -46,6 +49,10 @@ class VisRetSettings(RunSettings):
     """Weight of the text ranking when ``fuse_text`` (each guide ranking weighs 1)."""
     seed: int = 0
     """Seed passed to the visualizer."""
+    reader_k: int = 1
+    """Images the reader answers from (the paper: 1 or 10)."""
+    reader_images: bool | None = None
+    """Send the pictures to the reader (None: when it accepts images, else their descriptions)."""
     image_embedder: str | None = None
     """Gallery embedder for the image-to-image searches (default: the gallery's own). Offline, index
     ``efficientnet-lite0`` next to the text embedder and name it here; text fusion keeps the gallery's."""
@@ -54,6 +61,7 @@ class VisRetSettings(RunSettings):
         require_positive(self, "k")
         require_positive(self, "m")
         require_positive(self, "candidate_k")
+        require_positive(self, "reader_k")
         if self.rrf_k < 0:
             raise SettingsError(f"rrf_k must be >= 0, got {self.rrf_k}")
         if self.text_weight < 0:
@@ -62,12 +70,16 @@ class VisRetSettings(RunSettings):
 
 class VisRetInput(TypedDict):
     query: str
+    question: NotRequired[str]
+    """Optional: a question answered from the retrieved images (default: none, retrieval only)."""
 
 
 class VisRetOutput(TypedDict):
     hits: list[ImageHit]
     prompt: NotRequired[str]
     guides: NotRequired[int]
+    answer: NotRequired[str]
+    reasoning: NotRequired[str]
 
 
 class VisRetState(VisRetInput, VisRetOutput, total=False):
@@ -81,9 +93,13 @@ def build_visret_graph(
     checkpointer: Any = None,
     name: str = "visret",
     visualizer: Any = None,
+    reader: Any = None,
+    captioner: Any = None,
 ) -> CompiledStateGraph:
     """Compile VisRet over ``index`` (a Gallery) with ``visualizer`` (an object or a name such as
-    ``exemplar:/data/flickr8k-train``). ``llm`` (optional) rewrites queries into visualization prompts."""
+    ``exemplar:/data/flickr8k-train``). ``llm`` (optional) rewrites queries into visualization prompts;
+    ``reader`` (default: ``llm``) answers questions from the retrieved images; ``captioner`` (a
+    Captioner or a name such as ``offline``) describes images without captions to a text-only reader."""
     from pictrieve.agents.visret import visualization_prompt
 
     if isinstance(visualizer, str):
@@ -130,6 +146,26 @@ def build_visret_graph(
             weights.append(settings.text_weight)
         return {"hits": fuse_hits(rankings, weights, k=settings.k, rrf_k=settings.rrf_k)}
 
+    reader = reader if reader is not None else llm
+    if isinstance(captioner, str):
+        from pictrieve.tools.captioners import caption_files, create_captioner
+
+        captioner = caption_files(create_captioner(captioner, embedder=index.embedder))
+
+    def read(state: VisRetState, runtime: Runtime[VisRetSettings]) -> dict[str, Any]:
+        from pictrieve.agents.visret.reader import read_images
+
+        settings = settings_of(runtime, VisRetSettings)
+        if reader is None:
+            raise SettingsError("answering a question needs a reader: build_visret_graph(..., reader=chat_model) "
+                                "or llm=...")
+        found = read_images(state["question"], state["hits"][: settings.reader_k], reader,
+                            images=settings.reader_images, captioner=captioner)
+        return {"answer": found["answer"], "reasoning": found["reasoning"]}
+
+    def after_retrieve(state: VisRetState) -> str:
+        return "read" if (state.get("question") or "").strip() else END
+
     builder = StateGraph(VisRetState, context_schema=VisRetSettings, input_schema=VisRetInput, output_schema=VisRetOutput)
     builder.add_node("rewrite", rewrite)
     builder.add_node("visualize", visualize)
@@ -137,5 +173,7 @@ def build_visret_graph(
     builder.add_edge(START, "rewrite")
     builder.add_edge("rewrite", "visualize")
     builder.add_edge("visualize", "retrieve")
-    builder.add_edge("retrieve", END)
+    builder.add_node("read", read)
+    builder.add_conditional_edges("retrieve", after_retrieve, ["read", END])
+    builder.add_edge("read", END)
     return builder.compile(checkpointer=checkpointer, name=name)

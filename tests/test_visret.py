@@ -123,3 +123,64 @@ def test_cli_search_method_visret(gallery, photos, tmp_path, monkeypatch):
     assert [h["id"] for h in hits] == [h.id for h in expected] and len(hits) == 2
     missing = runner.invoke(cli, args + ["--method", "visret"])
     assert missing.exit_code != 0 and "--visualizer" in missing.output
+
+
+# ---------------------------------------------------------------------- visual RAG: reader and judge
+
+
+class _RecordingChat:
+    """A chat model stand-in that records the messages and replies with fixed text (control flow only)."""
+
+    def __init__(self, reply, refuse_images=False):
+        self.reply, self.refuse_images, self.calls, self.bound = reply, refuse_images, [], []
+
+    def bind(self, **kwargs):
+        self.bound.append(kwargs)
+        return self
+
+    def invoke(self, messages):
+        from langchain_core.messages import AIMessage
+
+        from pictrieve.tools.chat_models import UnsupportedContentError
+
+        if self.refuse_images and any(isinstance(m.content, list) for m in messages):
+            raise UnsupportedContentError("text only")
+        self.calls.append(messages)
+        return AIMessage(self.reply)
+
+
+def test_reader_sends_pictures_to_a_vlm_and_descriptions_to_a_text_model(gallery, photos):
+    visualizer = PhotoVisualizer([photos / "p1.png"])
+    vlm = _RecordingChat("### Reasoning: the second picture shows it\n### Answer: **brown**")
+    graph = build_visret_graph(gallery, visualizer=visualizer, reader=vlm)
+    out = graph.invoke({"query": "a dog", "question": "What colour is the dog?"}, context={"m": 1, "reader_k": 2})
+    assert out["answer"] == "brown" and out["reasoning"] == "the second picture shows it"
+    content = vlm.calls[0][1].content
+    pictures = [part for part in content if part["type"] == "image_url"]
+    assert len(pictures) == 2 and pictures[0]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert pictures[0]["image_url"]["detail"] == "high"  # the field the API reads (the authors sent "quality")
+    text_only = _RecordingChat("no format at all: black", refuse_images=True)
+    out = build_visret_graph(gallery, visualizer=visualizer, reader=text_only).invoke(
+        {"query": "a dog", "question": "What colour?"}, context={"m": 1, "reader_k": 1})
+    assert out["answer"] == "no format at all: black"
+    prompt = text_only.calls[0][1].content
+    assert isinstance(prompt, str) and "Picture 1: a brown dog jumps" in prompt  # the stored caption
+    # Without a question the graph only retrieves; with one but no reader it says what to pass.
+    assert "answer" not in build_visret_graph(gallery, visualizer=visualizer).invoke({"query": "a dog"}, context={"m": 1})
+    with pytest.raises(SettingsError, match="reader"):
+        build_visret_graph(gallery, visualizer=visualizer).invoke({"query": "a dog", "question": "?"}, context={"m": 1})
+
+
+@pytest.mark.parametrize("reply, score", [
+    ("Score: 1 | correct", 1.0), ("Score: 0.5 | one of two features", 0.5), ("Score: -0.5 | Likely hallucination", 0.0),
+    ("I think Score: 0.75 and later Score: 0.1", 0.75), ("no score here", 0.0), ("Score: 3", 1.0),
+])
+def test_judge_scores_are_parsed_like_the_papers_and_clamped(reply, score):
+    from pictrieve.agents.visret.reader import judge_answer
+
+    judge = _RecordingChat(reply)
+    got, raw = judge_answer(judge, "What colour are the wings?", ["red", "crimson"], "They are red.")
+    assert got == score and raw == reply
+    assert judge.bound == [{"temperature": 0}]  # deterministic grading
+    prompt = judge.calls[0][0].content
+    assert "Reference answer: red, or crimson" in prompt and "Student answer: They are red." in prompt
