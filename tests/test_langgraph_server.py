@@ -167,3 +167,34 @@ def test_qc2_over_the_server_completes_and_retrieves(server):
     assert result["resolved_levels"]["Quality"] == "High" and len(result["completions"]) == 2
     assert all(c.startswith("a square") for c in result["completions"])
     assert [h["rank"] for h in result["hits"]] == [1, 2]
+
+
+def test_needle_pauses_for_result_feedback_and_learns_over_the_server(server):
+    """NEEDLE through the real server: exemplar guides from a captioned folder, the results arrive as an
+    interrupt, the marks resume the thread, and the learned trust weights are stored in the gallery."""
+    from langgraph_sdk import get_sync_client
+
+    from pictrieve.agents.needle.trust import load_trust
+
+    photos = server["photos"]
+    reference = photos.parent / "reference"
+    reference.mkdir(exist_ok=True)
+    (reference / "captions.jsonl").write_text(
+        "\n".join(json.dumps({"image": str(photos / f"img{i}.png"), "captions": [f"square number {i}"]})
+                  for i in range(6)))
+    client = get_sync_client(url=server["url"])
+    assistant = client.assistants.create("needle", config={"configurable": {"visualizer": f"exemplar:{reference}"}})
+    thread = client.threads.create()
+    context = {"k": 3, "guides_per_visualizer": 2, "feedback": "results", "eta": 0.5}
+    client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                     input={"query": "square number 4", "topic": "served"}, context=context)
+    state = client.threads.get_state(thread["thread_id"])
+    (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
+    hits = pending["value"]["hits"]
+    assert pending["value"]["kind"] == "results" and len(hits) == 3
+    assert hits[0]["path"] == str(photos / "img4.png")  # its own photo is the first guide
+    result = client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                              command={"resume": {"irrelevant": [hits[2]["id"]]}}, context=context)
+    assert hits[2]["id"] not in {h["id"] for h in result["hits"]}
+    assert [g["status"] for g in result["guides"]] == ["used", "used"]
+    assert "served" in load_trust(server["gallery"]).weights
