@@ -1,4 +1,4 @@
-"""``pictrieve ui``: serve the web page over a gallery (search, chat, steer)."""
+"""``pictrieve ui``: serve the web page over a gallery (search, chat, steer, visualize, ask)."""
 
 from __future__ import annotations
 
@@ -17,18 +17,28 @@ def free_port(host: str) -> int:
 @click.command(epilog="Example:\n\n\b\n  pictrieve demo --out ./demo\n  pictrieve ui --gallery ./demo/gallery")
 @click.option("--gallery", "-g", required=True, metavar="PATH|URL", help="Gallery to serve.")
 @click.option("--embedder", "-e", default=None, metavar="NAME", help="Embedder (default: the gallery's).")
-@click.option("--llm", default="offline", show_default=True, metavar="NAME", help="Chat model for the Chat tab (PlugIR).")
+@click.option("--llm", default="offline", show_default=True, metavar="NAME", help="Chat model for the Chat (PlugIR) and Ask (VSA) tabs.")
 @click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:...")
 @click.option("--captioner", default="auto", show_default=True, metavar="NAME",
               help="Captions for uncaptioned candidates in the Chat tab (see `pictrieve chat --help`).")
+@click.option("--visualizer", default=None, envvar="PICTRIEVE_VISUALIZER", metavar="NAME",
+              help="Guide images for the Visualize tab (VisRet), e.g. exemplar:DIR (a captioned folder; "
+                   "finds matching photos, does not generate). Default: $PICTRIEVE_VISUALIZER.")
+@click.option("--search", default=None, metavar="NAME",
+              help="Where the Ask tab searches: ddgs (DuckDuckGo, needs internet) or local:DIR (a folder of "
+                   "pages). Default: no search; answers come from the photo alone.")
+@click.option("--detector", default="ssd", show_default=True, help="Ask tab region detector: ssd or zeroshot:MODEL.")
+@click.option("--vlm", default="offline", show_default=True, help="Ask tab region describer: offline or openai:MODEL.")
+@click.option("--vlm-base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint of the --vlm.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Keep the loopback default unless others should reach the page.")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), help="Port (default: a free one, printed on start).")
 @click.option("--state-dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Where chat sessions are kept (default: the user cache folder).")
-def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, captioner: str, host: str, port: int,
+def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, captioner: str, visualizer: str | None,
+       search: str | None, detector: str, vlm: str, vlm_base_url: str | None, host: str, port: int,
        state_dir: str | None) -> None:
-    """Serve a web page to search, chat (PlugIR) and steer (QC2) over a gallery.
+    """Serve a web page to search, chat (PlugIR), steer (QC2), visualize (VisRet) and ask (VSA) over a gallery.
 
     Opens nothing by itself: visit the printed URL in a browser.
     """
@@ -42,7 +52,14 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
     opened = Gallery.open(gallery, embedder)
     chat_model = create_chat_model(llm, base_url=base_url)
     state = state_dir or default_checkpoint_path().parent / "ui"
-    app = create_app(opened, llm=chat_model, state_dir=state, plugir_extras={"captioner": captioner})
+    from pictrieve.tools.vlm import create_region_captioner
+
+    # As `pictrieve ask`: a 135M local model cannot write JSON plans or useful rewrites; spare it those steps.
+    ask_context = {"correlate": False, "plan_with_llm": False, "summarize_regions": False} if llm == "offline" else {}
+    app = create_app(opened, llm=chat_model, state_dir=state, plugir_extras={"captioner": captioner},
+                     ask_extras={"search": search, "detector": detector,
+                                 "vlm": create_region_captioner(vlm, base_url=vlm_base_url)},
+                     ask_context=ask_context, visualizer=visualizer)
     port = port or free_port(host)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"pictrieve ui: {opened.count()} images in {opened.location}")

@@ -8,6 +8,10 @@ FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these end
 - ``POST /api/chat/start`` / ``/api/chat/reply`` / ``GET /api/chat/{thread}``: PlugIR rounds; the
   sessions live in a SQLite checkpointer so they survive a page reload and a server restart.
 - ``POST /api/steer``: QC2 with relevance/quality levels.
+- ``POST /api/ask``: the Vision Search Assistant about an uploaded photo, a gallery photo (by id) or the
+  photo the gallery finds for the question; ``POST /api/visualize``: VisRet. Both start a background
+  job (:mod:`pictrieve.ui.jobs`) that ``GET /api/jobs/{id}`` reports step by step, and whose images
+  ``GET /api/jobs/{id}/image/{name}`` serves from memory.
 
 Every error reaches the page as ``{"error": "one readable line"}``; stack traces stay in the log.
 """
@@ -22,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request, UploadFile
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import available_methods, get_method
+from pictrieve.ui.jobs import Jobs
+from pictrieve.ui.visualize import visualize_methods
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +52,24 @@ def create_app(
     state_dir: str | Path | None = None,
     max_upload_bytes: int = MAX_UPLOAD_BYTES,
     plugir_extras: dict[str, Any] | None = None,
+    ask_extras: dict[str, Any] | None = None,
+    ask_context: dict[str, Any] | None = None,
+    visualizer: Any = None,
 ) -> FastAPI:
-    """The app serving ``gallery``; ``llm`` is the chat model (name or object) for PlugIR.
+    """The app serving ``gallery``; ``llm`` is the chat model (name or object) for PlugIR and Ask.
 
     ``state_dir`` holds the chat sessions' SQLite checkpointer (default: a temporary folder).
-    ``plugir_extras`` go to PlugIR's builder (e.g. ``captioner``).
+    ``plugir_extras`` go to PlugIR's builder (e.g. ``captioner``); ``ask_extras`` to the Vision Search
+    Assistant's (``search``, ``detector``, ``vlm``; an ``llm`` there replaces the shared one) and
+    ``ask_context`` are its run settings. ``visualizer`` (an object or a name such as
+    ``exemplar:DIR``) makes VisRet's guide images; without one the Visualize tab says how to add one.
     """
     app = FastAPI(title="pictrieve", docs_url=None, redoc_url=None, openapi_url=None)
     state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="pictrieve-ui-"))
     graphs: dict[str, Any] = {}
     lock = threading.Lock()
+    jobs = Jobs()
+    visualizers: dict[str, Any] = {}
 
     def graph(name: str) -> Any:
         # Built on first use: a page that only searches never loads a language model.
@@ -71,6 +85,9 @@ def create_app(
                     from pictrieve.agents.qc2.pipeline import load_for_gallery
 
                     graphs[name] = get_method("qc2").build(gallery, model=load_for_gallery(gallery))
+                elif name == "vsa":
+                    extras = dict(ask_extras or {})
+                    graphs[name] = get_method("vsa").build(gallery, llm=extras.pop("llm", llm), **extras)
                 else:
                     graphs[name] = get_method(name).build(gallery)
             return graphs[name]
@@ -90,11 +107,31 @@ def create_app(
                             headers={"Content-Security-Policy": "default-src 'self'; img-src 'self' blob:; "
                                      "style-src 'self' 'unsafe-inline'; script-src 'self'"})
 
+    def the_visualizer() -> Any:
+        if visualizer is None:
+            raise UIError("the Visualize tab needs a visualizer: restart with `pictrieve ui --gallery "
+                          f"{gallery.location} --visualizer exemplar:DIR` (DIR: a folder with captions.jsonl)")
+        with lock:  # built once (the exemplar visualizer loads a sentence model and encodes captions)
+            if "made" not in visualizers:
+                if isinstance(visualizer, str):
+                    from pictrieve.tools.visualizers import create_visualizer
+
+                    visualizers["made"] = create_visualizer(visualizer)
+                else:
+                    visualizers["made"] = visualizer
+            return visualizers["made"]
+
     @app.get("/api/status")
     def status() -> dict[str, Any]:
         names = list(getattr(gallery, "embedder_names", None) or [gallery.embedder_name])
+        default = getattr(gallery, "default_embedder", None) or gallery.embedder_name
+        shown_visualizer = visualizer if isinstance(visualizer, str) else getattr(visualizer, "name", None)
         return {"count": gallery.count(), "embedder": gallery.embedder_name, "embedders": names,
-                "location": str(gallery.location), "methods": available_methods()}
+                "default_embedder": default, "location": str(gallery.location), "methods": available_methods(),
+                "index_command": f"pictrieve index PHOTOS --gallery {gallery.location}",
+                "visualize": {"methods": visualize_methods(), "visualizer": shown_visualizer,
+                              "about": _visualizer_about(visualizer)},
+                "ask": {"search": _search_name((ask_extras or {}).get("search"))}}
 
     @app.get("/api/image/{image_id}")
     def image(image_id: str) -> FileResponse:
@@ -178,6 +215,68 @@ def create_app(
                 "levels": dict(result.get("resolved_levels") or {}),
                 "hits": [h.to_json() for h in result.get("hits") or []]}
 
+    @app.post("/api/ask")
+    async def ask(request: Request) -> dict[str, Any]:
+        from pictrieve.ui.ask import run_ask
+
+        form = await _form_or_json(request)
+        question = str(form.get("question") or "").strip()
+        if not question:
+            raise UIError("type a question about the photo")
+        folder = tempfile.TemporaryDirectory(prefix="pictrieve-ask-")
+        try:
+            if hasattr(form.get("image"), "read"):
+                image: str | None = str(_save_upload(form["image"], max_upload_bytes, Path(folder.name)))
+            elif form.get("photo"):
+                (item,) = gallery.get([str(form["photo"])])
+                image = item.path
+            else:
+                image = None  # the graph finds the photo in the gallery (visual RAG)
+            vsa = graph("vsa")
+        except BaseException:
+            folder.cleanup()
+            raise
+        job = jobs.start("ask", lambda job: run_ask(job, vsa, question, image, dict(ask_context or {})),
+                         cleanup=folder.cleanup)
+        return job.view()
+
+    @app.post("/api/visualize")
+    async def visualize(request: Request) -> dict[str, Any]:
+        from pictrieve.ui.visualize import PAGE_METHODS, RecordingVisualizer, run_visualize
+
+        body = await _form_or_json(request)
+        query = str(body.get("query") or "").strip()
+        method = str(body.get("method") or "visret")
+        if method not in PAGE_METHODS:
+            raise UIError(f"{method} has no controls on this page yet; the Visualize tab runs: {', '.join(PAGE_METHODS)}")
+        if not query:
+            raise UIError("describe what you are looking for")
+        context = {"k": _k(body.get("k"), 24), "m": _k(body.get("m"), 3)}
+        inner = the_visualizer()
+
+        def work(job: Any) -> dict[str, Any]:
+            built = get_method(method).build(gallery, visualizer=RecordingVisualizer(inner, job))
+            return run_visualize(job, built, query, context)
+
+        return jobs.start("visualize", work).view()
+
+    @app.get("/api/jobs/{job_id}")
+    def job_view(job_id: str) -> Any:
+        job = jobs.get(job_id)
+        if job is None:
+            return JSONResponse({"error": "this job is gone (the server restarted or forgot it); run it again"},
+                                status_code=404)
+        return job.view()
+
+    @app.get("/api/jobs/{job_id}/image/{name}")
+    def job_image(job_id: str, name: str) -> Response:
+        # Bytes the job made, by job id and image name: no path from the request reaches the disk.
+        job = jobs.get(job_id)
+        entry = job.images.get(name) if job is not None else None
+        if entry is None:
+            return JSONResponse({"error": "no such image"}, status_code=404)
+        return Response(entry["bytes"], media_type="image/png")
+
     @app.get("/{name}")
     def static_file(name: str) -> FileResponse:
         # Only the page's own files, by exact name.
@@ -240,6 +339,43 @@ async def _form_or_json(request: Request) -> dict[str, Any]:
     return dict(await request.form())
 
 
+def _visualizer_about(visualizer: Any) -> str:
+    """What the configured visualizer's images are, said without building it (no model loads)."""
+    if visualizer is None:
+        return ""
+    if not isinstance(visualizer, str):
+        return "generated images" if getattr(visualizer, "generates", True) else "found photos, not generated"
+    from pictrieve.tools.visualizers import VISUALIZERS
+
+    family = visualizer.partition(":")[0]
+    return next((e.description for e in VISUALIZERS.entries() if e.family == family), "")
+
+
+def _search_name(search: Any) -> str | None:
+    if search is None or isinstance(search, str):
+        return search
+    return str(getattr(search, "name", type(search).__name__))
+
+
+def _save_upload(upload: Any, limit: int, folder: Path) -> Path:
+    """Read an upload (at most ``limit`` bytes), decode it with the indexer's guarded loader, save a PNG."""
+    from pictrieve.tools.images import load_image
+
+    data = upload.file.read(limit + 1)
+    if len(data) > limit:
+        size = f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit / 1024:g} KiB"
+        raise UIError(f"the picture is larger than {size}; use a smaller one")
+    raw = folder / "upload"
+    raw.write_bytes(data)
+    try:
+        image = load_image(raw)  # raises ImageDecodeError (a readable one-liner) for non-images
+    except PictrieveError as exc:
+        raise UIError(str(exc).replace(str(raw), "the uploaded file")) from exc  # no server paths on the page
+    path = folder / "query.png"
+    image.save(path)
+    return path
+
+
 class _guarded_upload:
     """Save an upload (size-capped) to a temp file, decode it with the indexer's guarded loader."""
 
@@ -247,18 +383,12 @@ class _guarded_upload:
         self.upload, self.limit = upload, limit
 
     def __enter__(self) -> Path:
-        from pictrieve.tools.images import load_image
-
-        data = self.upload.file.read(self.limit + 1)
-        if len(data) > self.limit:
-            raise UIError(f"the picture is larger than {self.limit // (1024 * 1024)} MiB; use a smaller one")
         self.dir = tempfile.TemporaryDirectory(prefix="pictrieve-upload-")
-        raw = Path(self.dir.name) / "upload"
-        raw.write_bytes(data)
-        image = load_image(raw)  # raises ImageDecodeError (a readable one-liner) for non-images
-        path = Path(self.dir.name) / "query.png"
-        image.save(path)
-        return path
+        try:
+            return _save_upload(self.upload, self.limit, Path(self.dir.name))
+        except BaseException:
+            self.dir.cleanup()
+            raise
 
     def __exit__(self, *exc: Any) -> None:
         self.dir.cleanup()

@@ -136,10 +136,194 @@ $("steer-form").addEventListener("submit", async (ev) => {
   renderGrid("steer-grid", body.hits);
 });
 
+// --- long work (Ask, Visualize): a job the server runs in the background, polled for its steps ---
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+function renderSteps(listId, view) {
+  $(listId).replaceChildren(...view.steps.map((text, i) => {
+    const li = document.createElement("li");
+    li.textContent = text;
+    if (!view.done && i === view.steps.length - 1) li.className = "current";
+    return li;
+  }));
+}
+async function runJob(started, listId, label, onUpdate) {
+  let view = started;
+  busy(true, label);
+  try {
+    for (;;) {
+      renderSteps(listId, view);
+      onUpdate(view);
+      if (view.done) break;
+      $("busy").textContent = `${label} ${Math.round(view.elapsed)} s`;
+      await sleep(600);
+      const response = await fetch(`/api/jobs/${encodeURIComponent(view.id)}`);
+      const body = await response.json().catch(() => ({ error: `the server answered ${response.status}` }));
+      if (!response.ok) throw new Error(body.error || `the server answered ${response.status}`);
+      view = body;
+    }
+    if (view.error) showError(view.error);
+    return view;
+  } catch (err) { showError(err.message || String(err)); throw err; } finally { busy(false); }
+}
+
+// --- visualize (VisRet; other methods of the registry are listed for later) ---
+function renderGuides(view) {
+  const guides = view.images.filter((im) => im.name.startsWith("guide"));
+  $("visualize-guides-title").hidden = !guides.length;
+  $("visualize-guides").replaceChildren(...guides.map((im) => {
+    const div = document.createElement("div");
+    div.className = im.generated ? "card guide" : "card guide exemplar";
+    const img = document.createElement("img");
+    img.src = im.url;
+    img.alt = im.label;
+    const cap = document.createElement("div");
+    cap.className = "cap";
+    cap.textContent = im.label;
+    div.append(img, cap);
+    return div;
+  }));
+}
+$("visualize-method").addEventListener("change", () => {
+  const option = $("visualize-method").selectedOptions[0];
+  $("visualize-note").textContent = option ? option.dataset.note || "" : "";
+});
+$("visualize-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  $("visualize-grid").replaceChildren();
+  $("visualize-results-title").hidden = true;
+  const started = await postJSON("/api/visualize", { query: $("visualize-query").value, method: $("visualize-method").value }, "starting…");
+  await runJob(started, "visualize-steps", "making guide images and searching…", (view) => {
+    renderGuides(view);
+    if (view.done && view.result) {
+      $("visualize-results-title").hidden = false;
+      renderGrid("visualize-grid", view.result.hits);
+    }
+  });
+});
+
+// --- ask (Vision Search Assistant) ---
+let askPhotoId = null;
+function choosePhoto(hit) {
+  askPhotoId = hit ? hit.id : null;
+  $("ask-chosen").hidden = !hit;
+  $("ask-chosen-text").textContent = hit ? `gallery photo: ${(hit.captions || [])[0] || (hit.path || "").split("/").pop()}` : "";
+  $("ask-drop").hidden = !!hit;
+}
+$("ask-clear").onclick = () => choosePhoto(null);
+$("ask-photo").addEventListener("change", () => choosePhoto(null));
+$("viewer-ask").onclick = () => { $("viewer").close(); choosePhoto(viewed); selectTab("ask"); $("ask-question").focus(); };
+
+function citedText(container, text, numbers) {
+  // The answer as text, with [n] turned into links to source n (only numbers that exist).
+  const parts = [];
+  let last = 0;
+  for (const m of text.matchAll(/\[(\d+)\]/g)) {
+    parts.push(document.createTextNode(text.slice(last, m.index)));
+    if (numbers.has(Number(m[1]))) {
+      const a = document.createElement("a");
+      a.href = `#ask-source-${m[1]}`;
+      a.className = "cite";
+      a.textContent = m[0];
+      a.addEventListener("click", (e) => { e.preventDefault(); $(`ask-source-${m[1]}`).scrollIntoView({ block: "nearest" }); $(`ask-source-${m[1]}`).classList.add("flash"); });
+      parts.push(a);
+    } else parts.push(document.createTextNode(m[0]));
+    last = m.index + m[0].length;
+  }
+  parts.push(document.createTextNode(text.slice(last)));
+  container.replaceChildren(...parts);
+}
+const webLink = (href) => { try { return ["http:", "https:"].includes(new URL(href).protocol); } catch (e) { return false; } };
+function renderAsk(view) {
+  const photo = view.images.find((im) => im.name === "photo");
+  if (photo && $("ask-img").dataset.src !== photo.url) { $("ask-img").src = photo.url; $("ask-img").dataset.src = photo.url; }
+  $("ask-result").hidden = !photo;
+  const result = view.result;
+  if (!result) { $("ask-boxes").replaceChildren(); $("ask-answer").textContent = ""; $("ask-sources").replaceChildren(); $("ask-regions").replaceChildren(); return; }
+  citedText($("ask-answer"), result.answer, new Set(result.sources.map((s) => s.number)));
+  $("ask-sources").replaceChildren(...result.sources.map((s) => {
+    const li = document.createElement("li");
+    li.id = `ask-source-${s.number}`;
+    li.value = s.number;
+    if (s.href && webLink(s.href)) {
+      const a = document.createElement("a");
+      a.href = s.href; a.target = "_blank"; a.rel = "noopener noreferrer";
+      a.textContent = s.title;
+      li.append(a);
+    } else {
+      const title = document.createElement("span");
+      title.textContent = s.title;
+      li.append(title);
+    }
+    const url = document.createElement("span");
+    url.className = "url";
+    url.textContent = ` ${s.url}`;
+    li.append(url);
+    return li;
+  }));
+  if (!result.sources.length) { const li = document.createElement("li"); li.textContent = "none (nothing was searched or found)"; $("ask-sources").append(li); }
+  $("ask-boxes").replaceChildren(...result.regions.map((r) => {
+    const box = document.createElement("div");
+    box.className = "region";
+    const [x0, y0, x1, y1] = r.box.map((v) => Math.min(1, Math.max(0, Number(v))));
+    Object.assign(box.style, { left: `${x0 * 100}%`, top: `${y0 * 100}%`, width: `${(x1 - x0) * 100}%`, height: `${(y1 - y0) * 100}%` });
+    const tag = document.createElement("span");
+    tag.textContent = `${r.number} ${r.label}`;
+    box.append(tag);
+    return box;
+  }));
+  $("ask-regions").replaceChildren(...result.regions.map((r) => {
+    const li = document.createElement("li");
+    li.textContent = `${r.label} (${r.score.toFixed(2)}): ${r.description}`;
+    return li;
+  }));
+}
+$("ask-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const form = new FormData();
+  form.append("question", $("ask-question").value);
+  if (askPhotoId) form.append("photo", askPhotoId);
+  else if ($("ask-photo").files[0]) form.append("image", $("ask-photo").files[0]);
+  $("ask-result").hidden = true;
+  const started = await api("/api/ask", { method: "POST", body: form }, "starting…");
+  await runJob(started, "ask-steps", "looking, searching and answering…", renderAsk);
+});
+
+// --- status: image count, embedders (the default marked); refreshed so a running index shows progress ---
+let firstCount = null;
+async function refreshStatus() {
+  const st = await (await fetch("/api/status")).json();
+  if (firstCount === null) firstCount = st.count;
+  const grown = st.count - firstCount;
+  $("status").textContent = `${st.count} images · embedders: ${st.embedders.join(", ")}` + (grown > 0 ? ` · +${grown} since this page opened (indexing)` : "");
+  $("index-status").textContent = `Gallery: ${st.count} images in ${st.location}`;
+  $("gallery-embedders").textContent = `Embedders: ${st.embedders.map((e) => (e === st.default_embedder ? `${e} (default)` : e)).join(", ")}; this page searches with ${st.embedder}.`;
+  $("index-command").textContent = st.index_command;
+  return st;
+}
+
 // --- start: status, the tabs of the registered methods, a chat to resume ---
 (async () => {
-  const st = await api("/api/status", {}, "loading…");
-  $("status").textContent = `${st.count} images · embedders: ${st.embedders.join(", ")}`;
+  busy(true, "loading…");
+  let st;
+  try { st = await refreshStatus(); } catch (e) { showError("the server did not answer; is `pictrieve ui` still running?"); return; } finally { busy(false); }
+  setInterval(() => { if (!document.hidden) refreshStatus().catch(() => {}); }, 15000);
+  $("viewer-ask").hidden = !st.methods.includes("vsa");
+  $("visualize-method").replaceChildren(...st.visualize.methods.map((m) => {
+    const option = document.createElement("option");
+    option.value = m.name;
+    option.textContent = m.ready ? m.name : `${m.name} (not on this page yet)`;
+    option.disabled = !m.ready;
+    option.title = m.description;
+    option.dataset.note = m.note;
+    return option;
+  }));
+  $("visualize-note").textContent = st.visualize.methods.filter((m) => !m.ready).map((m) => `${m.name}: ${m.note}`).join(" ");
+  $("visualize-setup").hidden = false;
+  $("visualize-setup").textContent = st.visualize.visualizer
+    ? `Guide images from ${st.visualize.visualizer}${st.visualize.about ? ` (${st.visualize.about})` : ""}.`
+    : "No visualizer is configured: restart with `pictrieve ui --gallery … --visualizer exemplar:DIR` (DIR: a folder of photos with captions.jsonl).";
+  $("ask-setup").hidden = false;
+  $("ask-setup").textContent = st.ask.search ? `Searches ${st.ask.search}.` : "No search is configured (start with --search local:DIR or --search ddgs); answers come from the photo alone.";
   document.querySelectorAll("#tabs button[data-method]").forEach((b) => { b.hidden = !st.methods.includes(b.dataset.method); });
   const wanted = location.hash.slice(1);
   if (wanted && document.querySelector(`#tabs button[data-tab="${wanted}"]:not([hidden])`)) selectTab(wanted);
