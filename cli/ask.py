@@ -20,16 +20,22 @@ def _progress(node: str, update: dict[str, Any]) -> str:
         return "descriptions:\n" + "\n".join(f"  {i}. {r['label']}: {r['description']}"
                                              for i, r in enumerate(update.get("regions", []), 1))
     if node == "plan":
-        subs = update.get("sub_questions") or []
-        return f"plan ({update.get('plan_mode')}): " + ("; ".join(s["question"] for s in subs) or "no searches")
+        turn = update.get("plan_turns")
+        subs = [s for s in update.get("sub_questions") or [] if s.get("turn") == turn]
+        if not subs:
+            return "plan: done, no more searches"
+        return f"plan turn {turn} ({update.get('plan_mode')}): " + "; ".join(s["question"] for s in subs)
     if node == "search":
         finding = update["searched"][0]
         pages = ", ".join(s["title"] for s in finding["sources"]) or "no pages"
-        return f"searched {finding['question']!r}: {pages}" + (f" ({finding['error']})" if finding["error"] else "")
+        queries = " then ".join(repr(q) for q in finding.get("queries") or [finding["question"]])
+        line = f"searched {queries}: read {pages}" + (f" ({finding['error']})" if finding["error"] else "")
+        return f"{line}\n  -> {finding['answer']}"
     if node == "summarize":
         return f"summarised findings from {len(update.get('sources') or [])} sources"
     if node == "answer":
-        return "answered"
+        dropped = (update.get("citations") or {}).get("dropped")
+        return f"answered ({update.get('answerer')})" + (f"; removed citations of unread sources {dropped}" if dropped else "")
     return node
 
 
@@ -44,12 +50,24 @@ def _progress(node: str, update: dict[str, Any]) -> str:
 @click.option("--vlm", default="offline", show_default=True, help="Region describer: offline or openai:MODEL.")
 @click.option("--vlm-base-url", default=None, help="OpenAI-compatible endpoint of the VLM.")
 @click.option("--detector", default="ssd", show_default=True, help="ssd (offline COCO) or zeroshot:MODEL.")
+@click.option("--answerer", type=click.Choice(["auto", "extractive", "llm"]), default="auto", show_default=True,
+              help="extractive: quote the best sentences of the pages read with their source numbers (no "
+                   "generation); llm: the chat model writes the answer. auto: extractive with the offline 135M "
+                   "model (it cannot write grounded answers), llm with any other.")
+@click.option("--max-plan-turns", type=int, default=None,
+              help="Planner turns of the chain of search (default 3; a rule plan has one).")
 @click.option("--gallery", default=None, help="Visual RAG: with no IMAGE, find the photo in this gallery.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress per step.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 def ask(image: str | None, question: str, search: str | None, llm: str, base_url: str | None, vlm: str,
-        vlm_base_url: str | None, detector: str, gallery: str | None, verbose: bool, as_json: bool) -> None:
+        vlm_base_url: str | None, detector: str, answerer: str, max_plan_turns: int | None, gallery: str | None,
+        verbose: bool, as_json: bool) -> None:
     """Answer QUESTION about IMAGE from what the photo shows and what a search finds, with sources.
+
+    Steps: regions (detector), descriptions, a chain of search (the planner asks sub-questions, a
+    searcher per sub-question reads pages and may search again, the planner may ask follow-ups),
+    then one answer citing numbered sources; citations of sources that were not read are removed.
+    With the offline model (the default) the answer is extractive: sentences quoted from the pages.
 
     \b
     Example (offline):
@@ -71,7 +89,11 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
                                       detector=detector, search=search)
     inputs: dict[str, Any] = {"question": question, **({"image": image} if image else {})}
     # A 135M local model cannot write JSON plans or useful rewrites; spare it those steps.
-    context = {"correlate": False, "plan_with_llm": False, "summarize_regions": False} if llm == "offline" else {}
+    context: dict[str, Any] = {"correlate": False, "plan_with_llm": False, "summarize_regions": False} \
+        if llm == "offline" else {}
+    context["answerer"] = answerer
+    if max_plan_turns is not None:
+        context["max_plan_turns"] = max_plan_turns
     start = time.perf_counter()
     state: dict[str, Any] = {}
     for update in graph.stream(inputs, context=context, stream_mode="updates"):

@@ -3,7 +3,8 @@
 Specification: the Vision Search Assistant paper and section 3 of the implementation notes
 (``/work/shared/papers``). The graph::
 
-    START -> retrieve -> regions -> describe -> plan -(Send per sub-question)-> search -> summarize -> answer -> END
+    START -> retrieve -> regions -> describe -> plan -(Send per new sub-question)-> search -> plan ...
+                                                    plan -(done or out of turns)-> summarize -> answer -> END
 
 - ``retrieve`` (visual RAG): when the input has no ``image`` but the graph has a gallery, the
   question retrieves the best-matching photo from it (its hits are returned too).
@@ -12,16 +13,28 @@ Specification: the Vision Search Assistant paper and section 3 of the implementa
 - ``describe``: each crop described by a Captioner in the light of the question (a VLM via any
   OpenAI-compatible endpoint, or offline the offline embedder's description); with 2+ regions each
   description is rewritten with the others as context.
-- ``plan``: structured sub-questions (never executed code; see :mod:`pictrieve.agents.vsa.steps`).
-- ``search`` (parallel via ``Send``): search, open up to ``pages_per_search`` pages (through the
-  fetch guard for web URLs), answer the sub-question from fenced page text with citations.
+- ``plan`` (the chain of search): turn 1 proposes structured sub-questions (never executed code;
+  see :mod:`pictrieve.agents.vsa.steps`); after each round of searches the planner sees what was
+  found and either asks new sub-questions (children of what is known) or says it is done, for at
+  most ``max_plan_turns`` turns. The rule plan (for models that cannot plan) has one turn.
+- ``search`` (parallel via ``Send``): search, open up to ``pages_per_search`` new pages (through
+  the fetch guard for web URLs), answer the sub-question from fenced page text with citations; the
+  searcher may ask for a follow-up search, up to ``max_search_turns`` searches per sub-question.
 - ``summarize``: sources numbered globally, one summary per region.
-- ``answer``: one answer citing sources by number; says so when the search found nothing.
+- ``answer``: one answer citing sources by number; says so when the search found nothing. Every
+  answer's citations are checked against the sources read: a number that is not one is removed and
+  reported in ``citations["dropped"]``.
+
+Two answerers (setting ``answerer``): ``llm`` (the searcher and answer steps are the chat model, as
+in the paper) and ``extractive`` (:mod:`pictrieve.agents.vsa.extractive`: the best sentences of the
+pages read, quoted with their source numbers, chosen by MiniLM similarity to the question and the
+photo's labels; no generation). ``auto`` (default) is extractive when the chat model is the offline
+135M model, which cannot write a grounded answer, and llm otherwise.
 
 Where we differ from the authors' code: the planner emits JSON (pydantic), not Python run with
-``exec``; searchers run one round (the authors allow up to 3 turns) and the planner one round (up to
-10 turns) so that an offline run fits in two minutes on a CPU; offline descriptions come from a
-classifier-based describer, not LLaVA.
+``exec``; fewer turns by default (planner 3 instead of 10, searcher 2 instead of 3) so that an
+offline run fits in two minutes on a CPU; offline descriptions come from a classifier-based
+describer, not LLaVA; the extractive answerer is ours.
 """
 
 from __future__ import annotations
@@ -40,7 +53,7 @@ from langgraph.types import Send
 from PIL import Image
 from typing_extensions import NotRequired, TypedDict
 
-from pictrieve.agents.vsa import steps
+from pictrieve.agents.vsa import extractive, steps
 from pictrieve.agents.vsa.steps import question_terms
 from pictrieve.graphs.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.hits import ImageHit
@@ -74,11 +87,23 @@ class VisionSearchSettings(RunSettings):
     label): a 135M model rarely writes a usable JSON plan and spends a minute trying."""
     candidate_k: int = 3
     """Visual RAG: gallery photos retrieved for a question without an image."""
+    max_plan_turns: int = 3
+    """Planner turns of the chain of search (the authors: 10); each turn may add sub-questions."""
+    max_search_turns: int = 2
+    """Searches per sub-question: the searcher may ask for a follow-up search (the authors: 3 turns)."""
+    answerer: str = "auto"
+    """``llm``, ``extractive`` (quoted sentences of the pages read, no generation) or ``auto``:
+    extractive when the chat model is the offline 135M model, llm otherwise."""
+    evidence_sentences: int = 2
+    """Extractive answerer: sentences quoted at most per part of the question."""
 
     def validate(self) -> None:
         for name in ("max_regions", "max_sub_questions", "search_k", "pages_per_search", "page_chars",
-                     "answer_context_chars", "candidate_k"):
+                     "answer_context_chars", "candidate_k", "max_plan_turns", "max_search_turns",
+                     "evidence_sentences"):
             require_positive(self, name)
+        if self.answerer not in ("auto", "llm", "extractive"):
+            raise SettingsError(f"answerer must be auto, llm or extractive, not {self.answerer!r}")
 
 
 class VisionSearchInput(TypedDict):
@@ -96,6 +121,9 @@ class VisionSearchOutput(TypedDict, total=False):
     hits: list[ImageHit]
     image: str
     plan_mode: str
+    plan_turns: int
+    answerer: str
+    citations: dict[str, Any]
     timings: dict[str, float]
 
 
@@ -117,12 +145,30 @@ class VisionSearchState(VisionSearchInput, total=False):
     region_summaries: list[str]
     hits: list[ImageHit]
     plan_mode: str
+    plan_turns: int
+    answerer: str
+    citations: dict[str, Any]
     timings: Annotated[dict[str, float], _merge]
 
 
 class SearchTask(TypedDict):
     sub_question: dict[str, Any]
     order: int
+    known: NotRequired[str]
+    """What earlier turns found (Q&A), for a follow-up sub-question's searcher."""
+    photo: NotRequired[str]
+    """The photo's region labels (the extractive searcher scores sentences against them too)."""
+
+
+_CITE = re.compile(r"\s?\[\d+\]")
+
+
+def is_offline_small_model(chat: Any) -> bool:
+    """True for the offline SmolLM2-135M chat model (too small to write grounded answers)."""
+    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
+    from pictrieve.tools.chat_models import LocalChatModel
+
+    return isinstance(chat, LocalChatModel) and chat.model_name == OFFLINE_DEFAULT_LM
 
 
 def _renumber(text: str, mapping: dict[int, int]) -> str:
@@ -171,6 +217,11 @@ def build_vision_search_graph(
     def get_search() -> Any:
         return part("search", lambda: None if search is None else as_search_backend(search))
 
+    def sentence_encoder() -> Any:
+        from pictrieve.tools.local_pages import shared_encoder
+
+        return shared_encoder()
+
     def timed(label: str, start: float) -> dict[str, float]:
         return {label: round(time.perf_counter() - start, 3)}
 
@@ -218,40 +269,68 @@ def build_vision_search_graph(
             timings = _merge(timings, timed("correlate", start))
         return {"regions": described, "timings": timings}
 
+    def use_extractive(settings: VisionSearchSettings) -> bool:
+        if settings.answerer != "auto":
+            return settings.answerer == "extractive"
+        return is_offline_small_model(chat)
+
     def plan(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
         settings = settings_of(runtime, VisionSearchSettings)
         start = time.perf_counter()
+        turn = int(state.get("plan_turns") or 0) + 1
+        asked = list(state.get("sub_questions") or [])
         if get_search() is None:
-            return {"sub_questions": [], "plan_mode": "no search", "timings": timed("plan", start)}
-        if settings.plan_with_llm:
-            made, how = steps.plan(chat, state["question"], state["regions"], limit=settings.max_sub_questions)
+            return {"sub_questions": [], "plan_mode": "no search", "plan_turns": turn, "timings": timed("plan", start)}
+        if turn == 1:
+            if settings.plan_with_llm:
+                made, how = steps.plan(chat, state["question"], state["regions"], limit=settings.max_sub_questions)
+            else:
+                made, how = steps.fallback_plan(state["question"], state["regions"], settings.max_sub_questions), "rules"
+            new = made.sub_questions
+        elif turn > settings.max_plan_turns or state.get("plan_mode") in ("rules", "fallback"):
+            # out of turns, or a rule plan (it has nothing to add), or the planner said it is done
+            return {"plan_turns": turn - 1}
         else:
-            made, how = steps.fallback_plan(state["question"], state["regions"], settings.max_sub_questions), "rules"
-        return {"sub_questions": [s.model_dump() for s in made.sub_questions], "plan_mode": how,
-                "timings": timed("plan", start)}
+            known = [{"question": f["question"], "answer": _CITE.sub("", f["answer"])}
+                     for f in sorted(state.get("searched") or [], key=lambda f: f["order"])]
+            made, how = steps.replan(chat, state["question"], state["regions"], known,
+                                     asked=[s["question"] for s in asked], limit=settings.max_sub_questions)
+            new = made.sub_questions
+            if made.done and not new:
+                return {"plan_turns": turn - 1, "timings": timed("plan", start)}
+            how = state.get("plan_mode") or how
+        added = [{**s.model_dump(), "turn": turn, "order": len(asked) + i} for i, s in enumerate(new)]
+        return {"sub_questions": asked + added, "plan_mode": how, "plan_turns": turn, "timings": timed("plan", start)}
 
     def dispatch(state: VisionSearchState) -> list[Send] | str:
-        subs = state.get("sub_questions") or []
-        if not subs:
+        turn = state.get("plan_turns") or 0
+        fresh = [s for s in state.get("sub_questions") or [] if s.get("turn") == turn]
+        searched = {f["order"] for f in state.get("searched") or []}
+        fresh = [s for s in fresh if s["order"] not in searched]
+        if not fresh:
             return "summarize"
-        return [Send("search", {"sub_question": s, "order": i}) for i, s in enumerate(subs)]
+        known = "\n".join(f"Q: {f['question']}\nA: {_CITE.sub('', f['answer'])}"
+                          for f in sorted(state.get("searched") or [], key=lambda f: f["order"]))
+        context = extractive.photo_context(state.get("regions") or [])
+        return [Send("search", {"sub_question": s, "order": s["order"], "known": known, "photo": context})
+                for s in fresh]
 
-    def search_node(task: SearchTask, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
+    def read_pages(query: str, settings: VisionSearchSettings, pages: list[dict[str, Any]]) -> str:
+        """Search ``query`` and append up to ``pages_per_search`` unread pages to ``pages``; an error or ''."""
         from pictrieve.errors import PictrieveError
         from pictrieve.tools.web_fetch import fetch_page
 
-        settings = settings_of(runtime, VisionSearchSettings)
-        start = time.perf_counter()
-        sub = task["sub_question"]
-        pages: list[dict[str, Any]] = []
-        error = ""
         try:
-            results = get_search().search(sub["question"], k=settings.search_k)
+            results = get_search().search(query, k=settings.search_k)
         except PictrieveError as exc:
-            results, error = [], str(exc)
+            return str(exc)
+        read = {p["url"] for p in pages}
+        added = 0
         for result in results:
-            if len(pages) >= settings.pages_per_search:
+            if added >= settings.pages_per_search:
                 break
+            if result.url in read:
+                continue
             text, title = result.text, result.title
             if not text and result.url.startswith(("http://", "https://")):
                 try:
@@ -263,10 +342,47 @@ def build_vision_search_graph(
             if text:
                 pages.append({"number": len(pages) + 1, "url": result.url, "title": title or result.url,
                               "text": text[: settings.page_chars]})
-        answer = steps.answer_sub_question(chat, sub["question"], pages, page_chars=settings.page_chars)
+                read.add(result.url)
+                added += 1
+        return ""
+
+    def search_node(task: SearchTask, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
+        settings = settings_of(runtime, VisionSearchSettings)
+        start = time.perf_counter()
+        sub = task["sub_question"]
+        pages: list[dict[str, Any]] = []
+        errors: list[str] = []
+        queries: list[str] = []
+        evidence: list[dict[str, Any]] = []
+        query: str | None = sub["question"]
+        answer_text = "The search found nothing."
+        for turn in range(settings.max_search_turns):
+            if query is None or query in queries:
+                break
+            queries.append(query)
+            error = read_pages(query, settings, pages)
+            if error:
+                errors.append(error)
+            may_search_again = turn + 1 < settings.max_search_turns
+            if use_extractive(settings):
+                scored = extractive.score_sentences(
+                    sub["question"], [(s, p["number"], p["title"]) for p in pages for s in extractive.split_sentences(p["text"])],
+                    context=task.get("photo", ""), encode=sentence_encoder().encode)
+                chosen = extractive.choose(scored, max_sentences=settings.evidence_sentences)
+                titles = {p["number"]: p["title"] for p in pages}
+                evidence = [{**e.to_dict(), "title": titles[e.source]}
+                            for e in scored[:4] if e.relevance >= extractive.MIN_SCORE]
+                answer_text = extractive.cite(chosen) or "The search found nothing."
+                # no sentence is close enough: search once more with the question's words and the labels
+                query = (f"{task.get('photo', '')} {' '.join(question_terms(sub['question']))}".strip()
+                         if not chosen and may_search_again else None)
+            else:
+                answer_text, query = steps.answer_sub_question(
+                    chat, sub["question"], pages, page_chars=settings.page_chars, known=task.get("known", ""),
+                    may_search_again=may_search_again)
         finding = {"order": task["order"], "question": sub["question"], "region": sub.get("region", 1),
-                   "answer": answer, "sources": [{"url": p["url"], "title": p["title"]} for p in pages],
-                   "error": error}
+                   "turn": sub.get("turn", 1), "queries": queries, "answer": answer_text, "evidence": evidence,
+                   "sources": [{"url": p["url"], "title": p["title"]} for p in pages], "error": "; ".join(errors)}
         return {"searched": [finding], "timings": timed("search", start)}
 
     def summarize(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
@@ -283,9 +399,10 @@ def build_vision_search_graph(
                     sources.append({"number": len(sources) + 1, **src})
                 mapping[local] = numbers[src["url"]]
             findings.append({**finding, "answer": _renumber(finding["answer"], mapping),
+                             "evidence": [{**e, "source": mapping[e["source"]]} for e in finding.get("evidence") or []],
                              "source_numbers": sorted(set(mapping.values()))})
         summaries: list[str] = []
-        if settings.summarize_regions and len(state["regions"]) > 1 and findings:
+        if settings.summarize_regions and not use_extractive(settings) and len(state["regions"]) > 1 and findings:
             for i, region in enumerate(state["regions"], 1):
                 mine = [f for f in findings if f["region"] == i]
                 if mine:
@@ -295,23 +412,48 @@ def build_vision_search_graph(
         return {"findings": findings, "sources": sources, "region_summaries": summaries,
                 "timings": timed("summarize", start)}
 
+    def extractive_answer(state: VisionSearchState, settings: VisionSearchSettings) -> str:
+        """The best quoted sentences for each part of the question, among the searchers' evidence."""
+        pool: dict[tuple[str, int], str] = {}
+        for finding in state.get("findings") or []:
+            for item in finding.get("evidence") or []:
+                pool.setdefault((item["sentence"], item["source"]), item.get("title", ""))
+        candidates = [(sentence, source, title) for (sentence, source), title in pool.items()]
+        context = extractive.photo_context(state["regions"])
+        chosen: list[extractive.Evidence] = []
+        for part in steps.question_parts(state["question"]):
+            scored = extractive.score_sentences(part, candidates, context=context, encode=sentence_encoder().encode)
+            for item in extractive.choose(scored, max_sentences=settings.evidence_sentences):
+                if item.sentence not in {c.sentence for c in chosen}:
+                    chosen.append(item)
+        return extractive.compose_answer(state["question"], state["regions"], chosen)
+
     def answer(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
         settings = settings_of(runtime, VisionSearchSettings)
         start = time.perf_counter()
         findings = state.get("findings") or []
         sources = state.get("sources") or []
-        if sources:
-            blocks = state.get("region_summaries") or [
-                f"Q: {f['question']}\nA: {f['answer']} (sources {', '.join(map(str, f['source_numbers'])) or 'none'})"
-                for f in findings]
-            knowledge = "\n".join(blocks)[: settings.answer_context_chars]
+        if use_extractive(settings):
+            text, how = extractive_answer(state, settings), "extractive"
         else:
-            knowledge = "The search found nothing."
-        source_lines = "\n".join(f"[{s['number']}] {s['title']} ({s['url']})" for s in sources) or "(none)"
-        text = steps.final_answer(chat, state["question"], steps.region_lines(state["regions"]), knowledge, source_lines)
+            if sources:
+                blocks = state.get("region_summaries") or [
+                    f"Q: {f['question']}\nA: {f['answer']} (sources {', '.join(map(str, f['source_numbers'])) or 'none'})"
+                    for f in findings]
+                knowledge = "\n".join(blocks)[: settings.answer_context_chars]
+            else:
+                knowledge = "The search found nothing."
+            source_lines = "\n".join(f"[{s['number']}] {s['title']} ({s['url']})" for s in sources) or "(none)"
+            text = steps.final_answer(chat, state["question"], steps.region_lines(state["regions"]), knowledge,
+                                      source_lines)
+            how = "llm"
+        text, cited, dropped = steps.check_citations(text, [s["number"] for s in sources])
+        if dropped:
+            logger.warning("the answer cited sources that were not read: %s (removed)", dropped)
         if not sources and "found nothing" not in text.lower():
             text = f"{text}\n(The search found nothing; this answer comes from the photo alone.)".strip()
-        return {"answer": text, "timings": timed("answer", start)}
+        citations = {"cited": cited, "dropped": dropped, "uncited": bool(sources) and not cited}
+        return {"answer": text, "answerer": how, "citations": citations, "timings": timed("answer", start)}
 
     builder = StateGraph(VisionSearchState, context_schema=VisionSearchSettings, input_schema=VisionSearchInput,
                          output_schema=VisionSearchOutput)
@@ -327,7 +469,7 @@ def build_vision_search_graph(
     builder.add_edge("regions", "describe")
     builder.add_edge("describe", "plan")
     builder.add_conditional_edges("plan", dispatch, ["search", "summarize"])
-    builder.add_edge("search", "summarize")
+    builder.add_edge("search", "plan")
     builder.add_edge("summarize", "answer")
     builder.add_edge("answer", END)
     return builder.compile(checkpointer=checkpointer, name=name)

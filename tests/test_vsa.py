@@ -132,7 +132,11 @@ def test_unparseable_plan_falls_back_to_rules():
     regions = [{"label": "horse", "description": "a horse"}, {"label": "person", "description": "a rider"}]
     plan, how = steps.plan(llm, "How many teeth does it have?", regions, limit=3)
     assert how == "fallback"
-    assert [s.question for s in plan.sub_questions] == ["How many teeth does it have?", "horse teeth", "person teeth"]
+    assert [s.question for s in plan.sub_questions] == ["How many teeth does it have? (horse, person)", "horse teeth",
+                                                        "person teeth"]
+    compound = steps.fallback_plan("Who built the first bicycle, and in what year?", [], limit=3)
+    assert [s.question for s in compound.sub_questions] == ["Who built the first bicycle",
+                                                            "Who built the first bicycle: in what year?"]
 
 
 # -- graph ----------------------------------------------------------------------------------------

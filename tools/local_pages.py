@@ -35,8 +35,8 @@ class PageFolderError(PictrieveError, ValueError):
     """The local page folder is missing or holds no pages."""
 
 
-def _encoder() -> Any:
-    global _ENCODER
+def shared_encoder() -> Any:
+    """The process's one all-MiniLM-L6-v2 :class:`SentenceEncoder` (loaded once, thread-safe)."""
     with _ENCODER_LOCK:
         return _load_encoder()
 
@@ -107,12 +107,12 @@ class LocalPages:
                 docs.append(passage)
                 metas.append({"url": url, "title": title})
         logger.info("indexing %d passages of %d pages from %s", len(ids), len(self.pages), self.folder)
-        vectors = _encoder().encode(docs)
+        vectors = shared_encoder().encode(docs)
         self.collection.add(ids=ids, documents=docs, metadatas=metas, embeddings=vectors.tolist())
 
     def search(self, query: str, *, k: int = 6) -> list[SearchResult]:
         """The ``k`` pages whose best passage is closest to ``query`` (best first)."""
-        vector = _encoder().encode([query])[0].tolist()
+        vector = shared_encoder().encode([query])[0].tolist()
         found = self.collection.query(query_embeddings=[vector], n_results=min(self.collection.count(), 4 * k))
         results: list[SearchResult] = []
         seen: set[str] = set()

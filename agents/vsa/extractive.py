@@ -1,0 +1,127 @@
+"""The extractive answerer: answers built from sentences of the pages read, never generated.
+
+A 135M chat model cannot read four pages and write a grounded answer with citations (it answers
+0/7 of the offline question set). This answerer needs no generative skill: it splits the pages a
+searcher read into sentences, scores each by all-MiniLM-L6-v2 cosine similarity to the question
+*in the light of the photo* (the question plus the regions' labels, so "the animal in this photo"
+prefers the horse page over the dog page), keeps the best sentence (and the runner-up when it is
+nearly as good), and quotes them verbatim, each followed by its source number ``[n]``.
+
+Page text stays data: sentences are quoted, never interpreted, and a sentence is only chosen for
+being close to the question. This is not in the paper (the authors' searcher and answerer are
+LLMs); it is the offline default when the chat model is the offline small model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pictrieve.agents.vsa.prompts import defang
+
+_REMOVED = defang("<<<RESULT>>>")
+
+MIN_SCORE = 0.3
+"""Sentences less similar than this to the question alone are not evidence (MiniLM cosine). On the
+offline set the sentences that answer score 0.37 to 0.73; unrelated ones about 0.15."""
+MARGIN = 0.06
+"""A runner-up sentence is kept when its score is within this of the best one."""
+
+_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One quoted sentence, the source it came from (its number among the pages read), its scores.
+
+    ``score`` (similarity to the question with the photo's labels) ranks; ``relevance``
+    (similarity to the question alone) gates, so that the photo's labels cannot make a sentence
+    about the horse "answer" a question that is not about it.
+    """
+
+    sentence: str
+    source: int
+    score: float
+    relevance: float = 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sentence": self.sentence, "source": self.source, "score": round(self.score, 4),
+                "relevance": round(self.relevance, 4)}
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text`` (headings and fragments under four words dropped)."""
+    out = []
+    text = defang(text or "").replace(_REMOVED, "\n")  # a forged fence marker ends a sentence
+    for piece in _SPLIT.split(text):
+        piece = " ".join(piece.split()).lstrip("#*-> ").strip()
+        if len(piece.split()) >= 4:
+            out.append(piece)
+    return out
+
+
+def photo_context(regions: Sequence[dict[str, Any]]) -> str:
+    """What the photo shows, as words to add to a query: the regions' distinct labels."""
+    labels = [r["label"] for r in regions if r.get("label") and r["label"] != "image"]
+    return ", ".join(dict.fromkeys(labels))
+
+
+def _query(question: str, context: str) -> str:
+    return f"{question} (the photo shows: {context})" if context else question
+
+
+def score_sentences(question: str, candidates: Sequence[tuple[str, int, str]], *, context: str = "",
+                    encode: Callable[[list[str]], np.ndarray]) -> list[Evidence]:
+    """``(sentence, source, title)`` candidates scored against the question + photo context, best first.
+
+    A sentence is embedded with its page title in front ("Horses: quick facts: An adult ... "), so a
+    sentence that says "it" still knows what it is about.
+    """
+    if not candidates:
+        return []
+    vectors = encode([question, _query(question, context)] + [f"{title}: {s}" for s, _, title in candidates])
+    relevance, scores = vectors[2:] @ vectors[0], vectors[2:] @ vectors[1]
+    found = [Evidence(sentence, source, float(score), float(rel))
+             for (sentence, source, _), score, rel in zip(candidates, scores, relevance)]
+    return sorted(found, key=lambda e: (-e.score, e.source))
+
+
+def choose(scored: Sequence[Evidence], *, max_sentences: int = 2, min_score: float = MIN_SCORE,
+           margin: float = MARGIN) -> list[Evidence]:
+    """The best relevant sentence, plus runners-up within ``margin`` of it; no repeats.
+
+    ``scored`` is best first; a sentence is relevant when its ``relevance`` reaches ``min_score``.
+    """
+    chosen: list[Evidence] = []
+    for item in scored:
+        if len(chosen) == max_sentences or (chosen and item.score < chosen[0].score - margin):
+            break
+        if item.relevance >= min_score and item.sentence not in {c.sentence for c in chosen}:
+            chosen.append(item)
+    return chosen
+
+
+def pick_evidence(question: str, pages: Sequence[dict[str, Any]], *, context: str = "",
+                  encode: Callable[[list[str]], np.ndarray], max_sentences: int = 2,
+                  min_score: float = MIN_SCORE) -> list[Evidence]:
+    """The sentences of ``pages`` (dicts with number, title, text) that best answer ``question``."""
+    candidates = [(s, int(p["number"]), str(p.get("title") or "")) for p in pages for s in split_sentences(p["text"])]
+    scored = score_sentences(question, candidates, context=context, encode=encode)
+    return choose(scored, max_sentences=max_sentences, min_score=min_score)
+
+
+def cite(evidence: Sequence[Evidence]) -> str:
+    """Quoted sentences, each followed by its source number."""
+    return " ".join(f"{e.sentence} [{e.source}]" for e in evidence)
+
+
+def compose_answer(question: str, regions: Sequence[dict[str, Any]], evidence: Sequence[Evidence]) -> str:
+    """One answer: what the photo shows, then the chosen sentences with their citations."""
+    context = photo_context(regions)
+    seen = f"The photo shows: {context}." if context else "No object was detected in the photo."
+    if not evidence:
+        return f"{seen} The search found nothing that answers the question."
+    return f"{seen} {cite(evidence)}"
