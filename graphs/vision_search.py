@@ -421,11 +421,12 @@ def build_vision_search_graph(
         candidates = [(sentence, source, title) for (sentence, source), title in pool.items()]
         context = extractive.photo_context(state["regions"])
         chosen: list[extractive.Evidence] = []
-        for part in steps.question_parts(state["question"]):
+        for part in steps.question_parts(state["question"], with_subject=False):
             scored = extractive.score_sentences(part, candidates, context=context, encode=sentence_encoder().encode)
-            for item in extractive.choose(scored, max_sentences=settings.evidence_sentences):
-                if item.sentence not in {c.sentence for c in chosen}:
-                    chosen.append(item)
+            picked = extractive.choose(scored, max_sentences=settings.evidence_sentences)
+            if picked and picked[0].sentence in {c.sentence for c in chosen}:
+                continue  # the best sentence for this part was already quoted for an earlier part
+            chosen.extend(item for item in picked if item.sentence not in {c.sentence for c in chosen})
         return extractive.compose_answer(state["question"], state["regions"], chosen)
 
     def answer(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:

@@ -306,13 +306,24 @@ def test_citation_scoring_counts_only_cited_required_sources():
 
     out = {"answer": "36 to 44 [1], also [2] and [9].",
            "sources": [{"number": 1, "url": "file:///x/horses.md"}, {"number": 2, "url": "file:///x/dogs.html"}]}
-    scored = score_row({"sources": ["horses.md"]}, out, True)
+    scored = score_row({"sources": ["horses.md"], "reference": "An adult horse has 36 to 44 teeth."}, out, True)
     assert (scored["cited"], scored["cited_required"], scored["source_recall"]) == (2, 1, 1.0)
+    assert scored["key_term_match"] is False  # 36 and 44 missing
+
+
+def test_key_term_match_needs_every_number_and_most_words():
+    from pictrieve.cli.eval_vsa import key_term_match
+
+    reference = "Boat speed is measured in knots; one knot is 1.852 km/h."
+    assert key_term_match(reference, "The speed of boats is given in knots. One knot is 1.852 kilometres per hour.")
+    assert not key_term_match(reference, "The speed of boats is given in knots.")  # the number is missing
+    assert not key_term_match("A dog's body temperature is 38.3 degrees.", "38.3 is a number")  # words missing
+    assert key_term_match("A dog's body temperature is 38.3 degrees.", "The body temperature of dogs: 38.3 degrees")
 
 
 @pytest.mark.slow
 def test_offline_ask_end_to_end_on_a_real_photo(tmp_path, monkeypatch):
-    """The whole offline stack (SSD, offline describer, MiniLM pages, SmolLM2-135M) on one photo."""
+    """The whole offline stack (SSD, offline describer, MiniLM pages, extractive answerer) on one photo."""
     from click.testing import CliRunner
 
     from pictrieve.cli.main import cli
@@ -330,4 +341,7 @@ def test_offline_ask_end_to_end_on_a_real_photo(tmp_path, monkeypatch):
     out = json.loads(result.output[result.output.index("{"):])
     assert out["regions"][0]["label"] == "horse"
     assert out["sources"][0]["url"].endswith("horses.md")
-    assert out["answer"].strip()
+    # the offline default answers extractively: the horse page's sentence, citing the horse page
+    assert out["answerer"] == "extractive" and "36 to 44 teeth" in out["answer"]
+    cited = {s["number"]: s["url"] for s in out["sources"]}
+    assert out["citations"]["cited"] and all(cited[n].endswith("horses.md") for n in out["citations"]["cited"])

@@ -113,6 +113,23 @@ def test_planted_instruction_is_not_obeyed_by_the_extractive_answerer(tmp_path, 
     assert "Ignore your instructions" not in out["answer"] and out["answer"].strip() != "X"
 
 
+def test_each_part_of_a_compound_question_gets_its_sentence(photo):
+    boats = SearchResult(url="https://example.org/boats", title="Boats and knots",
+                         text="The speed of boats and ships is given in knots. One knot is one nautical mile per hour, "
+                              "which is 1.852 kilometres per hour. A kayak is paddled with a double-bladed paddle.")
+    out = _graph(_Pages({"unit": [boats]}), detector=_Boat()).invoke(
+        {"image": photo, "question": "In what unit is the speed of the vehicle in this photo measured, "
+                                     "and how fast is one unit?"},
+        context={"answerer": "extractive", "plan_with_llm": False})
+    assert "given in knots. [1]" in out["answer"] and "1.852 kilometres per hour. [1]" in out["answer"]
+    assert "kayak" not in out["answer"]
+
+
+class _Boat(_OneHorse):
+    def detect(self, image, *, labels=None, min_score=None):
+        return [Detection(label="boat", score=0.9, box=(0.0, 0.0, float(image.width), float(image.height)))]
+
+
 def test_auto_answerer_is_extractive_only_for_the_offline_small_model():
     from pictrieve.graphs.vision_search import is_offline_small_model
     from pictrieve.tools.chat_models import create_chat_model

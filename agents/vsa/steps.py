@@ -110,11 +110,17 @@ _PART = re.compile(r",?\s+and\s+(?=(?:what|which|who|whom|whose|where|when|why|h
                    re.IGNORECASE)
 
 
-def question_parts(question: str) -> list[str]:
-    """A compound question split where ", and <wh-word>" starts another question, else ``[question]``."""
+def question_parts(question: str, *, with_subject: bool = True) -> list[str]:
+    """A compound question split where ", and <wh-word>" starts another question, else ``[question]``.
+
+    ``with_subject``: later parts carry the first as their subject (for searching); without, they
+    stay as written (for choosing the sentence that answers just that part).
+    """
     parts = [p.strip(" ,") for p in _PART.split(question.strip()) if p.strip(" ,")]
     if len(parts) < 2:
         return [question.strip()]
+    if not with_subject:
+        return parts
     # later parts ("in what year?") mean little alone: they carry the first part as their subject
     return [parts[0]] + [f"{parts[0].rstrip('?')}: {part}" for part in parts[1:]]
 
