@@ -30,7 +30,7 @@ SHAPES = {
                ("ask", "__end__")},
     "qc2": {("__start__", "complete"), ("complete", "retrieve"), ("retrieve", "__end__")},
     "vsa": {("__start__", "retrieve"), ("retrieve", "regions"), ("regions", "describe"), ("describe", "plan"),
-            ("plan", "search"), ("plan", "summarize"), ("search", "summarize"), ("summarize", "answer"),
+            ("plan", "search"), ("plan", "summarize"), ("search", "plan"), ("summarize", "answer"),
             ("answer", "__end__")},
     "visret": {("__start__", "rewrite"), ("rewrite", "visualize"), ("visualize", "retrieve"), ("retrieve", "__end__"),
                ("retrieve", "read"), ("read", "__end__")},
