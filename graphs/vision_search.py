@@ -288,16 +288,15 @@ def build_vision_search_graph(
                 made, how = steps.fallback_plan(state["question"], state["regions"], settings.max_sub_questions), "rules"
             new = made.sub_questions
         elif turn > settings.max_plan_turns or state.get("plan_mode") in ("rules", "fallback"):
-            # out of turns, or a rule plan (it has nothing to add), or the planner said it is done
-            return {"plan_turns": turn - 1}
+            return {}  # out of turns, or a rule plan (it has nothing to add): no update, on to summarize
         else:
             known = [{"question": f["question"], "answer": _CITE.sub("", f["answer"])}
                      for f in sorted(state.get("searched") or [], key=lambda f: f["order"])]
             made, how = steps.replan(chat, state["question"], state["regions"], known,
                                      asked=[s["question"] for s in asked], limit=settings.max_sub_questions)
             new = made.sub_questions
-            if made.done and not new:
-                return {"plan_turns": turn - 1, "timings": timed("plan", start)}
+            if made.done and not new:  # the planner is done (the unchanged list keeps progress lines sensible)
+                return {"sub_questions": asked, "timings": timed("plan", start)}
             how = state.get("plan_mode") or how
         added = [{**s.model_dump(), "turn": turn, "order": len(asked) + i} for i, s in enumerate(new)]
         return {"sub_questions": asked + added, "plan_mode": how, "plan_turns": turn, "timings": timed("plan", start)}
