@@ -109,7 +109,10 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
         click.echo(json.dumps(out, indent=2, default=str))
         return
     click.echo(state.get("answer", ""))
-    if state.get("sources"):
-        click.echo("\nSources:")
-        for source in state["sources"]:
-            click.echo(f"  [{source['number']}] {source['title']} - {source['url']}")
+    cited = set((state.get("citations") or {}).get("cited") or [])
+    for heading, group in (("Sources:", [s for s in state.get("sources") or [] if s["number"] in cited]),
+                           ("Also read (not cited):", [s for s in state.get("sources") or [] if s["number"] not in cited])):
+        if group:
+            click.echo(f"\n{heading}")
+            for source in group:
+                click.echo(f"  [{source['number']}] {source['title']} - {source['url']}")
