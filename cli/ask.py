@@ -89,9 +89,8 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
                                       detector=detector, search=search)
     inputs: dict[str, Any] = {"question": question, **({"image": image} if image else {})}
     # A 135M local model cannot write JSON plans or useful rewrites; spare it those steps.
-    context: dict[str, Any] = {"correlate": False, "plan_with_llm": False, "summarize_regions": False} \
-        if llm == "offline" else {}
-    context["answerer"] = answerer
+    # with the offline 135M model the graph skips its optional LLM steps (plan, rewrites) by itself
+    context: dict[str, Any] = {"answerer": answerer}
     if max_plan_turns is not None:
         context["max_plan_turns"] = max_plan_turns
     start = time.perf_counter()

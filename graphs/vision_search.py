@@ -78,13 +78,16 @@ class VisionSearchSettings(RunSettings):
     """Characters kept per page (the authors: 8,192)."""
     answer_context_chars: int = 3500
     """Characters of findings given to the answer step (the authors: 3,500)."""
-    correlate: bool = True
-    """Rewrite each region's description with the others as context (2+ regions)."""
-    summarize_regions: bool = True
-    """One summary of the findings per region before answering."""
-    plan_with_llm: bool = True
-    """Ask the LLM for the plan; False uses the rule plan (the question, and the question per region
-    label): a 135M model rarely writes a usable JSON plan and spends a minute trying."""
+    correlate: bool | None = None
+    """Rewrite each region's description with the others as context (2+ regions). None (default):
+    yes, except with the offline 135M model, whose rewrites are worse than what they replace."""
+    summarize_regions: bool | None = None
+    """One summary of the findings per region before answering (llm answerer). None: yes, except
+    with the offline 135M model."""
+    plan_with_llm: bool | None = None
+    """Ask the LLM for the plan; False uses the rule plan (the question's parts with the photo's
+    labels, and the question per region label). None: the LLM, except the offline 135M model,
+    which rarely writes a usable JSON plan and spends a minute trying."""
     candidate_k: int = 3
     """Visual RAG: gallery photos retrieved for a question without an image."""
     max_plan_turns: int = 3
@@ -262,12 +265,16 @@ def build_vision_search_graph(
         texts = [captioner.caption([crop], prompt=p)[0] for crop, p in zip(crops, prompts)]
         described = [{**r, "description": t} for r, t in zip(state["regions"], texts)]
         timings = timed("describe", start)
-        if settings.correlate and len(described) > 1:
+        if llm_step(settings.correlate) and len(described) > 1:
             start = time.perf_counter()
             rewritten = steps.correlate(chat, state["question"], described)
             described = [{**r, "description": t} for r, t in zip(described, rewritten)]
             timings = _merge(timings, timed("correlate", start))
         return {"regions": described, "timings": timings}
+
+    def llm_step(flag: bool | None) -> bool:
+        """An optional LLM step runs when asked to, or by default with any model but the offline 135M one."""
+        return (not is_offline_small_model(chat)) if flag is None else flag
 
     def use_extractive(settings: VisionSearchSettings) -> bool:
         if settings.answerer != "auto":
@@ -282,7 +289,7 @@ def build_vision_search_graph(
         if get_search() is None:
             return {"sub_questions": [], "plan_mode": "no search", "plan_turns": turn, "timings": timed("plan", start)}
         if turn == 1:
-            if settings.plan_with_llm:
+            if llm_step(settings.plan_with_llm):
                 made, how = steps.plan(chat, state["question"], state["regions"], limit=settings.max_sub_questions)
             else:
                 made, how = steps.fallback_plan(state["question"], state["regions"], settings.max_sub_questions), "rules"
@@ -401,7 +408,7 @@ def build_vision_search_graph(
                              "evidence": [{**e, "source": mapping[e["source"]]} for e in finding.get("evidence") or []],
                              "source_numbers": sorted(set(mapping.values()))})
         summaries: list[str] = []
-        if settings.summarize_regions and not use_extractive(settings) and len(state["regions"]) > 1 and findings:
+        if llm_step(settings.summarize_regions) and not use_extractive(settings) and len(state["regions"]) > 1 and findings:
             for i, region in enumerate(state["regions"], 1):
                 mine = [f for f in findings if f["region"] == i]
                 if mine:

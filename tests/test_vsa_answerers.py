@@ -248,3 +248,24 @@ def test_searcher_may_search_again_once(photo):
     assert [s["url"] for s in finding["sources"]] == [HORSES.url, DOGS.url] and finding["answer"] == "42 teeth [2]."
     searcher_prompts = [c for c in calls if "Sub-question" in c]
     assert len(searcher_prompts) == 2 and "SEARCH AGAIN" not in searcher_prompts[1].split("<<<RESULT")[0]
+
+
+def test_with_the_offline_small_model_the_default_path_never_calls_it(photo, monkeypatch):
+    """auto answerer + the optional LLM steps' None defaults: plan by rules, no rewrites, no summaries,
+    extractive answer; the 135M model is not called at all (it would spend a minute and answer worse)."""
+    from pictrieve.tools.chat_models import LocalChatModel, create_chat_model
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the offline 135M model was called")
+
+    monkeypatch.setattr(LocalChatModel, "_generate", refuse)
+
+    class _HorseAndPerson(_OneHorse):
+        def detect(self, image, *, labels=None, min_score=None):
+            return [Detection(label="horse", score=0.9, box=(0.0, 0.0, 30.0, 40.0)),
+                    Detection(label="person", score=0.8, box=(20.0, 0.0, 60.0, 40.0))]
+
+    out = _graph(_Pages({"teeth": [HORSES, DOGS]}), llm=create_chat_model("offline"), detector=_HorseAndPerson()).invoke(
+        {"image": photo, "question": "How many teeth does an adult animal like this one have?"})
+    assert out["plan_mode"] == "rules" and out["answerer"] == "extractive" and len(out["regions"]) == 2
+    assert HORSE_FACT in out["answer"] and out["citations"]["cited"]
