@@ -269,3 +269,49 @@ def test_with_the_offline_small_model_the_default_path_never_calls_it(photo, mon
         {"image": photo, "question": "How many teeth does an adult animal like this one have?"})
     assert out["plan_mode"] == "rules" and out["answerer"] == "extractive" and len(out["regions"]) == 2
     assert HORSE_FACT in out["answer"] and out["citations"]["cited"]
+
+
+# -- the web path: results without text are fetched through the URL guard ----------------------------
+def test_web_results_are_fetched_through_the_guard_and_cited_by_url(photo):
+    """A web-like backend returns only URLs of a local HTTP server; the searcher fetches them through
+    fetch_page (loopback allowed for this test only), refuses the private redirect, and the extractive
+    answer quotes and cites the page that was really read."""
+    import http.server
+    import threading
+
+    horse_page = (b"<html><head><title>Horse facts</title></head><body><article><p>Horses are large grazing "
+                  b"animals. " + HORSE_FACT.encode() + b" They sleep standing up.</p></article></body></html>")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # noqa: N802
+            if self.path == "/private":
+                self.send_response(302)
+                self.send_header("Location", "http://10.0.0.1/secret")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(horse_page)))
+            self.end_headers()
+            self.wfile.write(horse_page)
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        web = _Pages({"teeth": [SearchResult(url=f"{base}/private", title="Secret", snippet="a snippet about teeth"),
+                                SearchResult(url=f"{base}/horses", title="")]})
+        out = _graph(web, fetch_allow_hosts=("127.0.0.1",)).invoke(
+            {"image": photo, "question": "How many teeth does an adult horse have?"},
+            context={"answerer": "extractive", "plan_with_llm": False, "max_sub_questions": 1})
+    finally:
+        httpd.shutdown()
+    urls = {s["number"]: s["url"] for s in out["sources"]}
+    assert f"{HORSE_FACT} [" in out["answer"]
+    (number,) = out["citations"]["cited"]
+    assert urls[number] == f"{base}/horses" and out["sources"][number - 1]["title"] == "Horse facts"
+    # the refused page contributed only its search snippet, never the private address's content
+    assert "secret" not in out["answer"].lower()
