@@ -198,3 +198,68 @@ def test_needle_pauses_for_result_feedback_and_learns_over_the_server(server):
     assert hits[2]["id"] not in {h["id"] for h in result["hits"]}
     assert [g["status"] for g in result["guides"]] == ["used", "used"]
     assert "served" in load_trust(server["gallery"]).weights
+
+
+def _save_tiny_owlvit(folder: Path) -> Path:
+    """A tiny random OWL-ViT saved as a folder, loadable as the ``zeroshot:<folder>`` detector."""
+    import torch
+    from transformers import (CLIPTokenizer, OwlViTConfig, OwlViTForObjectDetection, OwlViTImageProcessor,
+                              OwlViTProcessor)
+
+    from test_vsa import _tiny_clip_tokenizer_dir
+
+    layers = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    config = OwlViTConfig(text_config={**layers, "vocab_size": 49408, "max_position_embeddings": 16},
+                          vision_config={**layers, "image_size": 32, "patch_size": 8}, projection_dim=16)
+    torch.manual_seed(0)
+    OwlViTForObjectDetection(config).save_pretrained(folder)
+    OwlViTProcessor(image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32},
+                                                         crop_size={"height": 32, "width": 32}),
+                    tokenizer=CLIPTokenizer.from_pretrained(_tiny_clip_tokenizer_dir())).save_pretrained(folder)
+    return folder
+
+
+def _vsa_replies(messages):
+    """The fake OpenAI endpoint as VLM, planner, searcher and answerer of the vsa graph (control flow only)."""
+    text = " ".join(str(m.get("content", "")) for m in messages)
+    if "image_url" in text:
+        return "a brown horse standing in a field"
+    if "Findings so far" in text:
+        return '{"done": true}'
+    if "JSON only" in text:
+        return '{"sub_questions": [{"question": "adult horse number of teeth", "region": 1}]}'
+    if "Sub-question" in text:
+        return "An adult horse has 36 to 44 teeth [1]."
+    if "Rewrite the description" in text:
+        return "a brown horse in a field"
+    return "An adult horse has 36 to 44 teeth [1] [5]."  # [5] was never read: the graph must remove it
+
+
+def test_vsa_answers_over_the_server_with_checked_numbered_sources(server, tmp_path):
+    """The Vision Search Assistant through the real server: a zero-shot detector from a folder (a tiny
+    random OWL-ViT), VLM and LLM at a fake OpenAI endpoint, the offline local-page search. The plan, the
+    searcher's pages and an answer whose citation of an unread source was removed come back over the SDK."""
+    from langgraph_sdk import get_sync_client
+
+    from openai_fake import OpenAIFake
+
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    shutil.copy(REPO_ROOT / "examples" / "vsa-offline" / "pages" / "horses.md", pages / "horses.md")
+    shutil.copy(REPO_ROOT / "examples" / "vsa-offline" / "pages" / "dogs.html", pages / "dogs.html")
+    owl = _save_tiny_owlvit(tmp_path / "owl")
+    client = get_sync_client(url=server["url"])
+    with OpenAIFake(_vsa_replies) as fake:
+        assistant = client.assistants.create("vsa", config={"configurable": {
+            "llm": "openai:fake-model", "base_url": fake.base_url, "vlm": "openai:fake-vlm",
+            "vlm_base_url": fake.base_url, "detector": f"zeroshot:{owl}", "search": f"local:{pages}"}})
+        result = client.runs.wait(None, assistant["assistant_id"],
+                                  input={"image": str(server["photos"] / "img1.png"),
+                                         "question": "How many teeth does this animal have?"},
+                                  context={"max_regions": 1, "pages_per_search": 1})
+    assert result["plan_mode"] in ("structured", "json") and result["answerer"] == "llm"
+    assert [f["question"] for f in result["findings"]] == ["adult horse number of teeth"]
+    assert result["sources"][0]["url"].endswith("/horses.md")
+    assert result["answer"] == "An adult horse has 36 to 44 teeth [1]."
+    assert result["citations"] == {"cited": [1], "dropped": [5], "uncited": False}
+    assert any("image_url" in json.dumps(r["body"]) for r in fake.requests)  # the VLM saw the crop

@@ -7,8 +7,6 @@ backend (control flow only, never answer quality).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
@@ -315,3 +313,15 @@ def test_web_results_are_fetched_through_the_guard_and_cited_by_url(photo):
     assert urls[number] == f"{base}/horses" and out["sources"][number - 1]["title"] == "Horse facts"
     # the refused page contributed only its search snippet, never the private address's content
     assert "secret" not in out["answer"].lower()
+
+
+def test_regions_are_clipped_to_the_photo_and_slivers_dropped():
+    from pictrieve.tools.detectors import regions_or_whole
+
+    image = Image.new("RGB", (80, 60))
+    found = [Detection("dog", 0.99, (-38.0, -2.8, 41.9, 2.9)),  # 2.9 px high once clipped: a sliver
+             Detection("dog", 0.98, (39.4, 50.0, 119.4, 58.3)), Detection("cat", 0.5, (10.0, 10.0, 10.4, 30.0))]
+    (region,) = regions_or_whole(image, found)
+    assert region.label == "dog" and region.box == (39.4, 50.0, 80.0, 58.3)
+    (whole,) = regions_or_whole(image, found[:1])
+    assert whole.label == "image" and whole.box == (0.0, 0.0, 80.0, 60.0)

@@ -91,11 +91,27 @@ class ZeroShotDetector:
         return sorted(detections, key=lambda d: -d.score)
 
 
+MIN_REGION_SIDE = 4
+"""Boxes narrower or lower than this many pixels (after clipping to the image) are not regions."""
+
+
+def clip_box(box: Sequence[float], width: int, height: int) -> tuple[float, float, float, float]:
+    """``box`` clipped to the image (detectors may return boxes reaching past its edges)."""
+    x0, y0, x1, y1 = (float(v) for v in box)
+    return (min(max(x0, 0.0), width), min(max(y0, 0.0), height), min(max(x1, 0.0), width), min(max(y1, 0.0), height))
+
+
 def regions_or_whole(image: Image.Image, detections: Sequence[Detection], *, max_regions: int = 4) -> list[Detection]:
-    """The best ``max_regions`` detections, or the whole image as one region when there are none."""
-    if not detections:
+    """The best ``max_regions`` detections, clipped to the image (slivers dropped), or the whole image
+    as one region when none is left."""
+    kept = []
+    for found in detections:
+        x0, y0, x1, y1 = clip_box(found.box, image.width, image.height)
+        if x1 - x0 >= MIN_REGION_SIDE and y1 - y0 >= MIN_REGION_SIDE:
+            kept.append(Detection(found.label, found.score, (x0, y0, x1, y1)))
+    if not kept:
         return [Detection("image", 1.0, (0.0, 0.0, float(image.width), float(image.height)))]
-    return list(detections)[:max_regions]
+    return kept[:max_regions]
 
 
 # One registry for every detector (tools/object_detector.py's, which has ``offline``): these register
