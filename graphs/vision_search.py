@@ -163,6 +163,9 @@ class SearchTask(TypedDict):
     """The photo's region labels (the extractive searcher scores sentences against them too)."""
 
 
+EVIDENCE_PER_SEARCH = 6
+"""Extractive answerer: relevant sentences each searcher passes on to the answer step."""
+
 _CITE = re.compile(r"\s?\[\d+\]")
 
 
@@ -376,8 +379,9 @@ def build_vision_search_graph(
                     context=task.get("photo", ""), encode=sentence_encoder().encode)
                 chosen = extractive.choose(scored, max_sentences=settings.evidence_sentences)
                 titles = {p["number"]: p["title"] for p in pages}
+                # candidates for the final answer, which re-ranks them against each part of the question
                 evidence = [{**e.to_dict(), "title": titles[e.source]}
-                            for e in scored[:4] if e.relevance >= extractive.MIN_SCORE]
+                            for e in scored if e.relevance >= extractive.MIN_SCORE][:EVIDENCE_PER_SEARCH]
                 answer_text = extractive.cite(chosen) or "The search found nothing."
                 # no sentence is close enough: search once more with the question's words and the labels
                 query = (f"{task.get('photo', '')} {' '.join(question_terms(sub['question']))}".strip()
@@ -386,6 +390,7 @@ def build_vision_search_graph(
                 answer_text, query = steps.answer_sub_question(
                     chat, sub["question"], pages, page_chars=settings.page_chars, known=task.get("known", ""),
                     may_search_again=may_search_again)
+        answer_text = answer_text.strip() or "The search found nothing."  # e.g. only a repeated follow-up query
         finding = {"order": task["order"], "question": sub["question"], "region": sub.get("region", 1),
                    "turn": sub.get("turn", 1), "queries": queries, "answer": answer_text, "evidence": evidence,
                    "sources": [{"url": p["url"], "title": p["title"]} for p in pages], "error": "; ".join(errors)}
