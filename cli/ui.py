@@ -24,6 +24,9 @@ def free_port(host: str) -> int:
 @click.option("--visualizer", default=None, envvar="PICTRIEVE_VISUALIZER", metavar="NAME",
               help="Guide images for the Visualize tab (VisRet), e.g. exemplar:DIR (a captioned folder; "
                    "finds matching photos, does not generate). Default: $PICTRIEVE_VISUALIZER.")
+@click.option("--image-embedder", default=None, metavar="NAME",
+              help="Visualize tab: the gallery embedder VisRet searches image-to-image with (e.g. efficientnet-lite0, "
+                   "if the gallery was indexed with it). Default: the gallery's own.")
 @click.option("--search", default=None, metavar="NAME",
               help="Where the Ask tab searches: ddgs (DuckDuckGo, needs internet) or local:DIR (a folder of "
                    "pages). Default: no search; answers come from the photo alone.")
@@ -36,7 +39,7 @@ def free_port(host: str) -> int:
 @click.option("--state-dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Where chat sessions are kept (default: the user cache folder).")
 def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, captioner: str, visualizer: str | None,
-       search: str | None, detector: str, vlm: str, vlm_base_url: str | None, host: str, port: int,
+       image_embedder: str | None, search: str | None, detector: str, vlm: str, vlm_base_url: str | None, host: str, port: int,
        state_dir: str | None) -> None:
     """Serve a web page to search, chat (PlugIR), steer (QC2), visualize (VisRet) and ask (VSA) over a gallery.
 
@@ -50,6 +53,9 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
     from pictrieve.vectorstore.gallery import Gallery
 
     opened = Gallery.open(gallery, embedder)
+    if image_embedder and image_embedder not in opened.embedder_names:
+        raise click.UsageError(f"--image-embedder {image_embedder}: the gallery holds {', '.join(opened.embedder_names)}; "
+                               f"index with it first: pictrieve index PHOTOS --gallery {gallery} -e {image_embedder}")
     chat_model = create_chat_model(llm, base_url=base_url)
     state = state_dir or default_checkpoint_path().parent / "ui"
     from pictrieve.tools.vlm import create_region_captioner
@@ -59,7 +65,8 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
     app = create_app(opened, llm=chat_model, state_dir=state, plugir_extras={"captioner": captioner},
                      ask_extras={"search": search, "detector": detector,
                                  "vlm": create_region_captioner(vlm, base_url=vlm_base_url)},
-                     ask_context=ask_context, visualizer=visualizer)
+                     ask_context=ask_context, visualizer=visualizer,
+                     visualize_context={"image_embedder": image_embedder} if image_embedder else None)
     port = port or free_port(host)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"pictrieve ui: {opened.count()} images in {opened.location}")

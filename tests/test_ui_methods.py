@@ -169,6 +169,17 @@ def test_ask_without_a_photo_uses_the_gallerys_best_match(gallery, tmp_path):
     assert view["result"]["sources"] == [] and view["steps"][1].startswith("found the photo in the gallery")
 
 
+def test_ask_about_a_gallery_photo_by_id_only(gallery, tmp_path):
+    client = TestClient(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
+    (horse,) = [i.id for i in gallery.items() if i.path.endswith(HORSE)]
+    view = finished(client, client.post("/api/ask", data={"question": "what is it?", "photo": horse}).json())
+    assert not view["error"] and view["result"]["photo"]["width"] == 288  # the horse photo itself
+    assert not any("found the photo in the gallery" in s for s in view["steps"])
+    for bad in ["/etc/passwd", "../" + HORSE]:
+        response = client.post("/api/ask", data={"question": "what is it?", "photo": bad})
+        assert response.status_code == 400 and response.json() == {"error": "no such image in this gallery"}
+
+
 def test_ask_refuses_bad_input_with_one_line(gallery, tmp_path):
     client = TestClient(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
     assert client.post("/api/ask", data={"question": " "}).json() == {"error": "type a question about the photo"}
@@ -214,6 +225,8 @@ def test_visualize_without_a_visualizer_says_how_to_add_one(gallery, tmp_path):
     client = TestClient(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
     response = client.post("/api/visualize", json={"query": "a dog"})
     assert response.status_code == 400 and "--visualizer exemplar:DIR" in response.json()["error"]
+    too_many = client.post("/api/visualize", json={"query": "a dog", "m": 9}).json()["error"]
+    assert too_many == "guide images must be between 1 and 8"
 
 
 def test_status_names_the_default_embedder_and_how_to_index(gallery, tmp_path):
@@ -305,3 +318,19 @@ def test_page_visualize_shows_labelled_exemplars_then_results(page, served):  # 
     page.wait_for_function("() => [...document.querySelectorAll('#tab-visualize img')].every(i => i.complete)")
     widths = page.eval_on_selector_all("#tab-visualize img", "imgs => imgs.map(i => i.naturalWidth)")
     assert len(widths) > 3 and all(w > 0 for w in widths)
+
+
+@pytest.mark.browser
+def test_page_asks_about_a_gallery_photo_from_the_viewer(page, served):  # noqa: F811
+    page.goto(served)
+    page.wait_for_function("() => document.getElementById('status').textContent.includes('images')")
+    page.fill("#query", "a horse")
+    page.click("#search-form button")
+    page.locator("#search-grid .card").first.click()
+    page.click("#viewer-ask")
+    page.wait_for_selector("#tab-ask:not([hidden])")
+    assert page.locator("#ask-chosen").is_visible() and "gallery photo" in page.text_content("#ask-chosen-text")
+    page.fill("#ask-question", "What is this?")
+    page.click("#ask-form button[type=submit]")
+    page.wait_for_function("() => document.getElementById('ask-answer').textContent.length > 0", timeout=180_000)
+    assert page.evaluate("document.getElementById('ask-img').naturalWidth") > 0

@@ -55,6 +55,7 @@ def create_app(
     ask_extras: dict[str, Any] | None = None,
     ask_context: dict[str, Any] | None = None,
     visualizer: Any = None,
+    visualize_context: dict[str, Any] | None = None,
 ) -> FastAPI:
     """The app serving ``gallery``; ``llm`` is the chat model (name or object) for PlugIR and Ask.
 
@@ -63,6 +64,7 @@ def create_app(
     Assistant's (``search``, ``detector``, ``vlm``; an ``llm`` there replaces the shared one) and
     ``ask_context`` are its run settings. ``visualizer`` (an object or a name such as
     ``exemplar:DIR``) makes VisRet's guide images; without one the Visualize tab says how to add one.
+    ``visualize_context`` are VisRet's run settings (e.g. ``image_embedder``).
     """
     app = FastAPI(title="pictrieve", docs_url=None, redoc_url=None, openapi_url=None)
     state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="pictrieve-ui-"))
@@ -121,6 +123,14 @@ def create_app(
                     visualizers["made"] = visualizer
             return visualizers["made"]
 
+    def gallery_item(image_id: Any) -> Any:
+        """The gallery's record of ``image_id`` (ids only: a path in the request is just an unknown id)."""
+        try:
+            (item,) = gallery.get([str(image_id)])
+        except Exception as exc:  # unknown id, or a malformed one Chroma refuses
+            raise UIError("no such image in this gallery") from exc
+        return item
+
     @app.get("/api/status")
     def status() -> dict[str, Any]:
         names = list(getattr(gallery, "embedder_names", None) or [gallery.embedder_name])
@@ -151,7 +161,7 @@ def create_app(
         k = _k(form.get("k"), 24)
         search_graph = graph("search")
         if form.get("like"):
-            (item,) = gallery.get([str(form["like"])])
+            item = gallery_item(form["like"])
             result = search_graph.invoke({"image": item.path}, context={"k": k})
         elif isinstance(form.get("image"), UploadFile) or hasattr(form.get("image"), "read"):
             with _guarded_upload(form["image"], max_upload_bytes) as path:
@@ -228,8 +238,7 @@ def create_app(
             if hasattr(form.get("image"), "read"):
                 image: str | None = str(_save_upload(form["image"], max_upload_bytes, Path(folder.name)))
             elif form.get("photo"):
-                (item,) = gallery.get([str(form["photo"])])
-                image = item.path
+                image = gallery_item(form["photo"]).path
             else:
                 image = None  # the graph finds the photo in the gallery (visual RAG)
             vsa = graph("vsa")
@@ -251,7 +260,7 @@ def create_app(
             raise UIError(f"{method} has no controls on this page yet; the Visualize tab runs: {', '.join(PAGE_METHODS)}")
         if not query:
             raise UIError("describe what you are looking for")
-        context = {"k": _k(body.get("k"), 24), "m": _k(body.get("m"), 3)}
+        context = {**(visualize_context or {}), "k": _k(body.get("k"), 24), "m": _count(body.get("m"), 3, "guide images", 8)}
         inner = the_visualizer()
 
         def work(job: Any) -> dict[str, Any]:
@@ -321,13 +330,17 @@ def _thread(value: Any) -> str:
 
 
 def _k(value: Any, default: int) -> int:
+    return _count(value, default, "k", MAX_K)
+
+
+def _count(value: Any, default: int, what: str, most: int) -> int:
     try:
-        k = int(value) if value not in (None, "") else default
+        n = int(value) if value not in (None, "") else default
     except (TypeError, ValueError) as exc:
-        raise UIError(f"k must be a whole number, not {value!r}") from exc
-    if not 1 <= k <= MAX_K:
-        raise UIError(f"k must be between 1 and {MAX_K}")
-    return k
+        raise UIError(f"{what} must be a whole number, not {value!r}") from exc
+    if not 1 <= n <= most:
+        raise UIError(f"{what} must be between 1 and {most}")
+    return n
 
 
 async def _form_or_json(request: Request) -> dict[str, Any]:

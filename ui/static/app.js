@@ -191,7 +191,7 @@ $("visualize-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   $("visualize-grid").replaceChildren();
   $("visualize-results-title").hidden = true;
-  const started = await postJSON("/api/visualize", { query: $("visualize-query").value, method: $("visualize-method").value }, "starting…");
+  const started = await postJSON("/api/visualize", { query: $("visualize-query").value, method: $("visualize-method").value, m: $("visualize-m").value }, "starting…");
   await runJob(started, "visualize-steps", "making guide images and searching…", (view) => {
     renderGuides(view);
     if (view.done && view.result) {
