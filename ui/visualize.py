@@ -52,7 +52,8 @@ class RecordingVisualizer:
         for number, image in enumerate(images, 1):
             self.job.keep_image(f"guide{number}", image, label=guide_label(self.inner, number),
                                 generated=bool(self.generates))
-        kind = "guide images generated" if self.generates else "exemplar photos found (not generated)"
+        plural = "" if len(images) == 1 else "s"
+        kind = f"guide image{plural} generated" if self.generates else f"exemplar photo{plural} found (not generated)"
         self.job.step(f"{len(images)} {kind} for {prompt!r}")
         return images
 
