@@ -60,12 +60,10 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
     state = state_dir or default_checkpoint_path().parent / "ui"
     from pictrieve.tools.vlm import create_region_captioner
 
-    # As `pictrieve ask`: a 135M local model cannot write JSON plans or useful rewrites; spare it those steps.
-    ask_context = {"correlate": False, "plan_with_llm": False, "summarize_regions": False} if llm == "offline" else {}
     app = create_app(opened, llm=chat_model, state_dir=state, plugir_extras={"captioner": captioner},
                      ask_extras={"search": search, "detector": detector,
                                  "vlm": create_region_captioner(vlm, base_url=vlm_base_url)},
-                     ask_context=ask_context, visualizer=visualizer,
+                     visualizer=visualizer,
                      visualize_context={"image_embedder": image_embedder} if image_embedder else None)
     port = port or free_port(host)
     shown = f"[{host}]" if ":" in host else host

@@ -1,8 +1,9 @@
 """Make the README's screenshots of the web page: ``python docs/screenshots.py`` (writes docs/ui-*.png).
 
 Everything is offline and real: the demo's bundled sample photos (scikit-image / scikit-learn) indexed
-with the ``offline`` embedder, the offline chat model (SmolLM2-135M, greedy) for Chat and Ask, the SSD
-detector and offline describer for Ask with the ``local:`` pages of examples/vsa-offline, and the
+with the ``offline`` embedder, the offline chat model (SmolLM2-135M, greedy) for Chat, the SSD
+detector, offline describer and extractive answerer for Ask with the ``local:`` pages of
+examples/vsa-offline, and the
 ``exemplar:`` visualizer over the same sample photos with captions written here (so its guide
 pictures are found photos, and the page says so), searching image-to-image with ``efficientnet-lite0``.
 Steer uses a QC2 model trained here on those captions (BRISQUE quality, 20 epochs over 14 captions:
@@ -50,7 +51,10 @@ CAPTIONS = {
 }
 
 
-def build(workdir: Path):
+VIEWS = ("search", "chat", "steer", "visualize", "ask")
+
+
+def build(workdir: Path, views: tuple[str, ...] = VIEWS):
     from pictrieve.cli.demo import copy_sample_photos
     from pictrieve.tools.chat_models import create_chat_model
     from pictrieve.tools.visualizers import create_visualizer
@@ -66,7 +70,8 @@ def build(workdir: Path):
     shutil.copytree(PAGES, pages)
     gallery = Gallery.open(workdir / "gallery", "offline")
     gallery.add([workdir / "photos"], embedders=["offline", IMAGE_EMBEDDER])
-    train_qc2(gallery)
+    if "steer" in views:
+        train_qc2(gallery)
     reference = workdir / "reference"
     reference.mkdir()
     lines = [json.dumps({"image": str(p), "captions": [CAPTIONS[p.name]]}) for p in photos if p.name in CAPTIONS]
@@ -75,7 +80,6 @@ def build(workdir: Path):
     app = create_app(
         gallery, llm=llm, state_dir=workdir / "state", plugir_extras={"captioner": "auto"},
         ask_extras={"search": f"local:{pages}", "detector": "ssd", "vlm": create_region_captioner("offline")},
-        ask_context={"correlate": False, "plan_with_llm": False, "summarize_regions": False},
         visualizer=create_visualizer(f"exemplar:{reference}", cache_dir=workdir / "exemplar"),
         visualize_context={"image_embedder": IMAGE_EMBEDDER},
     )
@@ -122,7 +126,7 @@ def save(page, path: Path) -> None:
     print(f"{path} ({path.stat().st_size // 1024} KiB)")
 
 
-def shoot(url: str, photos: Path, out: Path, chromium: str) -> None:
+def shoot(url: str, photos: Path, out: Path, chromium: str, views: tuple[str, ...] = VIEWS) -> None:
     from playwright.sync_api import sync_playwright
 
     slow = 600_000
@@ -130,41 +134,42 @@ def shoot(url: str, photos: Path, out: Path, chromium: str) -> None:
         browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
         page = browser.new_context(viewport=VIEWPORT).new_page()
 
-        page.goto(url)
-        page.wait_for_function("() => document.getElementById('status').textContent.includes('images')")
-        page.fill("#query", "a cup of coffee")
-        page.click("#search-form button")
-        page.wait_for_selector("#search-grid .card")
-        save(page, out / "ui-search.png")
-
-        page.goto(url + "/#chat")
-        page.evaluate("localStorage.clear()")
-        page.reload()
-        page.fill("#chat-description", "a cat")
-        page.click("#chat-start button")
-        page.wait_for_selector("#chat-grid .card", timeout=slow)
-        save(page, out / "ui-chat.png")
-
-        page.goto(url + "/#steer")
-        page.fill("#steer-query", "a cat")
-        page.click("#steer-form button")
-        page.wait_for_selector("#error:not([hidden]), #steer-grid .card", timeout=slow)
-        save(page, out / "ui-steer.png")
-
-        page.goto(url + "/#visualize")
-        page.fill("#visualize-query", "a cup of coffee")
-        page.fill("#visualize-m", "1")  # one caption of the 14 matches: more guides would add unrelated photos
-        page.click("#visualize-form button[type=submit]")
-        page.wait_for_selector("#visualize-grid .card", timeout=slow)
-        save(page, out / "ui-visualize.png")
-
-        page.goto(url + "/#ask")
-        page.set_input_files("#ask-photo", str(photos / "chelsea.png"))
-        page.fill("#ask-question", "How many hours a day does an animal like this sleep?")
-        page.click("#ask-form button[type=submit]")
-        page.wait_for_function("() => document.getElementById('ask-answer').textContent.length > 0 || "
-                               "!document.getElementById('error').hidden", timeout=slow)
-        save(page, out / "ui-ask.png")
+        if "search" in views:
+            page.goto(url)
+            page.wait_for_function("() => document.getElementById('status').textContent.includes('images')")
+            page.fill("#query", "a cup of coffee")
+            page.click("#search-form button")
+            page.wait_for_selector("#search-grid .card")
+            save(page, out / "ui-search.png")
+        if "chat" in views:
+            page.goto(url + "/#chat")
+            page.evaluate("localStorage.clear()")
+            page.reload()
+            page.fill("#chat-description", "a cat")
+            page.click("#chat-start button")
+            page.wait_for_selector("#chat-grid .card", timeout=slow)
+            save(page, out / "ui-chat.png")
+        if "steer" in views:
+            page.goto(url + "/#steer")
+            page.fill("#steer-query", "a cat")
+            page.click("#steer-form button")
+            page.wait_for_selector("#error:not([hidden]), #steer-grid .card", timeout=slow)
+            save(page, out / "ui-steer.png")
+        if "visualize" in views:
+            page.goto(url + "/#visualize")
+            page.fill("#visualize-query", "a cup of coffee")
+            page.fill("#visualize-m", "1")  # one caption of the 14 matches: more guides would add unrelated photos
+            page.click("#visualize-form button[type=submit]")
+            page.wait_for_selector("#visualize-grid .card", timeout=slow)
+            save(page, out / "ui-visualize.png")
+        if "ask" in views:
+            page.goto(url + "/#ask")
+            page.set_input_files("#ask-photo", str(photos / "chelsea.png"))
+            page.fill("#ask-question", "How many hours a day does an animal like this sleep?")
+            page.click("#ask-form button[type=submit]")
+            page.wait_for_function("() => document.getElementById('ask-answer').textContent.length > 0 || "
+                                   "!document.getElementById('error').hidden", timeout=slow)
+            save(page, out / "ui-ask.png")
         browser.close()
 
 
@@ -172,15 +177,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs", help="Folder for the PNGs (default: docs/).")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    parser.add_argument("--only", action="append", choices=VIEWS, help="Make only this view's picture (repeatable).")
     args = parser.parse_args()
     shutil.rmtree(WORKDIR, ignore_errors=True)
     WORKDIR.mkdir(parents=True)
     os.environ["PICTRIEVE_PAGES_DB"] = str(WORKDIR / "pages-db")  # the local pages' index: not in the cache
     try:
-        app, photos = build(WORKDIR)
+        views = tuple(args.only or VIEWS)
+        app, photos = build(WORKDIR, views)
         server, url = serve(app)
         try:
-            shoot(url, photos, args.out, args.chromium)
+            shoot(url, photos, args.out, args.chromium, views)
         finally:
             server.should_exit = True
     finally:

@@ -151,13 +151,14 @@ def test_ask_about_an_upload_reports_steps_regions_and_numbered_sources(gallery,
     assert not started.get("error"), started
     view = finished(client, started)
     assert not view["error"] and view["result"]["answer"] == SCRIPT_ANSWER
-    assert any(s.startswith("regions: horse (0.90)") for s in view["steps"]) and view["steps"][-1] == "answered"
+    assert any(s.startswith("regions: horse (0.90)") for s in view["steps"]) and view["steps"][-1].startswith("answered")
     (region,) = view["result"]["regions"]
     assert region["box"] == pytest.approx([0.25, 0.2, 0.75, 0.9], abs=0.01)  # fractions of the photo
     sources = view["result"]["sources"]
     assert [s["number"] for s in sources] == [1, 2]
     # Only http/https become links: the javascript: URL stays text.
     assert [s["href"] for s in sources] == [None, "https://example.org/horses"]
+    assert [s["cited"] for s in sources] == [True, False]  # the answer cites [1] only
     photo = client.get(view["result"]["photo"]["url"])
     assert photo.status_code == 200 and photo.content[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -278,7 +279,7 @@ def test_page_asks_about_a_real_photo_with_local_pages(page, served, gallery, tm
     assert page.text_content("#ask-answer") == SCRIPT_ANSWER  # the LLM's markup shown as text
     assert page.evaluate("window.__pwned") is None
     steps = page.eval_on_selector_all("#ask-steps li", "lis => lis.map(l => l.textContent)")
-    assert "regions: horse (0.90)" in steps and steps[-1] == "answered"
+    assert "regions: horse (0.90)" in steps and steps[-1].startswith("answered")
     # The region is drawn on the photo (a box inside the figure), the photo has loaded.
     assert page.evaluate("document.getElementById('ask-img').naturalWidth") > 0
     assert page.locator("#ask-boxes .region").count() == 1 and "horse" in page.text_content("#ask-boxes")

@@ -35,19 +35,22 @@ def step_line(node: str, update: dict[str, Any]) -> str:
     if node == "describe":
         return f"described {len(update.get('regions') or [])} region(s)"
     if node == "plan":
-        subs = update.get("sub_questions") or []
+        turn = update.get("plan_turns")
+        subs = [q for q in update.get("sub_questions") or [] if turn is None or q.get("turn", turn) == turn]
         if not subs:
-            return "no search configured: answering from the photo alone"
-        return f"planned {len(subs)} search(es) ({update.get('plan_mode')}): " + "; ".join(s["question"] for s in subs)
+            return "plan: no (more) searches"
+        return f"plan turn {turn or 1} ({update.get('plan_mode')}): " + "; ".join(q["question"] for q in subs)
     if node == "search":
         finding = (update.get("searched") or [{}])[0]
-        pages = len(finding.get("sources") or [])
+        queries = " then ".join(repr(q) for q in finding.get("queries") or [finding.get("question", "")])
         extra = f" ({finding['error']})" if finding.get("error") else ""
-        return f"searched {finding.get('question', '')!r}: {pages} page(s){extra}"
+        return f"searched {queries}: read {len(finding.get('sources') or [])} page(s){extra}"
     if node == "summarize":
         return f"collected {len(update.get('sources') or [])} source(s)"
     if node == "answer":
-        return "answered"
+        dropped = (update.get("citations") or {}).get("dropped")
+        how = f" ({update['answerer']})" if update.get("answerer") else ""
+        return f"answered{how}" + (f"; removed citations of sources never read: {dropped}" if dropped else "")
     return node
 
 
@@ -72,12 +75,16 @@ def run_ask(job: Job, graph: Any, question: str, image: str | None, context: dic
                 "description": str(r.get("description", "")),
                 "box": [r["box"][0] / width, r["box"][1] / height, r["box"][2] / width, r["box"][3] / height]}
                for i, r in enumerate(state.get("regions") or [], 1)]
+    citations = state.get("citations")
+    cited = set((citations or {}).get("cited") or [])
     sources = [{"number": int(s["number"]), "title": str(s.get("title") or s.get("url") or ""),
-                "url": str(s.get("url") or ""), "href": safe_href(s.get("url") or "")}
+                "url": str(s.get("url") or ""), "href": safe_href(s.get("url") or ""),
+                # Without the graph's citation check (older graphs), every source counts as cited.
+                "cited": citations is None or int(s["number"]) in cited}
                for s in state.get("sources") or []]
     findings = [{"question": str(f.get("question", "")), "answer": str(f.get("answer", ""))}
                 for f in state.get("findings") or []]
-    return {"answer": str(state.get("answer", "")), "sources": sources, "regions": regions, "findings": findings,
+    return {"answer": str(state.get("answer", "")), "answerer": str(state.get("answerer", "")), "sources": sources, "regions": regions, "findings": findings,
             "photo": photo[0] if photo else None, "hits": [h.to_json() for h in state.get("hits") or []]}
 
 

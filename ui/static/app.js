@@ -258,6 +258,7 @@ function renderAsk(view) {
     url.className = "url";
     url.textContent = ` ${s.url}`;
     li.append(url);
+    if (s.cited === false) { li.classList.add("uncited"); li.append(document.createTextNode(" (read, not cited)")); }
     return li;
   }));
   if (!result.sources.length) { const li = document.createElement("li"); li.textContent = "none (nothing was searched or found)"; $("ask-sources").append(li); }
