@@ -24,13 +24,15 @@ def main() -> None:
 
     from langgraph.prebuilt import create_react_agent
 
-    from pictrieve.graphs.vision_search_tools import ask_about_image_tool, image_search_tool
+    from pictrieve.graphs.vision_search_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
     from pictrieve.tools.chat_models import create_chat_model
     from pictrieve.vectorstore.gallery import Gallery
 
     chat = create_chat_model(args.model, base_url=args.base_url)
-    tools = [image_search_tool(Gallery.open(args.gallery)),
-             ask_about_image_tool(llm=chat, search=f"local:{args.pages}" if args.pages else "ddgs")]
+    gallery = Gallery.open(args.gallery)
+    tools = [image_search_tool(gallery),
+             ask_about_image_tool(llm=chat, search=f"local:{args.pages}" if args.pages else "ddgs"),
+             ask_gallery_tool(gallery, reader=chat)]  # visual RAG: answers from the best-matching photos
     agent = create_react_agent(chat, tools)
     result = agent.invoke({"messages": [("user", args.request)]})
     print(result["messages"][-1].content)

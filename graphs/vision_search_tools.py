@@ -1,6 +1,7 @@
-"""LangChain tools over pictrieve for agent apps: ``image_search`` and ``ask_about_image``.
+"""LangChain tools over pictrieve for agent apps: ``image_search``, ``ask_about_image`` and ``ask_gallery``.
 
->>> tools = [image_search_tool(gallery), ask_about_image_tool(llm=chat, search="local:./pages")]
+>>> tools = [image_search_tool(gallery), ask_about_image_tool(llm=chat, search="local:./pages"),
+...          ask_gallery_tool(gallery, reader=vlm)]
 >>> agent = langgraph.prebuilt.create_react_agent(chat, tools)
 """
 
@@ -54,3 +55,25 @@ def ask_about_image_tool(graph: Any = None, *, name: str = "ask_about_image", **
     return StructuredTool.from_function(
         run, name=name, args_schema=AskAboutImageArgs,
         description="Answer a question about an image file from what it shows and a search, citing sources.")
+
+
+class AskGalleryArgs(BaseModel):
+    question: str = Field(description="A question about the user's photos, e.g. which one shows X and what it is")
+    k: int = Field(default=3, ge=1, le=10, description="How many of the best-matching photos to read")
+
+
+def ask_gallery_tool(gallery: Any, *, reader: Any, name: str = "ask_gallery", captioner: Any = None) -> BaseTool:
+    """A visual-RAG tool: find the photos of ``gallery`` that match a question and answer from them with
+    VisRet's reader (:func:`pictrieve.agents.visret.reader.answer_from_gallery`; a VLM ``reader`` sees the
+    photos, a text-only one reads their captions). The answer names the photos it was given."""
+    from pictrieve.agents.visret.reader import answer_from_gallery
+
+    def run(question: str, k: int = 3) -> str:
+        found = answer_from_gallery(gallery, question, reader, k=k, captioner=captioner)
+        photos = "\n".join(f"Picture {n}: {hit.path}" for n, hit in enumerate(found["hits"], start=1))
+        return f"{found['answer']}\n\nPhotos read:\n{photos}"
+
+    return StructuredTool.from_function(
+        run, name=name, args_schema=AskGalleryArgs,
+        description="Answer a question about the user's own photos: finds the best-matching photos and "
+                    "answers from what they show, naming the photo files.")

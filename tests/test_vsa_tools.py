@@ -8,7 +8,7 @@ import pytest
 from langchain_tests.unit_tests import ToolsUnitTests
 from PIL import Image
 
-from pictrieve.graphs.vision_search_tools import ask_about_image_tool, image_search_tool
+from pictrieve.graphs.vision_search_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
 from pictrieve.vectorstore.hits import ImageHit
 
 
@@ -41,6 +41,40 @@ class TestAskAboutImageTool(ToolsUnitTests):
     @property
     def tool_invoke_params_example(self):
         return {"image": "photo.jpg", "question": "what is it?"}
+
+
+class _TextReader:
+    """A text-only chat stand-in (control flow only): refuses pictures, answers from descriptions."""
+
+    def __init__(self):
+        self.prompts = []
+
+    def invoke(self, messages):
+        from langchain_core.messages import AIMessage
+
+        from pictrieve.tools.chat_models import UnsupportedContentError
+
+        if isinstance(messages[-1].content, list):
+            raise UnsupportedContentError("text only")
+        self.prompts.append(messages[-1].content)
+        return AIMessage("### Reasoning: picture 1 says so\n### Answer: a dog, in picture 1")
+
+
+class TestAskGalleryTool(ToolsUnitTests):
+    @property
+    def tool_constructor(self):
+        return ask_gallery_tool(_Gallery(), reader=_TextReader())
+
+    @property
+    def tool_invoke_params_example(self):
+        return {"question": "which photo shows a dog?", "k": 2}
+
+
+def test_ask_gallery_answers_from_the_best_photos_with_the_visret_reader():
+    reader = _TextReader()
+    text = ask_gallery_tool(_Gallery(), reader=reader).invoke({"question": "which photo shows a dog?", "k": 2})
+    assert text.startswith("a dog, in picture 1") and "Picture 2: /p/1.jpg" in text
+    assert "which photo shows a dog?" in reader.prompts[0] and "Picture 2: a dog" in reader.prompts[0]
 
 
 def test_image_search_returns_json_hits():

@@ -56,16 +56,26 @@ def reader_messages(question: str, hits: Sequence[ImageHit], *, images: bool,
 
     parts: list[dict[str, Any]] = [{"type": "text", "text": f"{question}\nRetrieved pictures:"}]
     for number, hit in enumerate(hits, start=1):
-        if images:
-            from pictrieve.tools.vlm import image_data_url
-
+        picture = _data_url(hit.path) if images else None
+        if picture:
             parts.append({"type": "text", "text": f"Picture {number}:"})
-            parts.append({"type": "image_url", "image_url": {"url": image_data_url(hit.path), "detail": "high"}})
+            parts.append({"type": "image_url", "image_url": {"url": picture, "detail": "high"}})
         else:
             described = descriptions[number - 1] if descriptions else hit.caption or "(no description available)"
+            if images:  # a file that cannot be read (moved since indexing): its caption stands in
+                described = f"(picture unreadable) {described}"
             parts.append({"type": "text", "text": f"Picture {number}: {described}"})
     content: Any = parts if images else "\n".join(part["text"] for part in parts)
     return [SystemMessage(_prompt("visret_reader.txt")), HumanMessage(content=content)]
+
+
+def _data_url(path: str) -> str | None:
+    from pictrieve.tools.vlm import image_data_url
+
+    try:
+        return image_data_url(path)
+    except (OSError, ValueError):
+        return None
 
 
 def read_images(question: str, hits: Sequence[ImageHit], reader: Any, *, images: bool | None = None,
@@ -89,6 +99,14 @@ def read_images(question: str, hits: Sequence[ImageHit], reader: Any, *, images:
     reply = reader.invoke(reader_messages(question, hits, images=False, descriptions=descriptions))
     reasoning, answer = parse_answer(str(reply.content))
     return {"answer": answer, "reasoning": reasoning, "read_images": False}
+
+
+def answer_from_gallery(gallery: Any, question: str, reader: Any, *, k: int = 3, images: bool | None = None,
+                        captioner: Callable[[list[str]], list[str]] | None = None) -> dict[str, Any]:
+    """Visual RAG over a gallery: the ``k`` photos that best match ``question`` (text search), and the
+    reader's answer from them. Returns ``{"answer", "reasoning", "read_images", "hits"}``."""
+    hits = gallery.search_text(question, k=k)
+    return {**read_images(question, hits, reader, images=images, captioner=captioner), "hits": hits}
 
 
 def parse_score(reply: str) -> float:
