@@ -30,7 +30,7 @@ def visualize_methods() -> list[dict[str, Any]]:
         note = "" if ready else (f"not on this page yet: pictrieve search QUERY --gallery G --method {method.name} "
                                  "--visualizer NAME")
         out.append({"name": method.name, "description": method.description, "ready": ready, "note": note})
-    return out
+    return sorted(out, key=lambda m: not m["ready"])  # runnable first: the selector starts on one
 
 
 def guide_label(visualizer: Any, number: int) -> str:
