@@ -14,6 +14,9 @@ function busy(on, label) {
 async function api(path, options = {}, label = "working…") {
   showError("");
   busy(true, label);
+  // Slow requests (a language model thinking) show how long they have been running.
+  const started = Date.now();
+  const ticker = setInterval(() => { $("busy").textContent = `${label} ${Math.round((Date.now() - started) / 1000)} s`; }, 1000);
   try {
     const response = await fetch(path, options);
     let body;
@@ -23,7 +26,7 @@ async function api(path, options = {}, label = "working…") {
   } catch (err) {
     showError(err.message || String(err));
     throw err;
-  } finally { busy(false); }
+  } finally { clearInterval(ticker); busy(false); }
 }
 const postJSON = (path, data, label) => api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(data) }, label);
 
@@ -210,6 +213,13 @@ function choosePhoto(hit) {
   $("ask-drop").hidden = !!hit;
 }
 $("ask-clear").onclick = () => choosePhoto(null);
+const askDrop = $("ask-drop");
+askDrop.addEventListener("dragover", (ev) => { ev.preventDefault(); askDrop.classList.add("over"); });
+askDrop.addEventListener("dragleave", () => askDrop.classList.remove("over"));
+askDrop.addEventListener("drop", (ev) => {
+  ev.preventDefault(); askDrop.classList.remove("over");
+  if (ev.dataTransfer.files[0]) { $("ask-photo").files = ev.dataTransfer.files; choosePhoto(null); }
+});
 $("ask-photo").addEventListener("change", () => choosePhoto(null));
 $("viewer-ask").onclick = () => { $("viewer").close(); choosePhoto(viewed); selectTab("ask"); $("ask-question").focus(); };
 
