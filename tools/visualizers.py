@@ -79,7 +79,8 @@ class ExemplarVisualizer:
         self.folder = Path(folder).expanduser()
         self.name = f"exemplar:{self.folder}"
         self.items = read_captioned_folder(self.folder)
-        self._owners = np.array([i for i, (_, caps) in enumerate(self.items) for _ in caps], dtype=np.int64)
+        counts = np.array([len(caps) for _, caps in self.items], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(counts)[:-1]])  # each photo's first caption row
         if encoder is None:
             from pictrieve.tools.sentence_encoder import SentenceEncoder
 
@@ -111,8 +112,7 @@ class ExemplarVisualizer:
             raise VisualizerUnavailableError("empty prompt: say what the guide images should show")
         query = np.asarray(self.encoder.encode([prompt]), dtype=np.float32)[0]
         sims = self.caption_vectors @ query
-        best = np.full(len(self.items), -np.inf, dtype=np.float32)
-        np.maximum.at(best, self._owners, sims)
+        best = np.maximum.reduceat(sims, self._starts)  # a photo scores as its best caption
         n = max(1, min(int(n), len(self.items)))
         top = np.argpartition(-best, n - 1)[:n]
         top = top[np.lexsort((top, -best[top]))]
