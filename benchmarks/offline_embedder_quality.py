@@ -3,7 +3,7 @@
 Every caption is a query whose single target is its own image; ranks are tie-aware expected ranks
 (:mod:`pictrieve.evaluation.retrieval`) from exact dot products of unit vectors.
 
-    python benchmarks/offline_embedder_quality.py ../shared/datasets/flickr8k-dev offline offline:detect
+    python benchmarks/offline_embedder_quality.py ../shared/datasets/flickr8k-dev offline offline-labels offline-labels:detect
 
 Prints one Markdown table row per embedder name (any name ``create_embedder`` accepts).
 Images/s counts embedding already-decoded images (preprocess + models, batch 32) in wall-clock time;
@@ -52,7 +52,7 @@ def evaluate(name: str, images, captions, targets, device: str | None = None) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", type=Path, help="folder with captions.jsonl and the images")
-    parser.add_argument("embedders", nargs="+", help="embedder names, e.g. offline offline:detect")
+    parser.add_argument("embedders", nargs="+", help="embedder names, e.g. offline offline-labels")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N images")
     parser.add_argument("--device", default=None)
     args = parser.parse_args()

@@ -1,74 +1,94 @@
 """Train the head shipped as ``tools/embedders/weights/flickr8k_head.npz`` and measure it on flickr8k-dev.
 
 Features are extracted once and cached outside the repository (``--cache``, default
-/work/cache-offline): EfficientNet-Lite0 pooled features of every flickr8k-train photo (squashed
-224x224, and mirrored) and MiniLM embeddings of every caption. Model selection (early stopping)
-uses only the ``dev`` split rows of flickr8k-train; flickr8k-dev is read once at the end to report.
+/work/cache-offline, made by ``extract_offline_features.py``): EfficientNet-Lite0 pooled features
+and ImageNet logits of every flickr8k-train photo (squashed 224x224, and mirrored) and MiniLM
+embeddings of every caption. The recipe (``--config``, a name from ``offline_head_sweep.py``) and
+the label-bridge weight were chosen there on the ``dev`` split rows of flickr8k-train only. With
+``--all-rows`` the head is then trained on every flickr8k-train photo (those rows included) with
+the same fixed schedule, keeping the last epoch: nothing is selected on what it trains on.
 
-    python benchmarks/train_offline_head.py --cache /work/cache-offline --out tools/embedders/weights/flickr8k_head.npz
+flickr8k-dev is read only by ``--report-dev``, once per final candidate: every inference
+preprocessing (squash / letterbox / centre crop, with and without the mirrored view), the head
+alone and the ensemble, and ``offline-labels`` (the previous default) for comparison.
+
+    nice python benchmarks/train_offline_head.py --config e15-all-captions --label-weight 0.5 \\
+        --all-rows --out tools/embedders/weights/flickr8k_head.npz --report-dev
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from pictrieve.evaluation.retrieval import retrieval_metrics
+from offline_head_sweep import BASE, CONFIGS, head_vectors, label_bridge, load, score
 from pictrieve.tools.embedders.base import l2_normalize
-from pictrieve.tools.embedders.trained import HeadTraining, train_head, ProjectionHead
+from pictrieve.tools.embedders.trained import ProjectionHead, train_head
 
 
-def load_views(cache: Path, name: str, mode: str, n: int) -> np.ndarray | None:
-    """``(rows, views, 1280)`` from the full file or as many 32-photo chunks as exist."""
-    views = []
-    for tag in (f"{name}-{mode}", f"{name}-{mode}-flip"):
-        full = cache / f"{tag}.npz"
-        if full.exists():
-            views.append(np.load(full)["feats"].astype(np.float32))
-            continue
-        chunks = sorted(glob.glob(str(cache / "chunks" / f"{tag}-*.npz")))
-        if chunks:
-            views.append(np.concatenate([np.load(c)["f"] for c in chunks]).astype(np.float32))
-    if not views:
-        return None
-    rows = min(len(v) for v in views)
-    return np.stack([v[:rows] for v in views], axis=1)[: min(rows, n)]
+def dev_views(cache: Path, mode: str, flips: bool) -> tuple[np.ndarray, np.ndarray]:
+    """flickr8k-dev features and logits ``(500, views, ...)`` for one preprocessing."""
+    files = [np.load(cache / f"dev-{mode}{suffix}.npz") for suffix in ([""] + (["-flip"] if flips else []))]
+    return (np.stack([f["feats"].astype(np.float32) for f in files], axis=1),
+            np.stack([f["logits"].astype(np.float32) for f in files], axis=1))
+
+
+def report_dev(head: ProjectionHead, cache: Path, label_weight: float) -> list[dict]:
+    captions = np.load(cache / "dev-captions.npz")["emb"].astype(np.float32)
+    rows = []
+    _, center_logits = dev_views(cache, "center", False)
+    rows.append({"embedder": "offline-labels (previous default)", "preprocessing": "center", "flips": False,
+                 **score(label_bridge(center_logits), captions)})
+    for mode in ("squash", "letterbox", "center"):
+        for flips in (False, True):
+            feats, logits = dev_views(cache, mode, flips)
+            vectors = head_vectors(head, feats)
+            rows.append({"embedder": "head", "preprocessing": mode, "flips": flips, **score(vectors, captions)})
+            if label_weight > 0:
+                ensemble = l2_normalize(vectors + label_weight * label_bridge(logits))
+                rows.append({"embedder": f"head + {label_weight} x labels", "preprocessing": mode, "flips": flips,
+                             **score(ensemble, captions)})
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=Path("/work/cache-offline"))
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--epochs", type=int, default=HeadTraining.epochs)
+    parser.add_argument("--config", default="e15-all-captions", choices=list(CONFIGS))
+    parser.add_argument("--label-weight", type=float, default=0.5, help="weight of the offline-labels vector")
+    parser.add_argument("--all-rows", action="store_true", help="train on every flickr8k-train photo, keep the last epoch")
+    parser.add_argument("--head", type=Path, default=None, help="report on this head instead of training one")
+    parser.add_argument("--out", type=Path, default=None, help="where to write the head (float16)")
+    parser.add_argument("--report-dev", action="store_true", help="measure on flickr8k-dev (final candidates only)")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    train_caps = np.load(args.cache / "train-captions.npz")
-    feats = load_views(args.cache, "train", "squash", len(train_caps["emb"]))
-    caps = train_caps["emb"][: len(feats)]
-    splits = train_caps["splits"][: len(feats)]
-    train_rows = np.flatnonzero(splits != "dev")
-    held_rows = np.flatnonzero(splits == "dev")
-    print(f"training on {len(train_rows)} photos, selecting on {len(held_rows)} (flickr8k-train dev split)")
-    head, history = train_head(feats, caps, train_rows, held_rows, HeadTraining(epochs=args.epochs))
-    head.meta["train_photos"] = int(len(train_rows))
-    head.save(args.out)
-    print(json.dumps(history[-1]), "best held-out", head.meta["held_out_recall@10"])
-    dev_caps = np.load(args.cache / "dev-captions.npz")["emb"]
-    queries = dev_caps.reshape(-1, dev_caps.shape[-1])
-    targets = np.repeat(np.arange(len(dev_caps)), dev_caps.shape[1])
-    for mode in ("squash", "center", "letterbox"):
-        dev = load_views(args.cache, "dev", mode, len(dev_caps))
-        if dev is None or len(dev) < len(dev_caps):
-            print(f"flickr8k-dev {mode}: features not extracted")
-            continue
-        for flips in ((False, True) if dev.shape[1] > 1 else (False,)):
-            used = dev if flips else dev[:, :1]
-            vectors = l2_normalize(head(used.reshape(-1, used.shape[-1])).reshape(len(dev), used.shape[1], -1).mean(1))
-            metrics = retrieval_metrics(queries @ vectors.T, targets)
-            print(f"flickr8k-dev {mode} flips={flips}: " + json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+    if args.head:
+        head = ProjectionHead.load(args.head)
+    else:
+        overrides = dict(CONFIGS[args.config])
+        flips = overrides.pop("_flips", True)
+        config = replace(BASE, seed=args.seed, **overrides, **({"keep_best": False} if args.all_rows else {}))
+        feats, _, caps, splits = load(args.cache, flips)
+        held = np.flatnonzero(splits == "dev")
+        train = np.arange(len(splits)) if args.all_rows else np.flatnonzero(splits != "dev")
+        print(f"training {args.config} on {len(train)} photos; held-out rows: {len(held)} (flickr8k-train dev split"
+              + (", also trained on)" if args.all_rows else ")"), flush=True)
+        head, history = train_head(feats, caps, train, held, config)
+        head.meta.update(config=args.config, train_photos=int(len(train)), label_weight=args.label_weight,
+                         trained_on="flickr8k-train" + (" (all rows)" if args.all_rows else " (train+none rows)"))
+        print(json.dumps(history[-1]), flush=True)
+    if args.out:
+        head.meta["label_weight"] = args.label_weight
+        head.save(args.out, dtype=np.float16)
+        head = ProjectionHead.load(args.out)  # report what was shipped (float16)
+        print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
+    if args.report_dev:
+        for row in report_dev(head, args.cache, args.label_weight):
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -62,12 +62,14 @@ def demo(out: str, embedder: str | None, k: int) -> None:
     """Index sample photos bundled with scikit-image and scikit-learn, run a few queries, and write
     OUT/results.html with the hits of every query."""
     from pictrieve.vectorstore.contact_sheet import write_contact_sheet
+    from pictrieve.tools.embedders.factory import default_embedder_name
     from pictrieve.vectorstore.gallery import Gallery
 
     root = Path(out)
     photos = copy_sample_photos(root / "photos")
     click.echo(f"{len(photos)} sample photos in {root / 'photos'}")
-    gallery = Gallery.open(root / "gallery", embedder)
+    # The default by name, not the gallery's record: a demo gallery from an earlier version shows the current default.
+    gallery = Gallery.open(root / "gallery", embedder or default_embedder_name())
     report = gallery.add([root / "photos"], progress=True)
     click.echo(f"indexed {report.indexed}, unchanged {report.unchanged} with {gallery.embedder_name}")
     sections = []

@@ -51,7 +51,7 @@ def visret_eval(folder: str, visualizers: tuple[str, ...], queries: int | None, 
 @click.command()
 @common
 @click.option("--embedder", "-e", "embedders", multiple=True,
-              default=("efficientnet-lite0", "offline", "offline:detect"), show_default=True,
+              default=("efficientnet-lite0", "offline", "offline-labels:detect"), show_default=True,
               help="Embedders NEEDLE ranks with; rows use the first 1, 2, ... of them.")
 @click.option("--text-embedder", default="offline", show_default=True,
               help="Text-image embedder of the text-only baseline row.")

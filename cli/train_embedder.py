@@ -9,6 +9,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from pictrieve.tools.embedders.trained import HeadTraining
+
 logger = logging.getLogger(__name__)
 
 
@@ -18,8 +20,9 @@ logger = logging.getLogger(__name__)
               help="Where to write the head (.npz); use it as --embedder trained:OUT.")
 @click.option("--held-out", default=0.15, show_default=True, type=click.FloatRange(0.02, 0.5),
               help="Fraction of photos kept out of training to choose the epoch (early stopping).")
-@click.option("--epochs", default=60, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--patience", default=8, show_default=True, type=click.IntRange(1, 1000),
+@click.option("--epochs", default=HeadTraining.epochs, show_default=True, type=click.IntRange(1, 1000),
+              help="Length of the one-cycle learning-rate schedule.")
+@click.option("--patience", default=HeadTraining.patience, show_default=True, type=click.IntRange(1, 1000),
               help="Stop after this many epochs without a better held-out Recall@10.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--device", default=None, help="cpu, cuda, ... (default: the best available).")
@@ -35,7 +38,7 @@ def train_embedder(folder: Path, out: Path, held_out: float, epochs: int, patien
       pictrieve train-embedder ~/captioned --out ~/heads/mine.npz
       pictrieve index ~/Photos --gallery ./g --embedder trained:~/heads/mine.npz
     """
-    from pictrieve.tools.embedders.trained import HeadTraining, folder_training_data, train_head
+    from pictrieve.tools.embedders.trained import folder_training_data, train_head
 
     features, captions, rows = folder_training_data(folder, device=device)
     splits = np.array([r.get("split", "") for r in rows])

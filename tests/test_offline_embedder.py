@@ -1,4 +1,5 @@
-"""The offline default embedder and its parts: real packaged weights, real photos, no network."""
+"""The label-bridge embedder ``offline-labels`` (the offline default until the trained head) and its parts:
+real packaged weights, real photos, no network."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def _photo(name: str) -> Image.Image:
 
 @pytest.fixture(scope="module")
 def offline() -> OfflineEmbedder:
-    return create_embedder("offline", device="cpu")
+    return create_embedder("offline-labels", device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def offline_detect() -> OfflineEmbedder:
         SSD_MOBILENET_V2_COCO.paths(download=False)
     except AssetUnavailableError as exc:
         pytest.skip(f"detector not cached and tests never download: {exc}")
-    return create_embedder("offline:detect", device="cpu")
+    return create_embedder("offline-labels:detect", device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +66,10 @@ def photos() -> dict[str, Image.Image]:
     return {"cat": _photo("chelsea"), "coffee": _photo("coffee"), "rocket": _photo("rocket")}
 
 
-def test_default_embedder_is_offline_and_follows_the_protocol(offline, photos):
+def test_label_embedder_follows_the_protocol(offline, photos):
     assert isinstance(offline, Embedder)
-    assert offline.name == "offline" and offline.dim == 384
-    assert create_embedder(offline.name).name == "offline"
+    assert offline.name == "offline-labels" and offline.dim == 384
+    assert create_embedder(offline.name).name == "offline-labels"
     images = offline.embed_images(list(photos.values()))
     texts = offline.embed_texts(["a cat", "coffee", "a rocket", "a dog on the beach"])
     for vectors, rows in ((images, 3), (texts, 4)):
@@ -143,7 +144,7 @@ def test_text_search_loads_no_vision_model(private_cache):
     """A text query needs only the sentence encoder: the vision side loads on first image."""
     forget_shared_models(lambda key: key[0] in ("imagenet-classifier", "ssd-mobilenet-v2-coco")
                          or key[0].startswith("offline-"))
-    embedder = create_embedder("offline", device="cpu")
+    embedder = create_embedder("offline-labels", device="cpu")
     assert embedder.embed_texts(["a dog"]).shape == (1, 384)
     assert not is_shared(("imagenet-classifier", "cpu"))
     assert not is_shared(("offline-class-embeddings", embedder.recipe.class_template))
@@ -152,8 +153,8 @@ def test_text_search_loads_no_vision_model(private_cache):
 
 
 def test_unknown_variant_names_the_known_ones():
-    with pytest.raises(ValueError, match="offline:detect"):
-        create_embedder("offline:nonsense")
+    with pytest.raises(ValueError, match="offline-labels:detect"):
+        create_embedder("offline-labels:nonsense")
 
 
 def test_count_phrase_counts_and_orders():
@@ -164,7 +165,7 @@ def test_count_phrase_counts_and_orders():
 
 
 def test_detect_variant_sees_objects(offline_detect, photos):
-    assert create_embedder(offline_detect.name).name == "offline:detect"
+    assert create_embedder(offline_detect.name).name == "offline-labels:detect"
     analysis = offline_detect.analyze(photos["cat"])
     cat = next(d for d in analysis.objects if d.label == "cat")
     assert cat.box[2] > 0.5 * photos["cat"].width  # boxes are in pixels, not 0..1
@@ -186,7 +187,7 @@ def test_object_detector_boxes_are_in_image_pixels(offline_detect, photos):
 
 
 @pytest.mark.slow
-def test_offline_default_retrieves_flickr8k_captions(offline, flickr_dir):
+def test_offline_labels_retrieves_flickr8k_captions(offline, flickr_dir):
     """Caption -> image on 500 photos / 2,500 captions with tie-aware ranks (measured 0.42)."""
     records = [json.loads(line) for line in (flickr_dir / "captions.jsonl").read_text().splitlines() if line]
     images = offline.embed_images([Image.open(flickr_dir / r["image"]).convert("RGB") for r in records])

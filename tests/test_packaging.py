@@ -21,3 +21,13 @@ def test_prompts_are_packaged_as_data():
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["pictrieve.prompts"]
     prompt_files = [p for p in (ROOT / "prompts").iterdir() if p.name != "__init__.py" and p.suffix != ".pyc" and p.is_file()]
     assert all(any(p.match(pattern) for pattern in patterns) for p in prompt_files), prompt_files
+
+
+def test_the_offline_head_is_packaged_as_data():
+    """The default embedder needs its trained head: an install without it cannot embed photos."""
+    from pictrieve.tools.embedders.trained import PACKAGED_HEAD
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["pictrieve.tools.embedders"]
+    assert PACKAGED_HEAD.is_file() and PACKAGED_HEAD.stat().st_size < 8_000_000
+    relative = PACKAGED_HEAD.relative_to(ROOT / "tools" / "embedders")
+    assert any(relative.match(pattern) for pattern in patterns), patterns

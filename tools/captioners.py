@@ -11,8 +11,8 @@ Names, resolved by the :data:`CAPTIONERS` :class:`~pictrieve.tools.registry.Regi
 
 - ``offline``: what the offline embedder's vision models say ("a photo of a golden retriever (0.62)
   or a Labrador retriever (0.20)"). Works without internet, but names ImageNet classes, not scenes
-  or actions. Needs ``embedder=`` (an embedder with ``describe``, i.e. ``offline`` or
-  ``offline:detect``).
+  or actions. Needs ``embedder=`` (an embedder with ``describe``: ``offline``, ``offline-labels`` or
+  ``offline-labels:detect``).
 - ``blip:<hub id or local folder>`` (``blip`` alone: :data:`DEFAULT_BLIP`): a BLIP captioning
   model through transformers, downloaded once where the network allows. A bare hub id or folder
   (``Salesforce/blip-image-captioning-base``, ``./my-blip``) means the same.
@@ -92,7 +92,7 @@ class OfflineCaptioner(_CaptionerBase):
             raise CaptionerUnavailableError(
                 "the 'offline' captioner describes images with the offline embedder: pass "
                 "embedder=create_embedder('offline') (or the gallery's embedder when it is 'offline' "
-                "or 'offline:detect'), or use a BLIP captioner ('blip:<hub id or folder>')"
+                "or 'offline-labels[:detect]'), or use a BLIP captioner ('blip:<hub id or folder>')"
             )
         self.embedder = embedder
 

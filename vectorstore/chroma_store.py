@@ -32,6 +32,28 @@ GALLERY_RECORD = "gallery"
 """The JSON record holding gallery-wide settings such as ``default_embedder``."""
 
 
+MODEL_KEY = "model"
+"""Collection metadata key: the embedder's ``fingerprint`` (which weights made the vectors), or ``"-"``."""
+
+RENAMED_EMBEDDERS = {"offline": "offline-labels", "offline:detect": "offline-labels:detect"}
+"""Names whose meaning changed. A collection made under the old name before galleries recorded
+:data:`MODEL_KEY` holds the vectors of the model now called by the new name, and is read as that."""
+
+
+def current_embedder_name(meta: dict[str, Any]) -> str | None:
+    """The name of the embedder whose vectors a collection holds, from its metadata."""
+    name = meta.get("embedder")
+    if name in RENAMED_EMBEDDERS and MODEL_KEY not in meta:
+        return RENAMED_EMBEDDERS[name]
+    return name
+
+
+def legacy_collection_name(embedder_name: str) -> str | None:
+    """Where an older gallery keeps ``embedder_name``'s vectors, when that embedder was renamed."""
+    old = {new: old for old, new in RENAMED_EMBEDDERS.items()}.get(embedder_name)
+    return collection_name_for(old) if old else None
+
+
 def is_server(location: str) -> bool:
     return str(location).startswith(("http://", "https://"))
 
@@ -108,7 +130,7 @@ def embedder_collections(client: Any) -> list[dict[str, Any]]:
             collection = client.get_collection(listed.name, embedding_function=None)
             meta = collection.metadata or {}
             rows.append({
-                "embedder": meta.get("embedder"), "dim": meta.get("dim"),
+                "embedder": current_embedder_name(meta), "dim": meta.get("dim"),
                 "images": collection.count(), "collection": listed.name,
             })
     return sorted(rows, key=lambda row: str(row["embedder"]))

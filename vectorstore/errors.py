@@ -17,6 +17,10 @@ class DimensionMismatchError(GalleryError):
     """The stored vectors and the embedder (or a query vector) have different dimensions."""
 
 
+class EmbedderChangedError(GalleryError):
+    """The gallery's vectors for this embedder name were made by different weights (a renamed or retrained model)."""
+
+
 class AmbiguousEmbedderError(GalleryError):
     """Kept for callers that catch it; :meth:`Gallery.open` no longer raises it."""
 

