@@ -34,16 +34,13 @@ class ImageOnlyEmbedderError(PictrieveError, TypeError):
     """A text was given to an embedder that only embeds images."""
 
 
-class ImageFeatureEmbedder(EmbedderBase):
-    """``efficientnet-lite0``: pooled ImageNet features for image-to-image similarity (no text)."""
+class PackagedBackbone:
+    """Mixin for embedders built on the packaged EfficientNet-Lite0: the device, chosen on first use
+    (set ``_requested_device``), and the classifier network, loaded once and shared by every embedder
+    of the process on that device."""
 
-    name = "efficientnet-lite0"
-    dim = FEATURE_DIM
-
-    def __init__(self, device: str | None = None, flips: bool = True) -> None:
-        self.flips = flips
-        self._requested_device = device
-        self._device: str | None = None
+    _requested_device: str | None = None
+    _device: str | None = None
 
     @property
     def device(self) -> str:
@@ -53,10 +50,21 @@ class ImageFeatureEmbedder(EmbedderBase):
 
     @property
     def backbone(self):
-        """EfficientNet-Lite0 with the packaged weights (loaded on first use, shared with ``offline``)."""
+        """EfficientNet-Lite0 with the packaged weights."""
         from pictrieve.tools.imagenet_classifier import ImageNetClassifier
 
         return shared_model(("imagenet-classifier", self.device), lambda: ImageNetClassifier(self.device)).model
+
+
+class ImageFeatureEmbedder(PackagedBackbone, EmbedderBase):
+    """``efficientnet-lite0``: pooled ImageNet features for image-to-image similarity (no text)."""
+
+    name = "efficientnet-lite0"
+    dim = FEATURE_DIM
+
+    def __init__(self, device: str | None = None, flips: bool = True) -> None:
+        self.flips = flips
+        self._requested_device = device
 
     def preprocess(self, image: Image.Image) -> "torch.Tensor":
         """The centre crop the classifier was trained on, and its mirror image: ``(views, 3, 224, 224)``."""

@@ -33,6 +33,7 @@ from PIL import Image, ImageOps
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.devices import pick_device
 from pictrieve.tools.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.embedders.image_features import PackagedBackbone
 from pictrieve.tools.model_cache import shared_model
 from pictrieve.tools.sentence_encoder import SentenceEncoder, _gelu
 
@@ -129,7 +130,7 @@ def file_fingerprint(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-class TrainedEmbedder(EmbedderBase):
+class TrainedEmbedder(PackagedBackbone, EmbedderBase):
     """Image-text embedder: packaged EfficientNet-Lite0 + a trained head into MiniLM's space.
 
     ``offline`` (the default embedder) is this class with the packaged head; ``trained:PATH`` names
@@ -160,19 +161,6 @@ class TrainedEmbedder(EmbedderBase):
         self._device: str | None = None
         self._labels = None
         self.encoder = shared_model(("sentence-encoder",), SentenceEncoder)
-
-    @property
-    def device(self) -> str:
-        if self._device is None:
-            self._device = pick_device(self._requested_device)
-        return self._device
-
-    @property
-    def backbone(self):
-        """EfficientNet-Lite0 with the packaged weights (loaded on first use, shared)."""
-        from pictrieve.tools.imagenet_classifier import ImageNetClassifier
-
-        return shared_model(("imagenet-classifier", self.device), lambda: ImageNetClassifier(self.device)).model
 
     @property
     def labels(self):
