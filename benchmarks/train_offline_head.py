@@ -12,7 +12,7 @@ flickr8k-dev is read only by ``--report-dev``, once per final candidate: every i
 preprocessing (squash / letterbox / centre crop, with and without the mirrored view), the head
 alone and the ensemble, and ``offline-labels`` (the previous default) for comparison.
 
-    nice python benchmarks/train_offline_head.py --config e15-all-captions-reg --label-weight 0.25 \\
+    OMP_NUM_THREADS=1 nice python benchmarks/train_offline_head.py --config e25-all-captions-reg-bs128 --label-weight 0.25 \\
         --all-rows --out tools/embedders/weights/flickr8k_head.npz --report-dev
 """
 
@@ -58,7 +58,7 @@ def report_dev(head: ProjectionHead, cache: Path, label_weight: float) -> list[d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=Path("/work/cache-offline"))
-    parser.add_argument("--config", default="e15-all-captions-reg", choices=list(CONFIGS))
+    parser.add_argument("--config", default="e25-all-captions-reg-bs128", choices=list(CONFIGS))
     parser.add_argument("--label-weight", type=float, default=0.25, help="weight of the offline-labels vector")
     parser.add_argument("--all-rows", action="store_true", help="train on every flickr8k-train photo, keep the last epoch")
     parser.add_argument("--head", type=Path, default=None, help="report on this head instead of training one")
