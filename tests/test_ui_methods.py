@@ -211,15 +211,73 @@ def test_visualize_shows_exemplar_guides_then_results(gallery, tmp_path, exempla
     status = client.get("/api/status").json()
     listed = {m["name"]: m for m in status["visualize"]["methods"]}
     assert listed["visret"]["ready"] and "not generated" in status["visualize"]["about"]
-    if "needle" in listed:  # registered by the lead: listed, but without controls here yet
-        assert not listed["needle"]["ready"] and "--method needle" in listed["needle"]["note"]
-        assert "no controls" in client.post("/api/visualize", json={"query": "a dog", "method": "needle"}).json()["error"]
+    assert listed["needle"]["ready"]
+    assert "no controls" in client.post("/api/visualize", json={"query": "a dog", "method": "qc9"}).json()["error"]
     view = finished(client, client.post("/api/visualize", json={"query": "a dog running on grass", "k": 5}).json())
     assert not view["error"], view["error"]
     guides = [im for im in view["images"] if im["name"].startswith("guide")]
     assert len(guides) == 3 and all("not a generated image" in g["label"] and not g["generated"] for g in guides)
     assert client.get(guides[0]["url"]).content[:4] == b"\x89PNG"
     assert len(view["result"]["hits"]) == 5 and any("exemplar photos found" in s for s in view["steps"])
+
+
+def needle_step(client, response):
+    assert response.status_code == 200, response.json()
+    view = finished(client, response.json())
+    assert not view["error"], view["error"]
+    return view["result"]
+
+
+def test_needle_reviews_guides_then_results_and_reports_trust_weights(gallery, tmp_path, exemplar):
+    from pictrieve.agents.needle.trust import TRUST_RECORD
+
+    client = TestClient(make_app(gallery, tmp_path, search=None, visualizer=exemplar), raise_server_exceptions=False)
+    view = needle_step(client, client.post("/api/visualize", json={"query": "a dog running on grass", "method": "needle",
+                                                                  "m": 3, "k": 5}))
+    session = view["session"]
+    assert view["stage"] == "guides" and [g["id"] for g in view["guides"]] == ["g1", "g2", "g3"]
+    assert all(g["reviewing"] and not g["generated"] for g in view["guides"])
+    assert view["weights"] == {gallery.embedder_name: 1.0}
+    assert "path" not in json.dumps(view["guides"])  # guides are fetched by id, never by path
+    assert client.get(view["guides"][0]["url"]).content[:3] == b"\xff\xd8\xff"  # the exemplar's JPEG
+    view = needle_step(client, client.post(f"/api/needle/{session}/guides", json={"rejected": ["g2"]}))
+    statuses = {g["id"]: g["status"] for g in view["guides"]}
+    assert view["stage"] == "guides" and statuses == {"g1": "approved", "g2": "discarded", "g3": "approved", "g4": "new"}
+    assert [g["replaces"] for g in view["guides"] if g["reviewing"]] == ["g2"]
+    view = needle_step(client, client.post(f"/api/needle/{session}/guides", json={"rejected": []}))
+    assert view["stage"] == "results" and len(view["hits"]) == 5
+    marked = view["hits"][0]["id"]
+    view = needle_step(client, client.post(f"/api/needle/{session}/results", json={"irrelevant": [marked]}))
+    assert view["stage"] == "done" and view["irrelevant"] == [marked]
+    assert marked not in {h["id"] for h in view["hits"]} and len(view["hits"]) == 5
+    assert view["weights"] == {gallery.embedder_name: 1.0}  # one embedder: its trust stays 1
+    # The session has ended: a further answer is refused in one line.
+    again = client.post(f"/api/needle/{session}/results", json={"irrelevant": []})
+    assert again.status_code == 400 and "not waiting" in again.json()["error"]
+    gallery.put_json(TRUST_RECORD, {})
+
+
+def test_needle_endpoints_take_ids_only_and_refuse_unknown_ones(gallery, tmp_path, exemplar):
+    client = TestClient(make_app(gallery, tmp_path, search=None, visualizer=exemplar), raise_server_exceptions=False)
+    unknown = client.post("/api/needle/" + "0" * 32 + "/guides", json={"rejected": []})
+    assert unknown.status_code == 404 and "no such NEEDLE session" in unknown.json()["error"]
+    assert client.get("/api/needle/" + "0" * 32 + "/guide/g1").status_code == 404
+    view = needle_step(client, client.post("/api/visualize", json={"query": "a dog", "method": "needle", "m": 2}))
+    session = view["session"]
+    missing = client.get(f"/api/needle/{session}/guide/g9")
+    assert missing.status_code == 404 and missing.json()["error"] == "no such guide picture in this NEEDLE session"
+    for bad in ["..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", HORSE, "%2E%2E"]:
+        response = client.get(f"/api/needle/{session}/guide/{bad}")
+        assert response.status_code == 404 and b"root:" not in response.content
+    for bad in [["g9"], ["/etc/passwd"], [str(FLICKR8K_DEV / HORSE)]]:
+        response = client.post(f"/api/needle/{session}/guides", json={"rejected": bad})
+        assert response.status_code == 404 and "unknown guide id" in response.json()["error"]
+    assert client.post(f"/api/needle/{session}/guides", json={"rejected": "/etc/passwd"}).status_code == 400
+    early = client.post(f"/api/needle/{session}/results", json={"irrelevant": []})
+    assert early.status_code == 400 and "not waiting for feedback on its results" in early.json()["error"]
+    assert client.post(f"/api/needle/{session}/anything", json={}).status_code == 404
+    # The refused requests left the session intact: it still takes a real answer.
+    assert needle_step(client, client.post(f"/api/needle/{session}/guides", json={"rejected": []}))["stage"] == "results"
 
 
 def test_visualize_without_a_visualizer_says_how_to_add_one(gallery, tmp_path):
@@ -307,7 +365,7 @@ def test_page_visualize_shows_labelled_exemplars_then_results(page, served):  # 
     page.goto(served + "/#visualize")
     page.wait_for_selector("#tab-visualize:not([hidden])")
     options = page.eval_on_selector_all("#visualize-method option", "os => os.map(o => [o.value, o.disabled])")
-    assert ["visret", False] in options and all(disabled for name, disabled in options if name != "visret")
+    assert options[0] == ["visret", False] and ["needle", False] in options
     page.fill("#visualize-query", "a dog running on grass")
     page.click("#visualize-form button[type=submit]")
     page.wait_for_function("() => document.querySelectorAll('#visualize-grid .card').length > 0", timeout=180_000)
@@ -319,6 +377,51 @@ def test_page_visualize_shows_labelled_exemplars_then_results(page, served):  # 
     page.wait_for_function("() => [...document.querySelectorAll('#tab-visualize img')].every(i => i.complete)")
     widths = page.eval_on_selector_all("#tab-visualize img", "imgs => imgs.map(i => i.naturalWidth)")
     assert len(widths) > 3 and all(w > 0 for w in widths)
+
+
+@pytest.mark.browser
+def test_page_needle_reviews_guides_then_learns_from_marked_results(page, served, gallery):  # noqa: F811
+    from pictrieve.agents.needle.trust import TRUST_RECORD
+
+    page.goto(served + "/#visualize")
+    page.wait_for_selector("#tab-visualize:not([hidden])")
+    page.select_option("#visualize-method", "needle")
+    assert page.locator("#needle-help").is_visible()
+    page.fill("#visualize-query", "a dog running on grass")
+    page.fill("#visualize-m", "3")
+    page.click("#visualize-form button[type=submit]")
+    page.wait_for_selector("#needle-guides-send:not([hidden])", timeout=180_000)
+    labels = page.eval_on_selector_all("#visualize-guides .cap", "cs => cs.map(c => c.textContent)")
+    assert len(labels) == 3 and all("not generated" in label and "to review" in label for label in labels)
+    assert page.locator("#visualize-grid .card").count() == 0  # guides first, no results yet
+    assert page.text_content("#needle-weights").startswith('Trust weights for topic "default"')
+    page.check("#visualize-guides .card[data-id=g2] input.needle-reject")
+    page.click("#needle-guides-send")
+    page.wait_for_selector("#visualize-guides .card[data-id=g4]", timeout=180_000)
+    page.wait_for_selector("#needle-guides-send:not([hidden])")
+    assert "replaces g2" in page.text_content("#visualize-guides .card[data-id=g4] .cap")
+    assert "rejected, replaced" in page.text_content("#visualize-guides .card[data-id=g2] .cap")
+    assert page.locator("#visualize-guides input.needle-reject").count() == 1  # only the new one is reviewed
+    page.click("#needle-guides-send")  # approve the replacement
+    page.wait_for_selector("#needle-results-send:not([hidden])", timeout=180_000)
+    shown = page.eval_on_selector_all("#visualize-grid .card", "cs => cs.map(c => c.dataset.id)")
+    assert len(shown) > 1
+    page.wait_for_function("() => [...document.querySelectorAll('#tab-visualize img')].every(i => i.complete)")
+    widths = page.eval_on_selector_all("#tab-visualize img", "imgs => imgs.map(i => i.naturalWidth)")
+    assert all(w > 0 for w in widths)
+    page.locator("#visualize-grid input.needle-irrelevant").first.check()
+    page.click("#needle-results-send")
+    page.wait_for_function("() => !document.getElementById('visualize-steps').querySelector('li.current') && "
+                           "document.getElementById('needle-results-send').hidden && "
+                           "!document.querySelector('#visualize-grid input')", timeout=180_000)
+    after = page.eval_on_selector_all("#visualize-grid .card", "cs => cs.map(c => c.dataset.id)")
+    assert shown[0] not in after and len(after) >= 1
+    weights = page.text_content("#needle-weights")
+    assert f"{gallery.embedder_name} 1.000" in weights and "one embedder" in weights
+    steps = page.eval_on_selector_all("#visualize-steps li", "lis => lis.map(l => l.textContent)")
+    assert any("trust weights updated" in step for step in steps)
+    assert page.is_hidden("#error")
+    gallery.put_json(TRUST_RECORD, {})
 
 
 @pytest.mark.browser

@@ -12,6 +12,10 @@ FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these end
   photo the gallery finds for the question; ``POST /api/visualize``: VisRet. Both start a background
   job (:mod:`pictrieve.ui.jobs`) that ``GET /api/jobs/{id}`` reports step by step, and whose images
   ``GET /api/jobs/{id}/image/{name}`` serves from memory.
+- ``POST /api/visualize`` with ``method: needle`` starts a NEEDLE session (:mod:`pictrieve.ui.needle`);
+  ``POST /api/needle/{session}/guides`` (``{"rejected": [ids]}``) and ``/results``
+  (``{"irrelevant": [ids]}``) answer its pauses (each a job); ``GET /api/needle/{session}/guide/{id}``
+  serves a guide picture by session and guide id.
 
 Every error reaches the page as ``{"error": "one readable line"}``; stack traces stay in the log.
 """
@@ -56,6 +60,7 @@ def create_app(
     ask_context: dict[str, Any] | None = None,
     visualizer: Any = None,
     visualize_context: dict[str, Any] | None = None,
+    needle_context: dict[str, Any] | None = None,
 ) -> FastAPI:
     """The app serving ``gallery``; ``llm`` is the chat model (name or object) for PlugIR and Ask.
 
@@ -64,8 +69,10 @@ def create_app(
     Assistant's (``search``, ``detector``, ``vlm``; an ``llm`` there replaces the shared one) and
     ``ask_context`` are its run settings. ``visualizer`` (an object or a name such as
     ``exemplar:DIR``) makes VisRet's guide images; without one the Visualize tab says how to add one.
-    ``visualize_context`` are VisRet's run settings (e.g. ``image_embedder``).
+    ``visualize_context`` are VisRet's run settings (e.g. ``image_embedder``), ``needle_context``
+    NEEDLE's (e.g. ``embedders``, ``eta``); the page always reviews NEEDLE's guides and results.
     """
+    needle_context_base = dict(needle_context or {})
     app = FastAPI(title="pictrieve", docs_url=None, redoc_url=None, openapi_url=None)
     state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="pictrieve-ui-"))
     graphs: dict[str, Any] = {}
@@ -96,6 +103,10 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def readable_error(request: Request, exc: Exception) -> JSONResponse:
+        from pictrieve.ui.needle import SessionNotFound
+
+        if isinstance(exc, SessionNotFound):
+            return JSONResponse({"error": str(exc)}, status_code=404)
         if isinstance(exc, (PictrieveError, KeyError, ValueError)):
             message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
             return JSONResponse({"error": message or type(exc).__name__}, status_code=400)
@@ -122,6 +133,18 @@ def create_app(
                 else:
                     visualizers["made"] = visualizer
             return visualizers["made"]
+
+    def needle_sessions() -> Any:
+        from pictrieve.ui.needle import NeedleSessions
+
+        inner = the_visualizer()
+        with lock:  # one graph (and one in-memory checkpointer) per app: sessions live across requests
+            if "needle" not in graphs:
+                from pictrieve.graphs.checkpoints import memory_checkpointer
+
+                built = get_method("needle").build(gallery, visualizers=[inner], checkpointer=memory_checkpointer())
+                graphs["needle"] = NeedleSessions(gallery, built)
+            return graphs["needle"]
 
     def gallery_item(image_id: Any) -> Any:
         """The gallery's record of ``image_id`` (ids only: a path in the request is just an unknown id)."""
@@ -251,6 +274,7 @@ def create_app(
 
     @app.post("/api/visualize")
     async def visualize(request: Request) -> dict[str, Any]:
+        from pictrieve.ui.needle import FEEDBACK
         from pictrieve.ui.visualize import PAGE_METHODS, RecordingVisualizer, run_visualize
 
         body = await _form_or_json(request)
@@ -260,7 +284,14 @@ def create_app(
             raise UIError(f"{method} has no controls on this page yet; the Visualize tab runs: {', '.join(PAGE_METHODS)}")
         if not query:
             raise UIError("describe what you are looking for")
-        context = {**(visualize_context or {}), "k": _k(body.get("k"), 24), "m": _count(body.get("m"), 3, "guide images", 8)}
+        m = _count(body.get("m"), 3, "guide images", 8)
+        if method == "needle":
+            sessions = needle_sessions()
+            session = sessions.open({**needle_context_base, "k": _k(body.get("k"), 24),
+                                     "guides_per_visualizer": m, "feedback": FEEDBACK})
+            topic = str(body.get("topic") or "").strip() or None
+            return jobs.start("needle", lambda job: sessions.start(job, session, query, topic)).view()
+        context = {**(visualize_context or {}), "k": _k(body.get("k"), 24), "m": m}
         inner = the_visualizer()
 
         def work(job: Any) -> dict[str, Any]:
@@ -268,6 +299,26 @@ def create_app(
             return run_visualize(job, built, query, context)
 
         return jobs.start("visualize", work).view()
+
+    @app.post("/api/needle/{session}/{stage}")
+    async def needle_answer(session: str, stage: str, request: Request) -> dict[str, Any]:
+        from pictrieve.ui.needle import SessionNotFound
+
+        keys = {"guides": "rejected", "results": "irrelevant"}
+        if stage not in keys:
+            raise SessionNotFound("not found")
+        body = await _form_or_json(request)
+        sessions = needle_sessions()
+        answer = sessions.claim(session, stage, keys[stage], body.get(keys[stage], []))
+        return jobs.start("needle", lambda job: sessions.resume(job, session, answer)).view()
+
+    @app.get("/api/needle/{session}/guide/{guide_id}")
+    def needle_guide(session: str, guide_id: str) -> Response:
+        # The file comes from the session's state, found by guide id: no path from the request.
+        path = Path(needle_sessions().guide_path(session, guide_id))
+        if not path.is_file():
+            return JSONResponse({"error": "the guide picture is gone (its cache was cleared)"}, status_code=404)
+        return FileResponse(path)
 
     @app.get("/api/jobs/{job_id}")
     def job_view(job_id: str) -> Any:

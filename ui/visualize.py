@@ -6,7 +6,8 @@ visualizer that does not generate (the offline ``exemplar:`` one returns photos 
 folder) are labelled as exemplars, never as generations.
 
 Methods that need visualizers are listed from the method registry; only those in
-:data:`PAGE_METHODS` have controls here (NEEDLE's guide review and feedback are not on the page yet).
+:data:`PAGE_METHODS` have controls here (NEEDLE's guide review, result feedback and trust weights:
+:mod:`pictrieve.ui.needle`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from pictrieve.graphs.registry import methods
 from pictrieve.ui.jobs import Job
 
-PAGE_METHODS = ("visret",)
+PAGE_METHODS = ("visret", "needle")
 """Visualize methods the page can run; others are listed, disabled, with the command that runs them."""
 
 
@@ -30,7 +31,8 @@ def visualize_methods() -> list[dict[str, Any]]:
         note = "" if ready else (f"not on this page yet: pictrieve search QUERY --gallery G --method {method.name} "
                                  "--visualizer NAME")
         out.append({"name": method.name, "description": method.description, "ready": ready, "note": note})
-    return sorted(out, key=lambda m: not m["ready"])  # runnable first: the selector starts on one
+    # Runnable first, in PAGE_METHODS order: the selector starts on VisRet (no questions asked).
+    return sorted(out, key=lambda m: PAGE_METHODS.index(m["name"]) if m["ready"] else len(PAGE_METHODS))
 
 
 def guide_label(visualizer: Any, number: int) -> str:
