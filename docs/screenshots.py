@@ -51,7 +51,7 @@ CAPTIONS = {
 }
 
 
-VIEWS = ("search", "chat", "steer", "visualize", "ask")
+VIEWS = ("search", "chat", "steer", "visualize", "needle", "ask")
 
 
 def build(workdir: Path, views: tuple[str, ...] = VIEWS):
@@ -162,6 +162,26 @@ def shoot(url: str, photos: Path, out: Path, chromium: str, views: tuple[str, ..
             page.click("#visualize-form button[type=submit]")
             page.wait_for_selector("#visualize-grid .card", timeout=slow)
             save(page, out / "ui-visualize.png")
+        if "needle" in views:
+            # NEEDLE's whole loop on the page: reject the second guide, approve its replacement, mark the
+            # last result as unwanted; the picture shows the trust weights learned from that mark.
+            page.goto(url + "/#visualize")
+            page.select_option("#visualize-method", "needle")
+            page.fill("#visualize-query", "outer space: the moon, the stars, a rocket")  # four captions match
+            page.fill("#visualize-m", "2")
+            page.click("#visualize-form button[type=submit]")
+            page.wait_for_selector("#needle-guides-send:not([hidden])", timeout=slow)
+            page.check("#visualize-guides .card[data-id=g2] input.needle-reject")
+            page.click("#needle-guides-send")
+            page.wait_for_selector("#visualize-guides .card[data-id=g3]", timeout=slow)
+            page.click("#needle-guides-send")
+            page.wait_for_selector("#needle-results-send:not([hidden])", timeout=slow)
+            page.locator("#visualize-grid input.needle-irrelevant").last.check()  # the least similar one
+            page.click("#needle-results-send")
+            page.wait_for_function("() => document.getElementById('needle-results-send').hidden && "
+                                   "!document.querySelector('#visualize-grid input') && "
+                                   "document.querySelectorAll('#visualize-grid .card').length > 0", timeout=slow)
+            save(page, out / "ui-needle.png")
         if "ask" in views:
             page.goto(url + "/#ask")
             page.set_input_files("#ask-photo", str(photos / "chelsea.png"))
