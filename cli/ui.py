@@ -22,7 +22,7 @@ def free_port(host: str) -> int:
 @click.option("--captioner", default="auto", show_default=True, metavar="NAME",
               help="Captions for uncaptioned candidates in the Chat tab (see `pictrieve chat --help`).")
 @click.option("--visualizer", default=None, envvar="PICTRIEVE_VISUALIZER", metavar="NAME",
-              help="Guide images for the Visualize tab (VisRet), e.g. exemplar:DIR (a captioned folder; "
+              help="Guide images for the Visualize tab (VisRet, NEEDLE), e.g. exemplar:DIR (a captioned folder; "
                    "finds matching photos, does not generate). Default: $PICTRIEVE_VISUALIZER.")
 @click.option("--image-embedder", default=None, metavar="NAME",
               help="Visualize tab: the gallery embedder VisRet searches image-to-image with (e.g. efficientnet-lite0, "
@@ -41,7 +41,7 @@ def free_port(host: str) -> int:
 def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, captioner: str, visualizer: str | None,
        image_embedder: str | None, search: str | None, detector: str, vlm: str, vlm_base_url: str | None, host: str, port: int,
        state_dir: str | None) -> None:
-    """Serve a web page to search, chat (PlugIR), steer (QC2), visualize (VisRet) and ask (VSA) over a gallery.
+    """Serve a web page to search, chat (PlugIR), steer (QC2), visualize (VisRet, NEEDLE) and ask (VSA) over a gallery.
 
     Opens nothing by itself: visit the printed URL in a browser.
     """
