@@ -174,14 +174,10 @@ def simulate_result_feedback(graph: Any, queries: Sequence[str], targets: Sequen
     return weights
 
 
-def sample_queries(folder: Any, gallery: Any, limit: int | None, seed: int = 0, one_per_image: bool = True
-                   ) -> tuple[list[str], list[str]]:
-    """``(queries, target ids)``: the first caption of each image (or all captions), a seeded sample."""
-    from pictrieve.evaluation.harness import caption_queries
+def sample_queries(folder: Any, gallery: Any, limit: int | None, seed: int = 0) -> tuple[list[str], list[str]]:
+    """``(queries, target ids)``: the first caption of each indexed image, or a seeded sample of ``limit``."""
     from pictrieve.vectorstore.gallery import path_id
 
-    if not one_per_image:
-        return caption_queries(folder, gallery, limit, seed)
     stored = set(gallery.ids())
     pairs = [(texts[0], path_id(path)) for path, texts in folder.captions.items() if texts and path_id(path) in stored]
     if limit is not None and limit < len(pairs):

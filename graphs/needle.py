@@ -163,6 +163,7 @@ def build_needle_graph(
         visualizers = [visualizers]
     visualizers = [create_visualizer(v) if isinstance(v, str) else v for v in visualizers]
     views: dict[str, Any] = {}
+    tile_indexes: dict[str, Any] = {}  # one TileIndex per embedder, so its collection is looked up once
     vector_cache: dict[tuple[str, str], np.ndarray] = {}
 
     def view(embedder: str) -> Any:
@@ -274,7 +275,7 @@ def build_needle_graph(
                 continue
             guides.append({**old, "status": "discarded"})
             visualizer = by_name.get(old["visualizer"])
-            seed = (settings.seed or 0) + 1000 * round_ + len(guides)
+            seed = settings.seed + 1000 * round_ + len(guides)
             for guide in make_guides(state["prompt"], visualizer, 1, seed, 0, seen) if visualizer else []:
                 seen.add(guide["path"])
                 fresh.append({**guide, "replaces": old["id"]})
@@ -305,12 +306,15 @@ def build_needle_graph(
         settings = settings_of(runtime, NeedleSettings)
         names = embedders_of(settings)
         used = [g for g in state["guides"] if g["status"] == "approved"]
+        for name in names:
+            tile_indexes.setdefault(name, TileIndex(view(name)))
         tiles = settings.tiles
         if tiles is None:
-            tiles = all(TileIndex(view(name)).exists() for name in names)
+            tiles = all(tile_indexes[name].exists() for name in names)
         vectors = {name: embed(name, used) for name in names}
         rankings = guide_rankings({n: view(n) for n in names}, vectors, depth=settings.candidate_k,
-                                  tiles=tiles, tiles_per_image=settings.tiles_per_image)
+                                  tiles=tiles, tiles_per_image=settings.tiles_per_image,
+                                  tile_indexes=tile_indexes)
         weights = load_trust(index).for_topic(state.get("topic") or DEFAULT_TOPIC, names)
         hits = _hits(index, fuse(rankings, weights, settings.k))
         guides = [{**g, "status": "used"} if g["status"] == "approved" else g for g in state["guides"]]

@@ -16,6 +16,7 @@ placeholder image (the authors' VisRet code searched with black images after a f
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -70,8 +71,6 @@ def guide_paths(
     folder.mkdir(parents=True, exist_ok=True)
     names = []
     for index, image in enumerate(images):
-        import io
-
         buffer = io.BytesIO()
         image.convert("RGB").save(buffer, format="PNG")
         names.append(f"{index}.png")

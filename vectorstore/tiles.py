@@ -199,8 +199,8 @@ class TileIndex:
         return self._collection
 
     def exists(self) -> bool:
-        collection = self.collection()
-        return collection is not None and collection.count() > 0
+        """Whether tiles were made for this embedder (no ``count()``: it costs ~60 ms at 1M records)."""
+        return self.collection() is not None
 
     def settings_key(self) -> str | None:
         collection = self.collection()
@@ -287,6 +287,7 @@ def index_tiles(
         for start in tqdm(range(0, len(todo), batch_size), desc="tiling", unit="batch", disable=not progress):
             batch = todo[start : start + batch_size]
             crops: list[tuple[str, int, Box, Image.Image]] = []
+            failed_before = len(report.failed)
             for item in batch:
                 try:
                     image = load_image(item.path)
@@ -295,7 +296,8 @@ def index_tiles(
                     continue
                 boxes = [b for b in smart_tiles(image, settings) if b != (0, 0, *image.size)]
                 crops.extend((item.id, n, box, image.crop(box)) for n, box in enumerate(boxes, start=1))
-            readable = [item for item in batch if item.path not in {path for path, _ in report.failed}]
+            unreadable = {path for path, _ in report.failed[failed_before:]}
+            readable = [item for item in batch if item.path not in unreadable]
             for view, collection, tiled in zip(views, collections, done):
                 wanted = [c for c in crops if c[0] not in tiled]
                 whole = [item for item in readable if item.id not in tiled]

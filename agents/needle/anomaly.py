@@ -21,7 +21,7 @@ two: with 8 guides, 2 PCA dimensions made one inlier look outlying in one of thr
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,7 +104,3 @@ def screen_guides(
         logger.info("dropping outlying guides %s (scores %s, tau %.2f)", dropped, np.round(scores, 2).tolist(), tau)
     kept = [j for j in range(m) if j not in dropped]
     return Screening(kept=kept, dropped=dropped, scores=[float(s) for s in scores], reducer=reducer)
-
-
-def stack(vectors: Sequence[np.ndarray]) -> np.ndarray:
-    return np.stack([np.asarray(v, dtype=np.float32) for v in vectors])

@@ -17,22 +17,28 @@ def guide_rankings(
     depth: int,
     tiles: bool = False,
     tiles_per_image: int = 4,
+    tile_indexes: Mapping[str, Any] | None = None,
 ) -> dict[str, list[list[str]]]:
     """``{embedder: [image ids ranked for guide 1, guide 2, ...]}``, each ``depth`` long at most.
 
     ``views[embedder]`` is the gallery seen through that embedder and ``guide_vectors[embedder]`` the
     guides embedded by it, ``(m, dim)``. With ``tiles`` the embedder's tiles are searched too and an
     image ranks by its best tile or its whole image, whichever matches better, so images not tiled
-    yet (an interrupted `pictrieve tile`) still take part.
+    yet (an interrupted `pictrieve tile`) still take part. ``tile_indexes[embedder]`` reuses
+    :class:`~pictrieve.vectorstore.tiles.TileIndex` objects across queries (each new one looks its
+    collection up again).
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from pictrieve.vectorstore.tiles import TileIndex
 
-    # One batched k-NN query per collection, run concurrently (Chroma's HNSW search releases the GIL).
+    # One batched k-NN query per collection, run concurrently: 158 -> 69 ms p50 for 4 guides x 3
+    # embedders with tiles (BENCHMARKS.md), so Chroma's searches overlap.
+    tile_indexes = tile_indexes or {}
     jobs = {(name, "images"): (views[name].rank_ids, (vectors, depth)) for name, vectors in guide_vectors.items()}
     if tiles:
-        jobs.update({(name, "tiles"): (TileIndex(views[name]).rank_ids, (vectors, depth, tiles_per_image))
+        jobs.update({(name, "tiles"): ((tile_indexes.get(name) or TileIndex(views[name])).rank_ids,
+                                        (vectors, depth, tiles_per_image))
                      for name, vectors in guide_vectors.items()})
     with ThreadPoolExecutor(max_workers=min(8, len(jobs)) or 1) as pool:
         futures = {key: pool.submit(function, *args) for key, (function, args) in jobs.items()}
