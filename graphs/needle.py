@@ -42,6 +42,8 @@ from pictrieve.vectorstore.hits import ImageHit
 logger = logging.getLogger(__name__)
 
 FEEDBACK_MODES = ("off", "guides", "results", "both")
+GUIDE_VECTOR_CACHE = 4096
+"""Guide vectors kept per graph, per (embedder, picture): a repeated or resumed query embeds nothing."""
 
 
 @dataclass
@@ -188,7 +190,10 @@ def build_needle_graph(
             vectors = view(embedder).embedder.embed_images([load_image(g["path"]) for g in todo])
             for guide, vector in zip(todo, vectors):
                 vector_cache[(embedder, guide["path"])] = vector
-        return np.stack([vector_cache[(embedder, g["path"])] for g in guides])
+        found = np.stack([vector_cache[(embedder, g["path"])] for g in guides])
+        while len(vector_cache) > GUIDE_VECTOR_CACHE:  # a served graph lives long: forget the oldest
+            vector_cache.pop(next(iter(vector_cache)))
+        return found
 
     def make_guides(prompt: str, visualizer: Any, n: int, seed: int, start: int, exclude: set[str]) -> list[Guide]:
         try:

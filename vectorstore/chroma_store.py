@@ -122,17 +122,20 @@ def _permission_error(path: Path, exc: BaseException) -> GalleryPermissionError:
     )
 
 
-def embedder_collections(client: Any) -> list[dict[str, Any]]:
-    """``[{"embedder", "dim", "images", "collection"}]`` for each embedder collection, by name."""
+def embedder_collections(client: Any, *, counts: bool = True) -> list[dict[str, Any]]:
+    """``[{"embedder", "dim", "images", "collection"}]`` for each embedder collection, by name.
+
+    ``counts=False`` leaves ``images`` out: one listing call instead of a ``count()`` per collection
+    (~60 ms each at 1M images), for callers on a search path that only need the names.
+    """
     rows = []
     for listed in client.list_collections():
         if listed.name.startswith(COLLECTION_PREFIX):
-            collection = client.get_collection(listed.name, embedding_function=None)
-            meta = collection.metadata or {}
-            rows.append({
-                "embedder": current_embedder_name(meta), "dim": meta.get("dim"),
-                "images": collection.count(), "collection": listed.name,
-            })
+            meta = listed.metadata or {}
+            row = {"embedder": current_embedder_name(meta), "dim": meta.get("dim"), "collection": listed.name}
+            if counts:
+                row["images"] = client.get_collection(listed.name, embedding_function=None).count()
+            rows.append(row)
     return sorted(rows, key=lambda row: str(row["embedder"]))
 
 

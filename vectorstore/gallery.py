@@ -162,7 +162,7 @@ class Gallery(GalleryReads):
         """Every embedder with a collection in this gallery, sorted by name."""
         if self._client is None:
             return []
-        return [row["embedder"] for row in embedder_collections(self._client) if row["embedder"]]
+        return [row["embedder"] for row in embedder_collections(self._client, counts=False) if row["embedder"]]
 
     @property
     def default_embedder(self) -> str | None:
