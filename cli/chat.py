@@ -37,8 +37,9 @@ def default_checkpoint_path() -> Path:
               help="Question regenerations when the filter rejects them all (1 is much faster on a CPU).")
 @click.option("--reformulation-tokens", default=512, show_default=True,
               help="Token cap for rewriting the dialogue into one description (paper: 512; ~96 suffices).")
-@click.option("--arm", type=click.Choice(["zs", "cr", "cr+rce", "cr+rce+f"]), default="cr+rce+f",
-              show_default=True, help="Which PlugIR parts to use (paper ablation arms).")
+@click.option("--arm", type=click.Choice(["zs", "cr", "cr+rce", "cr+rce+f", "offline"]), default="cr+rce+f",
+              show_default=True, help="Which PlugIR parts to use: the paper's ablation arms (an LLM asks), or "
+              "'offline': questions made from what tells the candidates' captions apart, no LLM.")
 @click.option("--session", "--thread-id", "session", default=None, metavar="ID",
               help="Session id; pass an existing one to resume it.")
 @click.option("--checkpoint", default=None, type=click.Path(dir_okay=False), metavar="FILE",
@@ -101,7 +102,8 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
             break
         payload = getattr(interrupts[0], "value", interrupts[0])
         _show_round(payload, html_dir)
-        click.echo(f"Q{payload['round']}: {payload['question']}")
+        options = payload.get("options")
+        click.echo(f"Q{payload['round']}: {payload['question']}" + (f"  ({' / '.join(options)})" if options else ""))
         click.echo("> ", nl=False)
         line = stdin.readline()
         if not line:  # end of input: the session stays resumable

@@ -12,7 +12,11 @@ import click
 @click.option("--targets", default=10, show_default=True, help="Number of target photos.")
 @click.option("--rounds", default=5, show_default=True, help="Question budget T.")
 @click.option("--arms", default="zs,cr,cr+rce,cr+rce+f", show_default=True,
-              help="Comma-separated arms: zs, cr, cr+rce, cr+rce+f.")
+              help="Comma-separated arms: zs, cr, cr+rce, cr+rce+f (the paper's, with the LLM) and offline "
+              "(questions from the candidates' captions, no LLM).")
+@click.option("--user", type=click.Choice(["captions", "llm"]), default="captions", show_default=True,
+              help="Simulated user: 'captions' answers from the target's other captions by rules, no LLM; "
+              "'llm' has --llm read them.")
 @click.option("--llm", default="offline", show_default=True, metavar="NAME",
               help="Questioner/reformulator/filter LLM and simulated user ('openai:<model>' too).")
 @click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint.")
@@ -30,7 +34,7 @@ import click
 @click.option("--dialogues", default=None, type=click.Path(dir_okay=False),
               help="Write every dialogue, query and rank as JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def interactive(folder: str, targets: int, rounds: int, arms: str, llm: str, base_url: str | None,
+def interactive(folder: str, targets: int, rounds: int, arms: str, user: str, llm: str, base_url: str | None,
                 embedder: str | None, gallery: str | None, top_n: int | None, questions: int,
                 filter_attempts: int, reformulation_tokens: int, seed: int,
                 plot: str | None, dialogues: str | None, as_json: bool) -> None:
@@ -49,7 +53,7 @@ def interactive(folder: str, targets: int, rounds: int, arms: str, llm: str, bas
         settings["top_n"] = top_n
     results = evaluate_interactive(folder, targets=targets, rounds=rounds, arms=chosen, llm=llm,
                                    base_url=base_url, embedder=embedder, gallery_location=gallery,
-                                   seed=seed, settings=settings, progress=not as_json)
+                                   user=user, seed=seed, settings=settings, progress=not as_json)
     if plot:
         plot_interactive(results, plot)
     if dialogues:
@@ -60,7 +64,7 @@ def interactive(folder: str, targets: int, rounds: int, arms: str, llm: str, bas
         return
     cfg = results["config"]
     click.echo(f"{cfg['targets']} targets, {cfg['rounds']} rounds, {cfg['images']} images, "
-               f"embedder {cfg['embedder']}, LLM {cfg['llm']}")
+               f"embedder {cfg['embedder']}, LLM {cfg['llm'] or 'none'}, simulated user {cfg['user']}")
     click.echo(f"{'arm':<10} {'BRI':>7} {'Hits@10 r0->rT':>16} {'Recall@10 r0->rT':>18} {'s/round':>8}  by node")
     for arm, m in results["arms"].items():
         hits, recall = m["hits@10"], m["recall@10"]

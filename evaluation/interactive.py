@@ -2,7 +2,10 @@
 
 For each target photo of a captioned folder (``captions.jsonl``, the flickr8k-dev format), one of
 its human captions is the initial description D_0 and a simulated user answers every question from
-the *other* captions only. Every arm (ZS, CR, CR+RCE, CR+RCE+F; :data:`ARMS`) runs the same graph
+the *other* captions only: by default :class:`CaptionUser` (no language model: exact for the
+offline questioner's questions, rule-based or the closest caption for free questions), or
+``user="llm"``, the chat model reading the captions (:class:`CaptionAnswerer`). Targets are the first
+``targets`` of one seeded order of the photos, so a run on 10 targets uses the first 10 of a run on 50. Every arm (ZS, CR, CR+RCE, CR+RCE+F; :data:`ARMS`) runs the same graph
 with different configuration over the same targets, descriptions and random seeds. After each
 round the target's rank is computed exactly (numpy over all stored vectors; ties scored by their
 expected rank) and the run reports BRI, Hits@10 and Recall@10 per round, and seconds per round
@@ -20,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer
+from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer, CaptionUser
 from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
 from pictrieve.evaluation.ranking import ExactRanker
 from pictrieve.tools.seeding import torch_seeded
@@ -30,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 NODES = ("reformulation", "retrieval", "rce", "questioner", "filter")
 AnswererFactory = Callable[[Path, list[str]], Answerer]
-"""``answerer = factory(target_image_path, visible_captions)``; default: :class:`CaptionAnswerer`."""
+"""``answerer = factory(target_image_path, visible_captions)``; default: :class:`CaptionUser`."""
+USERS = ("captions", "llm")
 
 
 def open_eval_gallery(folder: str | os.PathLike, embedder: Any = None,
@@ -55,6 +59,7 @@ def evaluate_interactive(
     embedder: Any = None,
     gallery_location: str | os.PathLike | None = None,
     answerer_factory: AnswererFactory | None = None,
+    user: str = "captions",
     seed: int = 0,
     top_k: int = 10,
     settings: dict[str, Any] | None = None,
@@ -70,13 +75,21 @@ def evaluate_interactive(
     from pictrieve.tools.chat_models import create_chat_model
     from pictrieve.vectorstore.gallery import path_id
 
-    chat = create_chat_model(llm, base_url=base_url)
+    if user not in USERS:
+        raise ValueError(f"unknown simulated user {user!r}; choose from {', '.join(USERS)}")
+    needs_llm = user == "llm" or any(ARMS.get(a, {}).get("questioner") == "llm" for a in arms)
+    chat = create_chat_model(llm, base_url=base_url) if needs_llm else None
+    custom_user = answerer_factory is not None
+    if answerer_factory is None:
+        answerer_factory = ((lambda path, visible: CaptionAnswerer(chat, visible)) if user == "llm"
+                            else (lambda path, visible: CaptionUser(visible)))
     gallery, captions = open_eval_gallery(folder, embedder, gallery_location)
     targets_by_id = {path_id(p): (p, texts) for p, texts in captions.items()}
     results = run_ablation(gallery, targets_by_id, chat, targets=targets, rounds=rounds, arms=arms,
                            answerer_factory=answerer_factory, seed=seed, top_k=top_k,
                            settings=settings, progress=progress)
     results["config"]["folder"] = str(folder)
+    results["config"]["user"] = "custom" if custom_user else user
     return results
 
 
@@ -109,16 +122,17 @@ def run_ablation(
     eligible = [id_ for id_ in ids if id_ in by_id and len(captions[by_id[id_]]) >= 2]
     if not eligible:
         raise ValueError("no gallery image has two or more captions to simulate a user with")
-    rng = np.random.default_rng(seed)
-    chosen = rng.choice(len(eligible), size=min(targets, len(eligible)), replace=False)
+    # One seeded order of the photos, and each target's description drawn from its own seed, so the
+    # first k targets of a longer run are exactly a shorter run's (the LLM arms run on a prefix).
+    order = np.random.default_rng(seed).permutation(len(eligible))
     plan = []
-    for index in sorted(chosen):
+    for index in order[:targets]:
         id_ = eligible[index]
         texts = captions[by_id[id_]]
-        first = int(rng.integers(len(texts)))
+        first = int(np.random.default_rng([seed, int(index)]).integers(len(texts)))
         plan.append((id_, texts[first], [t for i, t in enumerate(texts) if i != first]))
 
-    answerer_factory = answerer_factory or (lambda path, visible: CaptionAnswerer(chat, visible))
+    answerer_factory = answerer_factory or (lambda path, visible: CaptionUser(visible))
     base_settings = {"shown_k": top_k, "max_rounds": rounds, "seed": seed, **_renamed(settings or {})}
     results: dict[str, Any] = {"arms": {}, "dialogues": {}}
     bar = tqdm(total=len(arms) * len(plan), disable=not progress, desc="interactive eval")
@@ -165,7 +179,8 @@ def run_ablation(
     results["config"] = {
         "images": len(ids), "targets": len(plan), "rounds": rounds,
         "arms": list(arms), "seed": seed, "embedder": getattr(gallery.embedder, "name", ""),
-        "llm": getattr(chat, "model_name", type(chat).__name__), "top_k": top_k, **(settings or {}),
+        "llm": getattr(chat, "model_name", type(chat).__name__) if chat is not None else None,
+        "top_k": top_k, **(settings or {}),
     }
     if hasattr(gallery, "embedder_name"):
         results["config"]["embedder"] = gallery.embedder_name

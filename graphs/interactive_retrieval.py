@@ -40,6 +40,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import operator
@@ -58,6 +59,14 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
+from pictrieve.agents.plugir.caption_terms import CaptionTerms, caption_terms, vocabulary
+from pictrieve.agents.plugir.offline_questioner import (
+    Question,
+    candidate_distribution,
+    candidate_questions,
+    choose_question,
+    reformulate_with_answers,
+)
 from pictrieve.agents.plugir.question_filter import (
     select_least_disruptive,
     unanswerable_questions,
@@ -74,13 +83,17 @@ logger = logging.getLogger(__name__)
 MIN_CANDIDATES = 20
 CANDIDATE_FRACTION = 0.01
 
-ARMS: dict[str, dict[str, bool]] = {
-    "zs": {"reformulate": False, "retrieval_context": False, "filter_questions": False},
-    "cr": {"reformulate": True, "retrieval_context": False, "filter_questions": False},
-    "cr+rce": {"reformulate": True, "retrieval_context": True, "filter_questions": False},
-    "cr+rce+f": {"reformulate": True, "retrieval_context": True, "filter_questions": True},
+ARMS: dict[str, dict[str, Any]] = {
+    "zs": {"questioner": "llm", "reformulate": False, "retrieval_context": False, "filter_questions": False},
+    "cr": {"questioner": "llm", "reformulate": True, "retrieval_context": False, "filter_questions": False},
+    "cr+rce": {"questioner": "llm", "reformulate": True, "retrieval_context": True, "filter_questions": False},
+    "cr+rce+f": {"questioner": "llm", "reformulate": True, "retrieval_context": True, "filter_questions": True},
+    "offline": {"questioner": "offline", "reformulate": True, "retrieval_context": False, "filter_questions": True},
 }
-"""The paper's ablation arms (Table 13) as run settings of the same graph."""
+"""The paper's ablation arms (Table 13) as run settings of the same graph, and ``offline``: questions
+made from the candidates' captions and chosen by expected information, no language model at all
+(:mod:`pictrieve.agents.plugir.offline_questioner`)."""
+QUESTIONERS = ("llm", "offline")
 
 
 # --- the gallery seam ----------------------------------------------------------------------------
@@ -141,6 +154,7 @@ class PlugIROutput(TypedDict, total=False):
     shown: list[ImageHit]  # the top images shown to the user this round
     retrieval_context: list[str]  # RCE captions shown to the questioner this round
     question: str  # the question asked this round
+    question_spec: dict[str, Any] | None  # the offline questioner's question (kind, term, options)
     found: ImageHit | None  # the image the user picked
     stopped: bool
     timings: Annotated[list[Timing], operator.add]
@@ -151,6 +165,7 @@ class PlugIRState(PlugIRInput, PlugIROutput, total=False):
 
     candidates: list[ImageHit]  # top-n of this round's query
     questions: list[str]  # this round's candidate questions
+    offline_questions: list[dict[str, Any]]  # the offline questioner's candidate questions (specs)
 
 
 @dataclass
@@ -168,13 +183,16 @@ class PlugIRSettings(RunSettings):
     retrieval_context: bool = True  # RCE (grounded questioner)
     filter_questions: bool = True  # F
     seed: int = 0
-    arm: str | None = None  # "zs", "cr", "cr+rce" or "cr+rce+f": overrides the three flags above
+    questioner: str = "llm"  # "llm" (the paper's) or "offline" (caption terms + expected information)
+    arm: str | None = None  # "zs", "cr", "cr+rce", "cr+rce+f" or "offline": overrides the flags above
 
     def validate(self) -> None:
         require_positive(self, "shown_k", "candidate_k", "clusters", "questions_per_round", "filter_attempts",
                          "reformulation_max_tokens")
         if not isinstance(self.max_rounds, int) or self.max_rounds < 0:
             raise SettingsError(f"max_rounds must be a whole number >= 0, got {self.max_rounds!r}")
+        if self.questioner not in QUESTIONERS:
+            raise SettingsError(f"unknown questioner {self.questioner!r}; choose from {', '.join(QUESTIONERS)}")
         if self.arm is not None:
             if self.arm not in ARMS:
                 raise SettingsError(f"unknown arm {self.arm!r}; choose from {', '.join(ARMS)}")
@@ -256,7 +274,8 @@ def build_plugir_graph(
     from pictrieve.tools.chat_models import create_chat_model
 
     gallery = index
-    chat = create_chat_model(llm, base_url=base_url)
+    # Made on first use: the offline questioner never needs a language model.
+    chat = functools.cache(lambda: create_chat_model(llm, base_url=base_url))
     captioner = resolve_captioner(captioner, gallery)
     vectors_of = _CandidateVectors(gallery)
 
@@ -270,8 +289,10 @@ def build_plugir_graph(
         description = state["description"]
         if not dialogue:
             query = description
+        elif settings.reformulate and settings.questioner == "offline":
+            query = reformulate_with_answers(description, dialogue)
         elif settings.reformulate:
-            query = reformulate(chat, description, dialogue, previous=state.get("query"),
+            query = reformulate(chat(), description, dialogue, previous=state.get("query"),
                                 max_tokens=settings.reformulation_max_tokens)
         else:
             query = concatenate_dialogue(description, dialogue)
@@ -325,25 +346,33 @@ def build_plugir_graph(
         # Without the filter the first well-formed question is asked (the authors' arms without
         # selection ask their first sample); sampling q_n at once, in one batch, is how we retry
         # when a small model's first sample is malformed or repeats an earlier question.
+        if settings.questioner == "offline":
+            terms = candidate_terms(state)
+            asked = [Question.from_json(t["spec"]) for t in state.get("dialogue", []) if t.get("spec")]
+            offline = candidate_questions(terms, known=state.get("query", ""), asked=asked)
+            return {"questions": [q.text for q in offline], "offline_questions": [q.to_json() for q in offline],
+                    "timings": timed("questioner", state, started)}
         questions = _ask_for_questions(state, settings, settings.questions_per_round)
-        return {"questions": questions, "timings": timed("questioner", state, started)}
+        return {"questions": questions, "offline_questions": [], "timings": timed("questioner", state, started)}
 
     def filter_and_select_node(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> dict[str, Any]:
         started = time.perf_counter()
         settings = settings_of(runtime, PlugIRSettings)
         questions = list(state.get("questions") or [])
+        if settings.questioner == "offline":
+            return {**select_offline_question(state), "timings": timed("filter", state, started)}
         if not settings.filter_questions:
             question = questions[0] if questions else FALLBACK_QUESTION
-            return {"question": question, "timings": timed("filter", state, started)}
+            return {"question": question, "question_spec": None, "timings": timed("filter", state, started)}
         context = state["query"]
-        kept = unanswerable_questions(chat, context, questions)
+        kept = unanswerable_questions(chat(), context, questions)
         attempt = 1
         rejected = list(questions)
         while not kept and attempt < settings.filter_attempts:
             attempt += 1
             fresh = _ask_for_questions(state, settings, settings.questions_per_round, avoid=rejected)
             rejected += fresh
-            kept = unanswerable_questions(chat, context, fresh)
+            kept = unanswerable_questions(chat(), context, fresh)
         if not kept:
             logger.info("no question survived %d filter attempts; using the unfiltered set",
                         attempt)
@@ -355,30 +384,55 @@ def build_plugir_graph(
             context_scores = np.array([c.score for c in candidates])
             extended = gallery.embedder.embed_texts([f"{context}, {q}" for q in kept])
             question = kept[select_least_disruptive(context_scores, extended @ vectors.T)]
-        return {"question": question, "timings": timed("filter", state, started)}
+        return {"question": question, "question_spec": None, "timings": timed("filter", state, started)}
 
     def ask_node(state: PlugIRState) -> dict[str, Any]:
         question = state.get("question") or FALLBACK_QUESTION
         shown = [as_hit(h) for h in state.get("shown", [])]
+        spec = state.get("question_spec") if (state.get("question_spec") or {}).get("text") == question else None
         if answerer is not None:
             reply: Any = answerer(question, state)
         else:
-            reply = interrupt({"round": state.get("round", 0) + 1, "question": question,
-                               "query": state.get("query", ""), "shown": [h.to_json() for h in shown]})
+            payload = {"round": state.get("round", 0) + 1, "question": question,
+                       "query": state.get("query", ""), "shown": [h.to_json() for h in shown]}
+            if spec and spec.get("kind") == "choice":
+                payload["options"] = _option_labels(spec)
+            reply = interrupt(payload)
         parsed = parse_reply(reply, shown)
         if "stop" in parsed:
             return {"stopped": True}
         if "found" in parsed:
             return {"found": parsed["found"], "stopped": True}
-        return {"dialogue": [Turn(question=question, answer=parsed["answer"])],
-                "round": state.get("round", 0) + 1}
+        turn = Turn(question=question, answer=parsed["answer"])
+        if spec:
+            turn["spec"] = spec
+        return {"dialogue": [turn], "round": state.get("round", 0) + 1}
+
+    def candidate_terms(state: PlugIRState) -> list[CaptionTerms]:
+        candidates = [as_hit(c) for c in state.get("candidates", [])]
+        captions, _ = _fill_captions(candidates, captioner)
+        return [caption_terms(text) for text in captions]
+
+    def select_offline_question(state: PlugIRState) -> dict[str, Any]:
+        """Expected-information choice among the offline questions (the filter already ran: they
+        ask nothing the query or the dialogue holds)."""
+        questions = [Question.from_json(q) for q in state.get("offline_questions") or []]
+        candidates = [as_hit(c) for c in state.get("candidates", [])]
+        terms = candidate_terms(state)
+        answered = [(Question.from_json(t["spec"]), t["answer"]) for t in state.get("dialogue", [])
+                    if t.get("spec")]
+        p = candidate_distribution([c.score for c in candidates], terms, answered)
+        best = choose_question(questions, terms, p) if candidates else None
+        if best is None:  # the candidates' captions no longer differ in anything not yet asked
+            return {"question": FALLBACK_QUESTION, "question_spec": None}
+        return {"question": best.text, "question_spec": best.to_json()}
 
     def _ask_for_questions(state: PlugIRState, settings: PlugIRSettings, n: int,
                            avoid: Sequence[str] = ()) -> list[str]:
         grounded = state.get("retrieval_context") if settings.retrieval_context else None
         questions: list[str] = []
         for _ in range(2):  # one retry when every reply was malformed
-            questions = generate_questions(chat, state["description"], state.get("dialogue", []),
+            questions = generate_questions(chat(), state["description"], state.get("dialogue", []),
                                            candidates=grounded, n=n, avoid=avoid)
             if questions:
                 return questions
@@ -450,6 +504,13 @@ class _CandidateVectors:
             while len(self._rows) > self.keep:
                 self._rows.pop(next(iter(self._rows)))
         return rows
+
+
+def _option_labels(spec: Mapping[str, Any]) -> list[str]:
+    """The words a person picks from for a choice question ("black", not "black dog")."""
+    options = list(spec.get("options", []))
+    labels = [o.split(" ", 1)[0] for o in options] if spec.get("noun") else options
+    return labels + [vocabulary()["none_option"]]
 
 
 def _fill_captions(candidates: Sequence[ImageHit], captioner: Captioner | None) -> tuple[list[str], list[int]]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
-from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
+from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from langchain_core.language_models.chat_models import BaseChatModel
 
@@ -36,10 +36,12 @@ _PREFIX = re.compile(r"^\s*(?:\d+[.)]\s*|[-*•]\s*|(?:new\s+)?question\s*\d*\s*
 
 
 class Turn(TypedDict):
-    """One exchange of the dialogue."""
+    """One exchange of the dialogue. ``spec``: the offline questioner's question (kind, term, options),
+    so its answer can be read exactly."""
 
     question: str
     answer: str
+    spec: NotRequired[dict[str, Any]]
 
 
 def format_dialogue(dialogue: Sequence[Turn]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -48,3 +49,78 @@ def clean_answer(reply: str) -> str:
         if line:
             return line
     return UNKNOWN
+
+
+class CaptionUser:
+    """A simulated user that answers from the target's human captions without any language model,
+    so an evaluation does not depend on a small LLM's inventions.
+
+    - Offline questions (the graph state's ``question_spec``) are read exactly: "yes" when the
+      captions hold the asked term, else "no"; a choice question gets the option the captions
+      name, else "none of these".
+    - Other yes/no questions ("Is the dog wearing a collar?"): "yes" when the captions hold every
+      content term of the question, "no" when they hold none of the terms the description lacks;
+      otherwise, and for open questions ("What colour is the dog?"), the caption most similar to
+      the question (MiniLM), or "unknown" when none is close.
+
+    Captions omit much of what a photo shows, so this user says "no" to things a person looking at
+    the photo might confirm: it is stricter than a person, never more generous.
+    """
+
+    def __init__(self, captions: Sequence[str], *, encoder: Any = None, min_similarity: float = 0.3):
+        from pictrieve.agents.plugir.caption_terms import caption_terms
+
+        if not captions:
+            raise ValueError("CaptionUser needs at least one caption of the target")
+        self.captions = [c.strip() for c in captions]
+        self.terms = caption_terms(self.captions)
+        self.encoder = encoder
+        self.min_similarity = min_similarity
+
+    def __call__(self, question: str, state: Mapping[str, Any] | None = None) -> str:
+        from pictrieve.agents.plugir.offline_questioner import Question
+
+        spec = (state or {}).get("question_spec")
+        if spec and spec.get("text") == question:
+            return self.answer_offline(Question.from_json(spec))
+        return self.answer_free(question, (state or {}).get("description", ""))
+
+    def answer_offline(self, question: Any) -> str:
+        if question.kind == "yes_no":
+            return "yes" if self.terms.has(question.key) else "no"
+        for option in question.options:
+            if self.terms.has(option):
+                return option.split(" ", 1)[0] if question.noun else option
+        return "none of these"
+
+    def answer_free(self, question: str, description: str = "") -> str:
+        from pictrieve.agents.plugir.caption_terms import caption_terms, singular, words
+
+        asked = caption_terms(question)
+        # Things and colours only: verbs vary in form ("carrying" vs "carries") and would read as "no".
+        keys = asked.things | asked.colours | asked.coloured
+        if re.match(r"^\s*(is|are|does|do|did|was|were|can|has|have)\b", question, re.I) and keys:
+            mine = self.terms.keys | {singular(w) for c in self.captions for w in words(c)}
+            if keys <= mine:
+                return "yes"
+            new = keys - caption_terms(description).keys
+            if new and not (new & mine):
+                return "no"
+        return self._closest_caption(question)
+
+    def _closest_caption(self, question: str) -> str:
+        if self.encoder is None:
+            self.encoder = _shared_encoder()
+        vectors = self.encoder.encode([question] + self.captions)
+        similarities = vectors[1:] @ vectors[0]
+        best = int(similarities.argmax())
+        return self.captions[best] if similarities[best] >= self.min_similarity else UNKNOWN
+
+
+
+@lru_cache(maxsize=1)
+def _shared_encoder():
+    """One all-MiniLM-L6-v2 per process for every caption user (loading it takes about a second)."""
+    from pictrieve.tools.sentence_encoder import SentenceEncoder
+
+    return SentenceEncoder()

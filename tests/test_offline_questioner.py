@@ -1,0 +1,150 @@
+"""The offline PlugIR questioner and the caption-based simulated user: caption reading, expected
+information against hand-computed values, the redundancy rule, answer reading, the reformulation,
+and the graph's ``offline`` arm running with no language model at all."""
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plugir_fakes import FakeGallery, make_gallery  # noqa: E402
+
+from pictrieve.agents.plugir.caption_terms import caption_terms, singular  # noqa: E402
+from pictrieve.agents.plugir.offline_questioner import (  # noqa: E402
+    Question,
+    answer_outcomes,
+    candidate_distribution,
+    candidate_questions,
+    choose_question,
+    expected_information,
+    read_answer,
+    reformulate_with_answers,
+)
+from pictrieve.agents.plugir.simulated_user import CaptionUser  # noqa: E402
+from pictrieve.graphs.interactive_retrieval import build_plugir_graph  # noqa: E402
+
+
+def test_caption_terms_find_things_colours_counts_and_actions():
+    terms = caption_terms("A black and white dog catches a tennis ball on the beach")
+    assert {"dog", "tennis ball", "beach"} <= terms.things
+    assert {"black dog", "white dog"} <= terms.coloured
+    assert "catches" not in " ".join(terms.keys)  # a verb after a noun is not a thing
+    two = caption_terms("Two children are playing in the water .")
+    assert {"child", "water"} <= two.things and "two child" in two.counted and "playing" in two.actions
+    assert two.display["two child"] == "two children"
+    assert caption_terms("Dog runs through snow").things >= {"dog", "snow"}  # opens with its noun
+    assert [singular(w) for w in ["dogs", "puppies", "benches", "grass", "men", "clothes"]] == \
+        ["dog", "puppy", "bench", "grass", "man", "clothes"]
+
+
+def test_expected_information_matches_hand_computed_values():
+    terms = [caption_terms(c) for c in ["a dog on the beach", "a dog in the snow", "a cat on the beach",
+                                        "a cat in the park"]]
+    uniform = np.full(4, 0.25)
+    dog = Question(text="Is there a dog in the photo?", kind="yes_no", key="dog")
+    assert expected_information(dog, terms, uniform) == pytest.approx(math.log(2))
+    # Skewed mass: P(yes) = 0.7 + 0.1 = 0.8 -> H = -(0.8 ln 0.8 + 0.2 ln 0.2).
+    skewed = np.array([0.7, 0.1, 0.1, 0.1])
+    assert expected_information(dog, terms, skewed) == pytest.approx(-(0.8 * math.log(0.8) + 0.2 * math.log(0.2)))
+    place = Question(text="Where is it: beach or snow?", kind="choice", key="place", options=("beach", "snow"))
+    assert answer_outcomes(place, terms).tolist() == [0, 1, 0, 2]  # 2 = none of these
+    assert expected_information(place, terms, uniform) == pytest.approx(-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)))
+    everywhere = Question(text="Is there a dog?", kind="yes_no", key="dog")
+    assert expected_information(everywhere, terms[:2], np.full(2, 0.5)) == pytest.approx(0.0)
+
+
+def test_questions_skip_what_is_known_or_asked_and_the_best_is_chosen():
+    terms = [caption_terms(c) for c in ["a brown dog on the beach", "a black dog in the snow",
+                                        "a brown dog in the snow", "a white dog in the park"]]
+    questions = candidate_questions(terms, known="a dog in the snow")
+    keys = {q.key for q in questions}
+    assert "dog" not in keys  # the description already says it
+    assert "place" not in keys  # "snow" is known, so where it is was said
+    assert "colour of dog" in keys
+    colour = next(q for q in questions if q.key == "colour of dog")
+    assert colour.text == "What colour is the dog: brown, black or white?"
+    p = np.full(4, 0.25)
+    # brown/black/white splits 2/1/1 (1.04 nats): more than any yes/no question (at most ln 2).
+    assert choose_question(questions, terms, p).key == "colour of dog"
+    asked = candidate_questions(terms, known="a dog in the snow", asked=[colour])
+    assert "colour of dog" not in {q.key for q in asked} and "brown dog" not in {q.key for q in asked}
+
+
+def test_earlier_answers_reweight_the_candidates():
+    terms = [caption_terms(c) for c in ["a dog with a ball", "a dog with a stick", "a cat", "a bird"]]
+    ball = Question(text="Is there a ball in the photo?", kind="yes_no", key="ball", phrase="a ball")
+    p = candidate_distribution([0.5, 0.5, 0.5, 0.5], terms, [(ball, "no")])
+    assert p[0] == pytest.approx(0.2 / 3.2) and p[1] == pytest.approx(1 / 3.2)
+    assert candidate_distribution([0.5] * 4, terms, [(ball, "I don't know")]).tolist() == [0.25] * 4
+
+
+def test_answers_are_read_and_only_confirmations_enter_the_query():
+    ball = Question(text="Is there a ball in the photo?", kind="yes_no", key="ball", phrase="a ball")
+    colour = Question(text="What colour is the dog: brown or black?", kind="choice", key="colour of dog",
+                      options=("brown dog", "black dog"), noun="dog")
+    place = Question(text="Where is it: beach or snow?", kind="choice", key="place", options=("beach", "snow"))
+    assert [read_answer(ball, a) for a in ["yes", "Yes, a red one", "no", "not sure", "a ball"]] == [1, 1, 0, None, 1]
+    assert [read_answer(colour, a) for a in ["black", "it is brown", "none of these", "??"]] == [1, 0, 2, None]
+    turns = [{"question": ball.text, "answer": "no", "spec": ball.to_json()},
+             {"question": colour.text, "answer": "black", "spec": colour.to_json()},
+             {"question": place.text, "answer": "beach", "spec": place.to_json()},
+             {"question": "Anything else?", "answer": "a red frisbee"},
+             {"question": "Is it sunny?", "answer": "yes"}]
+    assert reformulate_with_answers("A dog runs.", turns) == "A dog runs, black dog, the beach, a red frisbee"
+
+
+def test_caption_user_answers_from_the_captions_only():
+    user = CaptionUser(["A black dog runs on the beach .", "A dog carries a stick by the sea ."])
+    ball = Question(text="Is there a ball in the photo?", kind="yes_no", key="ball")
+    stick = Question(text="Is there a stick in the photo?", kind="yes_no", key="stick")
+    colour = Question(text="What colour is the dog: brown or black?", kind="choice", key="colour of dog",
+                      options=("brown dog", "black dog"), noun="dog")
+    place = Question(text="Where is it: snow or park?", kind="choice", key="place", options=("snow", "park"))
+    for question, expected in [(ball, "no"), (stick, "yes"), (colour, "black"), (place, "none of these")]:
+        assert user(question.text, {"question_spec": question.to_json()}) == expected
+    # Free questions (an LLM's): rules for yes/no, the closest caption otherwise.
+    assert user("Is the dog carrying a stick?", {"description": "a dog"}) == "yes"
+    assert user("Is there a cat?", {"description": "a dog"}) == "no"
+    assert user("What is the dog carrying?", {}) == "A dog carries a stick by the sea ."
+
+
+class _NoLLM:
+    def __call__(self, *args, **kwargs):
+        raise AssertionError("the offline arm must not create a chat model")
+
+
+def test_offline_arm_finds_the_target_without_any_language_model(monkeypatch):
+    import pictrieve.tools.chat_models as chat_models
+
+    monkeypatch.setattr(chat_models, "create_chat_model", _NoLLM())
+    gallery = make_gallery()  # "a <colour> dog running in the <place>" x 6 colours x 5 places
+    target = "a brown dog running in the beach"
+    user = CaptionUser([target])
+    graph = build_plugir_graph(gallery, answerer=user)
+    result = graph.invoke({"description": "a dog running"},
+                          context={"arm": "offline", "max_rounds": 3, "candidate_k": 30, "shown_k": 5})
+    turns = result["dialogue"]
+    assert len(turns) == 3 and all("spec" in t for t in turns)
+    assert len({t["question"] for t in turns}) == 3  # never the same question twice
+    final = result["queries"][-1]
+    assert final.startswith("a dog running")  # the description is kept
+    assert "beach" in final and "brown" in final  # what the user confirmed was added
+    assert result["shown"][0].captions == [target]
+
+
+def test_offline_question_options_reach_the_person_through_interrupt(monkeypatch):
+    gallery = FakeGallery([f"a {c} dog in the {p}" for c in ["red", "blue"] for p in ["snow", "park", "beach"]])
+    graph = build_plugir_graph(gallery, checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}}
+    context = {"arm": "offline", "max_rounds": 2, "candidate_k": 6}
+    first = graph.invoke({"description": "a dog"}, cfg, context=context)["__interrupt__"][0].value
+    assert first["question"].startswith("Where is it:")
+    assert first["options"] == ["beach", "park", "snow", "none of these"]
+    second = graph.invoke(Command(resume="snow"), cfg, context=context)
+    assert second["queries"][-1] == "a dog, the snow"
+    assert second["dialogue"][0]["spec"]["key"] == "place"
