@@ -23,7 +23,12 @@ Text-to-Image Retrieval with Large Language Models: A Plug-and-Play Approach")::
 
 The ablation arms of the paper (ZS, CR, CR+RCE, CR+RCE+F) are run settings of this one graph: the
 context keys ``reformulate``, ``retrieval_context``, ``filter_questions``, or ``arm`` to set all three
-(see :class:`PlugIRSettings` and :data:`ARMS`).
+(see :class:`PlugIRSettings` and :data:`ARMS`). The ``offline`` arm (``questioner="offline"``) needs
+no language model: ``generate_questions`` makes yes/no and short-choice questions from the terms
+that tell the candidates' captions apart, ``filter_and_select`` drops what is known or asked and
+picks the question of highest expected information, ``reformulate`` appends confirmed terms to the
+description, and the interrupt carries the choice question's ``options``
+(:mod:`pictrieve.agents.plugir.offline_questioner`).
 
 Usage::
 

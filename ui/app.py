@@ -367,7 +367,8 @@ def _chat_view(plugir: Any, thread: str) -> dict[str, Any]:
                                          for t in dialogue],
                             "done": not snapshot.next, "found": found.to_json() if found is not None else None}
     if pending:
-        view.update(question=pending[0]["question"], shown=pending[0]["shown"])
+        view.update(question=pending[0]["question"], shown=pending[0]["shown"],
+                    options=pending[0].get("options") or [])
     else:
         view.update(question="", shown=[h.to_json() for h in values.get("shown") or []])
     return view

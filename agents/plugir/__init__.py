@@ -7,5 +7,8 @@ The pieces, each usable on its own and wired together by
 - :mod:`.retrieval_context`: Algorithm 1, distinctive captions of the top candidates (RCE);
 - :mod:`.questioner`: candidate questions from the description, dialogue and candidates;
 - :mod:`.question_filter`: Algorithm 2, drop answerable questions, keep the least disruptive (F);
-- :mod:`.simulated_user`: answers from a target's captions, for unattended evaluation.
+- :mod:`.offline_questioner` and :mod:`.caption_terms`: questions without a language model, from what
+  tells the candidates' captions apart, chosen by the expected information of their answer;
+- :mod:`.simulated_user`: answers from a target's captions, for unattended evaluation (by an LLM,
+  or by rules with no model: :class:`~.simulated_user.CaptionUser`).
 """

@@ -109,7 +109,8 @@ function renderChat(view) {
     li.textContent = `${t.question} — ${t.answer}`;
     return li;
   }));
-  $("chat-question").textContent = view.done ? "" : `Round ${view.round + 1}: ${view.question}`;
+  const options = view.options && view.options.length ? ` (${view.options.join(" / ")})` : "";
+  $("chat-question").textContent = view.done ? "" : `Round ${view.round + 1}: ${view.question}${options}`;
   $("chat-answer").hidden = view.done;
   $("chat-outcome").textContent = view.done
     ? (view.found ? `Found: ${(view.found.captions || [])[0] || view.found.path}` : "Chat ended.") : "";
