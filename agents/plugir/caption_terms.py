@@ -32,9 +32,10 @@ _PREPOSITIONS = frozenset({"in", "on", "at", "through", "with", "by", "near", "o
                            "across", "along", "down", "up", "behind", "beside", "of", "from", "past", "around"})
 _IRREGULAR = {"men": "man", "women": "woman", "children": "child", "people": "person", "feet": "foot",
               "teeth": "tooth", "mice": "mouse", "geese": "goose", "knives": "knife", "leaves": "leaf",
-              "wolves": "wolf", "shelves": "shelf", "calves": "calf", "clothes": "clothes",
-              "pants": "pants", "shorts": "shorts", "jeans": "jeans", "glasses": "glasses", "goggles": "goggles",
-              "sunglasses": "sunglasses", "trunks": "trunks", "stairs": "stairs", "steps": "steps"}
+              "wolves": "wolf", "shelves": "shelf", "calves": "calf"}
+# Plural-only nouns: never folded ("clothes" is not a "clothe"), never the first word of a compound.
+_PLURAL_ONLY = frozenset({"clothes", "pants", "shorts", "jeans", "glasses", "goggles", "sunglasses", "trunks",
+                          "stairs", "steps", "overalls", "tights", "scissors"})
 _NOT_PLURAL = ("ss", "us", "is", "ous", "ics")
 
 
@@ -45,7 +46,7 @@ def vocabulary() -> dict[str, Any]:
 
     text = resources.files("pictrieve.prompts").joinpath("plugir_offline_questions.yaml").read_text("utf-8")
     data = yaml.safe_load(text)
-    for key in ("colours", "numbers", "places", "mass_nouns", "ignored"):
+    for key in ("colours", "numbers", "places", "people", "mass_nouns", "ignored"):
         data[key] = frozenset(data[key])
     return data
 
@@ -59,6 +60,8 @@ def _stop_words() -> frozenset[str]:
 
 def singular(word: str) -> str:
     """``dogs`` -> ``dog``, ``puppies`` -> ``puppy``, ``benches`` -> ``bench``; others unchanged."""
+    if word in _PLURAL_ONLY:
+        return word
     if word in _IRREGULAR:
         return _IRREGULAR[word]
     if len(word) > 4 and word.endswith("ies"):
@@ -149,7 +152,8 @@ def _terms_cached(text: str) -> CaptionTerms:
         following = tokens[j + 1] if j + 1 < len(tokens) else ""
         # "a tennis ball": a second noun-like word after a singular one (not a verb like "runs").
         if (following and following not in stop and len(following) >= 3 and not following.endswith("ing")
-                and singular(tokens[j]) == tokens[j] and singular(following) == following
+                and singular(tokens[j]) == tokens[j] and tokens[j] not in _PLURAL_ONLY
+                and singular(following) == following
                 and following not in colours):
             noun_words.append(following)
         surface = " ".join(noun_words)

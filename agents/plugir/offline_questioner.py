@@ -88,9 +88,10 @@ def candidate_questions(candidate_terms: Sequence[CaptionTerms], known: str = ""
     for terms in candidate_terms:
         union.merge(terms)
     questions: list[Question] = []
-    places = sorted(k for k in union.things if k in vocab["places"])
-    if len(places) >= 2 and not any(p in known_keys for p in places) and "place" not in asked_keys:
-        questions.append(_choice("place", places, candidate_terms, template="place"))
+    for topic, words_of_topic in (("place", vocab["places"]), ("who", vocab["people"])):
+        options = sorted(k for k in union.things if k in words_of_topic)
+        if len(options) >= 2 and not any(o in known_keys for o in options) and topic not in asked_keys:
+            questions.append(_choice(topic, options, candidate_terms, template=topic))
     for key in sorted(union.things):
         if key in vocab["places"]:
             continue
@@ -129,7 +130,7 @@ def _choice(topic: str, options: Sequence[str], candidate_terms: Sequence[Captio
     """A short-choice question over the ``MAX_OPTIONS`` options most candidates have."""
     counts = {o: sum(t.has(o) for t in candidate_terms) for o in options}
     chosen = sorted(options, key=lambda o: (-counts[o], o))[:MAX_OPTIONS]
-    labels = [o.split(" ", 1)[0] if noun else o for o in chosen]
+    labels = [o.split(" ", 1)[0] if noun else _with_article(o) if template == "who" else o for o in chosen]
     listed = ", ".join(labels[:-1]) + f" or {labels[-1]}"
     text = vocabulary()["templates"][template].format(noun=noun, options=listed)
     return Question(text=text, kind="choice", key=topic, options=tuple(chosen), noun=noun)
@@ -228,11 +229,11 @@ def confirmed_phrase(question: Question, answer: str) -> str | None:
     if outcome is None or outcome >= len(question.options):
         return None
     option = question.options[outcome]
-    return option if question.noun else _place_phrase(option)
-
-
-def _place_phrase(place: str) -> str:
-    return f"the {place}" if place not in {"indoors"} else place
+    if question.noun:
+        return option
+    if question.key == "who":
+        return _with_article(option)
+    return f"the {option}" if option != "indoors" else option
 
 
 def reformulate_with_answers(description: str, turns: Sequence[Mapping[str, Any]]) -> str:
