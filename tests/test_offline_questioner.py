@@ -96,6 +96,10 @@ def test_answers_are_read_and_only_confirmations_enter_the_query():
              {"question": "Anything else?", "answer": "a red frisbee"},
              {"question": "Is it sunny?", "answer": "yes"}]
     assert reformulate_with_answers("A dog runs.", turns) == "A dog runs, black dog, the beach, a red frisbee"
+    # A person's extra words after yes/no are kept; a bare option word is not added twice.
+    person = [{"question": ball.text, "answer": "No, it's a stick.", "spec": ball.to_json()},
+              {"question": colour.text, "answer": "black", "spec": colour.to_json()}]
+    assert reformulate_with_answers("A dog runs.", person) == "A dog runs, a stick, black dog"
 
 
 def test_caption_user_answers_from_the_captions_only():

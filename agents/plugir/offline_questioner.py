@@ -240,19 +240,31 @@ def reformulate_with_answers(description: str, turns: Sequence[Mapping[str, Any]
     """The description, then each confirmed term (``"..., a ball, the beach"``).
 
     ``turns`` are dialogue turns; those with a ``spec`` (an offline question) are read exactly;
-    for free questions a free answer that is neither yes/no nor "unknown" is appended as said.
+    for free questions a free answer that is neither yes/no nor "unknown" is appended as said. What
+    a person adds after a yes or no ("no, it is a cat") is kept too.
     """
     parts = [description.strip().rstrip(".").strip()]
     for turn in turns:
         spec = turn.get("spec")
         answer = str(turn.get("answer", ""))
-        if spec:
-            phrase = confirmed_phrase(Question.from_json(spec), answer)
-        elif answer and not (_YES.match(answer) or _NO.match(answer) or _UNKNOWN.search(answer)):
-            phrase = answer.strip().rstrip(".")
-        else:
-            phrase = None
-        if phrase and phrase not in parts:
-            parts.append(phrase)
+        phrases = [confirmed_phrase(Question.from_json(spec), answer)] if spec else []
+        said = _said_besides_yes_or_no(answer)
+        if said and (not spec or read_answer(Question.from_json(spec), said) is None):
+            phrases.append(said)
+        for phrase in phrases:
+            if phrase and phrase not in parts:
+                parts.append(phrase)
     return ", ".join(p for p in parts if p)
+
+
+_LEAD = re.compile(r"^\s*(?:(?:yes|yeah|yep|no|nope|not really|correct|right)\b[\s,.;:!-]*)?"
+                   r"(?:(?:it'?s|it is|there'?s|there is|there are|they are|i think)\b\s*)?", re.I)
+
+
+def _said_besides_yes_or_no(answer: str) -> str | None:
+    """The informative rest of an answer ("no, it's a cat" -> "a cat"); ``None`` when there is none."""
+    if not answer or _UNKNOWN.search(answer):
+        return None
+    rest = _LEAD.sub("", answer.strip()).strip(" .,!;:")
+    return rest if caption_terms(rest).keys else None
 
