@@ -71,6 +71,8 @@ def test_questions_skip_what_is_known_or_asked_and_the_best_is_chosen():
     p = np.full(4, 0.25)
     # brown/black/white splits 2/1/1 (1.04 nats): more than any yes/no question (at most ln 2).
     assert choose_question(questions, terms, p).key == "colour of dog"
+    jeans = candidate_questions([caption_terms("a man in jeans"), caption_terms("a man in a hat")])
+    assert "Are there jeans in the photo?" in [q.text for q in jeans]
     asked = candidate_questions(terms, known="a dog in the snow", asked=[colour])
     assert "colour of dog" not in {q.key for q in asked} and "brown dog" not in {q.key for q in asked}
 

@@ -34,7 +34,7 @@ _IRREGULAR = {"men": "man", "women": "woman", "children": "child", "people": "pe
               "teeth": "tooth", "mice": "mouse", "geese": "goose", "knives": "knife", "leaves": "leaf",
               "wolves": "wolf", "shelves": "shelf", "calves": "calf"}
 # Plural-only nouns: never folded ("clothes" is not a "clothe"), never the first word of a compound.
-_PLURAL_ONLY = frozenset({"clothes", "pants", "shorts", "jeans", "glasses", "goggles", "sunglasses", "trunks",
+PLURAL_ONLY = frozenset({"clothes", "pants", "shorts", "jeans", "glasses", "goggles", "sunglasses", "trunks",
                           "stairs", "steps", "overalls", "tights", "scissors"})
 _NOT_PLURAL = ("ss", "us", "is", "ous", "ics")
 
@@ -60,7 +60,7 @@ def _stop_words() -> frozenset[str]:
 
 def singular(word: str) -> str:
     """``dogs`` -> ``dog``, ``puppies`` -> ``puppy``, ``benches`` -> ``bench``; others unchanged."""
-    if word in _PLURAL_ONLY:
+    if word in PLURAL_ONLY:
         return word
     if word in _IRREGULAR:
         return _IRREGULAR[word]
@@ -152,7 +152,7 @@ def _terms_cached(text: str) -> CaptionTerms:
         following = tokens[j + 1] if j + 1 < len(tokens) else ""
         # "a tennis ball": a second noun-like word after a singular one (not a verb like "runs").
         if (following and following not in stop and len(following) >= 3 and not following.endswith("ing")
-                and singular(tokens[j]) == tokens[j] and tokens[j] not in _PLURAL_ONLY
+                and singular(tokens[j]) == tokens[j] and tokens[j] not in PLURAL_ONLY
                 and singular(following) == following
                 and following not in colours):
             noun_words.append(following)

@@ -32,7 +32,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from pictrieve.agents.plugir.caption_terms import CaptionTerms, caption_terms, singular, vocabulary, words
+from pictrieve.agents.plugir.caption_terms import (
+    PLURAL_ONLY,
+    CaptionTerms,
+    caption_terms,
+    singular,
+    vocabulary,
+    words,
+)
 from pictrieve.agents.plugir.retrieval_context import softmax
 
 MAX_OPTIONS = 3
@@ -96,7 +103,8 @@ def candidate_questions(candidate_terms: Sequence[CaptionTerms], known: str = ""
         if key in vocab["places"]:
             continue
         if fresh(key):
-            text = vocab["templates"]["object"].format(a=_article(key), term=union.display.get(key, key))
+            template = vocab["templates"]["plural_phrase" if key.split()[-1] in PLURAL_ONLY else "object"]
+            text = template.format(a=_article(key), term=union.display.get(key, key))
             questions.append(Question(text=_tidy(text), kind="yes_no", key=key, phrase=_with_article(key)))
         # The colour of a thing is worth asking whether or not the thing itself is known.
         colours = sorted(c.split(" ", 1)[0] for c in union.coloured if c.split(" ", 1)[1] == key)
@@ -138,7 +146,7 @@ def _choice(topic: str, options: Sequence[str], candidate_terms: Sequence[Captio
 
 def _article(key: str) -> str:
     head = key.split()[-1]
-    if head in vocabulary()["mass_nouns"] or singular(head) != head:
+    if head in vocabulary()["mass_nouns"] or head in PLURAL_ONLY or singular(head) != head:
         return ""
     return "an" if key[0] in "aeiou" else "a"
 
