@@ -37,9 +37,10 @@ def default_checkpoint_path() -> Path:
               help="Question regenerations when the filter rejects them all (1 is much faster on a CPU).")
 @click.option("--reformulation-tokens", default=512, show_default=True,
               help="Token cap for rewriting the dialogue into one description (paper: 512; ~96 suffices).")
-@click.option("--arm", type=click.Choice(["zs", "cr", "cr+rce", "cr+rce+f", "offline"]), default="cr+rce+f",
-              show_default=True, help="Which PlugIR parts to use: the paper's ablation arms (an LLM asks), or "
-              "'offline': questions made from what tells the candidates' captions apart, no LLM.")
+@click.option("--arm", type=click.Choice(["auto", "zs", "cr", "cr+rce", "cr+rce+f", "offline"]), default="auto",
+              show_default=True, help="Which PlugIR parts to use: the paper's ablation arms (the --llm asks), or "
+              "'offline': questions made from what tells the candidates' captions apart, no LLM, a fraction of a "
+              "second per round. auto: offline with the bundled offline --llm, else cr+rce+f.")
 @click.option("--session", "--thread-id", "session", default=None, metavar="ID",
               help="Session id; pass an existing one to resume it.")
 @click.option("--checkpoint", default=None, type=click.Path(dir_okay=False), metavar="FILE",
@@ -64,7 +65,12 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
     """
     from langgraph.types import Command
 
-    from pictrieve.graphs.interactive_retrieval import PlugIRSettings, build_plugir_graph, sqlite_checkpointer
+    from pictrieve.graphs.interactive_retrieval import (
+        PlugIRSettings,
+        build_plugir_graph,
+        default_arm,
+        sqlite_checkpointer,
+    )
     from pictrieve.vectorstore.gallery import Gallery
 
     store = Gallery.open(gallery, embedder, create=False)
@@ -73,6 +79,7 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
         store, llm=llm, checkpointer=saver, base_url=base_url, captioner=captioner
     )
     session = session or uuid.uuid4().hex[:8]
+    arm = default_arm(llm) if arm == "auto" else arm
     context = PlugIRSettings(arm=arm, max_rounds=rounds, shown_k=top_k, candidate_k=top_n,
                              questions_per_round=questions, filter_attempts=filter_attempts,
                              reformulation_max_tokens=reformulation_tokens)

@@ -101,6 +101,15 @@ made from the candidates' captions and chosen by expected information, no langua
 QUESTIONERS = ("llm", "offline")
 
 
+def default_arm(llm: Any) -> str:
+    """The arm a person gets when they name none: ``offline`` with the bundled offline model, whose
+    questions did not help and take minutes per round on a CPU (BENCHMARKS.md, PlugIR), else the
+    paper's full method ``cr+rce+f``."""
+    from pictrieve.tools.chat_models import is_offline_chat_model
+
+    return "offline" if is_offline_chat_model(llm) else "cr+rce+f"
+
+
 # --- the gallery seam ----------------------------------------------------------------------------
 class GalleryLike(Protocol):
     """The part of :class:`pictrieve.vectorstore.gallery.Gallery` this graph uses."""

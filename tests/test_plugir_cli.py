@@ -28,8 +28,10 @@ def fakes(monkeypatch, tmp_path, photo_folder, tiny_clip_embedder):
 
 def run(args, answers, tmp_path):
     db = tmp_path / "s.sqlite"
-    return CliRunner().invoke(chat, ["-g", str(tmp_path / "g"), "--checkpoint", str(db), "--top-n", "20", *args],
-                              input=answers)
+    # The scripted chat model stands in for an LLM, so the LLM's arm is named (auto picks the offline
+    # questioner for the bundled model; a later --arm in args wins).
+    return CliRunner().invoke(chat, ["-g", str(tmp_path / "g"), "--checkpoint", str(db), "--top-n", "20",
+                                     "--arm", "cr+rce+f", *args], input=answers)
 
 
 def test_piped_answers_then_found(fakes, tmp_path):
@@ -59,6 +61,17 @@ def test_budget_and_html_contact_sheets(fakes, tmp_path):
     assert "Question budget spent" in result.output
     assert sorted(p.name for p in html.iterdir()) == ["round-00.html", "round-01.html"]
     assert "data:image/jpeg;base64," in (html / "round-00.html").read_text()  # real thumbnails
+
+
+def test_the_bundled_model_gets_the_offline_questioner_and_is_never_loaded(fakes, tmp_path, monkeypatch):
+    def no_llm(*args, **kwargs):
+        raise AssertionError("the offline arm must not load a language model")
+
+    monkeypatch.setattr("pictrieve.tools.chat_models.create_chat_model", no_llm)
+    result = run(["a dog in the snow", "--arm", "auto", "--rounds", "2"], "yes\nno\n", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "Q1: " in result.output and "Q2: " in result.output and "Question budget spent" in result.output
+    assert not any(q in result.output for q in QUESTIONS)  # none of the scripted LLM's questions
 
 
 def test_a_missing_gallery_is_one_clear_line(tmp_path, monkeypatch):
@@ -98,11 +111,14 @@ def test_eval_interactive_writes_the_plot_and_the_dialogues(tmp_path, tiny_clip_
         lines.append(json.dumps({"image": f"images/{i}.png", "captions": [text, text + " today", "photo of " + text]}))
     (folder / "captions.jsonl").write_text("\n".join(lines) + "\n")
     plot, dialogues = tmp_path / "plot.png", tmp_path / "dialogues.json"
-    result = CliRunner().invoke(interactive, [str(folder), "--targets", "2", "--rounds", "1", "--arms", "zs,cr",
+    result = CliRunner().invoke(interactive, [str(folder), "--targets", "2", "--rounds", "1", "--arms", "zs,cr,offline",
                                               "--embedder", tiny_clip_name, "--gallery", str(tmp_path / "g"),
                                               "--plot", str(plot), "--dialogues", str(dialogues), "--json"])
     assert result.exit_code == 0, result.output
     assert plot.stat().st_size > 1000
     written = json.loads(dialogues.read_text())
-    assert set(written["dialogues"]) == {"zs", "cr"} and all(len(v) == 2 for v in written["dialogues"].values())
-    assert set(json.loads(result.stdout)["arms"]) == {"zs", "cr"}
+    assert set(written["dialogues"]) == {"zs", "cr", "offline"}
+    assert all(len(v) == 2 for v in written["dialogues"].values())
+    assert all("spec" in turn for d in written["dialogues"]["offline"] for turn in d["turns"])
+    assert set(json.loads(result.stdout)["arms"]) == {"zs", "cr", "offline"}
+    assert written["config"]["user"] == "captions"

@@ -107,6 +107,21 @@ def test_errors_are_one_readable_line(client):
     assert "between 1 and" in client.post("/api/search", json={"query": "x", "k": 0}).json()["error"]
 
 
+def test_chat_with_the_offline_model_asks_offline_questions_without_loading_it(gallery, tmp_path, monkeypatch):
+    import pictrieve.tools.chat_models as chat_models
+
+    def no_llm(*args, **kwargs):
+        raise AssertionError("the offline chat must not load a language model")
+
+    monkeypatch.setattr(chat_models, "create_chat_model", no_llm)
+    app = create_app(gallery, llm=None, state_dir=tmp_path / "state", plugir_extras={"captioner": None})
+    client = TestClient(app, raise_server_exceptions=False)
+    view = client.post("/api/chat/start", json={"description": "a square"}).json()
+    assert view["question"] and view["question"] != SCRIPT_QUESTION and not view["done"]
+    view = client.post("/api/chat/reply", json={"thread": view["thread"], "answer": "yes"}).json()
+    assert view["round"] == 1 and view["dialogue"][0]["answer"] == "yes"
+
+
 def test_more_like_this_puts_the_image_first(client, gallery):
     target = gallery.ids()[2]
     hits = client.post("/api/search", json={"like": target}).json()["hits"]

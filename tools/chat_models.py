@@ -282,6 +282,11 @@ for _provider in LANGCHAIN_PROVIDERS:
                          f"LangChain init_chat_model, provider {_provider}")
 
 
+def is_offline_chat_model(name: str | BaseChatModel | None) -> bool:
+    """True for the bundled offline model (``None``, ``"offline"`` and its aliases)."""
+    return name is None or (isinstance(name, str) and name.strip().lower() in _OFFLINE_ALIASES)
+
+
 def create_chat_model(name: str | BaseChatModel | None = None, base_url: str | None = None,
                       **kwargs: Any) -> BaseChatModel:
     """Build a chat model from ``name`` (see the module docstring); ``kwargs`` go to its constructor.

@@ -203,7 +203,7 @@ def create_app(
             raise UIError("describe the photo you are looking for first")
         thread = uuid.uuid4().hex
         config = {"configurable": {"thread_id": thread}}
-        graph("plugir").invoke({"description": description}, config, context=_chat_context(body))
+        graph("plugir").invoke({"description": description}, config, context=_chat_context(body, llm))
         return _chat_view(graph("plugir"), thread)
 
     @app.post("/api/chat/reply")
@@ -224,7 +224,7 @@ def create_app(
             if not answer:
                 raise UIError("type an answer, or click the photo if you see it")
             reply = {"answer": answer}
-        plugir.invoke(Command(resume=reply), {"configurable": {"thread_id": thread}}, context=_chat_context(body))
+        plugir.invoke(Command(resume=reply), {"configurable": {"thread_id": thread}}, context=_chat_context(body, llm))
         return _chat_view(plugir, thread)
 
     @app.get("/api/chat/{thread}")
@@ -348,8 +348,11 @@ def create_app(
     return app
 
 
-def _chat_context(body: dict[str, Any]) -> dict[str, Any]:
-    return {"shown_k": _k(body.get("shown_k"), 10)}
+def _chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:
+    from pictrieve.graphs.interactive_retrieval import ARMS, default_arm
+
+    arm = body.get("arm") if body.get("arm") in ARMS else default_arm(llm)
+    return {"shown_k": _k(body.get("shown_k"), 10), "arm": arm}
 
 
 def _chat_view(plugir: Any, thread: str) -> dict[str, Any]:
