@@ -117,7 +117,7 @@ def candidate_questions(candidate_terms: Sequence[CaptionTerms], known: str = ""
         if not fresh(key) or key.split(" ", 1)[1] not in union.things:
             continue
         shown = union.display.get(key, key)
-        plural = key in union.counted
+        plural = key in union.counted or key.split()[-1] in PLURAL_ONLY
         template = vocab["templates"]["plural_phrase" if plural else "phrase"]
         text = template.format(a=_article(key), term=shown)
         questions.append(Question(text=_tidy(text), kind="yes_no", key=key,
