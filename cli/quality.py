@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import click
 
@@ -62,9 +63,27 @@ def annotate(gallery: str, scorers: tuple[str, ...], captioner: str | None, batc
 
 
 @quality.command()
-@gallery_option
+@click.option("--gallery", "-g", default=None, metavar="PATH|URL",
+              help="Train on this gallery's annotated captions (the gallery you will search).")
+@click.option("--captions-from", "captions_from", default=None, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False),
+              help="Instead: train on a separate captioned folder (images + captions.jsonl), indexed and "
+              "annotated into --work; the model then serves any gallery. Needs --out.")
+@click.option("--split", default="train", show_default=True, metavar="NAME",
+              help="With --captions-from: rows of captions.jsonl whose \"split\" is NAME ('all': every row).")
+@click.option("--images", default=None, type=int, metavar="N",
+              help="With --captions-from: a seeded sample of N photos of that split (default: all).")
+@click.option("--heldout-split", default="dev", show_default=True, metavar="NAME",
+              help="With --captions-from: rows kept out of training for the level-usage check ('none': no check).")
+@click.option("--heldout-images", default=60, show_default=True, metavar="N",
+              help="Photos of --heldout-split for the level-usage check.")
+@click.option("--embedder", "-e", default=None, metavar="NAME",
+              help="With --captions-from: embedder for relevance (default: offline).")
+@click.option("--work", default=None, metavar="DIR",
+              help="With --captions-from: galleries and checkpoints (default: OUT.work).")
 @click.option("--scorer", "scorers", multiple=True, metavar="NAME",
-              help="Quality score(s) to condition on (default: laion_aesthetic if annotated, else all annotated).")
+              help="Quality score(s) to condition on (default: laion_aesthetic if annotated, else all annotated; "
+              "with --captions-from, the one to annotate: brisque offline).")
 @click.option("--base-model", default=None, metavar="NAME|DIR",
               help="Causal LM to fine-tune: smollm2-135m-instruct (default, offline), gpt2, "
               "Qwen/Qwen2.5-0.5B or a local checkpoint folder.")
@@ -77,37 +96,95 @@ def annotate(gallery: str, scorers: tuple[str, ...], captioner: str | None, batc
               help="Top decoder layers that learn (LoRA); the rest are frozen and cached.")
 @click.option("--lora-rank", default=16, show_default=True, help="0: fine-tune those layers fully.")
 @click.option("--random-levels", is_flag=True, help="Baseline: train with random levels (the paper's FT).")
+@click.option("--seed", default=0, show_default=True, help="Seed for batches, dropout and photo sampling.")
 @click.option("--out", default=None, metavar="DIR", help="Where to save (default: GALLERY/qc2).")
+@click.option("--checkpoint-dir", default=None, metavar="DIR",
+              help="Frozen-layer cache + training state, to resume an interrupted run by re-running the same "
+              "command (default: OUT.checkpoint; with --captions-from, WORK/checkpoint).")
+@click.option("--checkpoint-every", default=50, show_default=True, metavar="STEPS",
+              help="Also save the training state every this many steps (always after each epoch).")
+@click.option("--max-minutes", default=None, type=float,
+              help="Stop cleanly after this much training time and save; run again to resume.")
+@click.option("--probe-size", default=250, show_default=True, metavar="N",
+              help="Captions in the level-usage check after each epoch (true vs opposite vs random levels); 0: off.")
 @click.option("--threads", default=None, type=int, help="Torch CPU threads (default: torch's choice).")
-def train(gallery: str, scorers: tuple[str, ...], base_model: str | None, n_levels: str, epochs: int,
-          batch_size: int, learning_rate: float, train_layers: int, lora_rank: int, random_levels: bool,
-          out: str | None, threads: int | None) -> None:
-    """Fine-tune the query-completion model on GALLERY's annotated captions."""
-    from pictrieve.agents.qc2.pipeline import train_on_gallery
+@click.option("--json", "as_json", is_flag=True, help="Print the training report as JSON.")
+def train(gallery: str | None, captions_from: str | None, split: str, images: int | None, heldout_split: str,
+          heldout_images: int, embedder: str | None, work: str | None, scorers: tuple[str, ...],
+          base_model: str | None, n_levels: str, epochs: int, batch_size: int, learning_rate: float,
+          train_layers: int, lora_rank: int, random_levels: bool, seed: int, out: str | None,
+          checkpoint_dir: str | None, checkpoint_every: int, max_minutes: float | None, probe_size: int,
+          threads: int | None, as_json: bool) -> None:
+    """Fine-tune the query-completion model on annotated captions (GALLERY's, or a separate folder's).
+
+    Re-running the same command resumes from the checkpoint (the frozen-layer cache and the steps
+    trained so far). After every epoch it logs the level-usage check: the caption loss under the true,
+    opposite and random levels (run with -v to see it; also in the saved model's qc2.json).
+    """
+    from pictrieve.agents.qc2.pipeline import default_model_dir, train_on_gallery
     from pictrieve.agents.qc2.training import QC2TrainConfig
-    from pictrieve.vectorstore.gallery import Gallery
 
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    store = Gallery.open(gallery, create=False)
+    if (gallery is None) == (captions_from is None):
+        raise click.UsageError("give either --gallery GALLERY or --captions-from FOLDER (with --out DIR)")
     config = QC2TrainConfig(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                            train_layers=train_layers, lora_rank=lora_rank)
+                            train_layers=train_layers, lora_rank=lora_rank, seed=seed)
+    max_seconds = max_minutes * 60 if max_minutes else None
     started = time.perf_counter()
-    bundle, report, directory = train_on_gallery(
-        store, quality_keys=list(scorers) or None, base_model=base_model, n_levels=int(n_levels),
-        config=config, out=out, random_levels=random_levels,
-    )
+    if captions_from is not None:
+        from pictrieve.evaluation.quality import train_from_captions
+
+        if out is None:
+            raise click.UsageError("--captions-from needs --out DIR (where the trained model goes)")
+        if len(scorers) > 1:
+            raise click.UsageError("--captions-from annotates one quality scorer; give at most one --scorer")
+        bundle, report, directory = train_from_captions(
+            captions_from, out, work=work, embedder=embedder, scorer=scorers[0] if scorers else None,
+            split=None if split == "all" else split, images=images,
+            heldout_split=None if heldout_split == "none" else heldout_split, heldout_images=heldout_images,
+            base_model=base_model, config=config, random_levels=random_levels, checkpoint_every=checkpoint_every,
+            max_seconds=max_seconds, probe_size=probe_size, progress=not as_json,
+        )
+    else:
+        from pictrieve.vectorstore.gallery import Gallery
+
+        store = Gallery.open(gallery, create=False)
+        target = Path(out) if out else default_model_dir(store)
+        bundle, report, directory = train_on_gallery(
+            store, quality_keys=list(scorers) or None, base_model=base_model, n_levels=int(n_levels),
+            config=config, out=target, random_levels=random_levels,
+            checkpoint_dir=checkpoint_dir or f"{target}.checkpoint", checkpoint_every=checkpoint_every,
+            max_seconds=max_seconds, probe_size=probe_size, progress=not as_json,
+        )
+    if as_json:
+        click.echo(json.dumps({"model": str(directory), "axes": [a.to_dict() for a in bundle.axes],
+                               "training": bundle.training, "source": bundle.gallery}, indent=2))
+        return
+    state = "stopped early (time budget; run again to resume)" if report.stopped_early else "done"
     click.echo(
-        f"trained {bundle.base_model} on {report.examples} captions: {report.steps} steps in "
-        f"{time.perf_counter() - started:.0f} s (frozen-layer cache {report.cache_seconds:.0f} s), "
+        f"trained {bundle.base_model} on {report.examples} captions: {report.steps} steps "
+        f"({state}) in {time.perf_counter() - started:.0f} s (frozen-layer cache {report.cache_seconds:.0f} s), "
         f"loss {report.first_loss:.3f} -> {report.final_loss:.3f}; saved to {directory}"
     )
     for axis in bundle.axes:
         cuts = ", ".join(f"{t:.4g}" for t in axis.thresholds)
         sign = "" if axis.higher_is_better else " (negated: lower raw score is better)"
         click.echo(f"  {axis.axis} ({axis.score_key}): {'/'.join(axis.levels)} cut at {cuts}{sign}")
+    if report.probe_losses:
+        click.echo(format_level_check(report.probe_losses))
+
+
+def format_level_check(history: list[dict]) -> str:
+    """The level-usage check per epoch: caption loss with true / opposite / random levels."""
+    names = [k for k in history[-1] if k != "epoch"]
+    lines = ["level-usage check (mean caption loss; lower with the true levels = the model uses them):",
+             "| epoch | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for row in history:
+        lines.append(f"| {row['epoch']} | " + " | ".join(f"{row[n]:.4f}" for n in names) + " |")
+    return "\n".join(lines)
 
 
 @quality.command()

@@ -31,10 +31,12 @@ class CaptionedFolder:
     captions: dict[Path, list[str]]
 
     @classmethod
-    def load(cls, root: str | os.PathLike, limit: int | None = None) -> "CaptionedFolder":
+    def load(cls, root: str | os.PathLike, limit: int | None = None,
+             split: str | None = None) -> "CaptionedFolder":
         """Read ``root/captions.jsonl``; images that do not exist are skipped with a warning.
 
-        ``limit`` keeps the first ``limit`` images (sorted by path).
+        ``limit`` keeps the first ``limit`` images (sorted by path). ``split`` keeps only the lines
+        whose ``"split"`` field equals it (flickr8k-train marks rows ``train`` / ``dev`` / ``none``).
         """
         root = Path(root)
         caption_file = root / CAPTIONS_FILE
@@ -44,6 +46,11 @@ class CaptionedFolder:
                 '{"image": "images/NAME.jpg", "captions": ["...", "..."]}'
             )
         captions = {path: texts for path, texts in read_captions_jsonl(caption_file).items() if texts}
+        if split is not None:
+            splits = read_caption_splits(caption_file)
+            captions = {path: texts for path, texts in captions.items() if splits.get(path) == split}
+            if not captions:
+                raise ValueError(f"{caption_file} has no images with \"split\": \"{split}\"")
         for path in [p for p in captions if not p.is_file()]:
             logger.warning("%s lists %s, which does not exist; skipping it", caption_file, path)
             del captions[path]
@@ -56,6 +63,17 @@ class CaptionedFolder:
     def paths(self) -> list[Path]:
         return list(self.captions)
 
+    def sample(self, n: int | None, seed: int = 0) -> "CaptionedFolder":
+        """A seeded random subset of ``n`` images (all of them when ``n`` is None or too large)."""
+        if n is None or n >= len(self.captions):
+            return self
+        if n < 1:
+            raise ValueError(f"cannot sample {n} images; ask for at least 1")
+        import random
+
+        chosen = sorted(random.Random(seed).sample(sorted(self.captions), n))
+        return CaptionedFolder(root=self.root, captions={p: self.captions[p] for p in chosen})
+
     def fingerprint(self) -> str:
         """A key that changes when an image file or a caption changes."""
         digest = hashlib.sha1()
@@ -63,6 +81,23 @@ class CaptionedFolder:
             stat = path.stat()
             digest.update(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{texts}".encode())
         return digest.hexdigest()[:16]
+
+
+def read_caption_splits(caption_file: str | os.PathLike) -> dict[Path, str]:
+    """The ``"split"`` field of each line of a captions.jsonl, by absolute image path (lines without one are left out)."""
+    import json
+
+    caption_file = Path(caption_file)
+    splits: dict[Path, str] = {}
+    with open(caption_file, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+                if "split" in record:
+                    splits[(caption_file.parent / record["image"]).resolve()] = str(record["split"])
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # read_captions_jsonl already warns about malformed lines
+    return splits
 
 
 def embedder_fingerprint(embedder: Any) -> str:

@@ -157,6 +157,86 @@ class _ScoredGallery:
         return out
 
 
+def prepare_caption_galleries(
+    folder: str | os.PathLike,
+    work: str | os.PathLike,
+    *,
+    embedder: str | None = None,
+    scorer: str | None = None,
+    split: str | None = "train",
+    images: int | None = None,
+    heldout_split: str | None = "dev",
+    heldout_images: int | None = 60,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[Gallery, Gallery | None, str]:
+    """Index and annotate a captioned collection for training QC2 (resumable; re-runs reuse everything).
+
+    ``split`` / ``images``: which rows to train on (the ``split`` field of captions.jsonl; ``None``:
+    all rows) and a seeded sample of that many photos. ``heldout_split`` / ``heldout_images``: rows
+    kept out of training for the level-usage check (``None`` or 0: no held-out check). The training
+    gallery lives in ``work/train-gallery``, the held-out one in ``work/heldout-gallery``.
+    Returns ``(training gallery, held-out gallery or None, quality score key)``.
+    """
+    work = Path(work)
+    train_folder = CaptionedFolder.load(folder, split=split).sample(images, seed=seed)
+    train = eval_gallery(train_folder, embedder, location=work / "train-gallery", progress=progress)
+    quality_scorer = create_quality_scorer(scorer or default_quality_scorer_name(train.embedder_name))
+    for report in annotate_gallery(train, [quality_scorer], progress=progress):
+        logger.info("training captions: %s", report)
+    heldout = None
+    if heldout_split and heldout_images != 0:
+        held_folder = CaptionedFolder.load(folder, split=heldout_split).sample(heldout_images, seed=seed)
+        overlap = set(held_folder.paths) & set(train_folder.paths)
+        if overlap:
+            raise ValueError(f"{len(overlap)} held-out photos are also training photos: choose another "
+                             f"--heldout-split than --split ({heldout_split!r} vs {split!r})")
+        heldout = eval_gallery(held_folder, embedder, location=work / "heldout-gallery", progress=progress)
+        for report in annotate_gallery(heldout, [quality_scorer], progress=progress):
+            logger.info("held-out captions: %s", report)
+    return train, heldout, quality_scorer.key
+
+
+def train_from_captions(
+    folder: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    work: str | os.PathLike | None = None,
+    embedder: str | None = None,
+    scorer: str | None = None,
+    split: str | None = "train",
+    images: int | None = None,
+    heldout_split: str | None = "dev",
+    heldout_images: int | None = 60,
+    base_model: str | None = None,
+    config: QC2TrainConfig | None = None,
+    random_levels: bool = False,
+    checkpoint_every: int | None = 50,
+    max_seconds: float | None = None,
+    probe_size: int | None = 250,
+    progress: bool = True,
+):
+    """Train a QC2 model on a captioned collection that is *not* the gallery it will search.
+
+    Relevance is the embedder's caption-photo similarity, quality the scorer's score of the photo,
+    and the levels are cut at the training captions' own quantiles (recorded in the model). The model
+    is saved to ``out`` without a gallery fingerprint, so any gallery can use it. ``work`` (default
+    ``<out>.work``) keeps the galleries and the checkpoint, so an interrupted run resumes.
+    Returns ``train_on_gallery``'s ``(model, report, directory)``.
+    """
+    work = Path(work) if work is not None else Path(f"{out}.work")
+    train, heldout, key = prepare_caption_galleries(
+        folder, work, embedder=embedder, scorer=scorer, split=split, images=images,
+        heldout_split=heldout_split, heldout_images=heldout_images, seed=(config or QC2TrainConfig()).seed,
+        progress=progress)
+    return train_on_gallery(
+        train, quality_keys=[key], base_model=base_model, config=config, out=out, random_levels=random_levels,
+        progress=progress, portable=True, heldout=heldout, probe_size=probe_size,
+        checkpoint_dir=work / ("checkpoint-random" if random_levels else "checkpoint"),
+        checkpoint_every=checkpoint_every, max_seconds=max_seconds,
+    )
+
+
 def _reuse_or_train(gallery: Gallery, directory: Path, config: QC2TrainConfig, random_levels: bool,
                     base_model: str | None, quality_key: str, progress: bool) -> tuple[QC2Model, dict]:
     from pictrieve.agents.qc2.annotation import fingerprint_of

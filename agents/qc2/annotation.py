@@ -223,11 +223,14 @@ def build_training_data(
     n_levels: int = 3,
     random_levels: bool = False,
     seed: int = 0,
+    axes: Sequence[AxisLevels] | None = None,
 ) -> tuple[list[QC2Example], list[AxisLevels]]:
     """Examples (one per caption) and fitted axes (relevance first, then ``quality_keys``).
 
     With ``random_levels`` the levels are drawn uniformly at random instead: the paper's "FT"
     baseline, a model fine-tuned on the same captions whose conditions carry no information.
+    With ``axes`` (fitted on other data, e.g. a model's training captions) the levels are assigned
+    with those thresholds instead of thresholds fitted on these items: held-out captions.
     """
     items = list(gallery_items)
     if not quality_keys:
@@ -249,12 +252,18 @@ def build_training_data(
     if len(usable) < len(items):
         logger.info("%d of %d images are fully annotated and used for training", len(usable), len(items))
     relevance = [np.asarray(item.metadata[metadata_key(RELEVANCE_KEY)], dtype=np.float64) for item in usable]
-    axes = [AxisLevels.fit(RELEVANCE_AXIS, np.concatenate(relevance), score_key=RELEVANCE_KEY, n_levels=n_levels)]
+    given = list(axes) if axes is not None else None
+    if given is not None and [a.score_key for a in given] != [RELEVANCE_KEY, *quality_keys]:
+        raise QC2ModelError(f"the given axes {[a.score_key for a in given]} do not match "
+                            f"{[RELEVANCE_KEY, *quality_keys]}")
+    axes = [given[0] if given else
+            AxisLevels.fit(RELEVANCE_AXIS, np.concatenate(relevance), score_key=RELEVANCE_KEY, n_levels=n_levels)]
     quality_scores = []
-    for score_key in quality_keys:
+    for position, score_key in enumerate(quality_keys, 1):
         name, higher = scorer_axis(score_key)
         scores = np.array([float(item.metadata[metadata_key(score_key)]) for item in usable])
-        axes.append(AxisLevels.fit(name, scores, score_key=score_key, n_levels=n_levels, higher_is_better=higher))
+        axes.append(given[position] if given else
+                    AxisLevels.fit(name, scores, score_key=score_key, n_levels=n_levels, higher_is_better=higher))
         quality_scores.append(axes[-1].assign(scores))
     rng = np.random.default_rng(seed)
     examples = []

@@ -102,12 +102,16 @@ def read_bundle_info(directory: str | Path) -> dict[str, Any]:
 
 
 def load_qc2_model(directory: str | Path, *, fingerprint: str | None = None, device: str | None = None) -> QC2Model:
-    """Load a saved QC2 model; refuse it when ``fingerprint`` (of the gallery in use) differs."""
+    """Load a saved QC2 model; refuse it when ``fingerprint`` (of the gallery in use) differs.
+
+    A model trained on a separate captioned collection (``pictrieve quality train --captions-from``)
+    has no fingerprint: it is meant for any gallery, and its levels are those of its training captions.
+    """
     from pictrieve.tools.causal_lm import load_causal_lm
 
     directory = Path(directory)
     meta = read_bundle_info(directory)
-    if fingerprint is not None and meta.get("fingerprint") != fingerprint:
+    if fingerprint is not None and meta.get("fingerprint") is not None and meta.get("fingerprint") != fingerprint:
         raise GalleryMismatchError(
             f"the QC2 model in {directory} was trained for gallery {meta.get('fingerprint')!r}, not for "
             f"this one ({fingerprint!r}); images were added or removed, or it is another gallery. "

@@ -73,21 +73,31 @@ def _pad(rows: Sequence[Sequence[int]], value: int):
     return torch.tensor([list(r) + [value] * (length - len(r)) for r in rows], dtype=torch.long)
 
 
-def _cache_trunk(parts: dict[str, Any], encoded, split: int, progress: bool, batch_size: int = 64):
-    """Hidden states after the frozen layers, one ``(len_i, hidden)`` tensor per example.
+def _trunk_states(parts: dict[str, Any], encoded, indices: Sequence[int], split: int, batch_size: int = 64):
+    """Hidden states after the first ``split`` layers for ``encoded[indices]``, one ``(len_i, hidden)`` each.
 
     Right padding with a causal mask never lets a real token see a pad, so the states are exact.
     """
     import torch
+
+    states: list[Any] = []
+    with torch.no_grad():
+        for start in range(0, len(indices), batch_size):
+            chunk = list(indices[start : start + batch_size])
+            ids = _pad([encoded[i][0] for i in chunk], 0)
+            hidden = _run_layers(parts, parts["layers"][:split], parts["embed"](ids))
+            states.extend(hidden[row, : len(encoded[index][0])].clone() for row, index in enumerate(chunk))
+    return states
+
+
+def _cache_trunk(parts: dict[str, Any], encoded, split: int, progress: bool, batch_size: int = 64):
+    """:func:`_trunk_states` of every example (in memory), computed in order of length."""
     from tqdm.auto import tqdm
 
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
     cache: list[Any] = [None] * len(encoded)
-    with torch.no_grad():
-        for start in tqdm(range(0, len(order), batch_size), desc="caching frozen layers", disable=not progress):
-            chunk = order[start : start + batch_size]
-            ids = _pad([encoded[i][0] for i in chunk], 0)
-            hidden = _run_layers(parts, parts["layers"][:split], parts["embed"](ids))
-            for row, index in enumerate(chunk):
-                cache[index] = hidden[row, : len(encoded[index][0])].clone()
+    for start in tqdm(range(0, len(order), batch_size), desc="caching frozen layers", disable=not progress):
+        chunk = order[start : start + batch_size]
+        for index, state in zip(chunk, _trunk_states(parts, encoded, chunk, split, batch_size)):
+            cache[index] = state
     return cache

@@ -52,29 +52,66 @@ def train_on_gallery(
     random_levels: bool = False,
     save: bool = True,
     progress: bool = True,
+    portable: bool = False,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    max_seconds: float | None = None,
+    heldout: Any = None,
+    probe_size: int | None = 250,
 ) -> tuple[QC2Model, TrainReport, Path | None]:
-    """Fit levels on the gallery's annotations, fine-tune the completion model, save it next to the gallery."""
+    """Fit levels on the gallery's annotations, fine-tune the completion model, save it next to the gallery.
+
+    ``portable``: the model is for searching *other* galleries (its training gallery is a separate
+    captioned collection): it is saved without the gallery fingerprint, so any gallery may load it,
+    and it records where it was trained. ``checkpoint_dir`` / ``checkpoint_every`` / ``max_seconds``:
+    resumable training (see :func:`train_completion_model`). The level-usage check runs after every
+    epoch on ``probe_size`` of the training captions (in-sample) and, with ``heldout`` (another
+    annotated gallery, e.g. held-out rows of the same collection), on up to ``probe_size`` of its
+    captions with levels assigned by the training thresholds; results land in ``report.probe_losses``.
+    """
+    from pictrieve.agents.qc2.level_check import level_variants, sample_examples
     from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
 
     base_model = base_model or OFFLINE_DEFAULT_LM
+    config = config or QC2TrainConfig()
     items = list(gallery.items())
     keys = list(quality_keys) if quality_keys else preferred_quality_keys(items)
     examples, axes = build_training_data(items, keys, n_levels=n_levels, random_levels=random_levels,
-                                         seed=(config or QC2TrainConfig()).seed)
+                                         seed=config.seed)
+    probes: dict[str, list] = {}
+    if probe_size:
+        if not random_levels:  # in-sample: captions it trains on (their true levels)
+            true_axes = axes
+            in_sample = sample_examples(examples, probe_size, seed=config.seed)
+        else:  # FT-random trains on random levels: the check asks about the gallery's real ones
+            real, true_axes = build_training_data(items, keys, n_levels=n_levels)
+            in_sample = sample_examples(real, probe_size, seed=config.seed)
+        for name, variant in level_variants(in_sample, true_axes, seed=config.seed, per_axis=False).items():
+            probes[f"train_{name}"] = variant
+        if heldout is not None:
+            held, _ = build_training_data(list(heldout.items()), keys, axes=true_axes)
+            held = sample_examples(held, probe_size, seed=config.seed)
+            for name, variant in level_variants(held, true_axes, seed=config.seed).items():
+                probes[f"heldout_{name}"] = variant
     logger.info("training QC2 on %d captions, axes %s, base %s", len(examples), [a.axis for a in axes], base_model)
     model, tokenizer = load_causal_lm(base_model, device="cpu")
     model, report, allowed = train_completion_model(
-        model, tokenizer, examples, [a.axis for a in axes], config, progress=progress
+        model, tokenizer, examples, [a.axis for a in axes], config, progress=progress,
+        checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, max_seconds=max_seconds, probes=probes,
     )
+    source = {"location": str(gallery.location), "embedder": gallery.embedder_name, "count": gallery.count()}
+    if heldout is not None:
+        source["heldout"] = {"location": str(heldout.location), "count": heldout.count()}
     bundle = QC2Model(
         model=model,
         tokenizer=tokenizer,
         base_model=base_model,
         axes=axes,
-        fingerprint=fingerprint_of(gallery),
+        fingerprint=None if portable else fingerprint_of(gallery),
         allowed_token_ids=allowed,
-        training={**report.to_dict(), "random_levels": random_levels, "config": vars(config or QC2TrainConfig())},
-        gallery={"location": str(gallery.location), "embedder": gallery.embedder_name, "count": gallery.count()},
+        training={**report.to_dict(), "random_levels": random_levels, "config": vars(config),
+                  "portable": portable},
+        gallery=source,
     )
     directory = None
     if save:

@@ -22,12 +22,15 @@ model, the level thresholds and a fingerprint of the gallery it was trained for.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,6 +53,7 @@ from pictrieve.agents.qc2.decoder_internals import (  # noqa: F401
     _layer_list,
     _pad,
     _run_layers,
+    _trunk_states,
 )
 from pictrieve.agents.qc2.errors import GalleryMismatchError, QC2ModelError  # noqa: F401
 from pictrieve.agents.qc2.prompt_format import (  # noqa: F401
@@ -96,6 +100,9 @@ class TrainReport:
     losses: list[float] = field(default_factory=list)
     trainable_parameters: int = 0
     cached_trunk: bool = False
+    resumed_from_step: int = 0
+    stopped_early: bool = False
+    probe_losses: list[dict[str, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -111,45 +118,83 @@ def train_completion_model(
     config: QC2TrainConfig | None = None,
     *,
     progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    max_seconds: float | None = None,
+    probes: dict[str, Sequence[QC2Example]] | None = None,
 ) -> tuple[Any, TrainReport, list[int] | None]:
     """Fine-tune ``model`` on ``examples``; return ``(trained model, report, allowed output ids)``.
 
     ``model`` is changed in place (LoRA adapters are added with peft unless ``lora_rank`` is 0).
+
+    ``checkpoint_dir``: keep the frozen-trunk cache and the training state there (every
+    ``checkpoint_every`` steps and after each epoch), and resume from them when the same training
+    is run again (see :mod:`.checkpoints`). ``max_seconds``: stop cleanly after the step that
+    passes this wall-clock budget (the state is saved; ``report.stopped_early`` says so, and running
+    again resumes). ``probes``: named example sets whose mean caption loss is measured after every
+    epoch (the level-usage check: the same captions with true, opposite or random levels); they are
+    never trained on, and their results go to ``report.probe_losses``.
     """
     from pictrieve.tools.seeding import torch_seeded
 
     config = config or QC2TrainConfig()
     # Seeded in a forked generator: training never reseeds the caller's process-wide RNG.
     with torch_seeded(config.seed):
-        return _train(model, tokenizer, examples, axes, config, progress=progress)
+        return _train(model, tokenizer, examples, axes, config, progress=progress,
+                      checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
+                      checkpoint_every=checkpoint_every, max_seconds=max_seconds, probes=probes or {})
+
+
+def _epoch_batches(encoded, n: int, config: QC2TrainConfig, epoch: int) -> list[list[int]]:
+    """The batches of one epoch: a function of the seed and the epoch only, so a resumed run replays them."""
+    return _length_grouped_batches(n, encoded, config.batch_size, random.Random(config.seed * 100_003 + epoch))
 
 
 def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Sequence[str],
-           config: QC2TrainConfig, *, progress: bool) -> tuple[Any, TrainReport, list[int] | None]:
+           config: QC2TrainConfig, *, progress: bool, checkpoint_dir: Path | None = None,
+           checkpoint_every: int | None = None, max_seconds: float | None = None,
+           probes: dict[str, Sequence[QC2Example]] | None = None) -> tuple[Any, TrainReport, list[int] | None]:
     import torch
     from tqdm.auto import tqdm
 
+    from pictrieve.agents.qc2 import checkpoints
+
     if not examples:
         raise QC2ModelError("no training examples: annotate the gallery first (`pictrieve quality annotate`)")
-    rng = random.Random(config.seed)
+    probes = probes or {}
 
-    encoded = [
-        encode_example(tokenizer, format_instruction(axes, ex.levels), clean_caption(ex.caption), config.max_length)
-        for ex in examples
-    ]
+    def encode(ex: QC2Example):
+        return encode_example(tokenizer, format_instruction(axes, ex.levels), clean_caption(ex.caption), config.max_length)
+
+    encoded = [encode(ex) for ex in examples]
+    n_train = len(encoded)
     allowed = _allowed_output_ids(encoded, tokenizer) if config.restrict_vocab else None
+    probe_rows: dict[str, list[int]] = {}
+    for name, probe in probes.items():  # appended after the training rows; only ever evaluated
+        probe_rows[name] = list(range(len(encoded), len(encoded) + len(probe)))
+        encoded.extend(encode(ex) for ex in probe)
+
     model = _prepare_trainable(model, config)
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    trainable_named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    trainable = [p for _, p in trainable_named]
     parts = _decoder_parts(model) if config.cache_frozen_layers else None
     start = time.perf_counter()
     split = 0
     if parts is not None:
         n_layers = len(parts["layers"])
         split = n_layers - min(config.train_layers or n_layers, n_layers)
-    cache = _cache_trunk(parts, encoded, split, progress) if parts is not None else None
+    cache = None
+    if parts is not None:
+        if checkpoint_dir is not None:
+            key = checkpoints.trunk_key(model, split, encoded)
+            cache = checkpoints.cached_trunk_on_disk(
+                lambda idx: _trunk_states(parts, encoded, idx, split), encoded,
+                checkpoint_dir / f"trunk-{key}", progress=progress)
+        else:
+            cache = _cache_trunk(parts, encoded, split, progress)
     cache_seconds = time.perf_counter() - start
 
-    steps_per_epoch = math.ceil(len(encoded) / config.batch_size)
+    steps_per_epoch = math.ceil(n_train / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
@@ -160,21 +205,77 @@ def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Seq
     allowed_tensor = torch.tensor(allowed) if allowed is not None else None
     remap = _remap_table(allowed, _vocab_size(model, tokenizer)) if allowed is not None else None
 
-    model.train()
-    if parts is not None:
-        for layer in parts["layers"][:split]:
-            layer.eval()
+    def batch_loss(batch, reduction="mean"):
+        if cache is not None:
+            return _cached_loss(parts, cache, encoded, batch, split, allowed_tensor, remap, reduction)
+        return _full_loss(model, encoded, batch, tokenizer, allowed_tensor, remap, reduction)
+
+    def set_train_mode():
+        model.train()
+        if parts is not None:
+            for layer in parts["layers"][:split]:
+                layer.eval()
+
+    def measure_probes(epoch: int) -> dict[str, float]:
+        model.eval()
+        row: dict[str, float] = {"epoch": epoch}
+        with torch.no_grad():
+            for name, rows in probe_rows.items():
+                total, tokens = 0.0, 0
+                for begin in range(0, len(rows), 64):
+                    batch = rows[begin : begin + 64]
+                    loss_sum, count = batch_loss(batch, reduction="sum")
+                    total, tokens = total + float(loss_sum), tokens + int(count)
+                row[name] = total / max(1, tokens)
+        set_train_mode()
+        logger.info("level check after epoch %d: %s", epoch,
+                    ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "epoch"))
+        return row
+
+    # The run's identity: a checkpoint of another run (other data or settings) is never resumed.
+    run_key = hashlib.sha1(json.dumps([
+        asdict(config), [e[0] for e in encoded[:n_train]], sorted(probe_rows),
+    ]).encode()).hexdigest()[:16]
     losses: list[float] = []
+    probe_history: list[dict[str, float]] = []
     step = 0
-    bar = tqdm(total=total_steps, desc="training QC2", unit="step", disable=not progress)
-    while step < total_steps:
-        for batch in _length_grouped_batches(len(encoded), encoded, config.batch_size, rng):
+    state = checkpoints.load_state(checkpoint_dir, run_key) if checkpoint_dir is not None else None
+    if state is not None:
+        by_name = dict(trainable_named)
+        with torch.no_grad():
+            for name, value in state["trainable"].items():
+                by_name[name].copy_(value)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        step, losses, probe_history = state["step"], list(state["losses"]), list(state["probe_history"])
+        logger.info("resuming QC2 training from step %d of %d (%s)", step, total_steps, checkpoint_dir)
+    resumed_from = step
+
+    def save(reason: str) -> None:
+        if checkpoint_dir is None:
+            return
+        checkpoints.save_state(checkpoint_dir, {
+            "run_key": run_key, "step": step, "losses": losses, "probe_history": probe_history,
+            "trainable": {name: p.detach().clone() for name, p in trainable_named},
+            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        })
+        logger.debug("checkpoint at step %d (%s)", step, reason)
+
+    if probe_rows and step == 0:
+        probe_history.append(measure_probes(0))
+    set_train_mode()
+    deadline = time.perf_counter() + max_seconds if max_seconds is not None else None
+    stopped = False
+    bar = tqdm(total=total_steps, initial=step, desc="training QC2", unit="step", disable=not progress)
+    while step < total_steps and not stopped:
+        epoch = step // steps_per_epoch
+        done_in_epoch = step - epoch * steps_per_epoch
+        for batch in _epoch_batches(encoded, n_train, config, epoch)[done_in_epoch:]:
             if step >= total_steps:
                 break
-            if cache is not None:
-                loss = _cached_loss(parts, cache, encoded, batch, split, allowed_tensor, remap)
-            else:
-                loss = _full_loss(model, encoded, batch, tokenizer, allowed_tensor, remap)
+            loss = batch_loss(batch)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             optimizer.step()
@@ -184,19 +285,34 @@ def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Seq
             step += 1
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            if checkpoint_every and step % checkpoint_every == 0 and step % steps_per_epoch:
+                save("every %d steps" % checkpoint_every)
+            if deadline is not None and time.perf_counter() > deadline and step < total_steps:
+                stopped = True
+                break
+        if step % steps_per_epoch == 0 or step >= total_steps:
+            if probe_rows:
+                probe_history.append(measure_probes(math.ceil(step / steps_per_epoch)))
+        save("end of epoch" if not stopped else "time budget")
     bar.close()
+    if stopped:
+        logger.warning("QC2 training stopped at step %d of %d: the time budget (%.0f s) is spent; "
+                       "run the same command again to resume", step, total_steps, max_seconds)
     model.eval()
     report = TrainReport(
-        examples=len(encoded),
+        examples=n_train,
         steps=step,
         epochs=config.epochs,
         seconds=time.perf_counter() - start,
         cache_seconds=cache_seconds,
-        first_loss=losses[0],
-        final_loss=float(np.mean(losses[-max(1, steps_per_epoch // 4):])),
+        first_loss=losses[0] if losses else float("nan"),
+        final_loss=float(np.mean(losses[-max(1, steps_per_epoch // 4):])) if losses else float("nan"),
         losses=losses,
         trainable_parameters=sum(p.numel() for p in trainable),
         cached_trunk=cache is not None,
+        resumed_from_step=resumed_from,
+        stopped_early=stopped,
+        probe_losses=probe_history,
     )
     logger.info("QC2 training: %d steps in %.0f s (trunk cache %.0f s), loss %.3f -> %.3f",
                 step, report.seconds, cache_seconds, report.first_loss, report.final_loss)
@@ -290,17 +406,30 @@ def _shifted_targets(encoded, batch):
     return targets, targets != IGNORE_INDEX
 
 
-def _restricted_loss(hidden, head, targets, allowed, remap):
+def _restricted_loss(hidden, head, targets, allowed, remap, reduction="mean"):
     import torch.nn.functional as F
 
     if allowed is None:
-        return F.cross_entropy(head(hidden), targets)
+        return _reduce(F.cross_entropy(head(hidden), targets, reduction="none"), targets, reduction)
     weight = head.weight[allowed]
     bias = head.bias[allowed] if getattr(head, "bias", None) is not None else None
-    return F.cross_entropy(F.linear(hidden, weight, bias), remap[targets])
+    targets = remap[targets]
+    return _reduce(F.cross_entropy(F.linear(hidden, weight, bias), targets, reduction="none"), targets, reduction)
 
 
-def _cached_loss(parts, cache, encoded, batch, split, allowed, remap):
+def _reduce(token_losses, targets, reduction: str):
+    """``"mean"`` over the scored tokens, or ``"sum"`` as ``(sum, number of scored tokens)``.
+
+    Tokens outside the allowed vocabulary (a held-out caption's word that no training caption uses)
+    map to IGNORE_INDEX and are not scored.
+    """
+    keep = targets != IGNORE_INDEX
+    if reduction == "sum":
+        return token_losses[keep].sum(), int(keep.sum())
+    return token_losses[keep].mean()
+
+
+def _cached_loss(parts, cache, encoded, batch, split, allowed, remap, reduction="mean"):
     import torch
 
     length = max(len(encoded[i][0]) for i in batch)
@@ -309,10 +438,10 @@ def _cached_loss(parts, cache, encoded, batch, split, allowed, remap):
         hidden[row, : cache[index].shape[0]] = cache[index]
     hidden = parts["norm"](_run_layers(parts, parts["layers"][split:], hidden))
     targets, keep = _shifted_targets(encoded, batch)
-    return _restricted_loss(hidden[:, :-1][keep], parts["head"], targets[keep], allowed, remap)
+    return _restricted_loss(hidden[:, :-1][keep], parts["head"], targets[keep], allowed, remap, reduction)
 
 
-def _full_loss(model, encoded, batch, tokenizer, allowed, remap):
+def _full_loss(model, encoded, batch, tokenizer, allowed, remap, reduction="mean"):
     """Ordinary forward of the whole model (any architecture); softmax over ``allowed`` if given."""
     import torch.nn.functional as F
 
@@ -323,7 +452,24 @@ def _full_loss(model, encoded, batch, tokenizer, allowed, remap):
     logits, targets = logits[keep], targets[keep]
     if allowed is not None:
         logits, targets = logits[:, allowed], remap[targets]
-    return F.cross_entropy(logits, targets)
+    return _reduce(F.cross_entropy(logits, targets, reduction="none"), targets, reduction)
+
+
+def caption_loss_sum(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Sequence[str],
+                     max_length: int = 64, allowed_token_ids: Sequence[int] | None = None) -> tuple[float, int]:
+    """``(summed next-token loss, scored tokens)`` over caption+end tokens, full vocabulary or ``allowed_token_ids``.
+
+    With ``allowed_token_ids``, tokens outside that set are not scored (the model cannot produce them).
+    """
+    import torch
+
+    encoded = [encode_example(tokenizer, format_instruction(axes, ex.levels), clean_caption(ex.caption), max_length)
+               for ex in examples]
+    allowed = torch.tensor(list(allowed_token_ids)) if allowed_token_ids is not None else None
+    remap = _remap_table(allowed_token_ids, _vocab_size(model, tokenizer)) if allowed_token_ids is not None else None
+    with torch.no_grad():
+        total, count = _full_loss(model, encoded, list(range(len(encoded))), tokenizer, allowed, remap, "sum")
+    return float(total), count
 
 
 def mean_caption_loss(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Sequence[str],
