@@ -24,11 +24,20 @@ import click
 @click.option("--train-layers", default=6, show_default=True)
 @click.option("--learning-rate", default=5e-4, show_default=True)
 @click.option("--seed", default=0, show_default=True)
+@click.option("--train-captions", default=None, type=click.Path(exists=True, file_okay=False), metavar="DIR",
+              help="Train QC2 and FT-random on this other captioned folder (its 'train' rows; e.g. flickr8k-train) "
+              "instead of DIR's own captions, so the searched gallery is never trained on.")
+@click.option("--train-images", default=None, type=int, metavar="N",
+              help="With --train-captions: a seeded sample of N photos of its 'train' rows (default: all).")
+@click.option("--qc2-model", default=None, type=click.Path(exists=True, file_okay=False), metavar="DIR",
+              help="Use this trained QC2 model (e.g. from `pictrieve quality train --captions-from`) instead of "
+              "training one.")
 @click.option("--threads", default=None, type=int, help="Torch CPU threads.")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
 def quality_eval(folder: str, queries_file: str | None, embedder: str | None, gallery: str | None,
                  scorer: str | None, base_model: str | None, methods: tuple[str, ...], samples: int, epochs: int,
-                 train_layers: int, learning_rate: float, seed: int, threads: int | None, as_json: bool) -> None:
+                 train_layers: int, learning_rate: float, seed: int, train_captions: str | None,
+                 train_images: int | None, qc2_model: str | None, threads: int | None, as_json: bool) -> None:
     """Compare QC2 with Prefix, PT, FT-random and Rerank on DIR (images + captions.jsonl).
 
     For every query and every relevance x quality condition, reports the mean relevance and quality
@@ -53,6 +62,9 @@ def quality_eval(folder: str, queries_file: str | None, embedder: str | None, ga
         seed=seed,
         methods=methods or METHODS,
         progress=not as_json,
+        qc2_model=qc2_model,
+        train_captions=train_captions,
+        train_images=train_images,
     )
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -79,6 +91,19 @@ def format_report(report: dict) -> str:
     lines += ["", "| rerank (best of top-k by quality) | relevance | quality | subject |", "|---|---|---|---|"]
     for k, values in report["rerank"].items():
         lines.append(f"| {k} | {values['relevance']:.4f} | {values['quality']:.3f} | {values['subject']:.2f} |")
+    for method, info in report.get("training", {}).items():
+        source = info.get("trained_on")
+        if source:
+            lines.append(f"- {method} was trained on {source.get('count')} photos of {source.get('location')}, "
+                         f"not on the searched gallery")
+    examples = report.get("examples", {})
+    if any(m != "prefix" for m in examples):
+        lines += ["", "| method | condition | first completions |", "|---|---|---|"]
+        for method, by_condition in examples.items():
+            if method == "prefix":
+                continue
+            for condition, texts in by_condition.items():
+                lines.append(f"| {method} | {condition} | {' / '.join(texts)} |")
     lines += ["", "Requested level vs measured top-5 mean (Low -> High):"]
     for method, axes in report["monotonic"].items():
         for name, values in axes.items():

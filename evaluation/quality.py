@@ -269,8 +269,18 @@ def evaluate_quality_control(
     seed: int = 0,
     methods: Sequence[str] = METHODS,
     progress: bool = True,
+    qc2_model: str | os.PathLike | None = None,
+    train_captions: str | os.PathLike | None = None,
+    train_images: int | None = None,
 ) -> dict[str, Any]:
-    """Run the evaluation described in the module docstring; returns a JSON-ready dict."""
+    """Run the evaluation described in the module docstring; returns a JSON-ready dict.
+
+    By default QC2 and FT-random are trained on the searched folder's own captions. With
+    ``train_captions`` (another captioned folder, e.g. flickr8k-train; ``train_images``: a seeded
+    sample of that many of its ``train`` rows) they are trained there instead
+    (:func:`train_from_captions`), so the searched gallery is never trained on. ``qc2_model``: use
+    this already trained QC2 model (e.g. from ``pictrieve quality train --captions-from``) as is.
+    """
     from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
 
     unknown = set(methods) - set(METHODS)
@@ -296,10 +306,30 @@ def evaluate_quality_control(
         training: dict[str, Any] = {}
         root = Path(gallery.location) if not str(gallery.location).startswith("http") else Path(scratch)
         for method, random_levels in (("qc2", False), ("ft_random", True)):
-            if method in methods:
+            if method not in methods:
+                continue
+            if method == "qc2" and qc2_model is not None:
+                models[method] = load_qc2_model(qc2_model, device="cpu")
+                if models[method].axes[1].score_key != quality_scorer.key:
+                    raise QC2ModelError(f"the QC2 model in {qc2_model} conditions on "
+                                        f"{models[method].axes[1].score_key!r}, not on {quality_scorer.key!r}")
+                training[method] = {**models[method].training, "model": str(qc2_model),
+                                    "trained_on": models[method].gallery, "reused": True}
+            elif train_captions is not None:
+                started = time.perf_counter()
+                name = "qc2" if not random_levels else "qc2-random"
+                models[method], _, _ = train_from_captions(
+                    train_captions, root / f"{name}-from-captions", work=root / "train-captions",
+                    embedder=gallery.embedder_name, scorer=quality_scorer.key, images=train_images,
+                    base_model=base_model, config=config, random_levels=random_levels, progress=progress)
+                training[method] = {**models[method].training, "trained_on": models[method].gallery,
+                                    "wall_seconds": time.perf_counter() - started}
+            else:
                 models[method], training[method] = _reuse_or_train(
                     gallery, root / ("qc2" if not random_levels else "qc2-random"), config, random_levels,
                     base_model, quality_scorer.key, progress)
+        # The level names of the grid; the searched gallery's own thresholds only matter for reporting
+        # (a model trained elsewhere carries its training captions' thresholds, in "training").
         axes = build_training_data(list(gallery.items()), [quality_scorer.key], n_levels=3)[1]
         axis_names = [a.axis for a in axes]
         grid = [(r, q) for r in axes[0].levels for q in axes[1].levels]
@@ -346,6 +376,7 @@ def evaluate_quality_control(
             "rerank": scored.rerank(queries),
             "monotonic": monotonicity(results, axes),
             "examples": examples,
+            "model_axes": {m: [a.to_dict() for a in models[m].axes] for m in models},
         }
 
 
