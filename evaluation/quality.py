@@ -48,7 +48,7 @@ from pictrieve.agents.qc2.training import QC2TrainConfig
 from pictrieve.evaluation.caption_retrieval import load_captioned_folder
 from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
 from pictrieve.evaluation.ranking import ExactRanker
-from pictrieve.tools.quality_scorers import create_quality_scorer, default_quality_scorer_name
+from pictrieve.tools.quality_scorers import QualityScorer, create_quality_scorer, default_quality_scorer_name
 from pictrieve.vectorstore.gallery import Gallery
 
 logger = logging.getLogger(__name__)
@@ -182,8 +182,7 @@ def prepare_caption_galleries(
     train_folder = CaptionedFolder.load(folder, split=split).sample(images, seed=seed)
     train = eval_gallery(train_folder, embedder, location=work / "train-gallery", progress=progress)
     quality_scorer = create_quality_scorer(scorer or default_quality_scorer_name(train.embedder_name))
-    for report in annotate_gallery(train, [quality_scorer], progress=progress):
-        logger.info("training captions: %s", report)
+    _annotate(train, quality_scorer, "training captions", progress)
     heldout = None
     if heldout_split and heldout_images != 0:
         held_folder = CaptionedFolder.load(folder, split=heldout_split).sample(heldout_images, seed=seed)
@@ -192,9 +191,14 @@ def prepare_caption_galleries(
             raise ValueError(f"{len(overlap)} held-out photos are also training photos: choose another "
                              f"--heldout-split than --split ({heldout_split!r} vs {split!r})")
         heldout = eval_gallery(held_folder, embedder, location=work / "heldout-gallery", progress=progress)
-        for report in annotate_gallery(heldout, [quality_scorer], progress=progress):
-            logger.info("held-out captions: %s", report)
+        _annotate(heldout, quality_scorer, "held-out captions", progress)
     return train, heldout, quality_scorer.key
+
+
+def _annotate(gallery: Gallery, quality_scorer: QualityScorer, what: str, progress: bool) -> None:
+    """Relevance and quality levels for every caption of ``gallery`` (resumes), logged as ``what``."""
+    for report in annotate_gallery(gallery, [quality_scorer], progress=progress):
+        logger.info("%s: %s", what, report)
 
 
 def train_from_captions(

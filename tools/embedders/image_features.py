@@ -27,6 +27,8 @@ from pictrieve.tools.model_cache import shared_model
 if TYPE_CHECKING:
     import torch
 
+    from pictrieve.tools.imagenet_classifier import ImageNetClassifier
+
 FEATURE_DIM = 1280
 
 
@@ -49,11 +51,17 @@ class PackagedBackbone:
         return self._device
 
     @property
-    def backbone(self):
-        """EfficientNet-Lite0 with the packaged weights."""
+    def classifier(self) -> "ImageNetClassifier":
+        """The packaged EfficientNet-Lite0 ImageNet classifier (loaded on first use, shared)."""
         from pictrieve.tools.imagenet_classifier import ImageNetClassifier
 
-        return shared_model(("imagenet-classifier", self.device), lambda: ImageNetClassifier(self.device)).model
+        device = self.device
+        return shared_model(("imagenet-classifier", device), lambda: ImageNetClassifier(device))
+
+    @property
+    def backbone(self):
+        """EfficientNet-Lite0 with the packaged weights."""
+        return self.classifier.model
 
 
 class ImageFeatureEmbedder(PackagedBackbone, EmbedderBase):

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from PIL import Image
 
-from pictrieve.tools.devices import pick_device
 from pictrieve.tools.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.embedders.image_features import PackagedBackbone
 from pictrieve.tools.files import atomic_write_bytes
 from pictrieve.tools.object_detector import Detection, ObjectDetector, in_pixels
 from pictrieve.tools.model_cache import shared_model
@@ -55,8 +55,6 @@ from pictrieve.tools.sentence_encoder import SentenceEncoder, minilm_model_dir
 
 if TYPE_CHECKING:
     import torch
-
-    from pictrieve.tools.imagenet_classifier import ImageNetClassifier
 
 IMAGE_SIZE = 224  # the classifier's input side (imagenet_classifier.IMAGE_SIZE)
 
@@ -110,7 +108,7 @@ class ImageAnalysis:
         return f"{line}; objects: {objects}" if objects else line
 
 
-class OfflineEmbedder(EmbedderBase):
+class OfflineEmbedder(PackagedBackbone, EmbedderBase):
     """Image-text embedder from packaged weights only; see the module docstring for what it sees."""
 
     dim = 384
@@ -125,22 +123,9 @@ class OfflineEmbedder(EmbedderBase):
         self.recipe = VARIANTS[variant]
         self.fingerprint = f"{FAMILY}/{variant}"  # galleries record it (see vectorstore.chroma_store)
         self._requested_device = device
-        self._device: str | None = None
         # Only the text side loads now: a text search never needs the vision models, so they (and
         # the class-sentence matrix) load on first use, from the process-wide model cache.
         self.encoder = _encoder()
-
-    @property
-    def device(self) -> str:
-        """Where the vision models run (resolved on first use: choosing imports torch)."""
-        if self._device is None:
-            self._device = pick_device(self._requested_device)
-        return self._device
-
-    @property
-    def classifier(self) -> "ImageNetClassifier":
-        """The EfficientNet-Lite0 ImageNet classifier (loaded on first use, shared)."""
-        return _classifier(self.device)
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -292,12 +277,6 @@ def _crop(image: Image.Image, where: str) -> "torch.Tensor":
 
 
 # Models are shared between embedder instances and threads (they only run inference).
-def _classifier(device: str) -> "ImageNetClassifier":
-    from pictrieve.tools.imagenet_classifier import ImageNetClassifier
-
-    return shared_model(("imagenet-classifier", device), lambda: ImageNetClassifier(device))
-
-
 def _encoder() -> SentenceEncoder:
     return shared_model(("sentence-encoder",), SentenceEncoder)
 
