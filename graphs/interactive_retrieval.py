@@ -28,7 +28,10 @@ no language model: ``generate_questions`` makes yes/no and short-choice question
 that tell the candidates' captions apart, ``filter_and_select`` drops what is known or asked and
 picks the question of highest expected information, ``reformulate`` appends confirmed terms to the
 description, and the interrupt carries the choice question's ``options``
-(:mod:`pictrieve.agents.plugir.offline_questioner`).
+(:mod:`pictrieve.agents.plugir.offline_questioner`). A run that names no questioner gets the
+offline one when the graph was built with the bundled offline model (whose own questions made
+rankings worse, BENCHMARKS.md) and the LLM's otherwise, so a served graph needs no context to ask
+sensible questions.
 
 Usage::
 
@@ -197,7 +200,9 @@ class PlugIRSettings(RunSettings):
     retrieval_context: bool = True  # RCE (grounded questioner)
     filter_questions: bool = True  # F
     seed: int = 0
-    questioner: str = "llm"  # "llm" (the paper's) or "offline" (caption terms + expected information)
+    # "llm" (the paper's), "offline" (caption terms + expected information), or None: the graph's
+    # default, offline with the bundled offline model and llm with any other (see default_arm)
+    questioner: str | None = None
     arm: str | None = None  # "zs", "cr", "cr+rce", "cr+rce+f" or "offline": overrides the flags above
 
     def validate(self) -> None:
@@ -205,7 +210,7 @@ class PlugIRSettings(RunSettings):
                          "reformulation_max_tokens")
         if not isinstance(self.max_rounds, int) or self.max_rounds < 0:
             raise SettingsError(f"max_rounds must be a whole number >= 0, got {self.max_rounds!r}")
-        if self.questioner not in QUESTIONERS:
+        if self.questioner is not None and self.questioner not in QUESTIONERS:
             raise SettingsError(f"unknown questioner {self.questioner!r}; choose from {', '.join(QUESTIONERS)}")
         if self.arm is not None:
             if self.arm not in ARMS:
@@ -290,6 +295,10 @@ def build_plugir_graph(
     gallery = index
     # Made on first use: the offline questioner never needs a language model.
     chat = functools.cache(lambda: create_chat_model(llm, base_url=base_url))
+    default_questioner = ARMS[default_arm(llm)]["questioner"]
+
+    def questioner_of(settings: PlugIRSettings) -> str:
+        return settings.questioner or default_questioner
     captioner = resolve_captioner(captioner, gallery)
     vectors_of = _CandidateVectors(gallery)
 
@@ -303,7 +312,7 @@ def build_plugir_graph(
         description = state["description"]
         if not dialogue:
             query = description
-        elif settings.reformulate and settings.questioner == "offline":
+        elif settings.reformulate and questioner_of(settings) == "offline":
             query = reformulate_with_answers(description, dialogue)
         elif settings.reformulate:
             query = reformulate(chat(), description, dialogue, previous=state.get("query"),
@@ -339,7 +348,7 @@ def build_plugir_graph(
     def extract_context_node(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> dict[str, Any]:
         started = time.perf_counter()
         settings = settings_of(runtime, PlugIRSettings)
-        if not settings.retrieval_context:
+        if not settings.retrieval_context or questioner_of(settings) == "offline":  # it reads none
             return {"retrieval_context": []}
         candidates = [as_hit(c) for c in state.get("candidates", [])]
         if not candidates:
@@ -360,7 +369,7 @@ def build_plugir_graph(
         # Without the filter the first well-formed question is asked (the authors' arms without
         # selection ask their first sample); sampling q_n at once, in one batch, is how we retry
         # when a small model's first sample is malformed or repeats an earlier question.
-        if settings.questioner == "offline":
+        if questioner_of(settings) == "offline":
             terms = candidate_terms(state)
             asked = [Question.from_json(t["spec"]) for t in state.get("dialogue", []) if t.get("spec")]
             offline = candidate_questions(terms, known=state.get("query", ""), asked=asked)
@@ -373,7 +382,7 @@ def build_plugir_graph(
         started = time.perf_counter()
         settings = settings_of(runtime, PlugIRSettings)
         questions = list(state.get("questions") or [])
-        if settings.questioner == "offline":
+        if questioner_of(settings) == "offline":
             return {**select_offline_question(state), "timings": timed("filter", state, started)}
         if not settings.filter_questions:
             question = questions[0] if questions else FALLBACK_QUESTION

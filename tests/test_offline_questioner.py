@@ -143,6 +143,29 @@ def test_offline_arm_finds_the_target_without_any_language_model(monkeypatch):
     assert result["shown"][0].captions == [target]
 
 
+@pytest.mark.parametrize("named_model", [False, True])
+def test_a_run_naming_no_questioner_asks_offline_questions_only_with_the_bundled_model(monkeypatch, named_model):
+    """A served graph gets no context: with the bundled model it must not ask the 135M model's questions."""
+    import pictrieve.tools.chat_models as chat_models
+    from plugir_fakes import ScriptedChatModel
+
+    gallery = FakeGallery([f"a {c} dog in the {p}" for c in ["red", "blue"] for p in ["snow", "park", "beach"]])
+    if named_model:
+        graph = build_plugir_graph(gallery, llm=ScriptedChatModel(questions=["Is the dog asleep?"]),
+                                   checkpointer=InMemorySaver())
+    else:
+        monkeypatch.setattr(chat_models, "create_chat_model", _NoLLM())
+        graph = build_plugir_graph(gallery, checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}}
+    asked = graph.invoke({"description": "a dog"}, cfg, context={"max_rounds": 1, "candidate_k": 6})
+    payload = asked["__interrupt__"][0].value
+    if named_model:
+        assert payload["question"] == "Is the dog asleep?" and "options" not in payload
+    else:
+        assert payload["options"] == ["beach", "park", "snow", "none of these"]
+        assert asked["retrieval_context"] == []  # RCE is skipped: the offline questioner reads none
+
+
 def test_offline_question_options_reach_the_person_through_interrupt(monkeypatch):
     gallery = FakeGallery([f"a {c} dog in the {p}" for c in ["red", "blue"] for p in ["snow", "park", "beach"]])
     graph = build_plugir_graph(gallery, checkpointer=InMemorySaver())
