@@ -48,9 +48,9 @@ def default_checkpoint_path() -> Path:
 @click.option("--html", "html_dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Write a contact sheet per round into DIR.")
 @click.option("--captioner", default="auto", show_default=True, metavar="NAME",
-              help="Describes candidates that have no stored caption: 'auto' (the offline embedder's "
-              "own description when the gallery uses it, else the file name), 'offline', 'none', or "
-              "a BLIP model (hub id or folder).")
+              help="Describes candidates that have no stored caption: 'auto' (= 'tags': the everyday words "
+              "closest to each photo in the gallery's text-image space), 'offline' (the ImageNet classes "
+              "the offline embedder sees), 'none' (file names), or a BLIP model (hub id or folder).")
 def chat(description: str | None, gallery: str, embedder: str | None, llm: str, base_url: str | None,
          rounds: int, top_k: int, top_n: int | None, questions: int, filter_attempts: int,
          reformulation_tokens: int, arm: str, session: str | None,

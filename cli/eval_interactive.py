@@ -29,6 +29,12 @@ import click
               help="Question regenerations when the filter rejects every question.")
 @click.option("--reformulation-tokens", default=512, show_default=True,
               help="Token cap for context reformulation (paper: 512; a caption needs ~60).")
+@click.option("--uncaptioned", is_flag=True,
+              help="Search DIR as if its photos had no captions (as a user's own photos): candidates are "
+              "described by --captioner; the simulated user still answers from the human captions.")
+@click.option("--captioner", default="auto", show_default=True, metavar="NAME",
+              help="With --uncaptioned: 'auto' (= 'tags', zero-shot words in the embedder's space), 'offline' "
+              "(ImageNet classes), 'none' (file names), or a BLIP model.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write the per-round plot (PNG).")
 @click.option("--dialogues", default=None, type=click.Path(dir_okay=False),
@@ -36,7 +42,7 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def interactive(folder: str, targets: int, rounds: int, arms: str, user: str, llm: str, base_url: str | None,
                 embedder: str | None, gallery: str | None, top_n: int | None, questions: int,
-                filter_attempts: int, reformulation_tokens: int, seed: int,
+                filter_attempts: int, reformulation_tokens: int, uncaptioned: bool, captioner: str, seed: int,
                 plot: str | None, dialogues: str | None, as_json: bool) -> None:
     """Simulate users searching DIR (images + captions.jsonl) and compare the PlugIR arms.
 
@@ -53,7 +59,8 @@ def interactive(folder: str, targets: int, rounds: int, arms: str, user: str, ll
         settings["top_n"] = top_n
     results = evaluate_interactive(folder, targets=targets, rounds=rounds, arms=chosen, llm=llm,
                                    base_url=base_url, embedder=embedder, gallery_location=gallery,
-                                   user=user, seed=seed, settings=settings, progress=not as_json)
+                                   user=user, seed=seed, settings=settings, uncaptioned=uncaptioned,
+                                   captioner=captioner if uncaptioned else None, progress=not as_json)
     if plot:
         plot_interactive(results, plot)
     if dialogues:
@@ -64,7 +71,8 @@ def interactive(folder: str, targets: int, rounds: int, arms: str, user: str, ll
         return
     cfg = results["config"]
     click.echo(f"{cfg['targets']} targets, {cfg['rounds']} rounds, {cfg['images']} images, "
-               f"embedder {cfg['embedder']}, LLM {cfg['llm'] or 'none'}, simulated user {cfg['user']}")
+               f"embedder {cfg['embedder']}, LLM {cfg['llm'] or 'none'}, simulated user {cfg['user']}"
+               + (f", photos uncaptioned (described by {cfg['captioner']})" if cfg.get("uncaptioned") else ""))
     click.echo(f"{'arm':<10} {'BRI':>7} {'Hits@10 r0->rT':>16} {'Recall@10 r0->rT':>18} {'s/round':>8}  by node")
     for arm, m in results["arms"].items():
         hits, recall = m["hits@10"], m["recall@10"]

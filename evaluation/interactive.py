@@ -63,9 +63,15 @@ def evaluate_interactive(
     seed: int = 0,
     top_k: int = 10,
     settings: dict[str, Any] | None = None,
+    uncaptioned: bool = False,
+    captioner: str | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the ablation; returns per-arm metrics, per-node latency and every dialogue.
+
+    ``uncaptioned``: the graph sees the gallery as a user's own photos, without their captions, and
+    describes candidates with ``captioner`` (a PlugIR captioner choice: ``"auto"``, ``"offline"``,
+    ``"none"``, ...); the simulated user still answers from the target's human captions.
 
     ``settings`` are extra PlugIR run settings (``candidate_k`` or its old name ``top_n``, ``clusters``,
     ``questions_per_round``, ...). The result's ``arms[arm]`` holds ``bri``, ``hits@10`` and
@@ -87,7 +93,7 @@ def evaluate_interactive(
     targets_by_id = {path_id(p): (p, texts) for p, texts in captions.items()}
     results = run_ablation(gallery, targets_by_id, chat, targets=targets, rounds=rounds, arms=arms,
                            answerer_factory=answerer_factory, seed=seed, top_k=top_k,
-                           settings=settings, progress=progress)
+                           settings=settings, uncaptioned=uncaptioned, captioner=captioner, progress=progress)
     results["config"]["folder"] = str(folder)
     results["config"]["user"] = "custom" if custom_user else user
     return results
@@ -105,6 +111,8 @@ def run_ablation(
     seed: int = 0,
     top_k: int = 10,
     settings: dict[str, Any] | None = None,
+    uncaptioned: bool = False,
+    captioner: str | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """:func:`evaluate_interactive` on an open gallery; ``captions_by_id[id] = (path, captions)``."""
@@ -116,6 +124,12 @@ def run_ablation(
     if rounds < 1:
         raise ValueError("--rounds must be at least 1 (BRI needs round 0 and one more)")
     ranker = ExactRanker(gallery)
+    seen = WithoutCaptions(gallery) if uncaptioned else gallery  # what the graph searches
+    captioner_name = captioner
+    if captioner is not None:
+        from pictrieve.graphs.interactive_retrieval import resolve_captioner
+
+        captioner = resolve_captioner(captioner, seen)  # built once: tag vectors are computed once
     ids = ranker.ids
     by_id = {id_: path for id_, (path, _) in captions_by_id.items()}
     captions = {path: texts for path, texts in captions_by_id.values()}
@@ -142,7 +156,7 @@ def run_ablation(
         user_seconds, answered_rounds, dialogues = 0.0, 0, []
         for number, (id_, description, visible) in enumerate(plan):
             timed_user = _TimedAnswerer(answerer_factory(by_id[id_], visible))
-            graph = build_plugir_graph(gallery, llm=chat, answerer=timed_user)
+            graph = build_plugir_graph(seen, llm=chat, answerer=timed_user, captioner=captioner)
             with torch_seeded(seed * 100_003 + number):  # same sampling per target in every arm
                 state = graph.invoke({"description": description}, context=PlugIRSettings(**base_settings, arm=arm))
             queries = list(state.get("queries", []))
@@ -180,11 +194,25 @@ def run_ablation(
         "images": len(ids), "targets": len(plan), "rounds": rounds,
         "arms": list(arms), "seed": seed, "embedder": getattr(gallery.embedder, "name", ""),
         "llm": getattr(chat, "model_name", type(chat).__name__) if chat is not None else None,
-        "top_k": top_k, **(settings or {}),
+        "top_k": top_k, "uncaptioned": uncaptioned, "captioner": captioner_name,
+        **(settings or {}),
     }
     if hasattr(gallery, "embedder_name"):
         results["config"]["embedder"] = gallery.embedder_name
     return results
+
+
+class WithoutCaptions:
+    """A gallery as PlugIR sees a user's own photos: the same search, hits without stored captions."""
+
+    def __init__(self, gallery: Any) -> None:
+        self.gallery = gallery
+
+    def __getattr__(self, name: str) -> Any:  # embedder, embeddings, count, ...
+        return getattr(self.gallery, name)
+
+    def search_vector(self, vector: np.ndarray, k: int = 10) -> list[Any]:
+        return [hit.model_copy(update={"captions": []}) for hit in self.gallery.search_vector(vector, k=k)]
 
 
 def plot_interactive(results: dict[str, Any], path: str | os.PathLike, top_k: int = 10) -> Path:

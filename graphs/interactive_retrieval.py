@@ -133,19 +133,21 @@ Captioner = Callable[[Sequence[str]], list[str]]
 def resolve_captioner(choice: Captioner | str | None, gallery: GalleryLike) -> Captioner | None:
     """The captioner PlugIR uses for candidates without a stored caption.
 
-    ``None`` or ``"none"``: none (file names stand in); ``"auto"``: the gallery's embedder describes
-    what it sees when it can (the offline embedders), else none; any other string: a captioner name
-    for :func:`pictrieve.tools.captioners.create_captioner` (``"offline"``, ``"blip:<model>"``); a
-    callable (paths -> captions) is used as is.
+    ``None`` or ``"none"``: none (file names stand in); ``"auto"``: zero-shot tags in the gallery's
+    own text-image space (``tags``, :mod:`pictrieve.tools.image_tags`), read from the candidates'
+    stored vectors; any other string: a captioner name for
+    :func:`pictrieve.tools.captioners.create_captioner` (``"tags"``, ``"offline"``, ``"blip:<model>"``);
+    a callable (paths -> captions) is used as is. A captioner with ``describe_vectors`` is given the
+    stored image vectors instead of the files.
     """
     if choice is None or callable(choice):
         return choice
-    if choice == "none" or (choice == "auto" and not hasattr(gallery.embedder, "describe")):
+    if choice == "none":
         return None
     from pictrieve.tools.captioners import caption_files, create_captioner
 
-    name = "offline" if choice == "auto" else choice
-    return caption_files(create_captioner(name, embedder=gallery.embedder))
+    captioner = create_captioner("tags" if choice == "auto" else choice, embedder=gallery.embedder)
+    return captioner if hasattr(captioner, "describe_vectors") else caption_files(captioner)
 
 
 # --- state and settings --------------------------------------------------------------------------
@@ -353,7 +355,7 @@ def build_plugir_graph(
         candidates = [as_hit(c) for c in state.get("candidates", [])]
         if not candidates:
             return {"retrieval_context": [], "timings": timed("rce", state, started)}
-        captions, described = _fill_captions(candidates, captioner)
+        captions, described = _fill_captions(candidates, captioner, vectors_of)
         image_vectors = vectors_of(candidates)
         probes = np.array(image_vectors, dtype=np.float64, copy=True)
         if described:  # the authors probe with each candidate's caption embedding
@@ -433,7 +435,7 @@ def build_plugir_graph(
 
     def candidate_terms(state: PlugIRState) -> list[CaptionTerms]:
         candidates = [as_hit(c) for c in state.get("candidates", [])]
-        captions, _ = _fill_captions(candidates, captioner)
+        captions, _ = _fill_captions(candidates, captioner, vectors_of)
         return [caption_terms(text) for text in captions]
 
     def select_offline_question(state: PlugIRState) -> dict[str, Any]:
@@ -536,16 +538,22 @@ def _option_labels(spec: Mapping[str, Any]) -> list[str]:
     return labels + [vocabulary()["none_option"]]
 
 
-def _fill_captions(candidates: Sequence[ImageHit], captioner: Captioner | None) -> tuple[list[str], list[int]]:
+def _fill_captions(candidates: Sequence[ImageHit], captioner: Captioner | None,
+                   vectors_of: Callable[[Sequence[ImageHit]], np.ndarray]) -> tuple[list[str], list[int]]:
     """Captions for every candidate, and the indices whose caption describes the image.
 
-    Stored captions come first, then the captioner's; file names fill the rest but are not used
-    as RCE probes (those candidates are probed with their image vector).
+    Stored captions come first, then the captioner's (from the stored vectors when it has
+    ``describe_vectors``, else from the files); file names fill the rest but are not used as RCE
+    probes (those candidates are probed with their image vector).
     """
     captions = [c.caption for c in candidates]
     missing = [i for i, c in enumerate(captions) if not c]
     if missing and captioner is not None:
-        for i, text in zip(missing, captioner([candidates[i].path for i in missing])):
+        if hasattr(captioner, "describe_vectors"):
+            texts = captioner.describe_vectors(vectors_of(candidates)[missing])
+        else:
+            texts = captioner([candidates[i].path for i in missing])
+        for i, text in zip(missing, texts):
             captions[i] = text
     described = [i for i, text in enumerate(captions) if text]
     for i in missing:

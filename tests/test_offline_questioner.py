@@ -117,6 +117,11 @@ def test_caption_user_answers_from_the_captions_only():
     assert user("Is the dog carrying a stick?", {"description": "a dog"}) == "yes"
     assert user("Is there a cat?", {"description": "a dog"}) == "no"
     assert user("What is the dog carrying?", {}) == "A dog carries a stick by the sea ."
+    # A thing named inside a compound is there too ("a tennis ball" has a ball), not the reverse.
+    tennis = CaptionUser(["A dog catches a tennis ball ."])
+    tennis_ball = Question(text="Is there a tennis ball in the photo?", kind="yes_no", key="tennis ball")
+    assert tennis(ball.text, {"question_spec": ball.to_json()}) == "yes"
+    assert user(tennis_ball.text, {"question_spec": tennis_ball.to_json()}) == "no"
 
 
 class _NoLLM:

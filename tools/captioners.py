@@ -13,6 +13,10 @@ Names, resolved by the :data:`CAPTIONERS` :class:`~pictrieve.tools.registry.Regi
   or a Labrador retriever (0.20)"). Works without internet, but names ImageNet classes, not scenes
   or actions. Needs ``embedder=`` (an embedder with ``describe``: ``offline``, ``offline-labels`` or
   ``offline-labels:detect``).
+- ``tags`` (``tags:<k>``): the everyday words (things, actions) whose text embeddings are closest
+  to the image in a text-image embedder's space ("a photo that may show a bench, some grass;
+  someone sitting"); works offline with any text-image embedder, see
+  :mod:`pictrieve.tools.image_tags`. Needs ``embedder=``.
 - ``blip:<hub id or local folder>`` (``blip`` alone: :data:`DEFAULT_BLIP`): a BLIP captioning
   model through transformers, downloaded once where the network allows. A bare hub id or folder
   (``Salesforce/blip-image-captioning-base``, ``./my-blip``) means the same.
@@ -157,6 +161,21 @@ def build_blip_captioner(spec: str = "", *, device: str | None = None, max_new_t
     return BlipCaptioner(spec or DEFAULT_BLIP, device=device, max_new_tokens=max_new_tokens)
 
 
+def build_tags_captioner(spec: str = "", *, embedder: Any = None, **_: Any) -> Any:
+    """Registry builder for ``tags`` / ``tags:<k>`` (:class:`pictrieve.tools.image_tags.ZeroShotTagger`)."""
+    from pictrieve.tools.image_tags import DEFAULT_TAGS_PER_IMAGE, ZeroShotTagger
+
+    if spec and not spec.isdigit():
+        raise CaptionerUnavailableError(f"'tags:{spec}': the part after 'tags:' is a number of tags, e.g. 'tags:4'")
+    if embedder is None:
+        raise CaptionerUnavailableError(
+            "the 'tags' captioner tags images in a text-image embedder's space: pass embedder= "
+            "(the gallery's embedder, e.g. create_embedder('offline'))")
+    return ZeroShotTagger(embedder, k=int(spec) if spec else DEFAULT_TAGS_PER_IMAGE)
+
+
+CAPTIONERS.register("tags", build_tags_captioner,
+                    "the everyday words closest to the image in the embedder's text-image space (needs embedder=)")
 CAPTIONERS.register(OFFLINE, build_offline_captioner,
                     "what the offline embedder's ImageNet/COCO models see (needs embedder=)")
 CAPTIONERS.register("blip", build_blip_captioner, f"BLIP through transformers (default {DEFAULT_BLIP})")

@@ -87,11 +87,16 @@ class CaptionUser:
 
     def answer_offline(self, question: Any) -> str:
         if question.kind == "yes_no":
-            return "yes" if self.terms.has(question.key) else "no"
+            return "yes" if self.holds(question.key) else "no"
         for option in question.options:
-            if self.terms.has(option):
+            if self.holds(option):
                 return option.split(" ", 1)[0] if question.noun else option
         return "none of these"
+
+    def holds(self, key: str) -> bool:
+        """Whether the captions say ``key``; a thing is also there as the head of a compound
+        ("ball" in "a tennis ball"), as a person reading the caption would answer."""
+        return self.terms.has(key) or (" " not in key and any(t.endswith(" " + key) for t in self.terms.things))
 
     def answer_free(self, question: str, description: str = "") -> str:
         from pictrieve.agents.plugir.caption_terms import caption_terms, singular, words
