@@ -11,8 +11,9 @@ human caption would give.
 Why: PlugIR's offline questioner asks about what tells candidates' captions apart. On a gallery
 without captions the ImageNet describer (``offline`` captioner) names fine-grained classes
 ("a Staffordshire Bull Terrier (0.14)") that no person describes a photo by. With the trained
-``offline`` embedder, 0.32 of an image's top-3 tags occur in its human captions on flickr8k-dev
-(a vocabulary word does for 0.02 of images); see BENCHMARKS.md, PlugIR on uncaptioned photos.
+``offline`` embedder, 0.28 of a flickr8k-dev photo's 4 tags occur in its human captions (0.48 of
+the first; a random vocabulary word 0.02; the ImageNet describer's terms 0.11): BENCHMARKS.md,
+"PlugIR on photos without captions" (``benchmarks/image_tags_precision.py``).
 
 With stored image vectors (a gallery's rows) tagging is one matrix product; :meth:`caption` embeds
 images or paths first, so the tagger is also a :class:`~pictrieve.tools.protocols.Captioner`.
