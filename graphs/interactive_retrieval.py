@@ -539,7 +539,7 @@ def _option_labels(spec: Mapping[str, Any]) -> list[str]:
 
 
 def _fill_captions(candidates: Sequence[ImageHit], captioner: Captioner | None,
-                   vectors_of: Callable[[Sequence[ImageHit]], np.ndarray]) -> tuple[list[str], list[int]]:
+                   vectors_of: Callable[[Sequence[ImageHit]], np.ndarray] | None = None) -> tuple[list[str], list[int]]:
     """Captions for every candidate, and the indices whose caption describes the image.
 
     Stored captions come first, then the captioner's (from the stored vectors when it has
@@ -549,7 +549,7 @@ def _fill_captions(candidates: Sequence[ImageHit], captioner: Captioner | None,
     captions = [c.caption for c in candidates]
     missing = [i for i, c in enumerate(captions) if not c]
     if missing and captioner is not None:
-        if hasattr(captioner, "describe_vectors"):
+        if hasattr(captioner, "describe_vectors") and vectors_of is not None:
             texts = captioner.describe_vectors(vectors_of(candidates)[missing])
         else:
             texts = captioner([candidates[i].path for i in missing])
