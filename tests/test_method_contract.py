@@ -66,8 +66,6 @@ def builder_kwargs(tiny_gallery, tmp_path_factory):
     kwargs["visret"] = {"visualizer": _PhotoGuides(tiny_gallery)}
     kwargs["needle"] = {"visualizers": [_PhotoGuides(tiny_gallery)], "cache_dir": tmp_path_factory.mktemp("guides")}
     if "qc2" in available_methods():
-        from test_qc2_model import CAPTIONS  # noqa: F401  (the tiny tokenizer's corpus)
-
         from pictrieve.agents.qc2.annotation import annotate_gallery
         from pictrieve.agents.qc2.pipeline import train_on_gallery
         from pictrieve.agents.qc2.training import QC2TrainConfig
@@ -96,9 +94,9 @@ class _PhotoGuides:
 
 
 def _tiny_checkpoint(tmp_path_factory):
-    import test_qc2_model
+    from qc2_fakes import build_tiny_checkpoint
 
-    return test_qc2_model.tiny_checkpoint.__wrapped__(tmp_path_factory)
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"))
 
 
 INPUTS = {"search": {"query": "a dog"}, "plugir": {"description": "a dog"}, "qc2": {"query": "a dog"},

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 from conftest import make_photo  # noqa: E402
-from test_qc2_model import one_thread, tiny_checkpoint  # noqa: E402,F401
+from qc2_fakes import one_thread  # noqa: E402,F401  (autouse)
 
 from pictrieve.agents.qc2.levels import AxisLevels  # noqa: E402
 from pictrieve.agents.qc2.training import QC2TrainConfig  # noqa: E402

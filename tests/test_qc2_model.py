@@ -38,72 +38,9 @@ from pictrieve.agents.qc2.training import (  # noqa: E402
     mean_caption_loss,
     train_completion_model,
 )
-
-CAPTIONS = [
-    "A black dog runs through the green grass .",
-    "A brown dog jumps over a fence .",
-    "Two children play on the sandy beach .",
-    "A man rides a bike down a dirt road .",
-    "A girl in a pink dress is smiling .",
-    "A white dog swims in a blue lake .",
-    "A group of people stand in the snow .",
-    "A boy throws a red ball to a dog .",
-]
-AXES = ("Relevance", "Quality")
-LEVELS = [("Low", "High"), ("High", "Low"), ("Medium", "Medium"), ("High", "High")]
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    """A local checkpoint directory: random 2-layer Llama + a small byte-level BPE tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    specials = ["<pad>", "<s>", "</s>"]
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    corpus = [clean_caption(c) for c in CAPTIONS] + [format_instruction(AXES, lv) for lv in LEVELS] * 3
-    backend.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
-                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
-    )
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    # Pretrained embeddings are large; the tiny default init (std 0.02) would cap every logit near 0
-    # through the frozen, tied output layer, so nothing could be learned by the top layers.
-    model.model.embed_tokens.weight.data.normal_(0.0, 0.3)
-    directory = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return str(directory)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; several threads on a shared CPU only contend."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-def _load(checkpoint):
-    from pictrieve.tools.causal_lm import load_causal_lm
-
-    return load_causal_lm(checkpoint, device="cpu")
-
-
-def _examples():
-    return [QC2Example(c, LEVELS[i % len(LEVELS)]) for i, c in enumerate(CAPTIONS)]
+from qc2_fakes import AXES, CAPTIONS, LEVELS, one_thread  # noqa: E402,F401  (one_thread: autouse)
+from qc2_fakes import examples as _examples  # noqa: E402
+from qc2_fakes import load_tiny as _load  # noqa: E402
 
 
 def test_instruction_and_caption_format():

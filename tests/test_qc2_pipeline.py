@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 from conftest import make_photo  # noqa: E402
-from test_qc2_model import one_thread, tiny_checkpoint  # noqa: E402,F401  (shared fixtures)
+from qc2_fakes import one_thread  # noqa: E402,F401  (autouse)
 
 from pictrieve.agents.qc2.annotation import (  # noqa: E402
     annotate_gallery,

@@ -12,7 +12,9 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 from conftest import make_photo  # noqa: E402
-from test_qc2_model import AXES, _examples, _load, one_thread, tiny_checkpoint  # noqa: E402,F401
+from qc2_fakes import AXES, one_thread  # noqa: E402,F401  (autouse)
+from qc2_fakes import examples as _examples  # noqa: E402
+from qc2_fakes import load_tiny as _load  # noqa: E402
 
 from pictrieve.agents.qc2 import checkpoints  # noqa: E402
 from pictrieve.agents.qc2.level_check import level_usage, level_variants, opposite_level, separation  # noqa: E402
