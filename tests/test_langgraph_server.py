@@ -185,18 +185,21 @@ def test_needle_pauses_for_result_feedback_and_learns_over_the_server(server):
     client = get_sync_client(url=server["url"])
     assistant = client.assistants.create("needle", config={"configurable": {"visualizer": f"exemplar:{reference}"}})
     thread = client.threads.create()
-    context = {"k": 3, "guides_per_visualizer": 2, "feedback": "results", "eta": 0.5}
+    # One guide: its own photo must come first. With two, the second guide's own photo ties with it up to
+    # float noise of the tiny random CLIP (whose vectors of the random photos are all nearly alike), and
+    # which one wins varied between runs.
+    context = {"k": 3, "guides_per_visualizer": 1, "feedback": "results", "eta": 0.5}
     client.runs.wait(thread["thread_id"], assistant["assistant_id"],
                      input={"query": "square number 4", "topic": "served"}, context=context)
     state = client.threads.get_state(thread["thread_id"])
     (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
     hits = pending["value"]["hits"]
     assert pending["value"]["kind"] == "results" and len(hits) == 3
-    assert hits[0]["path"] == str(photos / "img4.png")  # its own photo is the first guide
+    assert hits[0]["path"] == str(photos / "img4.png")  # the guide is this photo
     result = client.runs.wait(thread["thread_id"], assistant["assistant_id"],
                               command={"resume": {"irrelevant": [hits[2]["id"]]}}, context=context)
     assert hits[2]["id"] not in {h["id"] for h in result["hits"]}
-    assert [g["status"] for g in result["guides"]] == ["used", "used"]
+    assert [g["status"] for g in result["guides"]] == ["used"]
     assert "served" in load_trust(server["gallery"]).weights
 
 
