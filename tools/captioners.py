@@ -40,7 +40,7 @@ from pictrieve.tools.registry import Registry, UnknownNameError
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "CAPTIONERS", "BlipCaptioner", "Captioner", "CaptionerUnavailableError", "OfflineCaptioner",
+    "CAPTIONERS", "BlipCaptioner", "Captioner", "CaptionerBase", "CaptionerUnavailableError", "OfflineCaptioner",
     "UnknownCaptionerError", "caption_files", "create_captioner",
 ]
 
@@ -61,8 +61,10 @@ CAPTIONERS: Registry[Captioner] = Registry(
 )
 
 
-class _CaptionerBase:
-    """Shared plumbing: decode paths, call ``_caption_images``; ``captioner(items)`` == ``caption``."""
+class CaptionerBase:
+    """Shared plumbing: decode paths, call ``_caption_images``; ``captioner(items)`` == ``caption``.
+
+    Subclass it for a new captioner and implement ``_caption_images(images, prompt)``."""
 
     name: str = ""
 
@@ -83,7 +85,7 @@ class _CaptionerBase:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-class OfflineCaptioner(_CaptionerBase):
+class OfflineCaptioner(CaptionerBase):
     """Captions from an embedder that can say what it sees (``embedder.describe(image)``).
 
     ``prompt`` is ignored: the offline vision models cannot follow instructions.
@@ -104,7 +106,7 @@ class OfflineCaptioner(_CaptionerBase):
         return [self.embedder.describe(image) for image in images]
 
 
-class BlipCaptioner(_CaptionerBase):
+class BlipCaptioner(CaptionerBase):
     """A BLIP captioning model (hub id or local folder), shared per process and device.
 
     BLIP is not instruction-following, so ``prompt`` is ignored (feeding an instruction as BLIP's
@@ -167,10 +169,6 @@ def build_tags_captioner(spec: str = "", *, embedder: Any = None, **_: Any) -> A
 
     if spec and not spec.isdigit():
         raise CaptionerUnavailableError(f"'tags:{spec}': the part after 'tags:' is a number of tags, e.g. 'tags:4'")
-    if embedder is None:
-        raise CaptionerUnavailableError(
-            "the 'tags' captioner tags images in a text-image embedder's space: pass embedder= "
-            "(the gallery's embedder, e.g. create_embedder('offline'))")
     return ZeroShotTagger(embedder, k=int(spec) if spec else DEFAULT_TAGS_PER_IMAGE)
 
 

