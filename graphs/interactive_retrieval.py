@@ -303,6 +303,9 @@ def build_plugir_graph(
         return settings.questioner or default_questioner
     captioner = resolve_captioner(captioner, gallery)
     vectors_of = _CandidateVectors(gallery)
+    # A photo's description does not change: each is described once per compiled graph, not in
+    # every node and round that reads it (the offline questioner reads them twice a round).
+    descriptions = _DescriptionMemo()
 
     def timed(name: str, state: PlugIRState, started: float) -> list[Timing]:
         return [Timing(round=state.get("round", 0), node=name, seconds=time.perf_counter() - started)]
@@ -355,7 +358,7 @@ def build_plugir_graph(
         candidates = [as_hit(c) for c in state.get("candidates", [])]
         if not candidates:
             return {"retrieval_context": [], "timings": timed("rce", state, started)}
-        captions, described = _fill_captions(candidates, captioner, vectors_of)
+        captions, described = _fill_captions(candidates, captioner, vectors_of, descriptions)
         image_vectors = vectors_of(candidates)
         probes = np.array(image_vectors, dtype=np.float64, copy=True)
         if described:  # the authors probe with each candidate's caption embedding
@@ -435,7 +438,7 @@ def build_plugir_graph(
 
     def candidate_terms(state: PlugIRState) -> list[CaptionTerms]:
         candidates = [as_hit(c) for c in state.get("candidates", [])]
-        captions, _ = _fill_captions(candidates, captioner, vectors_of)
+        captions, _ = _fill_captions(candidates, captioner, vectors_of, descriptions)
         return [caption_terms(text) for text in captions]
 
     def select_offline_question(state: PlugIRState) -> dict[str, Any]:
@@ -538,15 +541,29 @@ def _option_labels(spec: Mapping[str, Any]) -> list[str]:
     return labels + [vocabulary()["none_option"]]
 
 
+class _DescriptionMemo(dict):
+    """Captioner output by image id, the oldest forgotten past ``keep`` entries."""
+
+    def __init__(self, keep: int = 20_000) -> None:
+        super().__init__()
+        self.keep = keep
+
+    def remember(self, id_: str, text: str) -> None:
+        self[id_] = text
+        while len(self) > self.keep:
+            del self[next(iter(self))]
+
+
 def _fill_captions(candidates: Sequence[ImageHit], captioner: Captioner | None,
-                   vectors_of: Callable[[Sequence[ImageHit]], np.ndarray] | None = None) -> tuple[list[str], list[int]]:
+                   vectors_of: Callable[[Sequence[ImageHit]], np.ndarray] | None = None,
+                   memo: _DescriptionMemo | None = None) -> tuple[list[str], list[int]]:
     """Captions for every candidate, and the indices whose caption describes the image.
 
     Stored captions come first, then the captioner's (from the stored vectors when it has
-    ``describe_vectors``, else from the files); file names fill the rest but are not used as RCE
-    probes (those candidates are probed with their image vector).
+    ``describe_vectors``, else from the files; remembered in ``memo`` by image id); file names fill
+    the rest but are not used as RCE probes (those candidates are probed with their image vector).
     """
-    captions = [c.caption for c in candidates]
+    captions = [c.caption or (memo or {}).get(c.id, "") for c in candidates]
     missing = [i for i, c in enumerate(captions) if not c]
     if missing and captioner is not None:
         if hasattr(captioner, "describe_vectors") and vectors_of is not None:
@@ -555,6 +572,8 @@ def _fill_captions(candidates: Sequence[ImageHit], captioner: Captioner | None,
             texts = captioner([candidates[i].path for i in missing])
         for i, text in zip(missing, texts):
             captions[i] = text
+            if memo is not None and text:
+                memo.remember(candidates[i].id, text)
     described = [i for i, text in enumerate(captions) if text]
     for i in missing:
         if not captions[i]:
