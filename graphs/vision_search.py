@@ -170,11 +170,11 @@ _CITE = re.compile(r"\s?\[\d+\]")
 
 
 def is_offline_small_model(chat: Any) -> bool:
-    """True for the offline SmolLM2-135M chat model (too small to write grounded answers)."""
-    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
-    from pictrieve.tools.chat_models import LocalChatModel
+    """True for the offline SmolLM2-135M chat model object (too small to write grounded answers), also
+    inside LangChain wrappers (:func:`pictrieve.tools.chat_models.is_offline_chat_model`)."""
+    from pictrieve.tools.chat_models import is_offline_chat_model
 
-    return isinstance(chat, LocalChatModel) and chat.model_name == OFFLINE_DEFAULT_LM
+    return chat is not None and not isinstance(chat, str) and is_offline_chat_model(chat)
 
 
 def _renumber(text: str, mapping: dict[int, int]) -> str:

@@ -109,6 +109,25 @@ def test_factory_names():
     assert create_chat_model(fake) is fake
 
 
+def test_the_offline_model_is_recognised_however_it_arrives():
+    """By name, as the object the factory builds, from the server's shared model cache and inside
+    LangChain's wrappers: PlugIR picks its questioner by this (the 135M model's own questions take
+    minutes a round and did not help), and the server and the page hand it objects, not names."""
+    from pictrieve.graphs.interactive_retrieval import default_arm
+    from pictrieve.graphs.serving import llm_for
+    from pictrieve.tools.chat_models import is_offline_chat_model
+
+    offline = create_chat_model("offline")
+    assert all(is_offline_chat_model(m) for m in (None, " Offline ", "smollm2", offline, offline.bind(temperature=0.0),
+                                                  offline.with_retry(), offline.with_config(tags=["x"]).bind(stop=["."]),
+                                                  llm_for({"configurable": {"llm": "offline"}})))
+    assert not is_offline_chat_model(create_chat_model("local:/some/other/checkpoint"))
+    assert not is_offline_chat_model(GenericFakeChatModel(messages=iter([])))
+    assert not is_offline_chat_model("openai:gpt-4o-mini")
+    assert default_arm(offline) == default_arm(llm_for({"configurable": {"llm": "offline"}})) == "offline"
+    assert default_arm(create_chat_model("local:/some/other/checkpoint")) == "cr+rce+f"
+
+
 def test_a_checkpoint_folder_is_a_local_model(tmp_path):
     assert create_chat_model(str(tmp_path)).model_name == str(tmp_path)
 

@@ -25,8 +25,9 @@ def test_one_real_round_with_offline_models(flickr_dir, tmp_path, offline_llm):
     llm = offline_llm
     graph = build_plugir_graph(gallery, llm=llm, answerer=CaptionAnswerer(llm, texts[1:]))
     state = graph.invoke(
-        {"description": texts[0]},
-        context={"max_rounds": 1, "questions_per_round": 3, "filter_attempts": 1, "reformulation_max_tokens": 96},
+        {"description": texts[0]},  # the paper's arm: the offline model alone would get the offline questioner
+        context={"arm": "cr+rce+f", "max_rounds": 1, "questions_per_round": 3, "filter_attempts": 1,
+                 "reformulation_max_tokens": 96},
     )
     assert len(state["queries"]) == 2 and state["queries"][0] == texts[0]
     (turn,) = state["dialogue"]

@@ -282,9 +282,19 @@ for _provider in LANGCHAIN_PROVIDERS:
                          f"LangChain init_chat_model, provider {_provider}")
 
 
-def is_offline_chat_model(name: str | BaseChatModel | None) -> bool:
-    """True for the bundled offline model (``None``, ``"offline"`` and its aliases)."""
-    return name is None or (isinstance(name, str) and name.strip().lower() in _OFFLINE_ALIASES)
+def is_offline_chat_model(model: Any) -> bool:
+    """True for the bundled offline model however it arrives: ``None``, ``"offline"`` or an alias, or
+    the model object :func:`create_chat_model` built for one (also as the shared model cache hands it
+    out, and inside LangChain wrappers such as ``.bind(...)``, ``.with_config(...)``, ``.with_retry()``).
+
+    The server and the web page are given model objects, not names; PlugIR's default questioner
+    depends on this answer (:func:`pictrieve.graphs.interactive_retrieval.default_arm`).
+    """
+    if model is None or isinstance(model, str):
+        return model is None or model.strip().lower() in _OFFLINE_ALIASES
+    while getattr(model, "bound", None) is not None:  # RunnableBinding and RunnableRetry wrap .bound
+        model = model.bound
+    return isinstance(model, LocalChatModel) and model.model_name == OFFLINE_DEFAULT_LM
 
 
 def create_chat_model(name: str | BaseChatModel | None = None, base_url: str | None = None,
