@@ -38,7 +38,7 @@ def serve(gallery: str, llm: str | None, base_url: str | None, host: str, port: 
         config.write_text(json.dumps(langgraph_config(), indent=2))
         click.echo(f"serving gallery {gallery} at http://{host}:{port} (Ctrl-C stops)")
         command = [executable, "dev", "--config", str(config), "--host", host, "--port", str(port),
-                   "--no-browser", "--no-reload", "--allow-blocking"]
+                   "--no-browser", "--no-reload"]
         try:
             completed = subprocess.run(command, cwd=state, env={**os.environ, **env, "LANGGRAPH_CLI_NO_ANALYTICS": "1"})
         except KeyboardInterrupt:

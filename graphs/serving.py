@@ -18,6 +18,13 @@ No factory compiles a checkpointer: the server brings its own, which is what mak
 Opened galleries and loaded models are kept in the process's shared model cache
 (:mod:`pictrieve.tools.model_cache`), so only the first run pays for loading.
 
+The factories are ``async``: the server calls a factory on its event loop for every run and every
+state read, and opening a gallery or loading a model blocks (files, Chroma, torch). Each factory
+builds its graph with :func:`served_graph` in a worker thread (``asyncio.to_thread``), so the loop
+stays free for other runs and ``langgraph dev`` needs no ``--allow-blocking``; the graphs' nodes are
+sync functions, which LangGraph itself runs in its executor. Python code that wants a served graph
+without a server calls :func:`served_graph` directly.
+
 Serve offline::
 
     PICTRIEVE_GALLERY=./pictrieve-demo/demo.gallery langgraph dev --no-browser
@@ -25,8 +32,9 @@ Serve offline::
 
 from __future__ import annotations
 
+import asyncio
 import os
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
@@ -87,26 +95,26 @@ def build_served(method: str, config: RunnableConfig | None, **extras: Any) -> C
     return get_method(method).build(gallery_for(config), name=method, **extras)
 
 
-# --- one factory per method: the names langgraph.json points at ---------------------------------
+# --- how each method's graph is built for the server (sync, blocking) -----------------------------
 
 
-def search(config: RunnableConfig) -> CompiledStateGraph:
+def _search(config: RunnableConfig | None) -> CompiledStateGraph:
     """Plain search by text or image path."""
     return build_served("search", config)
 
 
-def plugir(config: RunnableConfig) -> CompiledStateGraph:
+def _plugir(config: RunnableConfig | None) -> CompiledStateGraph:
     """PlugIR: one question per round; resume the thread with the user's answer."""
     return build_served("plugir", config, llm=llm_for(config), captioner="auto")
 
 
-def qc2(config: RunnableConfig) -> CompiledStateGraph:
+def _qc2(config: RunnableConfig | None) -> CompiledStateGraph:
     """QC2: the model trained for the gallery (``pictrieve quality train``), or ``configurable.qc2_model``."""
     model_dir = ((config or {}).get("configurable") or {}).get("qc2_model")
     return build_served("qc2", config, model=_qc2_model(gallery_for(config), model_dir))
 
 
-def vsa(config: RunnableConfig) -> CompiledStateGraph:
+def _vsa(config: RunnableConfig | None) -> CompiledStateGraph:
     """Vision Search Assistant: a question about an image path (or, with a gallery, a photo found in it).
 
     ``configurable.search`` / ``$PICTRIEVE_SEARCH`` (``ddgs`` or ``local:DIR``; none: no search),
@@ -125,29 +133,58 @@ def vsa(config: RunnableConfig) -> CompiledStateGraph:
     )
 
 
-def visret(config: RunnableConfig) -> CompiledStateGraph:
+def _visret(config: RunnableConfig | None) -> CompiledStateGraph:
     """VisRet: ``configurable.visualizer`` / ``$PICTRIEVE_VISUALIZER`` (e.g. ``exemplar:/photos/captioned``)."""
     name = _setting(config, "visualizer", "PICTRIEVE_VISUALIZER")
     return build_served("visret", config, llm=llm_for(config), visualizer=_visualizer(name) if name else None)
 
 
-def needle(config: RunnableConfig) -> CompiledStateGraph:
+def _needle(config: RunnableConfig | None) -> CompiledStateGraph:
     """NEEDLE: ``configurable.visualizer`` / ``$PICTRIEVE_VISUALIZER``, several names separated by commas;
     the gallery's embedders (index it with several: ``pictrieve index PHOTOS -e offline -e efficientnet-lite0``)."""
     names = [n.strip() for n in (_setting(config, "visualizer", "PICTRIEVE_VISUALIZER") or "").split(",") if n.strip()]
     return build_served("needle", config, llm=llm_for(config), visualizers=[_visualizer(n) for n in names])
 
 
+_BUILDERS: dict[str, Callable[[RunnableConfig | None], CompiledStateGraph]] = {
+    "search": _search, "plugir": _plugir, "qc2": _qc2, "vsa": _vsa, "visret": _visret, "needle": _needle,
+}
+
+
+def served_graph(method: str, config: RunnableConfig | None = None) -> CompiledStateGraph:
+    """``method``'s graph as the server gets it, built here and now (blocking: it may open the gallery
+    and load models). The settings come from ``config`` and the environment (module docstring)."""
+    if method not in _BUILDERS:
+        raise ServingConfigError(f"no served graph {method!r}; choose from {', '.join(_BUILDERS)}")
+    return _BUILDERS[method](config)
+
+
+def _factory(method: str) -> Callable[[RunnableConfig], Awaitable[CompiledStateGraph]]:
+    """The server's factory for ``method``: :func:`served_graph`, awaited in a worker thread."""
+
+    async def factory(config: RunnableConfig) -> CompiledStateGraph:
+        return await asyncio.to_thread(served_graph, method, config)
+
+    factory.__name__ = factory.__qualname__ = method
+    factory.__doc__ = _BUILDERS[method].__doc__
+    return factory
+
+
+# --- one factory per method: the names langgraph.json points at ---------------------------------
+search = _factory("search")
+plugir = _factory("plugir")
+qc2 = _factory("qc2")
+vsa = _factory("vsa")
+visret = _factory("visret")
+needle = _factory("needle")
+
+
 def _visualizer(name: str) -> Any:
-    """One visualizer per name for the server's life (the exemplar one holds its caption vectors)."""
-    if name not in _VISUALIZERS:
-        from pictrieve.tools.visualizers import create_visualizer
+    """One visualizer per name for the server's life (the exemplar one holds its caption vectors),
+    built once even when several runs' factories ask at once (they build in worker threads)."""
+    from pictrieve.tools.visualizers import create_visualizer
 
-        _VISUALIZERS[name] = create_visualizer(name)
-    return _VISUALIZERS[name]
-
-
-_VISUALIZERS: dict[str, Any] = {}
+    return shared_model(("served-visualizer", name), lambda: create_visualizer(name))
 
 
 def _qc2_model(gallery: Any, model_dir: str | None) -> Any:

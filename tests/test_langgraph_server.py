@@ -55,7 +55,7 @@ def _start(config: Path, env: dict[str, str], cwd: Path) -> tuple[subprocess.Pop
         log = open(cwd / f"langgraph-{port}.log", "w")
         process = subprocess.Popen(
             [executable, "dev", "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-             "--no-browser", "--no-reload", "--allow-blocking"],
+             "--no-browser", "--no-reload"],
             cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 180
@@ -158,6 +158,24 @@ def test_plugir_round_pauses_for_the_answer_and_resumes_over_the_server(server, 
     assert any(r["path"].endswith("/chat/completions") for r in fake.requests)
 
 
+def test_plugir_with_the_served_default_model_asks_offline_questions_at_once(server):
+    """The server's default chat model is the offline one, handed to PlugIR as a model object from the
+    shared model cache: the first question must come from the offline questioner (a question spec with
+    the question's kind and terms), not from the 135M language model, which took minutes per round."""
+    import httpx
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server["url"], timeout=httpx.Timeout(120.0))  # answers at all in 2 min
+    thread = client.threads.create()
+    client.runs.wait(thread["thread_id"], "plugir", input={"description": "a square"},
+                     context={"candidate_k": 6, "shown_k": 3})
+    state = client.threads.get_state(thread["thread_id"])
+    (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
+    spec = state["values"]["question_spec"]
+    assert spec and spec["text"] == pending["value"]["question"] and spec["kind"]
+    assert len(pending["value"]["shown"]) == 3
+
+
 def test_qc2_over_the_server_completes_and_retrieves(server):
     from langgraph_sdk import get_sync_client
 
@@ -169,35 +187,48 @@ def test_qc2_over_the_server_completes_and_retrieves(server):
     assert [h["rank"] for h in result["hits"]] == [1, 2]
 
 
+# Fixed guides for NEEDLE: one distinct caption per photo, and a rewriter that answers with the caption of
+# img4 whatever it is asked, so the exemplar visualizer's best match is that photo (cosine 1 against
+# captions that share no word with it). The served default rewriter, the 135M offline LLM, rewrote the
+# query differently from run to run, and the exemplar choice among near-equal captions ("square number
+# 3" / "... 4") followed it: the test failed about half the time.
+NEEDLE_CAPTIONS = ["a red kite over a beach", "two dogs on green grass", "a yellow taxi in the rain",
+                   "a child eating ice cream", "snowy mountains under a blue sky", "a brown horse in a stable"]
+
+
 def test_needle_pauses_for_result_feedback_and_learns_over_the_server(server):
     """NEEDLE through the real server: exemplar guides from a captioned folder, the results arrive as an
     interrupt, the marks resume the thread, and the learned trust weights are stored in the gallery."""
     from langgraph_sdk import get_sync_client
 
+    from openai_fake import OpenAIFake
     from pictrieve.agents.needle.trust import load_trust
 
     photos = server["photos"]
     reference = photos.parent / "reference"
     reference.mkdir(exist_ok=True)
     (reference / "captions.jsonl").write_text(
-        "\n".join(json.dumps({"image": str(photos / f"img{i}.png"), "captions": [f"square number {i}"]})
-                  for i in range(6)))
+        "\n".join(json.dumps({"image": str(photos / f"img{i}.png"), "captions": [caption]})
+                  for i, caption in enumerate(NEEDLE_CAPTIONS)))
     client = get_sync_client(url=server["url"])
-    assistant = client.assistants.create("needle", config={"configurable": {"visualizer": f"exemplar:{reference}"}})
-    thread = client.threads.create()
-    # One guide: its own photo must come first. With two, the second guide's own photo ties with it up to
-    # float noise of the tiny random CLIP (whose vectors of the random photos are all nearly alike), and
-    # which one wins varied between runs.
-    context = {"k": 3, "guides_per_visualizer": 1, "feedback": "results", "eta": 0.5}
-    client.runs.wait(thread["thread_id"], assistant["assistant_id"],
-                     input={"query": "square number 4", "topic": "served"}, context=context)
-    state = client.threads.get_state(thread["thread_id"])
-    (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
-    hits = pending["value"]["hits"]
-    assert pending["value"]["kind"] == "results" and len(hits) == 3
-    assert hits[0]["path"] == str(photos / "img4.png")  # the guide is this photo
-    result = client.runs.wait(thread["thread_id"], assistant["assistant_id"],
-                              command={"resume": {"irrelevant": [hits[2]["id"]]}}, context=context)
+    with OpenAIFake(lambda messages: NEEDLE_CAPTIONS[4]) as rewriter:
+        assistant = client.assistants.create("needle", config={"configurable": {
+            "visualizer": f"exemplar:{reference}", "llm": "openai:fake-model", "base_url": rewriter.base_url}})
+        thread = client.threads.create()
+        # One guide: its own photo must come first (with two, the second guide's photo ties with it up to
+        # float noise of the tiny random CLIP, whose vectors of the random photos are all nearly alike).
+        context = {"k": 3, "guides_per_visualizer": 1, "feedback": "results", "eta": 0.5}
+        client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                         input={"query": "mountains with snow", "topic": "served"}, context=context)
+        state = client.threads.get_state(thread["thread_id"])
+        (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
+        hits = pending["value"]["hits"]
+        assert state["values"]["prompt"] == NEEDLE_CAPTIONS[4]  # the rewriter's, not the query
+        assert [g["path"] for g in state["values"]["guides"]] == [str(photos / "img4.png")]
+        assert pending["value"]["kind"] == "results" and len(hits) == 3
+        assert hits[0]["path"] == str(photos / "img4.png")  # the guide is this photo
+        result = client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                                  command={"resume": {"irrelevant": [hits[2]["id"]]}}, context=context)
     assert hits[2]["id"] not in {h["id"] for h in result["hits"]}
     assert [g["status"] for g in result["guides"]] == ["used"]
     assert "served" in load_trust(server["gallery"]).weights
