@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,47 @@ def make_app(gallery, tmp_path, **kwargs):
 @pytest.fixture
 def client(gallery, tmp_path):
     return TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
+
+
+def finished(client, started, timeout=180):
+    """Poll a job (``client``: a TestClient, or an httpx.Client on a served page) until it is done."""
+    view = started
+    deadline = time.time() + timeout
+    while not view["done"]:
+        assert time.time() < deadline, f"job still running: {view['steps']}"
+        time.sleep(0.2)
+        view = client.get(f"/api/jobs/{view['id']}").json()
+    return view
+
+
+def chat_step(client, response):
+    """The chat view a chat request's job ends with (start and reply run as jobs)."""
+    started = response.json()
+    assert "error" not in started or not started["error"], started
+    view = finished(client, started)
+    assert not view["error"], view["error"]
+    return view["result"]
+
+
+@contextmanager
+def serve(app):
+    """``app`` on a free loopback port, served by a real uvicorn in a thread; yields its URL."""
+    import uvicorn
+
+    from pictrieve.cli.ui import free_port
+
+    port = free_port("127.0.0.1")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 # --- API, in-process -------------------------------------------------------------------------------
@@ -116,10 +158,28 @@ def test_chat_with_the_offline_model_asks_offline_questions_without_loading_it(g
     monkeypatch.setattr(chat_models, "create_chat_model", no_llm)
     app = create_app(gallery, llm=None, state_dir=tmp_path / "state", plugir_extras={"captioner": None})
     client = TestClient(app, raise_server_exceptions=False)
-    view = client.post("/api/chat/start", json={"description": "a square"}).json()
+    view = chat_step(client, client.post("/api/chat/start", json={"description": "a square"}))
     assert view["question"] and view["question"] != SCRIPT_QUESTION and not view["done"]
-    view = client.post("/api/chat/reply", json={"thread": view["thread"], "answer": "yes"}).json()
+    view = chat_step(client, client.post("/api/chat/reply", json={"thread": view["thread"], "answer": "yes"}))
     assert view["round"] == 1 and view["dialogue"][0]["answer"] == "yes"
+
+
+def test_page_chat_with_the_offline_model_object_asks_offline_questions_at_once(gallery, tmp_path):
+    """`pictrieve ui` hands the page the offline model as an object, not a name: on a real uvicorn the
+    first question must still come from the offline questioner (its question spec is in the session's
+    state), not from the 135M language model, which took minutes per round."""
+    import httpx
+
+    from pictrieve.graphs.interactive_retrieval import build_plugir_graph, sqlite_checkpointer
+    from pictrieve.tools.chat_models import create_chat_model
+
+    app = create_app(gallery, llm=create_chat_model("offline"), state_dir=tmp_path / "state",
+                     plugir_extras={"captioner": None})
+    with serve(app) as url, httpx.Client(base_url=url, timeout=10) as http:
+        view = chat_step(http, http.post("/api/chat/start", json={"description": "a square"}))
+    saved = build_plugir_graph(gallery, checkpointer=sqlite_checkpointer(tmp_path / "state" / "chat.sqlite"))
+    spec = saved.get_state({"configurable": {"thread_id": view["thread"]}}).values["question_spec"]
+    assert spec and spec["text"] == view["question"] and not view["done"]
 
 
 def test_more_like_this_puts_the_image_first(client, gallery):
@@ -130,15 +190,15 @@ def test_more_like_this_puts_the_image_first(client, gallery):
 
 def test_chat_round_and_found_survive_a_new_server(gallery, tmp_path):
     client = TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
-    view = client.post("/api/chat/start", json={"description": "a red square"}).json()
+    view = chat_step(client, client.post("/api/chat/start", json={"description": "a red square"}))
     assert view["question"] == SCRIPT_QUESTION and len(view["shown"]) == 6 and not view["done"]
-    view = client.post("/api/chat/reply", json={"thread": view["thread"], "answer": "yes, bright red"}).json()
+    view = chat_step(client, client.post("/api/chat/reply", json={"thread": view["thread"], "answer": "yes, bright red"}))
     assert view["round"] == 1 and view["dialogue"][0]["answer"] == "yes, bright red"
     # A new app on the same state folder (a server restart) still knows the session.
     again = TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
     assert again.get(f"/api/chat/{view['thread']}").json()["question"] == view["question"]
     pick = view["shown"][1]["id"]
-    done = again.post("/api/chat/reply", json={"thread": view["thread"], "found": pick}).json()
+    done = chat_step(again, again.post("/api/chat/reply", json={"thread": view["thread"], "found": pick}))
     assert done["done"] and done["found"]["id"] == pick
     assert "ended" in again.post("/api/chat/reply", json={"thread": view["thread"], "answer": "x"}).json()["error"]
     assert again.get("/api/chat/..%2Fetc").status_code in (400, 404)
@@ -159,21 +219,8 @@ def test_steer_without_a_trained_model_says_how_to_train(client):
 @pytest.fixture(scope="module")
 def served(gallery, tmp_path_factory):
     """The app on a free loopback port, served by uvicorn in a thread."""
-    import uvicorn
-
-    from pictrieve.cli.ui import free_port
-
-    port = free_port("127.0.0.1")
-    app = make_app(gallery, tmp_path_factory.mktemp("served"))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with serve(make_app(gallery, tmp_path_factory.mktemp("served"))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

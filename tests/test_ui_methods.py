@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from langchain_core.runnables import RunnableLambda  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FLICKR8K_DEV  # noqa: E402
-from test_ui import browser, page  # noqa: E402,F401  (the headless Chromium fixtures)
+from test_ui import browser, finished, page, serve  # noqa: E402,F401  (the headless Chromium fixtures, helpers)
 
 from pictrieve.tools.object_detector import Detection  # noqa: E402
 from pictrieve.tools.web_search import SearchResult  # noqa: E402
@@ -124,16 +122,6 @@ def make_app(gallery, tmp_path, *, search, visualizer=None):
     return create_app(gallery, llm=scripted_llm(), state_dir=tmp_path / "state",
                       ask_extras={"search": search, "detector": OneBox(), "vlm": Words()},
                       ask_context={"plan_with_llm": False}, visualizer=visualizer)
-
-
-def finished(client, started, timeout=180):
-    view = started
-    deadline = time.time() + timeout
-    while not view["done"]:
-        assert time.time() < deadline, f"job still running: {view['steps']}"
-        time.sleep(0.2)
-        view = client.get(f"/api/jobs/{view['id']}").json()
-    return view
 
 
 def horse_bytes(gallery) -> bytes:
@@ -298,28 +286,11 @@ def test_status_names_the_default_embedder_and_how_to_index(gallery, tmp_path):
 # --- the page in a real browser --------------------------------------------------------------------
 
 
-def serve(app):
-    import uvicorn
-
-    from pictrieve.cli.ui import free_port
-
-    port = free_port("127.0.0.1")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    return f"http://127.0.0.1:{port}", server, thread
-
-
 @pytest.fixture(scope="module")
 def served(gallery, exemplar, tmp_path_factory):
-    url, server, thread = serve(make_app(gallery, tmp_path_factory.mktemp("served"), search=f"local:{PAGES}",
-                                         visualizer=exemplar))
-    yield url
-    server.should_exit = True
-    thread.join(10)
+    with serve(make_app(gallery, tmp_path_factory.mktemp("served"), search=f"local:{PAGES}",
+                        visualizer=exemplar)) as url:
+        yield url
 
 
 @pytest.mark.browser

@@ -5,19 +5,25 @@ FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these end
 - ``GET /api/status``: image count, embedders, which methods (tabs) are available.
 - ``GET /api/image/{id}``: the bytes of a gallery image, looked up by id only (never a request path).
 - ``POST /api/search``: text query, uploaded image, or ``like`` (an id: "more like this").
-- ``POST /api/chat/start`` / ``/api/chat/reply`` / ``GET /api/chat/{thread}``: PlugIR rounds; the
-  sessions live in a SQLite checkpointer so they survive a page reload and a server restart.
+- ``POST /api/chat/start`` / ``/api/chat/reply`` / ``GET /api/chat/{thread}``: PlugIR rounds, each run as
+  a background job (:mod:`pictrieve.ui.chat`); the sessions live in a SQLite checkpointer so they survive
+  a page reload and a server restart.
 - ``POST /api/steer``: QC2 with relevance/quality levels.
 - ``POST /api/ask``: the Vision Search Assistant about an uploaded photo, a gallery photo (by id) or the
   photo the gallery finds for the question; ``POST /api/visualize``: VisRet. Both start a background
   job (:mod:`pictrieve.ui.jobs`) that ``GET /api/jobs/{id}`` reports step by step, and whose images
-  ``GET /api/jobs/{id}/image/{name}`` serves from memory.
+  ``GET /api/jobs/{id}/image/{name}`` serves from memory. ``POST /api/jobs/{id}/cancel`` stops a job
+  between graph steps (the page sends it when it goes away); a job nobody polls stops by itself.
 - ``POST /api/visualize`` with ``method: needle`` starts a NEEDLE session (:mod:`pictrieve.ui.needle`);
   ``POST /api/needle/{session}/guides`` (``{"rejected": [ids]}``) and ``/results``
   (``{"irrelevant": [ids]}``) answer its pauses (each a job); ``GET /api/needle/{session}/guide/{id}``
   serves a guide picture by session and guide id.
 
 Every error reaches the page as ``{"error": "one readable line"}``; stack traces stay in the log.
+
+No handler blocks the event loop, so one visitor's slow request never holds up another's: handlers
+read the request on the loop and do the rest in a worker thread (``run_in_threadpool``), and long work
+(loading models, running a chat round, Ask, Visualize, NEEDLE) runs as a job.
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import available_methods, get_method
-from pictrieve.ui.jobs import Jobs
+from pictrieve.ui.jobs import ABANDON_AFTER, Jobs
 from pictrieve.ui.visualize import visualize_methods
 
 log = logging.getLogger(__name__)
@@ -61,6 +68,7 @@ def create_app(
     visualizer: Any = None,
     visualize_context: dict[str, Any] | None = None,
     needle_context: dict[str, Any] | None = None,
+    abandon_after: float = ABANDON_AFTER,
 ) -> FastAPI:
     """The app serving ``gallery``; ``llm`` is the chat model (name or object) for PlugIR and Ask.
 
@@ -71,14 +79,18 @@ def create_app(
     ``exemplar:DIR``) makes VisRet's guide images; without one the Visualize tab says how to add one.
     ``visualize_context`` are VisRet's run settings (e.g. ``image_embedder``), ``needle_context``
     NEEDLE's (e.g. ``embedders``, ``eta``); the page always reviews NEEDLE's guides and results.
+    A job nobody polls for ``abandon_after`` seconds is cancelled. The jobs are ``app.state.jobs``.
     """
     needle_context_base = dict(needle_context or {})
     app = FastAPI(title="pictrieve", docs_url=None, redoc_url=None, openapi_url=None)
     state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="pictrieve-ui-"))
     graphs: dict[str, Any] = {}
     lock = threading.Lock()
-    jobs = Jobs()
+    jobs = Jobs(abandon_after=abandon_after)
+    app.state.jobs = jobs
     visualizers: dict[str, Any] = {}
+    chats_working: set[str] = set()  # chat threads with a job running: one step at a time each
+    chat_lock = threading.Lock()
 
     def graph(name: str) -> Any:
         # Built on first use: a page that only searches never loads a language model.
@@ -120,10 +132,13 @@ def create_app(
                             headers={"Content-Security-Policy": "default-src 'self'; img-src 'self' blob:; "
                                      "style-src 'self' 'unsafe-inline'; script-src 'self'"})
 
-    def the_visualizer() -> Any:
+    def require_visualizer() -> None:
         if visualizer is None:
             raise UIError("the Visualize tab needs a visualizer: restart with `pictrieve ui --gallery "
                           f"{gallery.location} --visualizer exemplar:DIR` (DIR: a folder with captions.jsonl)")
+
+    def the_visualizer() -> Any:
+        require_visualizer()
         with lock:  # built once (the exemplar visualizer loads a sentence model and encodes captions)
             if "made" not in visualizers:
                 if isinstance(visualizer, str):
@@ -180,7 +195,9 @@ def create_app(
 
     @app.post("/api/search")
     async def search(request: Request) -> dict[str, Any]:
-        form = await _form_or_json(request)
+        return await run_in_threadpool(search_now, await _form_or_json(request))
+
+    def search_now(form: dict[str, Any]) -> dict[str, Any]:
         k = _k(form.get("k"), 24)
         search_graph = graph("search")
         if form.get("like"):
@@ -201,39 +218,70 @@ def create_app(
         description = str(body.get("description") or "").strip()
         if not description:
             raise UIError("describe the photo you are looking for first")
-        thread = uuid.uuid4().hex
-        config = {"configurable": {"thread_id": thread}}
-        graph("plugir").invoke({"description": description}, config, context=_chat_context(body, llm))
-        return _chat_view(graph("plugir"), thread)
+        context = _chat_context(body, llm)
+
+        def work(job: Any) -> dict[str, Any]:
+            from pictrieve.ui.chat import run_chat
+
+            job.step("thinking of a question…")
+            return run_chat(job, graph("plugir"), {"description": description}, uuid.uuid4().hex, context)
+
+        return jobs.start("chat", work).view()
 
     @app.post("/api/chat/reply")
     async def chat_reply(request: Request) -> dict[str, Any]:
+        return await run_in_threadpool(chat_reply_now, await _form_or_json(request))
+
+    def chat_reply_now(body: dict[str, Any]) -> dict[str, Any]:
+        """Answer the pending question, or ``continue`` a round that stopped half-way, as a job."""
         from langgraph.types import Command
 
-        body = await _form_or_json(request)
+        from pictrieve.ui.chat import chat_view, run_chat
+
         thread = _thread(body.get("thread"))
-        plugir = graph("plugir")
-        if not plugir.get_state({"configurable": {"thread_id": thread}}).next:
-            raise UIError("this chat has ended; start a new one")
         if body.get("found"):
-            reply: Any = {"found": str(body["found"])}
+            reply: Any = Command(resume={"found": str(body["found"])})
         elif body.get("stop"):
-            reply = {"stop": True}
+            reply = Command(resume={"stop": True})
+        elif body.get("continue"):
+            reply = None  # run on from the last finished step
         else:
             answer = str(body.get("answer") or "").strip()
             if not answer:
                 raise UIError("type an answer, or click the photo if you see it")
-            reply = {"answer": answer}
-        plugir.invoke(Command(resume=reply), {"configurable": {"thread_id": thread}}, context=_chat_context(body, llm))
-        return _chat_view(plugir, thread)
+            reply = Command(resume={"answer": answer})
+        context = _chat_context(body, llm)
+        plugir = graph("plugir")
+        with chat_lock:
+            view = chat_view(plugir, thread)
+            if thread in chats_working:
+                raise UIError("this chat is still working on its last step; wait for it")
+            if view["done"]:
+                raise UIError("this chat has ended; start a new one")
+            if view["unfinished"] != (reply is None):
+                raise UIError("this chat stopped half-way through a round; reload the page to continue it"
+                              if view["unfinished"] else "this chat is waiting for your answer")
+            chats_working.add(thread)
+        try:
+            job = jobs.start("chat", lambda job: run_chat(job, plugir, reply, thread, context),
+                             cleanup=lambda: chats_working.discard(thread))
+        except BaseException:
+            chats_working.discard(thread)
+            raise
+        return job.view()
 
     @app.get("/api/chat/{thread}")
     def chat_get(thread: str) -> dict[str, Any]:
-        return _chat_view(graph("plugir"), _thread(thread))
+        from pictrieve.ui.chat import chat_view
+
+        thread = _thread(thread)
+        return {**chat_view(graph("plugir"), thread), "working": thread in chats_working}
 
     @app.post("/api/steer")
     async def steer(request: Request) -> dict[str, Any]:
-        body = await _form_or_json(request)
+        return await run_in_threadpool(steer_now, await _form_or_json(request))
+
+    def steer_now(body: dict[str, Any]) -> dict[str, Any]:
         query = str(body.get("query") or "").strip()
         if not query:
             raise UIError("type a short query to steer")
@@ -250,9 +298,11 @@ def create_app(
 
     @app.post("/api/ask")
     async def ask(request: Request) -> dict[str, Any]:
+        return await run_in_threadpool(ask_now, await _form_or_json(request))
+
+    def ask_now(form: dict[str, Any]) -> dict[str, Any]:
         from pictrieve.ui.ask import run_ask
 
-        form = await _form_or_json(request)
         question = str(form.get("question") or "").strip()
         if not question:
             raise UIError("type a question about the photo")
@@ -264,20 +314,21 @@ def create_app(
                 image = gallery_item(form["photo"]).path
             else:
                 image = None  # the graph finds the photo in the gallery (visual RAG)
-            vsa = graph("vsa")
         except BaseException:
             folder.cleanup()
             raise
-        job = jobs.start("ask", lambda job: run_ask(job, vsa, question, image, dict(ask_context or {})),
+        job = jobs.start("ask", lambda job: run_ask(job, graph("vsa"), question, image, dict(ask_context or {})),
                          cleanup=folder.cleanup)
         return job.view()
 
     @app.post("/api/visualize")
     async def visualize(request: Request) -> dict[str, Any]:
+        return await run_in_threadpool(visualize_now, await _form_or_json(request))
+
+    def visualize_now(body: dict[str, Any]) -> dict[str, Any]:
         from pictrieve.ui.needle import FEEDBACK
         from pictrieve.ui.visualize import PAGE_METHODS, RecordingVisualizer, run_visualize
 
-        body = await _form_or_json(request)
         query = str(body.get("query") or "").strip()
         method = str(body.get("method") or "visret")
         if method not in PAGE_METHODS:
@@ -285,17 +336,21 @@ def create_app(
         if not query:
             raise UIError("describe what you are looking for")
         m = _count(body.get("m"), 3, "guide images", 8)
+        require_visualizer()  # building it (a model, caption vectors) is the job's first step
         if method == "needle":
-            sessions = needle_sessions()
-            session = sessions.open({**needle_context_base, "k": _k(body.get("k"), 24),
-                                     "guides_per_visualizer": m, "feedback": FEEDBACK})
+            needle_context = {**needle_context_base, "k": _k(body.get("k"), 24), "guides_per_visualizer": m,
+                              "feedback": FEEDBACK}
             topic = str(body.get("topic") or "").strip() or None
-            return jobs.start("needle", lambda job: sessions.start(job, session, query, topic)).view()
+
+            def start_needle(job: Any) -> dict[str, Any]:
+                sessions = needle_sessions()
+                return sessions.start(job, sessions.open(needle_context), query, topic)
+
+            return jobs.start("needle", start_needle).view()
         context = {**(visualize_context or {}), "k": _k(body.get("k"), 24), "m": m}
-        inner = the_visualizer()
 
         def work(job: Any) -> dict[str, Any]:
-            built = get_method(method).build(gallery, visualizer=RecordingVisualizer(inner, job))
+            built = get_method(method).build(gallery, visualizer=RecordingVisualizer(the_visualizer(), job))
             return run_visualize(job, built, query, context)
 
         return jobs.start("visualize", work).view()
@@ -308,9 +363,13 @@ def create_app(
         if stage not in keys:
             raise SessionNotFound("not found")
         body = await _form_or_json(request)
-        sessions = needle_sessions()
-        answer = sessions.claim(session, stage, keys[stage], body.get(keys[stage], []))
-        return jobs.start("needle", lambda job: sessions.resume(job, session, answer)).view()
+
+        def claim_and_start() -> dict[str, Any]:
+            sessions = needle_sessions()
+            answer = sessions.claim(session, stage, keys[stage], body.get(keys[stage], []))
+            return jobs.start("needle", lambda job: sessions.resume(job, session, answer)).view()
+
+        return await run_in_threadpool(claim_and_start)
 
     @app.get("/api/needle/{session}/guide/{guide_id}")
     def needle_guide(session: str, guide_id: str) -> Response:
@@ -322,11 +381,18 @@ def create_app(
 
     @app.get("/api/jobs/{job_id}")
     def job_view(job_id: str) -> Any:
-        job = jobs.get(job_id)
+        job = jobs.poll(job_id)
         if job is None:
             return JSONResponse({"error": "this job is gone (the server restarted or forgot it); run it again"},
                                 status_code=404)
         return job.view()
+
+    @app.post("/api/jobs/{job_id}/cancel")
+    def job_cancel(job_id: str) -> Any:
+        # Sent by the page (navigator.sendBeacon) when it goes away; the job stops between graph steps.
+        if not jobs.cancel(job_id):
+            return JSONResponse({"error": "this job is gone"}, status_code=404)
+        return {"cancelled": True}
 
     @app.get("/api/jobs/{job_id}/image/{name}")
     def job_image(job_id: str, name: str) -> Response:
@@ -353,28 +419,6 @@ def _chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:
 
     arm = body.get("arm") if body.get("arm") in ARMS else default_arm(llm)
     return {"shown_k": _k(body.get("shown_k"), 10), "arm": arm}
-
-
-def _chat_view(plugir: Any, thread: str) -> dict[str, Any]:
-    """What the page shows of a session: the pending question and images, or the outcome."""
-    snapshot = plugir.get_state({"configurable": {"thread_id": thread}})
-    values = snapshot.values or {}
-    if not values:
-        raise UIError("no such chat (it may have been started on another server); start a new one")
-    pending = [i.value for task in snapshot.tasks for i in task.interrupts]
-    found = values.get("found")
-    dialogue = [t if isinstance(t, dict) else getattr(t, "model_dump", lambda: dict(t))()
-                for t in values.get("dialogue") or []]
-    view: dict[str, Any] = {"thread": thread, "round": values.get("round", 0), "query": values.get("query", ""),
-                            "dialogue": [{"question": str(t.get("question", "")), "answer": str(t.get("answer", ""))}
-                                         for t in dialogue],
-                            "done": not snapshot.next, "found": found.to_json() if found is not None else None}
-    if pending:
-        view.update(question=pending[0]["question"], shown=pending[0]["shown"],
-                    options=pending[0].get("options") or [])
-    else:
-        view.update(question="", shown=[h.to_json() for h in values.get("shown") or []])
-    return view
 
 
 def _thread(value: Any) -> str:

@@ -61,7 +61,7 @@ def run_ask(job: Job, graph: Any, question: str, image: str | None, context: dic
     if image:
         _keep_photo(job, image)
     job.step("looking at the photo…")
-    for update in graph.stream(inputs, context=context, stream_mode="updates"):
+    for update in job.stream(graph, inputs, context=context):
         for node, change in update.items():
             if not change:
                 continue

@@ -106,8 +106,7 @@ class NeedleSessions:
     def _run(self, job: Job, session: str, inputs: Any, first_step: str) -> dict[str, Any]:
         job.step(first_step)
         try:
-            for update in self.graph.stream(inputs, self.config(session), context=self._contexts[session],
-                                            stream_mode="updates"):
+            for update in job.stream(self.graph, inputs, self.config(session), context=self._contexts[session]):
                 for node, change in update.items():
                     job.step(_step_text(node, change))
         finally:

@@ -50,6 +50,7 @@ class RecordingVisualizer:
         self.generates = getattr(inner, "generates", True)
 
     def visualize(self, prompt: str, *, n: int = 1, seed: int | None = None) -> list[Any]:
+        self.job.check()  # making guide images is the slow part: not for a page that went away
         images = self.inner.visualize(prompt, n=n, seed=seed)
         for number, image in enumerate(images, 1):
             self.job.keep_image(f"guide{number}", image, label=guide_label(self.inner, number),
@@ -63,7 +64,7 @@ class RecordingVisualizer:
 def run_visualize(job: Job, graph: Any, query: str, context: dict[str, Any]) -> dict[str, Any]:
     job.step("writing the visualization prompt…")
     state: dict[str, Any] = {}
-    for update in graph.stream({"query": query}, context=context, stream_mode="updates"):
+    for update in job.stream(graph, {"query": query}, context=context):
         for node, change in update.items():
             if not change:
                 continue

@@ -110,25 +110,33 @@ function renderChat(view) {
     return li;
   }));
   const options = view.options && view.options.length ? ` (${view.options.join(" / ")})` : "";
-  $("chat-question").textContent = view.done ? "" : `Round ${view.round + 1}: ${view.question}${options}`;
-  $("chat-answer").hidden = view.done;
+  const waiting = !view.done && !view.question;  // a round another page of this chat is still working on
+  $("chat-question").textContent = view.done ? "" : waiting ? "This chat is still working on its next question; reload in a moment."
+    : `Round ${view.round + 1}: ${view.question}${options}`;
+  $("chat-answer").hidden = view.done || waiting;
   $("chat-outcome").textContent = view.done
     ? (view.found ? `Found: ${(view.found.captions || [])[0] || view.found.path}` : "Chat ended.") : "";
   renderGrid("chat-grid", view.shown || [], async (hit) => {
-    if (view.done) return openViewer(hit);
-    renderChat(await postJSON("/api/chat/reply", { thread: view.thread, found: hit.id }, "noting your pick…"));
+    if (view.done || waiting) return openViewer(hit);
+    await chatStep(await postJSON("/api/chat/reply", { thread: view.thread, found: hit.id }, "sending…"), "noting your pick…");
   });
+}
+// Each chat round is a job on the server (see runJob below); its result is the chat's new view.
+async function chatStep(started, label) {
+  const view = await runJob(started, "chat-steps", label, () => {});
+  if (view.result) renderChat(view.result);
 }
 $("chat-start").addEventListener("submit", async (ev) => {
   ev.preventDefault();
-  renderChat(await postJSON("/api/chat/start", { description: $("chat-description").value }, "thinking of a question… (the language model can take a while)"));
+  const started = await postJSON("/api/chat/start", { description: $("chat-description").value }, "starting…");
+  await chatStep(started, "thinking of a question… (a language model can take a while)");
 });
 $("chat-answer").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   const thread = localStorage.getItem("pictrieve-chat");
-  const view = await postJSON("/api/chat/reply", { thread, answer: $("chat-reply").value }, "searching and asking the next question…");
+  const started = await postJSON("/api/chat/reply", { thread, answer: $("chat-reply").value }, "sending…");
   $("chat-reply").value = "";
-  renderChat(view);
+  await chatStep(started, "searching and asking the next question…");
 });
 $("chat-new").onclick = () => { localStorage.removeItem("pictrieve-chat"); $("chat-session").hidden = true; };
 
@@ -140,8 +148,14 @@ $("steer-form").addEventListener("submit", async (ev) => {
   renderGrid("steer-grid", body.hits);
 });
 
-// --- long work (Ask, Visualize): a job the server runs in the background, polled for its steps ---
+// --- long work (Chat, Ask, Visualize): a job the server runs in the background, polled for its steps.
+// When the page goes away its running jobs are cancelled (they stop between steps), so nobody's server
+// time goes to a page that is gone; a job nobody polls stops by itself too.
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const runningJobs = new Set();
+window.addEventListener("pagehide", () => {
+  runningJobs.forEach((id) => navigator.sendBeacon(`/api/jobs/${encodeURIComponent(id)}/cancel`));
+});
 function renderSteps(listId, view) {
   $(listId).replaceChildren(...view.steps.map((text, i) => {
     const li = document.createElement("li");
@@ -153,6 +167,7 @@ function renderSteps(listId, view) {
 async function runJob(started, listId, label, onUpdate) {
   let view = started;
   busy(true, label);
+  runningJobs.add(started.id);
   try {
     for (;;) {
       renderSteps(listId, view);
@@ -167,7 +182,7 @@ async function runJob(started, listId, label, onUpdate) {
     }
     if (view.error) showError(view.error);
     return view;
-  } catch (err) { showError(err.message || String(err)); throw err; } finally { busy(false); }
+  } catch (err) { showError(err.message || String(err)); throw err; } finally { runningJobs.delete(started.id); busy(false); }
 }
 
 // --- visualize (VisRet, NEEDLE; other methods of the registry are listed for later) ---
@@ -415,7 +430,11 @@ async function refreshStatus() {
   if (wanted && document.querySelector(`#tabs button[data-tab="${wanted}"]:not([hidden])`)) selectTab(wanted);
   const thread = localStorage.getItem("pictrieve-chat");
   if (thread && st.methods.includes("plugir")) {
-    try { renderChat(await api(`/api/chat/${encodeURIComponent(thread)}`)); } catch (e) { localStorage.removeItem("pictrieve-chat"); showError(""); }
+    let view = null;
+    try { view = await api(`/api/chat/${encodeURIComponent(thread)}`); } catch (e) { localStorage.removeItem("pictrieve-chat"); showError(""); }
+    if (view && view.unfinished && !view.working) {  // its last round stopped when a page went away: run it on
+      await chatStep(await postJSON("/api/chat/reply", { thread, continue: true }, "sending…"), "finishing the round…");
+    } else if (view) renderChat(view);
   }
 })();
 window.addEventListener("hashchange", () => {

@@ -1,0 +1,195 @@
+"""The page's long work never freezes the server, and stops when nobody wants it any more.
+
+A slow chat round, Ask or Visualize is held at a :class:`Gate` (a stand-in model, detector or visualizer
+that waits until the test lets it go: control flow only) while the test checks what the server does
+meanwhile, on a real uvicorn: the status still answers, a cancelled job stops between graph steps, a job
+nobody polls stops by itself, and a page that goes away (headless Chromium) cancels its job.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the web page needs the 'ui' extra: pip install -e '.[ui]'")
+import httpx  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+from PIL import Image  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plugir_fakes import ScriptedChatModel  # noqa: E402
+from test_ui import browser, chat_step, finished, gallery, page, serve  # noqa: E402,F401  (fixtures, helpers)
+
+from pictrieve.ui.app import create_app  # noqa: E402
+
+HELD = 60
+"""Seconds a gate holds its step at most (a test that forgets to open it fails instead of hanging)."""
+
+
+class Gate:
+    """Holds the first step that reaches it until the test opens it; later steps pass at once."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.opened = threading.Event()
+
+    def __call__(self) -> None:
+        self.reached.set()
+        if not self.opened.wait(HELD):
+            raise TimeoutError("the test never opened the gate")
+
+
+class GatedChatModel(ScriptedChatModel):
+    """The scripted PlugIR chat model, held at a gate when it has one."""
+
+    gate: Gate | None = None
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        if self.gate is not None:
+            self.gate()
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+class GatedDetector:
+    """A region detector that finds nothing, after its gate."""
+
+    name = "gated"
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+
+    def detect(self, image, *, labels=None, min_score=None):
+        self.gate()
+        return []
+
+
+class Words:
+    name = "words"
+
+    def caption(self, images, *, prompt=None):
+        return ["a square"] * len(images)
+
+
+class GatedVisualizer:
+    """Guide pictures (plain grey squares, found not generated) after its gate."""
+
+    name = "gated"
+    generates = False
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+
+    def visualize(self, prompt, *, n=1, seed=None):
+        self.gate()
+        return [Image.new("RGB", (32, 32), (100 + 10 * i, 100, 100)) for i in range(n)]
+
+
+def gated_app(gallery, tmp_path, gate: Gate, **kwargs):
+    return create_app(gallery, llm=GatedChatModel(gate=gate), state_dir=tmp_path / "state",
+                      plugir_extras={"captioner": None},
+                      ask_extras={"search": None, "detector": GatedDetector(gate), "vlm": Words()},
+                      ask_context={"plan_with_llm": False}, visualizer=GatedVisualizer(gate), **kwargs)
+
+
+SLOW_WORK = {
+    "chat": ("/api/chat/start", {"description": "a red square"}),
+    "ask": ("/api/ask", {"question": "what is it?"}),
+    "visualize": ("/api/visualize", {"query": "a red square", "m": 1}),
+}
+
+
+@pytest.mark.parametrize("work", sorted(SLOW_WORK))
+def test_status_answers_while_slow_work_runs(gallery, tmp_path, work):
+    """One visitor's slow request must not hold up another's: while the work is held at its gate (as long
+    as the test likes), the status answers on the same real server."""
+    path, body = SLOW_WORK[work]
+    gate = Gate()
+    with serve(gated_app(gallery, tmp_path, gate)) as url, httpx.Client(base_url=url, timeout=HELD) as http:
+        answers: list[httpx.Response] = []
+        poster = threading.Thread(target=lambda: answers.append(http.post(path, json=body)), daemon=True)
+        poster.start()
+        try:
+            assert gate.reached.wait(HELD), "the slow step was never reached"
+            status = httpx.get(f"{url}/api/status", timeout=10)  # held work: the status answers at all
+            assert status.status_code == 200 and status.json()["count"] == 6
+        finally:
+            gate.opened.set()
+        poster.join(HELD)
+        (started,) = answers
+        view = finished(http, started.json())
+    assert not view["error"] and view["result"] is not None
+
+
+def test_a_cancelled_chat_round_stops_between_steps_and_continues_later(gallery, tmp_path):
+    """The page cancels its job when it goes away: the round stops after the step that is running, the
+    session keeps its finished steps, and ``continue`` runs it on to the next question."""
+    model = GatedChatModel()
+    app = create_app(gallery, llm=model, state_dir=tmp_path / "state", plugir_extras={"captioner": None})
+    client = TestClient(app, raise_server_exceptions=False)
+    view = chat_step(client, client.post("/api/chat/start", json={"description": "a red square"}))
+    thread = view["thread"]
+    model.gate = gate = Gate()
+    started = client.post("/api/chat/reply", json={"thread": thread, "answer": "yes, bright red"}).json()
+    assert gate.reached.wait(HELD)  # reformulating: the first model call after the answer
+    assert client.post(f"/api/jobs/{started['id']}/cancel").json() == {"cancelled": True}
+    busy = client.post("/api/chat/reply", json={"thread": thread, "continue": True})
+    assert busy.status_code == 400 and "still working" in busy.json()["error"]
+    gate.opened.set()
+    stopped = finished(client, started)
+    assert stopped["cancelled"] and stopped["result"] is None and "went away" in stopped["error"]
+    assert not any(step.startswith("searched") for step in stopped["steps"])  # nothing ran after the cancel
+    calls = len(model.calls)
+    saved = client.get(f"/api/chat/{thread}").json()
+    assert saved["unfinished"] and not saved["working"] and not saved["question"]
+    assert saved["dialogue"] == [{"question": view["question"], "answer": "yes, bright red"}]
+    refused = client.post("/api/chat/reply", json={"thread": thread, "answer": "red"})
+    assert refused.status_code == 400 and "reload the page" in refused.json()["error"]
+    view = chat_step(client, client.post("/api/chat/reply", json={"thread": thread, "continue": True}))
+    assert view["round"] == 1 and view["question"] and not view["unfinished"] and len(model.calls) > calls
+    assert client.post("/api/jobs/" + "0" * 32 + "/cancel").status_code == 404
+
+
+def test_a_job_nobody_polls_stops_by_itself(gallery, tmp_path):
+    """A page that vanished without a word (no beacon): its job is cancelled once nobody has asked about
+    it for ``abandon_after`` seconds, at its next step."""
+    gate = Gate()
+    app = gated_app(gallery, tmp_path, gate, abandon_after=0.5)
+    client = TestClient(app, raise_server_exceptions=False)
+    started = client.post("/api/visualize", json={"query": "a red square", "m": 1}).json()
+    assert gate.reached.wait(HELD)
+    time.sleep(1.0)  # longer than abandon_after, and nobody polls meanwhile
+    gate.opened.set()
+    assert app.state.jobs.get(started["id"]).finished.wait(HELD)
+    view = client.get(f"/api/jobs/{started['id']}").json()
+    assert view["cancelled"] and view["result"] is None
+    assert not any(step.startswith("searched the gallery") for step in view["steps"])
+
+
+@pytest.mark.browser
+def test_leaving_the_page_cancels_its_running_job(page, gallery, tmp_path):  # noqa: F811
+    """The page tells the server when it goes away (a beacon on pagehide); its job then stops."""
+    gate = Gate()
+    app = gated_app(gallery, tmp_path, gate)
+    with serve(app) as url:
+        try:
+            page.goto(url + "/#visualize")
+            page.wait_for_selector("#tab-visualize:not([hidden])")
+            page.fill("#visualize-query", "a red square")
+            page.click("#visualize-form button[type=submit]")
+            assert gate.reached.wait(HELD)
+            page.wait_for_function("() => runningJobs.size === 1")
+            (job_id,) = page.evaluate("() => [...runningJobs]")
+            job = app.state.jobs.get(job_id)
+            page.goto("about:blank")
+            deadline = time.time() + HELD
+            while not job.cancel_requested and time.time() < deadline:
+                time.sleep(0.1)
+            assert job.cancel_requested, "the page left without cancelling its job"
+        finally:
+            gate.opened.set()
+        assert job.finished.wait(HELD)
+        assert job.view()["cancelled"]
