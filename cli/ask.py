@@ -75,6 +75,10 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     from pictrieve.tools.chat_models import create_chat_model
     from pictrieve.tools.vlm import create_region_captioner
 
+    if image is not None:
+        from pictrieve.tools.images import load_image
+
+        load_image(image)  # a bad photo is one line (ImageDecodeError), before any model loads
     index = None
     if image is None:
         if not gallery:

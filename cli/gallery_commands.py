@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from pictrieve.cli.method_search import method_options, run_method
+from pictrieve.tools.images import load_image
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
 from pictrieve.vectorstore.hits import ImageHit
 
@@ -102,11 +103,13 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
     (offline: exemplar:FOLDER finds matching photos of a captioned folder; it does not generate).
     """
     query = _check_query(query, image)
+    # Decoded before the gallery and its model open: a bad photo is one line, at once.
+    photo = load_image(image) if image else None
     store = Gallery.open(gallery, embedder, create=False)
     if method != "search":
         hits = run_method(store, method, query, k=k, **method_args)
     else:
-        hits = store.search_image(image, k=k) if image else store.search_text(query or "", k=k)
+        hits = store.search_image(photo, k=k) if photo is not None else store.search_text(query or "", k=k)
     _print_hits(hits, query=query, image=image, as_json=as_json)
     if html_path:
         _write_sheet(hits, html_path, title=f"pictrieve: {query or image}", quiet=as_json)

@@ -50,12 +50,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send
-from PIL import Image
 from typing_extensions import NotRequired, TypedDict
 
 from pictrieve.agents.vsa import extractive, steps
 from pictrieve.agents.vsa.steps import question_terms
 from pictrieve.graphs.settings import RunSettings, SettingsError, require_positive, settings_of
+from pictrieve.tools.images import load_image
 from pictrieve.vectorstore.hits import ImageHit
 
 logger = logging.getLogger(__name__)
@@ -236,6 +236,7 @@ def build_vision_search_graph(
         if not (state.get("question") or "").strip():
             raise SettingsError("the vsa graph needs a 'question' in its input")
         if state.get("image"):
+            load_image(state["image"])  # the graph's input is checked here, before any model runs
             return {}
         if index is None:
             raise SettingsError("the vsa graph needs an 'image' path (or a gallery to retrieve one from)")
@@ -248,8 +249,7 @@ def build_vision_search_graph(
     def regions(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
         settings = settings_of(runtime, VisionSearchSettings)
         start = time.perf_counter()
-        with Image.open(state["image"]) as opened:
-            image = opened.convert("RGB")
+        image = load_image(state["image"])
         labels = question_terms(state["question"]) + COCO_CLASSES
         found = get_detector().detect(image, labels=labels, min_score=settings.min_score)
         chosen = regions_or_whole(image, found, max_regions=settings.max_regions)
@@ -260,8 +260,7 @@ def build_vision_search_graph(
     def describe(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
         settings = settings_of(runtime, VisionSearchSettings)
         start = time.perf_counter()
-        with Image.open(state["image"]) as opened:
-            image = opened.convert("RGB")
+        image = load_image(state["image"])
         crops = [image.crop(tuple(int(round(v)) for v in r["box"])) for r in state["regions"]]
         prompts = [f"Describe the {r['label']} in this picture. The user asks: {state['question']}" for r in state["regions"]]
         captioner = get_vlm()

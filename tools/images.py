@@ -141,7 +141,11 @@ def load_image(
     max_pixels: int | None = None,
     draft_size: tuple[int, int] | None = None,
 ) -> Image.Image:
-    """Decode ``path`` completely into an RGB image, or raise :class:`ImageDecodeError`.
+    """Decode ``path`` completely into an RGB image, or raise :class:`ImageDecodeError` (one line).
+
+    This is the one guarded loader: every entry that takes a user's photo (``index``, ``ask``,
+    ``search --image``, the graphs' image inputs, the page's uploads) decodes it here, so an empty,
+    truncated or non-image file gets the same one-line reason everywhere.
 
     Images whose header declares more than ``max_pixels`` pixels (default :func:`max_image_pixels`)
     are refused before decoding. ``draft_size`` lets JPEG decoding scale down by 1/2, 1/4 or 1/8
@@ -150,6 +154,8 @@ def load_image(
     cap = max_image_pixels() if max_pixels is None else int(max_pixels)
     try:
         image = _open_header(path)
+    except ImageDecodeError:
+        raise
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise ImageDecodeError(f"{path}: not a readable image ({exc})") from exc
     try:
@@ -190,11 +196,16 @@ def _open_header(path: str | os.PathLike) -> ImageFile.ImageFile:
     handle = open(path, "rb")
     try:
         prefix = handle.read(16)
+        if not prefix:  # Pillow's format probes fail on it with a struct message
+            raise ImageDecodeError(f"{path}: empty file (0 bytes)")
         for loader in (Image.preinit, Image.init):
             loader()
             for format_id in list(Image.ID):
                 factory, accept = Image.OPEN[format_id]
-                accepted = not accept or accept(prefix)
+                try:
+                    accepted = not accept or accept(prefix)
+                except (struct.error, IndexError, TypeError):  # a probe that needs more bytes than a tiny file has
+                    continue
                 if not accepted or isinstance(accepted, str):
                     continue
                 handle.seek(0)

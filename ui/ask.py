@@ -7,12 +7,10 @@ the detected regions as fractions of the photo's size, so boxes line up at any d
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from PIL import Image
-
+from pictrieve.tools.images import load_image
 from pictrieve.ui.jobs import Job
 
 
@@ -89,6 +87,6 @@ def run_ask(job: Job, graph: Any, question: str, image: str | None, context: dic
 
 
 def _keep_photo(job: Job, path: str) -> None:
-    # Opened as the graph opens it (no EXIF turn), so the detector's pixel boxes match.
-    with Image.open(Path(path)) as opened:
-        job.keep_image("photo", opened.convert("RGB"))
+    # Decoded as the graph decodes it (the guarded loader, no EXIF turn), so the detector's pixel boxes
+    # match, and a bad photo is one readable line on the page.
+    job.keep_image("photo", load_image(path))
