@@ -67,6 +67,78 @@ def test_exemplar_on_real_photos(tmp_path, monkeypatch, flickr_dir):
     assert np.allclose(again.caption_vectors, visualizer.caption_vectors)
 
 
+class SpyEncoder:
+    """The real MiniLM, counting what it encodes. ``flip`` makes another encoder (another identity,
+    other vectors: each vector negated), as an upgraded model would be."""
+
+    def __init__(self, flip: bool = False):
+        from pictrieve.tools.sentence_encoder import SentenceEncoder
+
+        self.base, self.flip, self.encoded = SentenceEncoder(), flip, 0
+        self.fingerprint = ("flipped/" if flip else "") + self.base.fingerprint
+
+    def encode(self, texts, batch_size=64):
+        self.encoded += len(texts)
+        vectors = self.base.encode(texts, batch_size=batch_size)
+        return -vectors if self.flip else vectors
+
+
+def test_caption_matrix_is_cached_per_folder_content_and_encoder(tmp_path):
+    from pictrieve.tools.visualizers import ExemplarVisualizer
+
+    root, cache = _reference(tmp_path), tmp_path / "cache"
+    first = SpyEncoder()
+    built = ExemplarVisualizer(root, encoder=first, cache_dir=cache, progress=False)
+    assert first.encoded == 6 and built.cache_path(cache).is_file()
+    again = ExemplarVisualizer(root, encoder=first, cache_dir=cache, progress=False)
+    assert first.encoded == 6 and np.array_equal(again.caption_vectors, built.caption_vectors)
+    # another encoder never reads this one's vectors
+    other = SpyEncoder(flip=True)
+    flipped = ExemplarVisualizer(root, encoder=other, cache_dir=cache, progress=False)
+    assert other.encoded == 6 and np.allclose(flipped.caption_vectors, -built.caption_vectors)
+    # a changed folder (one more caption) is encoded again
+    index = root / "captions.jsonl"
+    index.write_text(index.read_text().replace('"a plain red square"', '"a plain red square", "a scarlet tile"'))
+    changed = ExemplarVisualizer(root, encoder=first, cache_dir=cache, progress=False)
+    assert first.encoded == 6 + 7 and changed.caption_vectors.shape == (7, 384)
+    assert len(list(cache.glob("captions-*.npy"))) == 3 and not list(cache.glob(".*part"))
+
+
+def test_a_damaged_cache_file_is_encoded_again_and_replaced(tmp_path):
+    from pictrieve.tools.visualizers import ExemplarVisualizer
+
+    root, cache = _reference(tmp_path), tmp_path / "cache"
+    spy = SpyEncoder()
+    good = ExemplarVisualizer(root, encoder=spy, cache_dir=cache, progress=False).caption_vectors
+    path = ExemplarVisualizer(root, encoder=spy, cache_dir=cache, progress=False).cache_path(cache)
+    path.write_bytes(path.read_bytes()[:100])  # a half-written file, as a killed writer without rename leaves
+    rebuilt = ExemplarVisualizer(root, encoder=spy, cache_dir=cache, progress=False)
+    assert spy.encoded == 12 and np.array_equal(rebuilt.caption_vectors, good)
+    assert np.array_equal(np.load(path), good)
+
+
+def test_first_use_shows_progress_and_a_second_process_reads_the_cache(tmp_path):
+    """Two real processes: the first encodes with a progress bar and log lines on stderr, the second
+    (same folder, same model) only reads the matrix from disk."""
+    import os
+    import subprocess
+    import sys
+
+    root = _reference(tmp_path)
+    child = ("import logging, sys; logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s');"
+             "from pictrieve.tools.visualizers import create_visualizer;"
+             "v = create_visualizer('exemplar:' + sys.argv[1]); print(v.best_matches('a dog in a park', 1)[0][0].name)")
+    env = {**os.environ, "PICTRIEVE_CACHE": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", child, str(root)], env=env, capture_output=True, text=True,
+                           timeout=300, check=True) for _ in range(2)]
+    assert [r.stdout.strip() for r in runs] == ["dog.png", "dog.png"]
+    first, second = runs[0].stderr, runs[1].stderr
+    assert "encoding reference captions" in first and "6/6" in first, first  # the tqdm bar
+    assert "WARNING encoding the 6 reference captions" in first and "INFO encoded 6 of 6" in first, first
+    assert "encoding" not in second and "encoded" not in second, second
+    assert len(list((tmp_path / "cache" / "exemplar").glob("captions-*.npy"))) == 1
+
+
 def test_errors_are_clear(tmp_path, monkeypatch):
     with pytest.raises(UnknownVisualizerError, match="exemplar"):
         create_visualizer("dall-e-9000")

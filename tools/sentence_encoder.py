@@ -58,6 +58,8 @@ class SentenceEncoder:
         from tokenizers import Tokenizer
 
         folder = Path(model_dir) if model_dir is not None else minilm_model_dir()
+        self.model_dir = folder
+        self._fingerprint: str | None = None
         config = json.loads((folder / "config.json").read_text())
         if config.get("model_type") != "bert" or config.get("hidden_act") != "gelu":
             raise ValueError(f"{folder}: expected a BERT sentence model with GELU, got {config.get('model_type')}")
@@ -70,6 +72,18 @@ class SentenceEncoder:
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=min(max_length, int(config["max_position_embeddings"])))
         self.tokenizer.enable_padding(pad_id=int(config.get("pad_token_id", 0)), pad_token="[PAD]")
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of the vectors this encoder makes: a hash of its model files' content (~0.1 s, once).
+
+        Disk caches of encoded texts are keyed by it, so an upgraded model never reads stale vectors.
+        """
+        if self._fingerprint is None:
+            from pictrieve.tools.pypi_assets import files_fingerprint
+
+            self._fingerprint = f"minilm-numpy/{files_fingerprint(self.model_dir)}"
+        return self._fingerprint
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Unit-norm float32 embeddings, one row per text."""

@@ -14,9 +14,11 @@ saying what to install or pass.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
+from pictrieve.tools.files import atomic_write_bytes
 from pictrieve.tools.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
@@ -64,47 +67,105 @@ def read_captioned_folder(root: str | os.PathLike) -> list[tuple[Path, list[str]
     return items
 
 
+CAPTION_MATRIX_FORMAT = 2
+"""Bump when the way the caption matrix is computed or stored changes (2: keyed by captions.jsonl's
+bytes and the encoder's model files; 1 keyed by the caption texts only)."""
+ENCODE_CHUNK = 1024
+"""Captions encoded per progress update (about 20 s of one core with MiniLM)."""
+
+
 class ExemplarVisualizer:
     """The offline visualizer: the reference photos whose captions best match the prompt.
 
-    An image scores as its best-matching caption. Caption vectors are cached on disk under
-    ``$PICTRIEVE_CACHE/exemplar/`` keyed by the caption file's content, so only the first use of a
-    reference collection pays for encoding. ``seed`` is accepted for the protocol and ignored: the
-    choice is deterministic.
+    An image scores as its best-matching caption. The caption matrix (one MiniLM vector per
+    reference caption) is cached on disk under ``$PICTRIEVE_CACHE/exemplar/``, keyed by the content
+    of ``captions.jsonl`` (which names every photo and its captions) and the encoder's identity
+    (its model files' content), so only the first use of a reference collection pays for encoding
+    (flickr8k-train's 31,075 captions: see the README for the cost) and a changed folder or model is
+    encoded again. First use shows a progress bar (stderr) and logs its progress. An encoder without
+    a ``fingerprint`` cannot be told apart from another, so its matrix is not cached. ``seed`` is
+    accepted for the protocol and ignored: the choice is deterministic.
     """
 
     generates = False
 
-    def __init__(self, folder: str | os.PathLike, *, encoder: Any = None, cache_dir: str | os.PathLike | None = None) -> None:
+    def __init__(self, folder: str | os.PathLike, *, encoder: Any = None, cache_dir: str | os.PathLike | None = None,
+                 progress: bool = True) -> None:
         self.folder = Path(folder).expanduser()
         self.name = f"exemplar:{self.folder}"
         self.items = read_captioned_folder(self.folder)
         counts = np.array([len(caps) for _, caps in self.items], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(counts)[:-1]])  # each photo's first caption row
         if encoder is None:
+            from pictrieve.tools.model_cache import shared_model
             from pictrieve.tools.sentence_encoder import SentenceEncoder
 
-            encoder = SentenceEncoder()
+            encoder = shared_model(("sentence-encoder",), SentenceEncoder)  # the offline embedder's too
         self.encoder = encoder
-        self.caption_vectors = self._caption_vectors(cache_dir)
+        self.caption_vectors = self._caption_vectors(cache_dir, progress)
 
-    def _caption_vectors(self, cache_dir: str | os.PathLike | None) -> np.ndarray:
+    def cache_path(self, cache_dir: str | os.PathLike | None = None) -> Path | None:
+        """Where this folder's caption matrix is cached, or ``None`` for an encoder without a fingerprint."""
         from pictrieve.tools.pypi_assets import cache_root
 
+        identity = getattr(self.encoder, "fingerprint", None)
+        if not isinstance(identity, str) or not identity:
+            return None
+        digest = hashlib.sha256(f"format={CAPTION_MATRIX_FORMAT}\nencoder={identity}\n".encode())
+        digest.update(hashlib.sha256((self.folder / "captions.jsonl").read_bytes()).digest())
+        return Path(cache_dir or cache_root() / "exemplar") / f"captions-{digest.hexdigest()[:24]}.npy"
+
+    def _caption_vectors(self, cache_dir: str | os.PathLike | None, progress: bool) -> np.ndarray:
         texts = [c for _, caps in self.items for c in caps]
-        key = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:20]
-        path = Path(cache_dir or cache_root() / "exemplar") / f"{key}.npy"
-        if path.is_file():
-            vectors = np.load(path)
-            if vectors.shape[0] == len(texts):
-                return vectors
-        logger.info("encoding %d reference captions of %s (cached in %s)", len(texts), self.folder, path)
-        vectors = np.asarray(self.encoder.encode(texts), dtype=np.float32)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, vectors)
-        os.replace(tmp, path)
+        path = self.cache_path(cache_dir)
+        if path is None:
+            logger.info("the encoder %s has no fingerprint: its caption vectors are not cached on disk",
+                        type(self.encoder).__name__)
+        elif path.is_file():
+            try:
+                vectors = np.load(path, allow_pickle=False)
+            except (OSError, ValueError) as exc:  # a truncated or foreign file: encode again
+                logger.warning("ignoring unreadable cache %s (%s)", path, exc)
+            else:
+                if vectors.ndim == 2 and vectors.shape[0] == len(texts):
+                    return vectors
+        vectors = self._encode(texts, progress, path)
+        if path is not None:
+            buffer = io.BytesIO()
+            np.save(buffer, vectors, allow_pickle=False)
+            try:
+                atomic_write_bytes(path, buffer.getvalue())
+            except OSError as exc:  # a read-only cache is slower, not broken
+                logger.warning("could not cache the caption vectors at %s (%s)", path, exc)
         return vectors
+
+    def _encode(self, texts: list[str], progress: bool, path: Path | None) -> np.ndarray:
+        """Every caption's vector, in chunks with a progress bar (stderr) and a log line per tenth."""
+        from tqdm.auto import tqdm
+
+        logger.warning("encoding the %d reference captions of %s once (about a minute per 1,000 captions "
+                       "on a busy core)%s", len(texts), self.folder, f"; cached at {path}" if path else "")
+        start = time.perf_counter()
+        # Chunks of similar length pad little: sort once, encode in that order, put rows back.
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out: np.ndarray | None = None
+        logged = 0
+        with tqdm(total=len(texts), desc="encoding reference captions", unit="caption", disable=not progress) as bar:
+            for begin in range(0, len(texts), ENCODE_CHUNK):
+                rows = order[begin : begin + ENCODE_CHUNK]
+                chunk = np.asarray(self.encoder.encode([texts[i] for i in rows]), dtype=np.float32)
+                if out is None:
+                    out = np.empty((len(texts), chunk.shape[1]), dtype=np.float32)
+                out[rows] = chunk
+                bar.update(len(rows))
+                done = begin + len(rows)
+                if done * 10 // len(texts) > logged:
+                    logged = done * 10 // len(texts)
+                    logger.info("encoded %d of %d reference captions (%.0f s)", done, len(texts),
+                                time.perf_counter() - start)
+        assert out is not None  # read_captioned_folder refuses a folder without captions
+        logger.warning("encoded %d reference captions in %.0f s", len(texts), time.perf_counter() - start)
+        return out
 
     def best_matches(self, prompt: str, n: int = 1) -> list[tuple[Path, float]]:
         """The ``n`` reference photos best matching ``prompt``: ``[(path, cosine), ...]``, best first."""
@@ -124,11 +185,9 @@ class ExemplarVisualizer:
 
     def visualize(self, prompt: str, *, n: int = 1, seed: int | None = None) -> list[Image.Image]:
         del seed
-        images = []
-        for path, _ in self.best_matches(prompt, n):
-            with Image.open(path) as image:
-                images.append(image.convert("RGB"))
-        return images
+        from pictrieve.tools.images import load_image
+
+        return [load_image(path) for path, _ in self.best_matches(prompt, n)]
 
 
 def _build_exemplar(spec: str, **kwargs: Any) -> ExemplarVisualizer:
