@@ -7,6 +7,8 @@ backend (control flow only, never answer quality).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
@@ -91,6 +93,99 @@ def test_sentence_choice_keeps_close_runners_up_only():
                                                    extractive.Evidence("answer", 1, 0.88, relevance=0.5)])] == ["answer"]
     assert extractive.split_sentences("# Title\n\nOne fact is here. Another fact is here too! Ok.") == [
         "One fact is here.", "Another fact is here too!"]
+
+
+# Hard-wrapped Markdown as people write it (issue 19, item 7): a sentence runs over line breaks, and a
+# wrapped line may start with a capital ("England ...") or a number ("1888. ...").
+WRAPPED_BICYCLES = """# The bicycle
+
+Pedals attached to the front wheel appeared in France in the 1860s. The
+first bicycles with a chain drive to the rear wheel appeared in
+England in the 1880s. Pneumatic tyres, invented by John Boyd Dunlop, followed in
+1888. The safety bicycle made cycling popular
+with women.
+"""
+WRAPPED_DOGS = """Dogs and people
+
+Dogs were the first animals that people
+domesticated, more than 15,000 years ago. A dog's nose holds up to 300 million
+scent receptors.
+"""
+
+
+def test_hard_wrapped_pages_are_split_into_whole_sentences(tmp_path, monkeypatch):
+    from pictrieve.tools.local_pages import LocalPages
+
+    monkeypatch.setenv("PICTRIEVE_PAGES_DB", str(tmp_path / "db"))
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "bicycles.md").write_text(WRAPPED_BICYCLES)
+    (pages / "dogs.txt").write_text(WRAPPED_DOGS)
+    texts = {r.url.rsplit("/", 1)[1]: r.text for r in LocalPages(pages).search("bicycles and dogs", k=2)}
+    assert extractive.split_sentences(texts["bicycles.md"]) == [
+        "Pedals attached to the front wheel appeared in France in the 1860s.",
+        "The first bicycles with a chain drive to the rear wheel appeared in England in the 1880s.",
+        "Pneumatic tyres, invented by John Boyd Dunlop, followed in 1888.",
+        "The safety bicycle made cycling popular with women."]
+    assert extractive.split_sentences(texts["dogs.txt"]) == [
+        "Dogs were the first animals that people domesticated, more than 15,000 years ago.",
+        "A dog's nose holds up to 300 million scent receptors."]
+
+
+def test_sentences_never_end_at_an_abbreviation_or_start_as_a_fragment():
+    split = extractive.split_sentences
+    assert split("Bred by Mr. Smith of St. Louis in c. 1850, e.g. for herding. Tolkien (J. R. R.) liked them.") == [
+        "Bred by Mr. Smith of St. Louis in c. 1850, e.g. for herding.", "Tolkien (J. R. R.) liked them."]
+    # text that starts mid-sentence (a snippet): its first piece is no sentence
+    assert split("domesticated, more than 15,000 years ago. Dogs sweat through their paws.") == [
+        "Dogs sweat through their paws."]
+    # lines nobody unwrapped: a lower-case line continues a line without an end mark
+    assert split("Dogs were the first animals that people\ndomesticated long ago.") == [
+        "Dogs were the first animals that people domesticated long ago."]
+    # list items may start in lower case; a Markdown heading is not a sentence
+    assert split("## Facts about the dog\n- a nose with 300 million receptors") == [
+        "a nose with 300 million receptors"]
+    # a quote without an end mark: its number is followed by a full stop, never by the next sentence
+    quoted = extractive.cite([extractive.Evidence("Pneumatic tyres: invented in 1888", 1, 0.9),
+                              extractive.Evidence("Dunlop made them.", 2, 0.8)])
+    assert quoted == "Pneumatic tyres: invented in 1888 [1]. Dunlop made them. [2]"
+
+
+def test_unwrap_paragraphs_follows_markdown_blocks():
+    from pictrieve.tools.page_text import unwrap_paragraphs
+
+    text = ("Title\n=====\n\nA two-\nwheeled machine\nspread fast.  \nA hard break.\n\n"
+            "- first item\n  wrapped\n- second item\n1. one\n2. two\n\n```\ncode  stays\n```\n> quoted\n| a | b |")
+    assert unwrap_paragraphs(text).split("\n") == [
+        "Title", "A two-wheeled machine spread fast.", "A hard break.", "- first item wrapped", "- second item",
+        "1. one", "2. two", "code  stays", "> quoted", "| a | b |"]
+
+
+def test_extractive_answer_from_hard_wrapped_pages_cites_whole_sentences(tmp_path, photo, monkeypatch):
+    monkeypatch.setenv("PICTRIEVE_PAGES_DB", str(tmp_path / "db"))
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "bicycles.md").write_text(WRAPPED_BICYCLES)
+    (pages / "dogs.txt").write_text(WRAPPED_DOGS)
+    settings = {"answerer": "extractive", "plan_with_llm": False, "correlate": False}
+    bike = _graph(f"local:{pages}", detector=_Labelled("bicycle")).invoke(
+        {"image": photo, "question": "Where and when did bicycles with a chain drive first appear?"}, context=settings)
+    assert "appeared in England in the 1880s. [1]" in bike["answer"], bike["answer"]
+    dog = _graph(f"local:{pages}", detector=_Labelled("dog")).invoke(
+        {"image": photo, "question": "How long ago were animals like this one domesticated?"}, context=settings)
+    assert "Dogs were the first animals that people domesticated, more than 15,000 years ago. [" in dog["answer"]
+    for answer in (bike["answer"], dog["answer"]):
+        quoted = answer.split(": ", 1)[1].split(". ", 1)[1]  # after "The photo shows: <labels>."
+        assert quoted[:1].isupper(), answer  # no answer starts with a fragment
+        assert not re.search(r"\[\d+\] [a-z]", answer) and not re.search(r"[a-z,] \[\d+\]", answer), answer
+
+
+class _Labelled(_OneHorse):
+    def __init__(self, label):
+        self.label = label
+
+    def detect(self, image, *, labels=None, min_score=None):
+        return [Detection(label=self.label, score=0.9, box=(0.0, 0.0, float(image.width), float(image.height)))]
 
 
 def test_extractive_answer_says_when_nothing_matches(folder, photo):

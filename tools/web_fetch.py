@@ -9,7 +9,7 @@ search result) reach this machine's own services. :func:`fetch_page`:
   (redirects are followed by hand, never by the HTTP library);
 - caps the bytes read (``max_bytes``) and the time spent (``timeout``);
 - reads only textual content types (HTML, plain text, Markdown, XML);
-- extracts the readable text with trafilatura (falls back to the raw text for non-HTML).
+- extracts the readable text with trafilatura (plain text and Markdown: their paragraphs, unwrapped).
 
 Tests need a loopback server; they pass ``allow_hosts={"127.0.0.1"}`` explicitly. The default
 allows nothing private.
@@ -89,10 +89,14 @@ def check_url(url: str, *, allow_hosts: Iterable[str] = ()) -> str:
 
 
 def extract_text(body: str, content_type: str, url: str = "") -> tuple[str, str]:
-    """(title, readable text) of a page: trafilatura for HTML, the text itself otherwise."""
+    """(title, readable text) of a page, one paragraph per line: trafilatura for HTML; plain text and
+    Markdown with hard-wrapped paragraphs joined (:func:`~pictrieve.tools.page_text.unwrap_paragraphs`)."""
     if "html" not in content_type and "xml" not in content_type:
-        first = body.strip().splitlines()[0] if body.strip() else ""
-        return first.lstrip("# ").strip(), body.strip()
+        from pictrieve.tools.page_text import unwrap_paragraphs
+
+        text = unwrap_paragraphs(body)
+        first = text.splitlines()[0] if text else ""
+        return first.lstrip("# ").strip(), text
     import trafilatura
 
     text = trafilatura.extract(body, url=url or None, include_comments=False, include_tables=True) or ""

@@ -30,7 +30,14 @@ offline set the sentences that answer score 0.37 to 0.73; unrelated ones about 0
 MARGIN = 0.06
 """A runner-up sentence is kept when its score is within this of the best one."""
 
-_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
+_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+_ENDED = re.compile(r"[.!?:;][\"')\]]*$")
+_ABBREVIATIONS = frozenset(
+    "e.g. i.e. etc. vs. cf. al. approx. ca. c. no. nos. fig. figs. vol. pp. p. mr. mrs. ms. dr. prof. "
+    "st. mt. ft. jr. sr. inc. ltd. co. corp. u.s. u.k. jan. feb. mar. apr. jun. jul. aug. sep. sept. "
+    "oct. nov. dec.".split())
+"""Words after which a full stop does not end the sentence ("Mr. Smith", "St. Louis", "c. 1850")."""
+_MARKER = re.compile(r"\s*(#{1,6}\s|[-*+>]\s|>|\d{1,9}[.)]\s)\s*")
 
 
 @dataclass(frozen=True)
@@ -53,14 +60,47 @@ class Evidence:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` (headings and fragments under four words dropped)."""
-    out = []
+    """Whole sentences of ``text``, paragraph by paragraph (headings, fragments and pieces under four words dropped).
+
+    Page text comes one paragraph per line (trafilatura's HTML; plain text and Markdown unwrapped by
+    :func:`pictrieve.tools.page_text.unwrap_paragraphs`), so sentences are split inside a line, never
+    at its end. A line that still starts in lower case continues the line before when that one has
+    no end mark (a source we could not unwrap), and is otherwise a fragment whose start we never
+    saw: it is dropped, so that no answer quotes "domesticated, more than 15,000 years ago."
+    """
     text = defang(text or "").replace(_REMOVED, "\n")  # a forged fence marker ends a sentence
-    for piece in _SPLIT.split(text):
-        piece = " ".join(piece.split()).lstrip("#*-> ").strip()
-        if len(piece.split()) >= 4:
-            out.append(piece)
+    paragraphs: list[list] = []  # [text, its Markdown marker ("#", "-", ">", "1." ...) or ""]
+    for raw in text.split("\n"):
+        found = _MARKER.match(raw)
+        marker = found.group(1).strip() if found else ""
+        line = " ".join((raw[found.end():] if found else raw).split())
+        if not line:
+            continue
+        previous = paragraphs[-1] if paragraphs else None
+        if (previous and not marker and line[0].islower() and not previous[1].startswith("#")
+                and not _ENDED.search(previous[0])):
+            previous[0] += " " + line  # one sentence broken across lines
+        else:
+            paragraphs.append([line, marker])
+    out = []
+    for paragraph, marker in paragraphs:
+        if marker.startswith("#"):
+            continue  # a heading names a topic; it is not a sentence to quote
+        sentences: list[str] = []
+        for piece in _SPLIT.split(paragraph):
+            if sentences and _ends_with_abbreviation(sentences[-1]):
+                sentences[-1] += " " + piece
+            else:
+                sentences.append(piece)
+        if sentences and sentences[0][:1].islower() and not marker:
+            sentences = sentences[1:]  # the tail of a sentence that began elsewhere
+        out.extend(s for s in sentences if len(s.split()) >= 4)
     return out
+
+
+def _ends_with_abbreviation(sentence: str) -> bool:
+    last = sentence.rsplit(" ", 1)[-1].lower().lstrip("(\"'")
+    return last in _ABBREVIATIONS or bool(re.fullmatch(r"[a-z]\.", last))  # "J. R. R. Tolkien"
 
 
 def photo_context(regions: Sequence[dict[str, Any]]) -> str:
@@ -114,8 +154,12 @@ def pick_evidence(question: str, pages: Sequence[dict[str, Any]], *, context: st
 
 
 def cite(evidence: Sequence[Evidence]) -> str:
-    """Quoted sentences, each followed by its source number."""
-    return " ".join(f"{e.sentence} [{e.source}]" for e in evidence)
+    """Quoted sentences, each followed by its source number: ``"... in the 1880s. [1]"``.
+
+    A quote without an end mark (a list item, a table row) gets a full stop after its number, so
+    that the number never sits in the middle of what reads as one sentence.
+    """
+    return " ".join(f"{e.sentence} [{e.source}]" + ("" if _ENDED.search(e.sentence) else ".") for e in evidence)
 
 
 def compose_answer(question: str, regions: Sequence[dict[str, Any]], evidence: Sequence[Evidence]) -> str:
