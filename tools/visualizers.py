@@ -81,8 +81,8 @@ class ExemplarVisualizer:
     reference caption) is cached on disk under ``$PICTRIEVE_CACHE/exemplar/``, keyed by the content
     of ``captions.jsonl`` (which names every photo and its captions) and the encoder's identity
     (its model files' content), so only the first use of a reference collection pays for encoding
-    (flickr8k-train's 31,075 captions: 17 min on one busy core, then 2.7 s to start; README) and a changed folder or model is
-    encoded again. First use shows a progress bar (stderr) and logs its progress. An encoder without
+    (flickr8k-train's 31,075 captions: 17 min on one busy core, then 2.7 s to start; README) and
+    a changed folder or model is encoded again. First use shows a progress bar (stderr) and logs its progress. An encoder without
     a ``fingerprint`` cannot be told apart from another, so its matrix is not cached. ``seed`` is
     accepted for the protocol and ignored: the choice is deterministic.
     """
