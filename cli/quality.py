@@ -103,8 +103,9 @@ def annotate(gallery: str, scorers: tuple[str, ...], captioner: str | None, batc
               "command (default: OUT.checkpoint; with --captions-from, WORK/checkpoint).")
 @click.option("--checkpoint-every", default=50, show_default=True, metavar="STEPS",
               help="Also save the training state every this many steps (always after each epoch).")
-@click.option("--max-minutes", default=None, type=float,
-              help="Stop cleanly after this much training time and save; run again to resume.")
+@click.option("--max-minutes", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="Stop cleanly when the command has run this long (caching, checks and training all "
+              "count), saving what is done; run the same command again to resume.")
 @click.option("--probe-size", default=250, show_default=True, metavar="N",
               help="Captions in the level-usage check after each epoch (true vs opposite vs random levels); 0: off.")
 @click.option("--threads", default=None, type=int, help="Torch CPU threads (default: torch's choice).")
@@ -118,11 +119,15 @@ def train(gallery: str | None, captions_from: str | None, split: str, images: in
     """Fine-tune the query-completion model on annotated captions (GALLERY's, or a separate folder's).
 
     Re-running the same command resumes from the checkpoint (the frozen-layer cache and the steps
-    trained so far). After every epoch it logs the level-usage check: the caption loss under the true,
+    trained so far). --max-minutes counts everything the command does (with --captions-from indexing
+    and annotating, then loading, caching the frozen layers, the checks, the steps) and stops at the
+    first check past it, saving what is done. After every epoch it logs the level-usage check: the caption loss under the true,
     opposite and random levels (run with -v to see it; also in the saved model's qc2.json).
     """
+    started = time.perf_counter()
     from pictrieve.agents.qc2.pipeline import default_model_dir, train_on_gallery
     from pictrieve.agents.qc2.training import QC2TrainConfig
+    from pictrieve.tools.time_budget import TimeBudget
 
     if threads:
         import torch
@@ -132,8 +137,7 @@ def train(gallery: str | None, captions_from: str | None, split: str, images: in
         raise click.UsageError("give either --gallery GALLERY or --captions-from FOLDER (with --out DIR)")
     config = QC2TrainConfig(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                             train_layers=train_layers, lora_rank=lora_rank, seed=seed)
-    max_seconds = max_minutes * 60 if max_minutes else None
-    started = time.perf_counter()
+    budget = TimeBudget(max_minutes * 60 if max_minutes is not None else None, started=started)
     if captions_from is not None:
         from pictrieve.evaluation.quality import train_from_captions
 
@@ -146,7 +150,7 @@ def train(gallery: str | None, captions_from: str | None, split: str, images: in
             split=None if split == "all" else split, images=images,
             heldout_split=None if heldout_split == "none" else heldout_split, heldout_images=heldout_images,
             base_model=base_model, config=config, random_levels=random_levels, checkpoint_every=checkpoint_every,
-            max_seconds=max_seconds, probe_size=probe_size, progress=not as_json,
+            budget=budget, probe_size=probe_size, progress=not as_json,
         )
     else:
         from pictrieve.vectorstore.gallery import Gallery
@@ -157,8 +161,17 @@ def train(gallery: str | None, captions_from: str | None, split: str, images: in
             store, quality_keys=list(scorers) or None, base_model=base_model, n_levels=int(n_levels),
             config=config, out=target, random_levels=random_levels,
             checkpoint_dir=checkpoint_dir or f"{target}.checkpoint", checkpoint_every=checkpoint_every,
-            max_seconds=max_seconds, probe_size=probe_size, progress=not as_json,
+            budget=budget, probe_size=probe_size, progress=not as_json,
         )
+    if directory is None:
+        message = (f"stopped after {time.perf_counter() - started:.0f} s, before the first training step (time "
+                   "budget; what is done is kept: indexing, annotations, the frozen-layer cache): run the same "
+                   "command again to resume")
+        if as_json:
+            click.echo(json.dumps({"model": None, "stopped_early": True, "training": report.to_dict()}, indent=2))
+        else:
+            click.echo(message)
+        return
     if as_json:
         click.echo(json.dumps({"model": str(directory), "axes": [a.to_dict() for a in bundle.axes],
                                "training": bundle.training, "source": bundle.gallery}, indent=2))

@@ -127,13 +127,15 @@ def eval_gallery(
     cache_dir: str | os.PathLike | None = None,
     batch_size: int = 32,
     progress: bool = False,
+    budget: Any = None,
 ) -> Any:
     """The gallery of ``folder`` indexed with ``embedders`` (names or objects; the first is the view
     returned), cached per folder and embedder content unless ``location`` is given. Re-runs resume.
 
     ``cache_dir``: the folder holding cached evaluation galleries (default: ``eval-galleries`` under
     the pictrieve cache, ``PICTRIEVE_CACHE``); the gallery inside it is still keyed by content.
-    ``location``: an exact gallery folder instead (no keying; the caller owns it)."""
+    ``location``: an exact gallery folder instead (no keying; the caller owns it). ``budget``: a
+    :class:`~pictrieve.tools.time_budget.TimeBudget` that may stop indexing part-way (see ``Gallery.add``)."""
     from pictrieve.tools.embedders.factory import create_embedder, default_embedder_name
     from pictrieve.tools.pypi_assets import cache_root
     from pictrieve.vectorstore.gallery import Gallery
@@ -147,7 +149,7 @@ def eval_gallery(
         location = Path(cache_dir if cache_dir is not None else cache_root() / "eval-galleries") / key
     gallery = Gallery.open(location, models[0])
     report = gallery.add(folder.paths, embedders=models if len(models) > 1 else None, batch_size=batch_size,
-                         progress=progress)
+                         progress=progress, budget=budget)
     if report.failed:
         logger.warning("%d images could not be indexed and are left out", len(report.failed))
     return gallery

@@ -44,7 +44,7 @@ from pictrieve.agents.qc2.completion import CompletionRequest, SamplingSettings,
 from pictrieve.agents.qc2.pipeline import train_on_gallery
 from pictrieve.agents.qc2.bundle import QC2Model, load_qc2_model
 from pictrieve.agents.qc2.errors import QC2ModelError
-from pictrieve.agents.qc2.training import QC2TrainConfig
+from pictrieve.agents.qc2.training import QC2TrainConfig, TrainReport
 from pictrieve.evaluation.caption_retrieval import load_captioned_folder
 from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
 from pictrieve.evaluation.ranking import ExactRanker
@@ -169,6 +169,7 @@ def prepare_caption_galleries(
     heldout_images: int | None = 60,
     seed: int = 0,
     progress: bool = True,
+    budget: Any = None,
 ) -> tuple[Gallery, Gallery | None, str]:
     """Index and annotate a captioned collection for training QC2 (resumable; re-runs reuse everything).
 
@@ -176,28 +177,33 @@ def prepare_caption_galleries(
     all rows) and a seeded sample of that many photos. ``heldout_split`` / ``heldout_images``: rows
     kept out of training for the level-usage check (``None`` or 0: no held-out check). The training
     gallery lives in ``work/train-gallery``, the held-out one in ``work/heldout-gallery``.
-    Returns ``(training gallery, held-out gallery or None, quality score key)``.
+    Returns ``(training gallery, held-out gallery or None, quality score key)``. ``budget`` (a
+    :class:`~pictrieve.tools.time_budget.TimeBudget`) may stop indexing or annotating part-way; then
+    ``budget.should_stop()`` is true afterwards and the galleries are not complete yet.
     """
     work = Path(work)
     train_folder = CaptionedFolder.load(folder, split=split).sample(images, seed=seed)
-    train = eval_gallery(train_folder, embedder, location=work / "train-gallery", progress=progress)
+    train = eval_gallery(train_folder, embedder, location=work / "train-gallery", progress=progress, budget=budget)
     quality_scorer = create_quality_scorer(scorer or default_quality_scorer_name(train.embedder_name))
-    _annotate(train, quality_scorer, "training captions", progress)
+    _annotate(train, quality_scorer, "training captions", progress, budget)
     heldout = None
-    if heldout_split and heldout_images != 0:
+    if heldout_split and heldout_images != 0 and not (budget is not None and budget.should_stop()):
         held_folder = CaptionedFolder.load(folder, split=heldout_split).sample(heldout_images, seed=seed)
         overlap = set(held_folder.paths) & set(train_folder.paths)
         if overlap:
             raise ValueError(f"{len(overlap)} held-out photos are also training photos: choose another "
                              f"--heldout-split than --split ({heldout_split!r} vs {split!r})")
-        heldout = eval_gallery(held_folder, embedder, location=work / "heldout-gallery", progress=progress)
-        _annotate(heldout, quality_scorer, "held-out captions", progress)
+        heldout = eval_gallery(held_folder, embedder, location=work / "heldout-gallery", progress=progress,
+                               budget=budget)
+        _annotate(heldout, quality_scorer, "held-out captions", progress, budget)
     return train, heldout, quality_scorer.key
 
 
-def _annotate(gallery: Gallery, quality_scorer: QualityScorer, what: str, progress: bool) -> None:
+def _annotate(gallery: Gallery, quality_scorer: QualityScorer, what: str, progress: bool, budget: Any = None) -> None:
     """Relevance and quality levels for every caption of ``gallery`` (resumes), logged as ``what``."""
-    for report in annotate_gallery(gallery, [quality_scorer], progress=progress):
+    if budget is not None and budget.should_stop():
+        return
+    for report in annotate_gallery(gallery, [quality_scorer], progress=progress, budget=budget):
         logger.info("%s: %s", what, report)
 
 
@@ -219,6 +225,7 @@ def train_from_captions(
     max_seconds: float | None = None,
     probe_size: int | None = 250,
     progress: bool = True,
+    budget: Any = None,
 ):
     """Train a QC2 model on a captioned collection that is *not* the gallery it will search.
 
@@ -226,18 +233,29 @@ def train_from_captions(
     and the levels are cut at the training captions' own quantiles (recorded in the model). The model
     is saved to ``out`` without a gallery fingerprint, so any gallery can use it. ``work`` (default
     ``<out>.work``) keeps the galleries and the checkpoint, so an interrupted run resumes.
-    Returns ``train_on_gallery``'s ``(model, report, directory)``.
+    ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget`) or ``max_seconds`` covers the
+    preparation (indexing and annotating stop part-way and resume) and the training; stopped while
+    preparing, it returns ``(None, a report with stopped_early, None)``. Returns ``train_on_gallery``'s ``(model, report, directory)``.
     """
+    from pictrieve.tools.time_budget import TimeBudget
+
+    budget = budget if budget is not None else TimeBudget(max_seconds)
     work = Path(work) if work is not None else Path(f"{out}.work")
     train, heldout, key = prepare_caption_galleries(
         folder, work, embedder=embedder, scorer=scorer, split=split, images=images,
         heldout_split=heldout_split, heldout_images=heldout_images, seed=(config or QC2TrainConfig()).seed,
-        progress=progress)
+        progress=progress, budget=budget)
+    if budget.should_stop():  # the galleries may be incomplete: train on the next run
+        logger.warning("stopped while preparing the training galleries: the time budget (%.0f s) is spent; "
+                       "run the same command again to resume", budget.seconds)
+        return None, TrainReport(examples=0, steps=0, epochs=(config or QC2TrainConfig()).epochs,
+                                 seconds=budget.elapsed(), cache_seconds=0.0, first_loss=float("nan"),
+                                 final_loss=float("nan"), stopped_early=True), None
     return train_on_gallery(
         train, quality_keys=[key], base_model=base_model, config=config, out=out, random_levels=random_levels,
         progress=progress, portable=True, heldout=heldout, probe_size=probe_size,
         checkpoint_dir=work / ("checkpoint-random" if random_levels else "checkpoint"),
-        checkpoint_every=checkpoint_every, max_seconds=max_seconds,
+        checkpoint_every=checkpoint_every, budget=budget,
     )
 
 

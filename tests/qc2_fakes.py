@@ -27,9 +27,10 @@ AXES = ("Relevance", "Quality")
 LEVELS = [("Low", "High"), ("High", "Low"), ("Medium", "Medium"), ("High", "High")]
 
 
-def build_tiny_checkpoint(directory: Path) -> str:
+def build_tiny_checkpoint(directory: Path, *, hidden_size: int = 32, layers: int = 2) -> str:
     """Save a random 2-layer Llama and a small byte-level BPE tokenizer (trained on :data:`CAPTIONS`
-    and the level prompts) into ``directory``, a local checkpoint any loader takes; returns its path."""
+    and the level prompts) into ``directory``, a local checkpoint any loader takes; returns its path.
+    ``hidden_size`` / ``layers``: a wider or deeper one, for tests that need a model slow enough to time."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -46,8 +47,9 @@ def build_tiny_checkpoint(directory: Path) -> str:
     )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers, num_attention_heads=max(2, hidden_size // 32),
+        num_key_value_heads=max(1, hidden_size // 64), max_position_embeddings=128,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
     )

@@ -4,6 +4,7 @@ check, and training on a captioned folder that is not the searched gallery."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,75 @@ def test_checkpoint_every_steps_and_another_runs_checkpoint_is_not_resumed(tiny_
     _, again, _ = train_completion_model(model, tokenizer, examples, AXES, other, progress=False,
                                          checkpoint_dir=tmp_path)
     assert again.resumed_from_step == 6 and again.losses == report.losses
+
+
+def _workload(n: int) -> list[QC2Example]:
+    """``n`` training captions (the tiny set repeated with every level pair)."""
+    from qc2_fakes import CAPTIONS, LEVELS
+
+    pairs = [QC2Example(c, lv) for c in CAPTIONS for lv in LEVELS]
+    return (pairs * (n // len(pairs) + 1))[:n]
+
+
+def _train_until_done(checkpoint, examples, config, folder, probes, max_seconds, *, runs=60):
+    """Re-run the same budgeted training until it finishes: ``(last model, [(report, wall s), ...])``."""
+    done = []
+    for _ in range(runs):
+        model, tokenizer = _load(checkpoint)
+        start = time.perf_counter()
+        model, report, _ = train_completion_model(model, tokenizer, examples, AXES, config, progress=False,
+                                                  checkpoint_dir=folder, max_seconds=max_seconds, probes=probes)
+        done.append((report, time.perf_counter() - start))
+        if not report.stopped_early:
+            return model, done
+    raise AssertionError(f"not finished after {runs} runs")
+
+
+def test_a_spent_budget_still_moves_each_run_one_unit_forward(tiny_checkpoint, tmp_path):
+    """Budget 0: each run does one unit (a chunk of the frozen-trunk cache, a level check, a step) and
+    stops, saving it; a check cut short is measured by the next run. Together the runs give the same
+    model as one run without a budget. (Before, the whole cache and the first check ignored the budget.)"""
+    examples, probes = _workload(150), {"check": _workload(30)}
+    config = QC2TrainConfig(**{**CONFIG, "epochs": 1, "max_steps": 2, "lora_dropout": 0.0})
+    model, tokenizer = _load(tiny_checkpoint)
+    whole, reference, _ = train_completion_model(model, tokenizer, examples, AXES, config, progress=False,
+                                                 checkpoint_dir=tmp_path / "whole", probes=probes)
+    part, runs = _train_until_done(tiny_checkpoint, examples, config, tmp_path / "parts", probes, 0)
+    chunks = -(-180 // checkpoints.CHUNK_SIZE)  # 150 training + 30 check captions
+    # runs 1..chunks fill the cache (the last one is stopped at the check before training), then: the
+    # check and step 1, step 2 (stopped at the final check), the final check
+    assert [(r.steps, [row["epoch"] for row in r.probe_losses]) for r, _ in runs] == (
+        [(0, [])] * chunks + [(1, [0]), (2, [0]), (2, [0, 1])])
+    assert all(r.stopped_early for r, _ in runs[:-1]) and not runs[-1][0].stopped_early
+    assert runs[-1][0].losses == pytest.approx(reference.losses, abs=1e-6)
+    assert [row == pytest.approx(ref, abs=1e-6) for row, ref in zip(runs[-1][0].probe_losses, reference.probe_losses)] == [True, True]
+    for name, value in _trainable(whole).items():
+        assert torch.allclose(value, _trainable(part)[name], atol=1e-6), name
+
+
+def test_the_budget_bounds_the_wall_time_of_every_run(tmp_path_factory, tmp_path):
+    """A model slow enough to time (4 layers, 128 wide): each budgeted run ends within its budget plus a
+    margin of a quarter of the whole job, although caching the frozen layers alone takes more than
+    budget + margin; the checkpoint on disk resumes to the same model as one unbudgeted run."""
+    from qc2_fakes import build_tiny_checkpoint
+
+    checkpoint = build_tiny_checkpoint(tmp_path_factory.mktemp("wider"), hidden_size=128, layers=4)
+    examples, probes = _workload(600), {"check": _workload(256)}
+    config = QC2TrainConfig(**{**CONFIG, "epochs": 1, "max_steps": 3, "lora_dropout": 0.0})
+    model, tokenizer = _load(checkpoint)
+    start = time.perf_counter()
+    whole, reference, _ = train_completion_model(model, tokenizer, examples, AXES, config, progress=False,
+                                                 checkpoint_dir=tmp_path / "whole", probes=probes)
+    full = time.perf_counter() - start
+    assert reference.cache_seconds > full / 2  # the cache is most of the job: the old code overran here
+    budget, margin = full / 3, full / 4
+    part, runs = _train_until_done(checkpoint, examples, config, tmp_path / "parts", probes, budget, runs=20)
+    assert [round(wall, 2) for _, wall in runs if wall > budget + margin] == [], (full, budget)
+    first = runs[0][0]
+    assert first.stopped_early and first.steps == 0 and list((tmp_path / "parts").glob("trunk-*/shard-*.pt"))
+    assert len(runs) >= 3 and runs[-1][0].losses == pytest.approx(reference.losses, abs=1e-6)
+    for name, value in _trainable(whole).items():
+        assert torch.allclose(value, _trainable(part)[name], atol=1e-6), name
 
 
 def test_disk_trunk_cache_resumes_at_the_last_complete_shard(tmp_path):
@@ -182,6 +252,67 @@ def test_train_from_captions_cli_portable_model_for_another_gallery(tiny_checkpo
     bad = CliRunner().invoke(quality, ["train", "--captions-from", str(folder), "--out", str(out),
                                        "--heldout-split", "train"])
     assert bad.exit_code != 0
+
+
+def test_max_minutes_counts_the_whole_command_and_a_rerun_resumes(tiny_checkpoint, tiny_clip_name, tmp_path):
+    """`quality train --max-minutes`: a budget spent as the command starts stops it after one unit of
+    work (an image indexed, a chunk cached, a check, a step), before any training step saving no model;
+    each re-run goes on from the checkpoint until the model is done. (After the first run the
+    galleries are prepared without a budget, so that the runs step through training.)"""
+    from pictrieve.cli.quality import quality
+    from pictrieve.evaluation.quality import prepare_caption_galleries
+    from pictrieve.vectorstore.gallery import Gallery
+
+    folder = _captioned_folder(tmp_path / "train")
+    out = tmp_path / "model"
+    args = ["train", "--captions-from", str(folder), "--out", str(out), "--embedder", tiny_clip_name,
+            "--base-model", tiny_checkpoint, "--epochs", "1", "--batch-size", "4", "--train-layers", "1",
+            "--lora-rank", "4", "--images", "5", "--heldout-images", "2", "--probe-size", "6",
+            "--max-minutes", "0.00001"]
+    indexing = CliRunner().invoke(quality, args)
+    assert indexing.exit_code == 0 and "before the first training step" in indexing.output, indexing.output
+    assert Gallery.open(Path(f"{out}.work") / "train-gallery", tiny_clip_name).count() == 1
+    prepare_caption_galleries(folder, Path(f"{out}.work"), embedder=tiny_clip_name, images=5, heldout_images=2,
+                              progress=False)
+    first = CliRunner().invoke(quality, args)
+    assert first.exit_code == 0, first.output
+    assert "before the first training step" in first.output and "run the same command again" in first.output
+    assert not (out / "qc2.json").exists() and list(Path(f"{out}.work").glob("checkpoint/trunk-*/shard-*.pt"))
+    outputs = []
+    for _ in range(8):
+        again = CliRunner().invoke(quality, args)
+        assert again.exit_code == 0, again.output
+        outputs.append(again.output)
+        if "(done)" in again.output:
+            break
+    assert "stopped early (time budget" in outputs[0] and "(done)" in outputs[-1], outputs
+    assert json.loads((out / "qc2.json").read_text())["training"]["steps"] == 3
+    assert CliRunner().invoke(quality, args[:-2] + ["--max-minutes", "0"]).exit_code == 2  # not a budget
+
+
+def test_indexing_and_annotating_stop_when_the_budget_says_and_resume(tiny_clip_name, tmp_path):
+    """The preparation of `quality train --captions-from` under a spent budget: one image indexed,
+    one batch annotated per run; re-runs complete both."""
+    from pictrieve.agents.qc2.annotation import annotate_gallery, metadata_key
+    from pictrieve.tools.quality_scorers import create_quality_scorer
+    from pictrieve.tools.time_budget import TimeBudget
+    from pictrieve.vectorstore.gallery import Gallery
+
+    folder = _captioned_folder(tmp_path / "photos")
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_name)
+    indexed = [gallery.add(folder / "images", progress=False, budget=TimeBudget(0)) for _ in range(8)]
+    assert [(r.indexed, r.unchanged, r.stopped_early) for r in indexed] == (
+        [(1, i, True) for i in range(7)] + [(1, 7, False)])  # the last run finishes (nothing left to stop)
+    assert gallery.count() == 8
+    scorer = create_quality_scorer("brisque")
+    key = metadata_key(scorer.key)
+    first = annotate_gallery(gallery, [scorer], batch_size=2, progress=False, budget=TimeBudget(0))
+    assert [r.score for r in first] == ["relevance"] and first[0].scored == 8  # one batch of 8 (2 x 4)
+    assert not any(item.metadata.get(key) is not None for item in gallery.items())
+    second = annotate_gallery(gallery, [scorer], batch_size=2, progress=False, budget=TimeBudget(0))
+    assert [(r.score, r.scored) for r in second] == [("relevance", 0), ("brisque", 2)]
+    annotate_gallery(gallery, [scorer], batch_size=2, progress=False)
+    assert all(item.metadata.get(key) is not None for item in gallery.items())
 
 
 def test_captioned_folder_split_and_sample(tmp_path):

@@ -368,12 +368,15 @@ class Gallery(GalleryReads):
         workers: int = 2,
         progress: bool = True,
         max_pixels: int | None = None,
+        budget: Any = None,
     ) -> IndexReport:
         """Index images from folders (recursive), globs or files; see :mod:`~pictrieve.vectorstore.indexing`.
 
         ``embedders`` indexes with several embedders at once (each image decoded once per batch);
         default: this view's embedder. The first index records this view's embedder as the default.
         ``max_pixels`` caps the size of images decoded (see :func:`~pictrieve.tools.images.load_image`).
+        ``budget``: a :class:`~pictrieve.tools.time_budget.TimeBudget` that stops indexing part-way
+        (``report.stopped_early``; a re-run goes on).
         """
         targets = [self]
         for other in embedders or []:
@@ -385,7 +388,8 @@ class Gallery(GalleryReads):
             if name not in {t.embedder_name for t in targets}:
                 targets.append(self.with_embedder(other))
         return index_sources(
-            targets, sources, batch_size=batch_size, workers=workers, progress=progress, max_pixels=max_pixels
+            targets, sources, batch_size=batch_size, workers=workers, progress=progress, max_pixels=max_pixels,
+            budget=budget,
         )
 
     def _write_batch(self, batch: list[tuple[Path, Any, dict[str, Any]]]) -> int:

@@ -23,6 +23,7 @@ from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import path_id
 
 if TYPE_CHECKING:
+    from pictrieve.tools.time_budget import TimeBudget
     from pictrieve.vectorstore.gallery import Gallery
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class IndexReport:
     failed: list[FailedImage] = field(default_factory=list)
     total: int = 0
     embedders: list[str] = field(default_factory=list)
+    stopped_early: bool = False  # a time budget ran out: what was embedded is stored, a re-run does the rest
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,10 +66,13 @@ def index_sources(
     workers: int = 2,
     progress: bool = True,
     max_pixels: int | None = None,
+    budget: "TimeBudget | None" = None,
 ) -> IndexReport:
     """Index images from folders, globs or files into every gallery view in ``targets``.
 
     ``targets`` are views of one database (one per embedder, see :meth:`Gallery.with_embedder`).
+    ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget`) is checked after every file;
+    when it says stop, the files embedded so far are written and ``report.stopped_early`` is set.
     """
     from pictrieve.vectorstore.chroma_store import write_lock
 
@@ -106,7 +111,8 @@ def index_sources(
             else:
                 report.unchanged += 1
         if todo:
-            _embed_and_write(targets, todo, known, captions, report, batch_size, workers, progress, max_pixels)
+            _embed_and_write(targets, todo, known, captions, report, batch_size, workers, progress, max_pixels,
+                             budget)
     return report
 
 
@@ -120,6 +126,7 @@ def _embed_and_write(
     workers: int,
     progress: bool,
     max_pixels: int | None,
+    budget: "TimeBudget | None" = None,
 ) -> None:
     from tqdm.auto import tqdm
 
@@ -132,7 +139,7 @@ def _embed_and_write(
 
     bar = tqdm(total=len(todo), unit="img", desc="indexing", disable=not progress)
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
-        for path, prepared in _prefetch(pool, todo, prepare, window=4 * batch_size):
+        for seen, (path, prepared) in enumerate(_prefetch(pool, todo, prepare, window=4 * batch_size), 1):
             bar.update(1)
             if isinstance(prepared, BaseException):
                 report.failed.append(FailedImage(str(path), str(prepared)))
@@ -153,6 +160,11 @@ def _embed_and_write(
                 report.indexed += 1
             else:
                 report.unchanged += 1
+            if budget is not None:
+                budget.progressed()  # written with its batch below, even when we stop now
+                if budget.should_stop() and seen < len(todo):
+                    report.stopped_early = True
+                    break
         for i, batch in enumerate(batches):
             if batch:
                 targets[i]._write_batch(batch)

@@ -28,6 +28,7 @@ from pictrieve.agents.qc2.errors import QC2ModelError
 from pictrieve.agents.qc2.prompt_format import QC2Example
 from pictrieve.tools.captioners import Captioner
 from pictrieve.tools.quality_scorers import QUALITY_SCORERS, BrisqueScorer, LaionAestheticScorer, QualityScorer
+from pictrieve.tools.time_budget import TimeBudget
 
 logger = logging.getLogger(__name__)
 
@@ -71,27 +72,38 @@ def annotate_gallery(
     captioner: Captioner | None = None,
     batch_size: int = 16,
     progress: bool = True,
+    budget: TimeBudget | None = None,
 ) -> list[AnnotationReport]:
-    """Add missing captions, relevance and quality scores to ``gallery``'s metadata (resumable)."""
+    """Add missing captions, relevance and quality scores to ``gallery``'s metadata (resumable).
+
+    ``budget``: checked after every batch; when it says stop, what is stored so far stays and the
+    remaining passes are skipped (a re-run goes on from there).
+    """
     items = list(gallery.items())
     if not items:
         raise QC2ModelError(f"gallery {gallery.location} is empty: index photos first (`pictrieve index`)")
     reports = []
     if captioner is not None:
-        reports.append(_caption_missing(gallery, items, captioner, batch_size, progress))
+        reports.append(_caption_missing(gallery, items, captioner, batch_size, progress, budget))
         items = list(gallery.items())
     else:
         missing = sum(1 for item in items if not item_captions(item))
         if missing:
             logger.warning("%d of %d images have no caption; they get quality scores but no training "
                            "examples (add captions.jsonl/.txt sidecars or pass a captioner)", missing, len(items))
-    reports.append(_annotate_relevance(gallery, items, batch_size * 4, progress))
+    def time_left() -> bool:
+        return budget is None or not budget.should_stop()
+
+    if time_left():
+        reports.append(_annotate_relevance(gallery, items, batch_size * 4, progress, budget))
     for scorer in scorers:
-        reports.append(_annotate_quality(gallery, items, scorer, batch_size, progress))
+        if time_left():
+            reports.append(_annotate_quality(gallery, items, scorer, batch_size, progress, budget))
     return reports
 
 
-def _batches(items: Sequence[Any], size: int, desc: str, progress: bool):
+def _batches(items: Sequence[Any], size: int, desc: str, progress: bool, budget: TimeBudget | None = None):
+    """Chunks of ``items`` with a progress bar; none after ``budget`` says stop (checked once each is stored)."""
     from tqdm.auto import tqdm
 
     with tqdm(total=len(items), desc=desc, unit="img", disable=not progress or not items) as bar:
@@ -99,6 +111,10 @@ def _batches(items: Sequence[Any], size: int, desc: str, progress: bool):
             chunk = items[start : start + size]
             yield chunk
             bar.update(len(chunk))
+            if budget is not None:
+                budget.progressed()
+                if budget.should_stop():
+                    return
 
 
 def _load_images(items: Sequence[Any], report: AnnotationReport) -> tuple[list[Any], list[Image.Image]]:
@@ -115,12 +131,13 @@ def _load_images(items: Sequence[Any], report: AnnotationReport) -> tuple[list[A
     return kept, images
 
 
-def _caption_missing(gallery, items, captioner: Captioner, batch_size: int, progress: bool) -> AnnotationReport:
+def _caption_missing(gallery, items, captioner: Captioner, batch_size: int, progress: bool,
+                     budget: TimeBudget | None = None) -> AnnotationReport:
     report = AnnotationReport("caption")
     todo = [item for item in items if not item_captions(item)]
     report.already = len(items) - len(todo)
     start = time.perf_counter()
-    for chunk in _batches(todo, batch_size, "captioning", progress):
+    for chunk in _batches(todo, batch_size, "captioning", progress, budget):
         kept, images = _load_images(chunk, report)
         if kept:
             texts = [str(t).strip() for t in captioner(images)]
@@ -130,7 +147,8 @@ def _caption_missing(gallery, items, captioner: Captioner, batch_size: int, prog
     return report
 
 
-def _annotate_relevance(gallery, items, batch_size: int, progress: bool) -> AnnotationReport:
+def _annotate_relevance(gallery, items, batch_size: int, progress: bool,
+                        budget: TimeBudget | None = None) -> AnnotationReport:
     """``cos(f(I), g(T))`` for every caption, from the stored image vectors and the embedder."""
     report = AnnotationReport(RELEVANCE_KEY)
     key = metadata_key(RELEVANCE_KEY)
@@ -145,7 +163,7 @@ def _annotate_relevance(gallery, items, batch_size: int, progress: bool) -> Anno
         else:
             todo.append(item)
     start = time.perf_counter()
-    for chunk in _batches(todo, batch_size, "relevance", progress):
+    for chunk in _batches(todo, batch_size, "relevance", progress, budget):
         images = gallery.embeddings([item.id for item in chunk])
         captions = [item_captions(item) for item in chunk]
         texts = gallery.embedder.embed_texts([c for cs in captions for c in cs])
@@ -160,14 +178,15 @@ def _annotate_relevance(gallery, items, batch_size: int, progress: bool) -> Anno
     return report
 
 
-def _annotate_quality(gallery, items, scorer: QualityScorer, batch_size: int, progress: bool) -> AnnotationReport:
+def _annotate_quality(gallery, items, scorer: QualityScorer, batch_size: int, progress: bool,
+                      budget: TimeBudget | None = None) -> AnnotationReport:
     report = AnnotationReport(scorer.key)
     key = metadata_key(scorer.key)
     todo = [item for item in items if item.metadata.get(key) is None]
     report.already = len(items) - len(todo)
     reuse = isinstance(scorer, LaionAestheticScorer) and scorer.accepts_embedder(gallery.embedder_name)
     start = time.perf_counter()
-    for chunk in _batches(todo, batch_size, scorer.key, progress):
+    for chunk in _batches(todo, batch_size, scorer.key, progress, budget):
         if reuse:  # the gallery already stores ViT-L/14 OpenAI CLIP vectors: no need to decode images
             kept, scores = chunk, scorer.score_embeddings(gallery.embeddings([i.id for i in chunk]))
         else:

@@ -26,11 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from pictrieve.tools.files import atomic_write_bytes
+from pictrieve.tools.time_budget import TimeBudget
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "state.pt"
 SHARD_SIZE = 512
+CHUNK_SIZE = 64
+"""Examples run through the frozen layers between two looks at the clock (about 10 s of SmolLM2 on a busy core)."""
 
 
 def save_torch(obj: Any, path: Path) -> None:
@@ -68,11 +71,16 @@ def cached_trunk_on_disk(
     *,
     progress: bool = True,
     shard_size: int = SHARD_SIZE,
-) -> list[Any]:
+    chunk_size: int = CHUNK_SIZE,
+    budget: TimeBudget | None = None,
+) -> list[Any] | None:
     """Hidden states for every example, from ``folder``'s shards where present, else ``compute(indices)``.
 
     Examples are taken in order of length (less padding) and stored in shards of ``shard_size``;
     a shard is written as soon as it is complete, so an interrupted cache resumes at the last shard.
+    ``compute`` runs on ``chunk_size`` examples at a time and ``budget`` is checked after each chunk:
+    when it says stop, the part of the shard computed so far is saved (a re-run continues from it)
+    and ``None`` is returned.
     """
     from tqdm.auto import tqdm
 
@@ -84,18 +92,32 @@ def cached_trunk_on_disk(
     with tqdm(total=len(order), desc="caching frozen layers", unit="ex", disable=not progress) as bar:
         for number, indices in enumerate(shards):
             path = folder / f"shard-{number:05d}.pt"
-            states = None
+            states: list[Any] = []
             if path.is_file():
                 stored = load_torch(path)
-                if stored.get("indices") == indices:
-                    states = stored["states"]
-                    reused += len(indices)
-            if states is None:
-                states = compute(indices)
+                done = stored.get("indices") or []
+                if done == indices[: len(done)]:  # the whole shard, or the part a stopped run saved
+                    states = list(stored["states"])
+                    reused += len(done)
+                    bar.update(len(done))
+            complete = len(states) == len(indices)
+            while len(states) < len(indices):
+                chunk = indices[len(states) : len(states) + chunk_size]
+                states.extend(compute(chunk))
+                bar.update(len(chunk))
+                if budget is not None:
+                    budget.progressed()
+                    if budget.should_stop() and len(states) < len(indices):
+                        save_torch({"indices": indices[: len(states)], "states": states}, path)
+                        logger.info("frozen-trunk cache: the time budget is spent after %d of %d examples",
+                                    sum(c is not None for c in cache) + len(states), len(order))
+                        return None
+            if not complete:
                 save_torch({"indices": indices, "states": states}, path)
             for index, state in zip(indices, states):
                 cache[index] = state
-            bar.update(len(indices))
+            if budget is not None and budget.should_stop() and number + 1 < len(shards):
+                return None
     if reused:
         logger.info("frozen-trunk cache: reused %d of %d examples from %s", reused, len(order), folder)
     return cache

@@ -90,8 +90,10 @@ def _trunk_states(parts: dict[str, Any], encoded, indices: Sequence[int], split:
     return states
 
 
-def _cache_trunk(parts: dict[str, Any], encoded, split: int, progress: bool, batch_size: int = 64):
-    """:func:`_trunk_states` of every example (in memory), computed in order of length."""
+def _cache_trunk(parts: dict[str, Any], encoded, split: int, progress: bool, batch_size: int = 64,
+                 budget: Any = None):
+    """:func:`_trunk_states` of every example (in memory), computed in order of length; ``None`` when
+    ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget`) ran out first."""
     from tqdm.auto import tqdm
 
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
@@ -100,4 +102,8 @@ def _cache_trunk(parts: dict[str, Any], encoded, split: int, progress: bool, bat
         chunk = order[start : start + batch_size]
         for index, state in zip(chunk, _trunk_states(parts, encoded, chunk, split, batch_size)):
             cache[index] = state
+        if budget is not None:
+            budget.progressed()
+            if budget.should_stop() and start + batch_size < len(order):
+                return None
     return cache

@@ -56,6 +56,7 @@ def train_on_gallery(
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int | None = None,
     max_seconds: float | None = None,
+    budget: Any = None,
     heldout: Any = None,
     probe_size: int | None = 250,
 ) -> tuple[QC2Model, TrainReport, Path | None]:
@@ -63,15 +64,19 @@ def train_on_gallery(
 
     ``portable``: the model is for searching *other* galleries (its training gallery is a separate
     captioned collection): it is saved without the gallery fingerprint, so any gallery may load it,
-    and it records where it was trained. ``checkpoint_dir`` / ``checkpoint_every`` / ``max_seconds``:
-    resumable training (see :func:`train_completion_model`). The level-usage check runs after every
+    and it records where it was trained. ``checkpoint_dir`` / ``checkpoint_every`` / ``max_seconds`` or
+    ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget` that also covers loading the model):
+    resumable training (see :func:`train_completion_model`); a run stopped before its first training
+    step saves no model (``directory`` is None). The level-usage check runs after every
     epoch on ``probe_size`` of the training captions (in-sample) and, with ``heldout`` (another
     annotated gallery, e.g. held-out rows of the same collection), on up to ``probe_size`` of its
     captions with levels assigned by the training thresholds; results land in ``report.probe_losses``.
     """
     from pictrieve.agents.qc2.level_check import level_variants, sample_examples
     from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
+    from pictrieve.tools.time_budget import TimeBudget
 
+    budget = budget if budget is not None else TimeBudget(max_seconds)
     base_model = base_model or OFFLINE_DEFAULT_LM
     config = config or QC2TrainConfig()
     items = list(gallery.items())
@@ -97,7 +102,7 @@ def train_on_gallery(
     model, tokenizer = load_causal_lm(base_model, device="cpu")
     model, report, allowed = train_completion_model(
         model, tokenizer, examples, [a.axis for a in axes], config, progress=progress,
-        checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, max_seconds=max_seconds, probes=probes,
+        checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, budget=budget, probes=probes,
     )
     source = {"location": str(gallery.location), "embedder": gallery.embedder_name, "count": gallery.count()}
     if heldout is not None:
@@ -114,7 +119,7 @@ def train_on_gallery(
         gallery=source,
     )
     directory = None
-    if save:
+    if save and (report.steps or not report.stopped_early):  # nothing trained yet: no model to save
         directory = bundle.save(out or default_model_dir(gallery))
     return bundle, report, directory
 

@@ -64,6 +64,7 @@ from pictrieve.agents.qc2.prompt_format import (  # noqa: F401
     format_instruction,
     normalize_query,
 )
+from pictrieve.tools.time_budget import TimeBudget
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ def train_completion_model(
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int | None = None,
     max_seconds: float | None = None,
+    budget: TimeBudget | None = None,
     probes: dict[str, Sequence[QC2Example]] | None = None,
 ) -> tuple[Any, TrainReport, list[int] | None]:
     """Fine-tune ``model`` on ``examples``; return ``(trained model, report, allowed output ids)``.
@@ -129,20 +131,25 @@ def train_completion_model(
 
     ``checkpoint_dir``: keep the frozen-trunk cache and the training state there (every
     ``checkpoint_every`` steps and after each epoch), and resume from them when the same training
-    is run again (see :mod:`.checkpoints`). ``max_seconds``: stop cleanly after the step that
-    passes this wall-clock budget (the state is saved; ``report.stopped_early`` says so, and running
-    again resumes). ``probes``: named example sets whose mean caption loss is measured after every
+    is run again (see :mod:`.checkpoints`). ``budget`` (a :class:`TimeBudget`, e.g. a whole
+    command's) or ``max_seconds`` (a budget from this call's start): the frozen-trunk cache, the
+    per-epoch checks and the steps all count against it, each checks the clock inside its loop, and
+    the run stops cleanly at the first check past it, once it has made some progress (the cache made
+    so far and the training state are saved; ``report.stopped_early`` says so; running again
+    resumes, a check that was cut short included). ``probes``: named example sets whose mean caption loss is measured after every
     epoch (the level-usage check: the same captions with true, opposite or random levels); they are
     never trained on, and their results go to ``report.probe_losses``.
     """
     from pictrieve.tools.seeding import torch_seeded
 
     config = config or QC2TrainConfig()
+    if budget is None:
+        budget = TimeBudget(max_seconds)
     # Seeded in a forked generator: training never reseeds the caller's process-wide RNG.
     with torch_seeded(config.seed):
         return _train(model, tokenizer, examples, axes, config, progress=progress,
                       checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
-                      checkpoint_every=checkpoint_every, max_seconds=max_seconds, probes=probes or {})
+                      checkpoint_every=checkpoint_every, budget=budget, probes=probes or {})
 
 
 def _epoch_batches(encoded, n: int, config: QC2TrainConfig, epoch: int) -> list[list[int]]:
@@ -152,7 +159,7 @@ def _epoch_batches(encoded, n: int, config: QC2TrainConfig, epoch: int) -> list[
 
 def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Sequence[str],
            config: QC2TrainConfig, *, progress: bool, checkpoint_dir: Path | None = None,
-           checkpoint_every: int | None = None, max_seconds: float | None = None,
+           checkpoint_every: int | None = None, budget: TimeBudget,
            probes: dict[str, Sequence[QC2Example]] | None = None) -> tuple[Any, TrainReport, list[int] | None]:
     import torch
     from tqdm.auto import tqdm
@@ -189,10 +196,18 @@ def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Seq
             key = checkpoints.trunk_key(model, split, encoded)
             cache = checkpoints.cached_trunk_on_disk(
                 lambda idx: _trunk_states(parts, encoded, idx, split), encoded,
-                checkpoint_dir / f"trunk-{key}", progress=progress)
+                checkpoint_dir / f"trunk-{key}", progress=progress, budget=budget)
         else:
-            cache = _cache_trunk(parts, encoded, split, progress)
+            cache = _cache_trunk(parts, encoded, split, progress, budget=budget)
     cache_seconds = time.perf_counter() - start
+    if parts is not None and cache is None:  # the budget ran out while caching: what is cached is kept
+        logger.warning("QC2 training stopped while caching the frozen layers: the time budget (%.0f s) is "
+                       "spent; run the same command again to resume", budget.seconds)
+        model.eval()
+        return model, TrainReport(examples=n_train, steps=0, epochs=config.epochs, seconds=cache_seconds,
+                                  cache_seconds=cache_seconds, first_loss=float("nan"), final_loss=float("nan"),
+                                  trainable_parameters=sum(p.numel() for p in trainable), cached_trunk=False,
+                                  stopped_early=True), allowed
 
     steps_per_epoch = math.ceil(n_train / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
@@ -216,18 +231,23 @@ def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Seq
             for layer in parts["layers"][:split]:
                 layer.eval()
 
-    def measure_probes(epoch: int) -> dict[str, float]:
+    def measure_probes(epoch: int) -> dict[str, float] | None:
+        """The level check after ``epoch``, or None when the budget stopped it (a re-run measures it)."""
         model.eval()
         row: dict[str, float] = {"epoch": epoch}
         with torch.no_grad():
             for name, rows in probe_rows.items():
                 total, tokens = 0.0, 0
                 for begin in range(0, len(rows), 64):
+                    if budget.should_stop():
+                        set_train_mode()
+                        return None
                     batch = rows[begin : begin + 64]
                     loss_sum, count = batch_loss(batch, reduction="sum")
                     total, tokens = total + float(loss_sum), tokens + int(count)
                 row[name] = total / max(1, tokens)
         set_train_mode()
+        budget.progressed()
         logger.info("level check after epoch %d: %s", epoch,
                     ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "epoch"))
         return row
@@ -263,11 +283,22 @@ def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Seq
         })
         logger.debug("checkpoint at step %d (%s)", step, reason)
 
-    if probe_rows and step == 0:
-        probe_history.append(measure_probes(0))
+    def check_levels_if_due() -> bool:
+        """Run the level check owed at this step (before training, after an epoch, or one a stopped run
+        left undone); False when the budget stopped it."""
+        epoch = math.ceil(step / steps_per_epoch)
+        at_boundary = step % steps_per_epoch == 0 or step >= total_steps
+        if not probe_rows or not at_boundary or (probe_history and probe_history[-1]["epoch"] >= epoch):
+            return True
+        row = measure_probes(epoch)
+        if row is not None:
+            probe_history.append(row)
+        return row is not None
+
     set_train_mode()
-    deadline = time.perf_counter() + max_seconds if max_seconds is not None else None
-    stopped = False
+    stopped = not check_levels_if_due()
+    if stopped:
+        save("time budget")
     bar = tqdm(total=total_steps, initial=step, desc="training QC2", unit="step", disable=not progress)
     while step < total_steps and not stopped:
         epoch = step // steps_per_epoch
@@ -285,19 +316,19 @@ def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Seq
             step += 1
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            budget.progressed()
             if checkpoint_every and step % checkpoint_every == 0 and step % steps_per_epoch:
                 save("every %d steps" % checkpoint_every)
-            if deadline is not None and time.perf_counter() > deadline and step < total_steps:
+            if budget.should_stop() and step < total_steps:
                 stopped = True
                 break
-        if step % steps_per_epoch == 0 or step >= total_steps:
-            if probe_rows:
-                probe_history.append(measure_probes(math.ceil(step / steps_per_epoch)))
+        if not stopped:
+            stopped = not check_levels_if_due()
         save("end of epoch" if not stopped else "time budget")
     bar.close()
     if stopped:
         logger.warning("QC2 training stopped at step %d of %d: the time budget (%.0f s) is spent; "
-                       "run the same command again to resume", step, total_steps, max_seconds)
+                       "run the same command again to resume", step, total_steps, budget.seconds)
     model.eval()
     report = TrainReport(
         examples=n_train,
