@@ -9,8 +9,6 @@ detector and describer objects: they are never reached, which is the point.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,14 +17,10 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 
 from conftest import make_photo
+from test_cli_faults import one_clear_line as one_line, run
 from pictrieve.tools.images import ImageDecodeError, load_image
 
-CLI = [sys.executable, "-m", "pictrieve.cli.main"]
 REASONS = {"empty.jpg": "empty file", "truncated.jpg": "truncated", "text.jpg": "not a readable image"}
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600, input="")
 
 
 def write_bad_photos(folder: Path) -> dict[str, Path]:
@@ -54,12 +48,6 @@ def gallery(tmp_path_factory, tiny_clip_name):
     opened = Gallery.open(root / "g", tiny_clip_name)
     opened.add([root / "photos"])
     return opened
-
-
-def one_line(result: subprocess.CompletedProcess) -> str:
-    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("WARNING ")]
-    assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr
-    return lines[0]
 
 
 def test_the_loader_says_why_in_one_line(bad):
