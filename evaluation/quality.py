@@ -235,7 +235,8 @@ def train_from_captions(
     ``<out>.work``) keeps the galleries and the checkpoint, so an interrupted run resumes.
     ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget`) or ``max_seconds`` covers the
     preparation (indexing and annotating stop part-way and resume) and the training; stopped while
-    preparing, it returns ``(None, a report with stopped_early, None)``. Returns ``train_on_gallery``'s ``(model, report, directory)``.
+    preparing, it returns ``(None, a report with stopped_early, None)``. Returns ``train_on_gallery``'s
+    ``(model, report, directory)``.
     """
     from pictrieve.tools.time_budget import TimeBudget
 

@@ -136,9 +136,10 @@ def train_completion_model(
     per-epoch checks and the steps all count against it, each checks the clock inside its loop, and
     the run stops cleanly at the first check past it, once it has made some progress (the cache made
     so far and the training state are saved; ``report.stopped_early`` says so; running again
-    resumes, a check that was cut short included). ``probes``: named example sets whose mean caption loss is measured after every
-    epoch (the level-usage check: the same captions with true, opposite or random levels); they are
-    never trained on, and their results go to ``report.probe_losses``.
+    resumes, a check that was cut short included). ``probes``: named example sets whose mean
+    caption loss is measured after every epoch (the level-usage check: the same captions with true,
+    opposite or random levels); they are never trained on, and their results go to
+    ``report.probe_losses``.
     """
     from pictrieve.tools.seeding import torch_seeded
 
