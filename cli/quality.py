@@ -121,8 +121,9 @@ def train(gallery: str | None, captions_from: str | None, split: str, images: in
     Re-running the same command resumes from the checkpoint (the frozen-layer cache and the steps
     trained so far). --max-minutes counts everything the command does (with --captions-from indexing
     and annotating, then loading, caching the frozen layers, the checks, the steps) and stops at the
-    first check past it, saving what is done. After every epoch it logs the level-usage check: the caption loss under the true,
-    opposite and random levels (run with -v to see it; also in the saved model's qc2.json).
+    first check past it, saving what is done. After every epoch it logs the level-usage check: the
+    caption loss under the true, opposite and random levels (run with -v to see it; also in the saved
+    model's qc2.json).
     """
     started = time.perf_counter()
     from pictrieve.agents.qc2.pipeline import default_model_dir, train_on_gallery
