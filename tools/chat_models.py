@@ -23,21 +23,33 @@ the local model and ``ChatOpenAI`` honour the same keyword names. The local mode
 generations, as with OpenAI's ``n``) and batches ``batch()`` calls into one padded forward pass,
 because one-at-a-time generation dominates the cost of an interactive round on a CPU; each input
 of a batch is still its own traced run (callbacks, tags, metadata and run names of its config).
+
+The local model streams: ``stream``/``astream`` (and LangGraph's ``stream_mode="messages"``) get its
+reply token by token as ``generate`` decodes it in a worker thread, the same text ``invoke`` gives
+for the same greedy settings. Every reply carries its token counts (``usage_metadata``; on the last
+chunk of a stream). A consumer that stops reading stops the generation.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
+import queue
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, NamedTuple, Sequence
 
-from langchain_core.callbacks import CallbackManager, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManager,
+    CallbackManagerForLLMRun,
+)
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult, LLMResult
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import get_config_list
 from pydantic import ConfigDict, Field, PrivateAttr
@@ -81,6 +93,10 @@ class LocalChatModel(BaseChatModel):
     ``temperature == 0`` means greedy decoding; otherwise nucleus sampling with ``top_p``.
     Generation stops at the end-of-turn token, at ``max_tokens`` new tokens, or at the first
     ``stop`` string (the text is cut before it, as OpenAI does).
+
+    ``stream``/``astream`` yield the reply as ``generate`` decodes it (one ``generate`` runs in a
+    worker thread; ``astream`` never blocks the event loop), with the token counts on the last
+    chunk; a consumer that stops iterating stops the generation.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -113,8 +129,61 @@ class LocalChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         n = int(kwargs.pop("n", 1) or 1)
-        texts = self._complete([messages] * n, stop=stop, **kwargs)
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=t)) for t in texts])
+        replies = self._complete([messages] * n, stop=stop, **kwargs)
+        return ChatResult(generations=[ChatGeneration(message=self._message(r)) for r in replies])
+
+    def _should_stream(self, *, async_api: bool, run_manager: Any = None, **kwargs: Any) -> bool:
+        """LangChain's rule, except for ``n`` > 1: several samples come from one batched
+        ``generate``, which has one reply per stream to give."""
+        if int(kwargs.get("n", 1) or 1) > 1:
+            return False
+        return super()._should_stream(async_api=async_api, run_manager=run_manager, **kwargs)
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        """The reply in pieces as they are decoded; the last chunk carries the token counts.
+
+        LangChain's ``stream`` reports each chunk to the callbacks (``on_llm_new_token``), so this
+        does not. Closing the iterator cancels the generation and waits the one step it takes to stop.
+        """
+        pieces: queue.Queue[str | object] = queue.Queue()
+        generation = self._start_streaming(messages, stop, kwargs, pieces.put)
+        try:
+            while (piece := pieces.get()) is not _END_OF_STREAM:
+                yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+            yield self._last_chunk(generation)
+        finally:
+            generation.cancelled.set()
+            generation.thread.join()
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """:meth:`_stream` for an event loop: loading, tokenizing and generating all happen in the
+        worker thread, which hands each piece to the loop; the loop only awaits them.
+
+        Closing the iterator (or cancelling its task) cancels the generation; the thread ends after
+        the step it is computing, without the loop waiting for it.
+        """
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[str | object] = asyncio.Queue()
+        generation = self._start_streaming(
+            messages, stop, kwargs, lambda piece: loop.call_soon_threadsafe(pieces.put_nowait, piece))
+        try:
+            while (piece := await pieces.get()) is not _END_OF_STREAM:
+                yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+            yield self._last_chunk(generation)
+        finally:
+            generation.cancelled.set()
 
     def batch(
         self,
@@ -142,19 +211,19 @@ class LocalChatModel(BaseChatModel):
         try:
             conversations = [self._convert_input(item).to_messages() for item in inputs]
             run_managers = self._start_runs(conversations, configs, stop, kwargs)
-            texts = self._complete(conversations, stop=stop, **kwargs)
+            replies = self._complete(conversations, stop=stop, **kwargs)
         except BaseException as exc:  # same contract as Runnable.batch
             for manager in run_managers:
                 manager.on_llm_error(exc)
             if return_exceptions and isinstance(exc, Exception):
                 return [exc] * len(inputs)  # type: ignore[list-item]
             raise
-        replies = []
-        for manager, text in zip(run_managers, texts):
-            reply = AIMessage(content=text, id=f"lc_run-{manager.run_id}")
-            manager.on_llm_end(LLMResult(generations=[[ChatGeneration(message=reply)]]))
-            replies.append(reply)
-        return replies
+        messages = []
+        for manager, reply in zip(run_managers, replies):
+            message = self._message(reply, id=f"lc_run-{manager.run_id}")
+            manager.on_llm_end(LLMResult(generations=[[ChatGeneration(message=message)]]))
+            messages.append(message)
+        return messages
 
     def _start_runs(self, conversations: list[list[BaseMessage]], configs: list[RunnableConfig],
                     stop: list[str] | None, kwargs: dict[str, Any]) -> list[CallbackManagerForLLMRun]:
@@ -174,19 +243,43 @@ class LocalChatModel(BaseChatModel):
             managers.append(manager)
         return managers
 
+    def _message(self, reply: _Reply, **fields: Any) -> AIMessage:
+        return AIMessage(content=reply.text, usage_metadata=reply.usage,
+                         response_metadata={"model_name": self.model_name}, **fields)
+
+    def _last_chunk(self, generation: _StreamedGeneration) -> ChatGenerationChunk:
+        """The closing chunk of a stream: the token counts, or the generation's error raised."""
+        if generation.error is not None:
+            raise generation.error
+        usage = _usage(generation.prompt_tokens, len(generation.tokens))
+        return ChatGenerationChunk(message=AIMessageChunk(
+            content="", usage_metadata=usage, response_metadata={"model_name": self.model_name},
+            chunk_position="last"))
+
     # -- generation ------------------------------------------------------------------------
-    def _complete(self, conversations: Sequence[list[BaseMessage]], *, stop: list[str] | None = None,
-                  **kwargs: Any) -> list[str]:
-        import torch
-
-        from pictrieve.tools.causal_lm import shared_causal_lm
-
+    def _decoding(self, stop: list[str] | None, kwargs: dict[str, Any]) -> _Decoding:
+        """One call's settings: per-call keywords over the model's own."""
         temperature = float(kwargs.get("temperature", self.temperature) or 0.0)
         top_p = float(kwargs.get("top_p", self.top_p) or 1.0)
         max_tokens = int(kwargs.get("max_tokens", kwargs.get("max_new_tokens", self.max_tokens)))
         stops = [s for s in (stop or kwargs.get("stop") or self.stop or []) if s]
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} \
+            if temperature > 0 else {"do_sample": False}
+        return _Decoding(max_tokens, stops, sampling)
 
-        chats = [_to_chat_dicts(conv) for conv in conversations]  # refuses images before loading
+    def _generate_tokens(self, chats: list[list[dict[str, str]]], decoding: _Decoding, *,
+                         streamer: Any = None, cancelled: threading.Event | None = None) -> _Generated:
+        """Tokenize ``chats`` (left-padded) and run ``generate``, one at a time on the shared model.
+
+        Both ``invoke`` and streams stop a sequence with :class:`_StopAtText`, so they stop at the
+        same token and report the same counts. ``streamer`` gets the tokens as they come;
+        ``cancelled`` ends the generation when set (also before it starts, while it waits its turn).
+        """
+        import torch
+        from transformers import StoppingCriteriaList
+
+        from pictrieve.tools.causal_lm import shared_causal_lm
+
         model, tokenizer = shared_causal_lm(self.model_name, self.device)
         prompts = [tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
                    for chat in chats]
@@ -198,16 +291,190 @@ class LocalChatModel(BaseChatModel):
                                     add_special_tokens=False).to(model.device)
             finally:
                 tokenizer.padding_side = padding_side
-            sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} \
-                if temperature > 0 else {"do_sample": False}
-            if stops:  # end each sequence early at a stop string (it is cut off below)
-                sampling.update(stop_strings=stops, tokenizer=tokenizer)
+            prompt_length = encoded["input_ids"].shape[1]
+            stops = _StopAtText(tokenizer, decoding.stops, prompt_length, len(prompts))
+            criteria = StoppingCriteriaList([stops] if decoding.stops else [])
+            if cancelled is not None:
+                criteria.append(_WhenSet(cancelled))
+                if cancelled.is_set():  # nobody wants it any more
+                    return _Generated(model, tokenizer, encoded, encoded["input_ids"], stops.finished_at)
             with torch.inference_mode():
-                output = model.generate(**encoded, max_new_tokens=max_tokens,
-                                        pad_token_id=tokenizer.pad_token_id, **sampling)
-        new_tokens = output[:, encoded["input_ids"].shape[1]:]
-        texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return [_cut_at_stop(t, stops).strip() for t in texts]
+                output = model.generate(**encoded, max_new_tokens=decoding.max_tokens,
+                                        pad_token_id=tokenizer.pad_token_id, stopping_criteria=criteria,
+                                        streamer=streamer, **decoding.sampling)
+        return _Generated(model, tokenizer, encoded, output, stops.finished_at)
+
+    def _complete(self, conversations: Sequence[list[BaseMessage]], *, stop: list[str] | None = None,
+                  **kwargs: Any) -> list[_Reply]:
+        decoding = self._decoding(stop, kwargs)
+        chats = [_to_chat_dicts(conv) for conv in conversations]  # refuses images before loading
+        done = self._generate_tokens(chats, decoding)
+        new_tokens = done.output[:, done.encoded["input_ids"].shape[1]:]
+        texts = done.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        eos = done.model.generation_config.eos_token_id
+        ends = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        prompt_lengths = done.encoded["attention_mask"].sum(dim=1).tolist()
+        return [_Reply(_visible_reply(text, decoding.stops, final=True)[0],
+                       _usage(int(prompt), _generated_length(row.tolist(), ends, stopped_at)))
+                for text, prompt, row, stopped_at in zip(texts, prompt_lengths, new_tokens, done.finished_at)]
+
+    def _start_streaming(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any],
+                         deliver: Callable[[str | object], None]) -> _StreamedGeneration:
+        """Start one generation in a worker thread that hands text pieces to ``deliver`` as they are
+        decoded, then :data:`_END_OF_STREAM` (also after an error, kept on the generation)."""
+        if int(kwargs.pop("n", 1) or 1) != 1:
+            raise ValueError("LocalChatModel streams one reply; use generate(..., n=k) for k samples")
+        decoding = self._decoding(stop, kwargs)
+        chats = [_to_chat_dicts(messages)]  # refuses images before any thread starts
+        generation = _StreamedGeneration(decoding.stops, deliver)
+
+        def run() -> None:
+            from pictrieve.tools.causal_lm import shared_causal_lm
+
+            try:
+                generation.tokenizer = shared_causal_lm(self.model_name, self.device)[1]
+                self._generate_tokens(chats, decoding, streamer=generation, cancelled=generation.cancelled)
+            except BaseException as exc:  # the consumer raises it (a thread would only print it)
+                generation.error = exc
+            finally:
+                generation.deliver(_END_OF_STREAM)
+
+        generation.thread = threading.Thread(target=run, name="LocalChatModel-stream", daemon=True)
+        generation.thread.start()
+        return generation
+
+
+class _Decoding(NamedTuple):
+    max_tokens: int
+    stops: list[str]
+    sampling: dict[str, Any]
+
+
+class _Reply(NamedTuple):
+    text: str
+    usage: UsageMetadata
+
+
+class _Generated(NamedTuple):
+    model: Any
+    tokenizer: Any
+    encoded: Any
+    output: Any
+    finished_at: list[int | None]
+
+
+_END_OF_STREAM = object()
+
+
+def _usage(prompt_tokens: int, generated_tokens: int) -> UsageMetadata:
+    return UsageMetadata(input_tokens=prompt_tokens, output_tokens=generated_tokens,
+                         total_tokens=prompt_tokens + generated_tokens)
+
+
+def _generated_length(tokens: list[int], ends: set[int], stopped_at: int | None) -> int:
+    """How many tokens one row of a (padded) batch generated: through its first end-of-turn token,
+    else up to where a stop string ended it, else all (the padding after an ended row is not counted)."""
+    first_end = next((i + 1 for i, token in enumerate(tokens) if token in ends), None)
+    return min(first_end or len(tokens), stopped_at or len(tokens))
+
+
+def _visible_reply(text: str, stops: list[str], *, final: bool) -> tuple[str, bool]:
+    """``(the reply text shown for the generated text so far, whether a stop string ended it)``.
+
+    The final reply is cut before the first stop string and stripped (what ``invoke`` returns).
+    While generating, the text that could still change is held back: an unfinished UTF-8 character
+    (decoded as U+FFFD), a tail that may be the start of a stop string, and trailing whitespace. Each
+    reply shown is therefore a prefix of the final one, so a stream never takes back what it sent.
+    """
+    if not final:
+        text = text.rstrip("\ufffd")
+    cut = _cut_at_stop(text, stops)
+    if len(cut) < len(text):
+        return cut.strip(), True
+    if final:
+        return text.strip(), False
+    held = max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+    return text[:len(text) - held].strip(), False
+
+
+class _StopAtText:
+    """A ``generate`` stopping criterion: a sequence is done once its new text holds a stop string.
+
+    Text, not tokens: a stop string may begin or end inside a token. Records how many new tokens
+    each sequence had when it stopped (``finished_at``), for the usage counts.
+    """
+
+    def __init__(self, tokenizer: Any, stops: list[str], prompt_length: int, batch_size: int) -> None:
+        self.tokenizer, self.stops, self.prompt_length = tokenizer, stops, prompt_length
+        self.finished_at: list[int | None] = [None] * batch_size
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        for row, ids in enumerate(input_ids[:, self.prompt_length:].tolist()):
+            if self.finished_at[row] is None:
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                if _visible_reply(text, self.stops, final=False)[1]:
+                    self.finished_at[row] = len(ids)
+        return torch.tensor([at is not None for at in self.finished_at], device=input_ids.device)
+
+
+class _StreamedGeneration:
+    """One streamed generation: the ``generate`` streamer (it runs in the worker thread) that turns
+    tokens into reply pieces, and what the consumer reads afterwards (token counts, an error)."""
+
+    def __init__(self, stops: list[str], deliver: Callable[[str | object], None]) -> None:
+        self.stops = stops
+        self._deliver = deliver
+        self.cancelled = threading.Event()  # set when the consumer leaves
+        self.thread: threading.Thread | None = None
+        self.tokenizer: Any = None
+        self.prompt_tokens = 0
+        self.tokens: list[int] = []
+        self.error: BaseException | None = None
+        self._shown = ""
+        self._prompt_seen = False
+
+    # transformers' BaseStreamer protocol: put(prompt ids), put(each new token)..., end()
+    def put(self, value: Any) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            self.prompt_tokens = int(value.shape[-1])
+            return
+        if not self.cancelled.is_set():
+            self.tokens.extend(value.reshape(-1).tolist())
+            self._show(final=False)
+
+    def end(self) -> None:
+        if not self.cancelled.is_set():
+            self._show(final=True)
+
+    def _show(self, *, final: bool) -> None:
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        reply = _visible_reply(text, self.stops, final=final)[0]
+        if not reply.startswith(self._shown):  # the tokenizer re-spelled decoded text; it cannot be unsent
+            logger.warning("streamed reply %r no longer starts the decoded text %r", self._shown, reply)
+        elif len(reply) > len(self._shown):
+            self.deliver(reply[len(self._shown):])
+            self._shown = reply
+
+    def deliver(self, piece: str | object) -> None:
+        try:
+            self._deliver(piece)
+        except RuntimeError:  # the consumer's event loop is closed: nobody is listening
+            self.cancelled.set()
+
+
+class _WhenSet:
+    """A ``generate`` stopping criterion: every sequence is done once ``event`` is set."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 def _to_chat_dicts(messages: list[BaseMessage]) -> list[dict[str, str]]:
