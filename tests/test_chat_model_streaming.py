@@ -13,6 +13,7 @@ from contextlib import aclosing, contextmanager
 
 import pytest
 from langchain_core.messages import AIMessageChunk, HumanMessage
+from langchain_core.runnables import RunnableConfig
 
 from pictrieve.tools.chat_models import LocalChatModel, _cut_at_stop, _visible_reply
 from qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
@@ -200,9 +201,9 @@ async def _drain(stream):
 def _one_node_graph(chat, *, samples: int = 1):
     from langgraph.graph import END, START, MessagesState, StateGraph
 
-    def answer(state: MessagesState) -> dict:
-        if samples > 1:  # PlugIR draws several questions this way
-            result = chat.generate([state["messages"]], n=samples)
+    def answer(state: MessagesState, config: RunnableConfig) -> dict:
+        if samples > 1:  # as PlugIR draws several questions, with the run's callbacks (tracing, streaming)
+            result = chat.generate([state["messages"]], n=samples, callbacks=config["callbacks"])
             return {"messages": [g.message for g in result.generations[0]]}
         return {"messages": [chat.invoke(state["messages"])]}
 

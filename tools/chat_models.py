@@ -181,6 +181,7 @@ class LocalChatModel(BaseChatModel):
         try:
             while (piece := await pieces.get()) is not _END_OF_STREAM:
                 yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+            await asyncio.to_thread(generation.thread.join)  # it has handed over its last piece
             yield self._last_chunk(generation)
         finally:
             generation.cancelled.set()
