@@ -238,3 +238,17 @@ def test_several_samples_in_messages_mode_are_drawn_not_streamed(chat):
             values = payload
     replies = values["messages"][1:]
     assert len(replies) == 3 and all(r.content == chat.invoke("say yes").content for r in replies)  # greedy
+
+
+# -- the real offline model, only when it is already on this machine (conftest.offline_llm) -------------
+
+
+@pytest.mark.slow
+def test_offline_model_streams_what_it_answers(offline_llm):
+    greedy = offline_llm.bind(temperature=0.0, max_tokens=24)
+    for stop in (None, [","]):
+        reply = greedy.invoke("List three colors, separated by commas.", stop=stop)
+        chunks = list(greedy.stream("List three colors, separated by commas.", stop=stop))
+        assert _streamed(chunks) == reply.content and sum(1 for c in chunks if c.content) > 1
+        assert chunks[-1].usage_metadata == reply.usage_metadata
+    assert "," not in reply.content
