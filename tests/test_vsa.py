@@ -254,12 +254,12 @@ def test_ssd_detector_on_a_real_photo_follows_the_protocol():
     assert 0 <= x0 < x1 <= image.width and 0 <= y0 < y1 <= image.height
 
 
-def test_zeroshot_backend_runs_on_a_tiny_random_owlvit():
+def tiny_owlvit_detector():
+    """The zero-shot detector on a tiny random OWL-ViT built from a config (boxes mean nothing)."""
     from transformers import (CLIPTokenizer, OwlViTConfig, OwlViTForObjectDetection, OwlViTImageProcessor,
                               OwlViTProcessor)
 
     from pictrieve.tools.detectors import ZeroShotDetector
-    from pictrieve.tools.protocols import Detector
 
     pytest.importorskip("transformers")
     config = OwlViTConfig(
@@ -278,7 +278,13 @@ def test_zeroshot_backend_runs_on_a_tiny_random_owlvit():
         image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32}, crop_size={"height": 32, "width": 32}),
         tokenizer=CLIPTokenizer.from_pretrained(vocab_dir),
     )
-    detector = ZeroShotDetector(model=model, processor=processor, box_threshold=0.0)
+    return ZeroShotDetector(model=model, processor=processor, box_threshold=0.0)
+
+
+def test_zeroshot_backend_runs_on_a_tiny_random_owlvit():
+    from pictrieve.tools.protocols import Detector
+
+    detector = tiny_owlvit_detector()
     assert isinstance(detector, Detector)
     image = Image.new("RGB", (80, 60), (10, 200, 30))
     found = detector.detect(image, labels=["horse", "dog"], min_score=0.0)
