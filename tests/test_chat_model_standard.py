@@ -42,21 +42,19 @@ class _TextOnlyLocalModel:
         return False  # text only: image blocks are refused, never dropped
 
 
-class TestLocalChatModelUnit(_TextOnlyLocalModel, ChatModelUnitTests):
+class _OnTinyCheckpoint(_TextOnlyLocalModel):
     @pytest.fixture(autouse=True)
     def _checkpoint(self, tiny_chat_checkpoint):  # noqa: F811
         self.checkpoint = tiny_chat_checkpoint
 
+
+class TestLocalChatModelUnit(_OnTinyCheckpoint, ChatModelUnitTests):
     @property
     def chat_model_params(self) -> dict:
         return {"model_name": self.checkpoint, "device": "cpu"}  # the suite adds temperature, max_tokens, stop
 
 
-class TestLocalChatModelIntegration(_TextOnlyLocalModel, ChatModelIntegrationTests):
-    @pytest.fixture(autouse=True)
-    def _checkpoint(self, tiny_chat_checkpoint):  # noqa: F811
-        self.checkpoint = tiny_chat_checkpoint
-
+class TestLocalChatModelIntegration(_OnTinyCheckpoint, ChatModelIntegrationTests):
     @property
     def chat_model_params(self) -> dict:
         return {"model_name": self.checkpoint, "device": "cpu", "temperature": 0.0, "max_tokens": 12}
