@@ -133,8 +133,8 @@ class LocalChatModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=self._message(r)) for r in replies])
 
     def _should_stream(self, *, async_api: bool, run_manager: Any = None, **kwargs: Any) -> bool:
-        """LangChain's rule, except for ``n`` > 1: several samples come from one batched
-        ``generate``, which has one reply per stream to give."""
+        """LangChain's rule, except that ``n`` > 1 samples are never streamed: a stream carries one
+        reply, and several samples come from one batched ``generate``."""
         if int(kwargs.get("n", 1) or 1) > 1:
             return False
         return super()._should_stream(async_api=async_api, run_manager=run_manager, **kwargs)
