@@ -6,10 +6,12 @@ the *other* captions only: by default :class:`CaptionUser` (no language model: e
 offline questioner's questions, rule-based or the closest caption for free questions), or
 ``user="llm"``, the chat model reading the captions (:class:`CaptionAnswerer`). Targets are the first
 ``targets`` of one seeded order of the photos, so a run on 10 targets uses the first 10 of a run on 50. Every arm (ZS, CR, CR+RCE, CR+RCE+F; :data:`ARMS`) runs the same graph
-with different configuration over the same targets, descriptions and random seeds. After each
-round the target's rank is computed exactly (numpy over all stored vectors; ties scored by their
-expected rank) and the run reports BRI, Hits@10 and Recall@10 per round, and seconds per round
-split by graph node.
+with different configuration over the same targets, descriptions and random seeds. Each round the
+target's rank is read from the graph's own ranking, the order it shows (the ``ranking`` its
+``retrieve`` node returns, which the offline arm re-ranks by the answers), not from re-embedding the
+query text: the graph searches an exact view of the gallery (numpy over all stored vectors) and ranks
+all of it (``ranked_k`` = the gallery's size); ties are scored by their expected rank. The run
+reports BRI, Hits@10 and Recall@10 per round, and seconds per round split by graph node.
 """
 
 from __future__ import annotations
@@ -124,7 +126,8 @@ def run_ablation(
     if rounds < 1:
         raise ValueError("--rounds must be at least 1 (BRI needs round 0 and one more)")
     ranker = ExactRanker(gallery)
-    seen = WithoutCaptions(gallery) if uncaptioned else gallery  # what the graph searches
+    exact = ExactSearch(gallery, ranker)
+    seen = WithoutCaptions(exact) if uncaptioned else exact  # what the graph searches
     captioner_name = captioner
     if captioner is not None:
         from pictrieve.graphs.interactive_retrieval import resolve_captioner
@@ -147,7 +150,8 @@ def run_ablation(
         plan.append((id_, texts[first], [t for i, t in enumerate(texts) if i != first]))
 
     answerer_factory = answerer_factory or (lambda path, visible: CaptionUser(visible))
-    base_settings = {"shown_k": top_k, "max_rounds": rounds, "seed": seed, **_renamed(settings or {})}
+    base_settings = {"shown_k": top_k, "max_rounds": rounds, "seed": seed, "ranked_k": len(ids),
+                     **_renamed(settings or {})}
     results: dict[str, Any] = {"arms": {}, "dialogues": {}}
     bar = tqdm(total=len(arms) * len(plan), disable=not progress, desc="interactive eval")
     for arm in arms:
@@ -158,10 +162,12 @@ def run_ablation(
             timed_user = _TimedAnswerer(answerer_factory(by_id[id_], visible))
             graph = build_plugir_graph(seen, llm=chat, answerer=timed_user, captioner=captioner)
             with torch_seeded(seed * 100_003 + number):  # same sampling per target in every arm
-                state = graph.invoke({"description": description}, context=PlugIRSettings(**base_settings, arm=arm))
+                state, rankings = run_and_record_rankings(graph, description,
+                                                          PlugIRSettings(**base_settings, arm=arm))
             queries = list(state.get("queries", []))
             queries += [queries[-1]] * (rounds + 1 - len(queries))  # a run that stopped early
-            stats = ranker.ranks(queries, [id_] * len(queries))
+            rankings += [rankings[-1]] * (rounds + 1 - len(rankings))
+            stats = target_rank_statistics(rankings, id_)
             rank_rows.append(stats["ranks"])
             greater_rows.append(stats["greater"])
             tie_rows.append(stats["ties"])
@@ -200,6 +206,70 @@ def run_ablation(
     if hasattr(gallery, "embedder_name"):
         results["config"]["embedder"] = gallery.embedder_name
     return results
+
+
+def run_and_record_rankings(graph: Any, description: str, context: Any) -> tuple[dict[str, Any], list[list]]:
+    """Run an unattended PlugIR graph; return its final state and the ``ranking`` of every round."""
+    rankings: list[list] = []
+    state: dict[str, Any] = {}
+    for mode, chunk in graph.stream({"description": description}, context=context,
+                                    stream_mode=["updates", "values"]):
+        if mode == "values":
+            state = chunk
+        elif "retrieve" in chunk and chunk["retrieve"].get("ranking") is not None:
+            rankings.append(chunk["retrieve"]["ranking"])
+    return state, rankings
+
+
+def target_rank_statistics(rankings: Sequence[Sequence[tuple[str, float]]], target: str) -> dict[str, np.ndarray]:
+    """Tie-aware ``ranks``, ``greater`` and ``ties`` of ``target`` in each round's ranking (the
+    graph's ``(id, score)`` list). A ranking must hold the target: the evaluation ranks the whole
+    gallery."""
+    greater, ties = [], []
+    for ranking in rankings:
+        scores = {id_: score for id_, score in ranking}
+        if target not in scores:
+            raise ValueError(f"the graph's ranking of {len(ranking)} images lacks the target {target}; "
+                             "set ranked_k to the gallery's size")
+        values = np.fromiter(scores.values(), dtype=np.float64)
+        greater.append(int((values > scores[target]).sum()))
+        ties.append(int((values == scores[target]).sum()) - 1)
+    greater_array, ties_array = np.array(greater), np.array(ties)
+    return {"greater": greater_array, "ties": ties_array, "ranks": 1.0 + greater_array + ties_array / 2.0}
+
+
+class ExactSearch:
+    """A gallery whose ``search_vector`` scores every stored vector exactly (numpy, the evaluation's
+    :class:`ExactRanker`), so the graph's ranking never depends on the HNSW index's recall."""
+
+    def __init__(self, gallery: Any, ranker: ExactRanker | None = None) -> None:
+        self.gallery = gallery
+        self.ranker = ranker or ExactRanker(gallery)
+        self._hits: dict[str, Any] | None = None
+
+    def __getattr__(self, name: str) -> Any:  # embedder, embeddings, count, ...
+        return getattr(self.gallery, name)
+
+    def _records(self) -> dict[str, Any]:
+        """Every image's hit (path, captions), read once."""
+        if self._hits is None:
+            everything = self.gallery.search_vector(self.ranker.vectors[0], k=len(self.ranker.ids))
+            self._hits = {hit.id: hit for hit in everything}
+            missing = [id_ for id_ in self.ranker.ids if id_ not in self._hits]
+            if missing:  # an approximate index may leave some out of one query: read them directly
+                from pictrieve.vectorstore.hits import ImageHit
+
+                records = self.gallery.collection.get(ids=missing, include=["metadatas"])
+                for id_, meta in zip(records["ids"], records["metadatas"]):
+                    self._hits[id_] = ImageHit.from_record(id_, meta, score=0.0, rank=0)
+        return self._hits
+
+    def search_vector(self, vector: np.ndarray, k: int = 10) -> list[Any]:
+        scores = self.ranker.vectors @ np.asarray(vector, dtype=self.ranker.vectors.dtype).reshape(-1)
+        order = np.argsort(-scores, kind="stable")[:k]
+        records = self._records()
+        return [records[self.ranker.ids[i]].model_copy(update={"score": float(scores[i]), "rank": rank})
+                for rank, i in enumerate(order, 1)]
 
 
 class WithoutCaptions:

@@ -27,8 +27,12 @@ context keys ``reformulate``, ``retrieval_context``, ``filter_questions``, or ``
 no language model: ``generate_questions`` makes yes/no and short-choice questions from the terms
 that tell the candidates' captions apart, ``filter_and_select`` drops what is known or asked and
 picks the question of highest expected information, ``reformulate`` appends confirmed terms to the
-description, and the interrupt carries the choice question's ``options``
-(:mod:`pictrieve.agents.plugir.offline_questioner`). A run that names no questioner gets the
+description, ``retrieve`` re-ranks the best ``ranked_k`` images by the answers (a denied thing
+lowers the images whose description holds it, a confirmed one raises them), and the interrupt
+carries the choice question's ``options``; an answer that picks none of them is asked again with
+the options spelled out (:mod:`pictrieve.agents.plugir.offline_questioner`). Each round's
+``ranking`` (ids and scores of the ``ranked_k`` best, in the order shown) is what an evaluation
+ranks. A run that names no questioner gets the
 offline one when the graph was built with the bundled offline model (whose own questions made
 rankings worse, BENCHMARKS.md) and the LLM's otherwise, so a served graph needs no context to ask
 sensible questions.
@@ -70,9 +74,13 @@ from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12 (s
 from pictrieve.agents.plugir.caption_terms import CaptionTerms, caption_terms, vocabulary
 from pictrieve.agents.plugir.offline_questioner import (
     Question,
+    answer_adjustments,
+    answered_facts,
     candidate_distribution,
     candidate_questions,
     choose_question,
+    clarified,
+    is_valid_answer,
     reformulate_with_answers,
 )
 from pictrieve.agents.plugir.question_filter import (
@@ -90,6 +98,10 @@ logger = logging.getLogger(__name__)
 
 MIN_CANDIDATES = 20
 CANDIDATE_FRACTION = 0.01
+RANKED_K = 100
+"""Images re-ranked by the offline answers each round when ``ranked_k`` is not set."""
+MAX_REASKS = 3
+"""Times a choice question is asked again for an answer that is none of its options."""
 
 ARMS: dict[str, dict[str, Any]] = {
     "zs": {"questioner": "llm", "reformulate": False, "retrieval_context": False, "filter_questions": False},
@@ -171,6 +183,7 @@ class PlugIROutput(TypedDict, total=False):
     query: str  # this round's retrieval query (reformulated caption or concatenation)
     queries: Annotated[list[str], operator.add]  # query of every round, index = round
     shown: list[ImageHit]  # the top images shown to the user this round
+    ranking: list[tuple[str, float]]  # (id, score) of the ranked_k best this round, in the order shown
     retrieval_context: list[str]  # RCE captions shown to the questioner this round
     question: str  # the question asked this round
     question_spec: dict[str, Any] | None  # the offline questioner's question (kind, term, options)
@@ -206,10 +219,22 @@ class PlugIRSettings(RunSettings):
     # default, offline with the bundled offline model and llm with any other (see default_arm)
     questioner: str | None = None
     arm: str | None = None  # "zs", "cr", "cr+rce", "cr+rce+f" or "offline": overrides the flags above
+    # The offline questioner (chosen on flickr8k-train's dev rows, BENCHMARKS.md "PlugIR offline"):
+    ranked_k: int | None = None  # images re-ranked by the answers each round; None: RANKED_K
+    confirm_weight: float = 0.0  # score added per confirmed term a stored caption implies
+    deny_weight: float = 0.1  # score taken per denied term a stored caption implies
+    described_trust: float = 1.0  # weight of a captioner's description (tags) relative to a stored caption
+    question_temperature: float = 1.0  # softmax temperature of the candidate distribution
+    yes_weight: float = 0.0  # value of a likely "yes" beside the expected information
 
     def validate(self) -> None:
         require_positive(self, "shown_k", "candidate_k", "clusters", "questions_per_round", "filter_attempts",
-                         "reformulation_max_tokens")
+                         "reformulation_max_tokens", "ranked_k")
+        for name in ("confirm_weight", "deny_weight", "described_trust", "yes_weight", "question_temperature"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
+                    (name == "question_temperature" and value <= 0):
+                raise SettingsError(f"{name} must be a number >= 0 (temperature > 0), got {value!r}")
         if not isinstance(self.max_rounds, int) or self.max_rounds < 0:
             raise SettingsError(f"max_rounds must be a whole number >= 0, got {self.max_rounds!r}")
         if self.questioner is not None and self.questioner not in QUESTIONERS:
@@ -224,6 +249,9 @@ class PlugIRSettings(RunSettings):
         if self.candidate_k:
             return max(1, int(self.candidate_k))
         return max(MIN_CANDIDATES, math.ceil(CANDIDATE_FRACTION * gallery_size))
+
+    def ranked_count(self, gallery_size: int) -> int:
+        return max(self.ranked_k or RANKED_K, self.candidate_count(gallery_size), self.shown_k)
 
 
 
@@ -329,14 +357,42 @@ def build_plugir_graph(
     def retrieve_node(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> dict[str, Any]:
         started = time.perf_counter()
         settings = settings_of(runtime, PlugIRSettings)
-        n = settings.candidate_count(gallery.count())
+        size = gallery.count()
+        n = settings.candidate_count(size)
         vector = gallery.embedder.embed_texts([state["query"]])[0]
-        candidates = gallery.search_vector(vector, k=max(n, settings.shown_k))
+        ranked = gallery.search_vector(vector, k=settings.ranked_count(size))
+        if questioner_of(settings) == "offline":
+            ranked = rerank_by_answers(ranked, state.get("dialogue", []), settings, n)
         return {
-            "candidates": candidates[:n],
-            "shown": candidates[: settings.shown_k],
+            "candidates": ranked[:n],
+            "shown": ranked[: settings.shown_k],
+            "ranking": [(hit.id, float(hit.score)) for hit in ranked],
             "timings": timed("retrieval", state, started),
         }
+
+    def rerank_by_answers(hits: list[ImageHit], dialogue: Sequence[Turn], settings: PlugIRSettings,
+                          n: int) -> list[ImageHit]:
+        """The hits re-scored by what the user confirmed and denied (offline questions).
+
+        Each image's description is its stored caption, else the captioner's (every hit when the
+        captioner reads stored vectors, as tags do; only the top ``n`` when it reads files, as
+        before); an image without one keeps its score."""
+        confirmed, denied = answered_facts(dialogue)
+        if not confirmed and not denied or not hits:
+            return hits
+        hits = [as_hit(h) for h in hits]
+        cheap = captioner is not None and hasattr(captioner, "describe_vectors")
+        head, described = _fill_captions(hits[:n], captioner, vectors_of, descriptions)
+        tail, described_tail = _fill_captions(hits[n:], captioner if cheap else None, vectors_of, descriptions)
+        described = set(described) | {n + i for i in described_tail}
+        terms = [caption_terms(text) if i in described else None for i, text in enumerate(head + tail)]
+        trust = [1.0 if hit.caption else settings.described_trust for hit in hits]
+        scores = np.array([h.score for h in hits]) + answer_adjustments(
+            terms, confirmed, denied, confirm_weight=settings.confirm_weight, deny_weight=settings.deny_weight,
+            trust=trust)
+        order = np.argsort(-scores, kind="stable")
+        return [hits[i].model_copy(update={"score": float(scores[i]), "rank": rank})
+                for rank, i in enumerate(order, 1)]
 
     # Candidates of one round are mostly the next round's too: their caption vectors are kept (per
     # caption text, for this compiled graph's embedder) instead of re-embedding them every round.
@@ -377,7 +433,8 @@ def build_plugir_graph(
         if questioner_of(settings) == "offline":
             terms = candidate_terms(state)
             asked = [Question.from_json(t["spec"]) for t in state.get("dialogue", []) if t.get("spec")]
-            offline = candidate_questions(terms, known=state.get("query", ""), asked=asked)
+            _, denied = answered_facts(state.get("dialogue", []))
+            offline = candidate_questions(terms, known=state.get("query", ""), asked=asked, denied=denied)
             return {"questions": [q.text for q in offline], "offline_questions": [q.to_json() for q in offline],
                     "timings": timed("questioner", state, started)}
         questions = _ask_for_questions(state, settings, settings.questions_per_round)
@@ -388,7 +445,7 @@ def build_plugir_graph(
         settings = settings_of(runtime, PlugIRSettings)
         questions = list(state.get("questions") or [])
         if questioner_of(settings) == "offline":
-            return {**select_offline_question(state), "timings": timed("filter", state, started)}
+            return {**select_offline_question(state, settings), "timings": timed("filter", state, started)}
         if not settings.filter_questions:
             question = questions[0] if questions else FALLBACK_QUESTION
             return {"question": question, "question_spec": None, "timings": timed("filter", state, started)}
@@ -418,15 +475,29 @@ def build_plugir_graph(
         question = state.get("question") or FALLBACK_QUESTION
         shown = [as_hit(h) for h in state.get("shown", [])]
         spec = state.get("question_spec") if (state.get("question_spec") or {}).get("text") == question else None
-        if answerer is not None:
-            reply: Any = answerer(question, state)
-        else:
-            payload = {"round": state.get("round", 0) + 1, "question": question,
-                       "query": state.get("query", ""), "shown": [h.to_json() for h in shown]}
-            if spec and spec.get("kind") == "choice":
-                payload["options"] = _option_labels(spec)
-            reply = interrupt(payload)
-        parsed = parse_reply(reply, shown)
+        choice = Question.from_json(spec) if spec and spec.get("kind") == "choice" else None
+        payload = {"round": state.get("round", 0) + 1, "question": question,
+                   "query": state.get("query", ""), "shown": [h.to_json() for h in shown]}
+        if choice:
+            payload["options"] = _option_labels(spec)
+
+        def reply_to(asked: str, attempt: int) -> dict[str, Any]:
+            if answerer is not None:
+                return parse_reply(answerer(asked, state), shown)
+            return parse_reply(interrupt({**payload, "question": asked} if attempt else payload), shown)
+
+        parsed = reply_to(question, 0)
+        # A choice answered with none of its options ("yes", "black" to "Where is it?") is asked
+        # again with the options spelled out, never read into the query (a simulated user once).
+        reasks = MAX_REASKS if answerer is None else 1
+        attempt = 0
+        while choice and "answer" in parsed and not is_valid_answer(choice, parsed["answer"]):
+            if attempt >= reasks:
+                logger.info("no option picked in %d answers to %r; recorded as unknown", attempt + 1, question)
+                parsed = {"answer": "unknown"}
+                break
+            attempt += 1
+            parsed = reply_to(clarified(choice), attempt)
         if "stop" in parsed:
             return {"stopped": True}
         if "found" in parsed:
@@ -441,16 +512,14 @@ def build_plugir_graph(
         captions, _ = _fill_captions(candidates, captioner, vectors_of, descriptions)
         return [caption_terms(text) for text in captions]
 
-    def select_offline_question(state: PlugIRState) -> dict[str, Any]:
-        """Expected-information choice among the offline questions (the filter already ran: they
-        ask nothing the query or the dialogue holds)."""
+    def select_offline_question(state: PlugIRState, settings: PlugIRSettings) -> dict[str, Any]:
+        """The most valuable offline question (the filter already ran: none is settled by the
+        query or the dialogue). The candidates' scores already hold the answers so far."""
         questions = [Question.from_json(q) for q in state.get("offline_questions") or []]
         candidates = [as_hit(c) for c in state.get("candidates", [])]
         terms = candidate_terms(state)
-        answered = [(Question.from_json(t["spec"]), t["answer"]) for t in state.get("dialogue", [])
-                    if t.get("spec")]
-        p = candidate_distribution([c.score for c in candidates], terms, answered)
-        best = choose_question(questions, terms, p) if candidates else None
+        p = candidate_distribution([c.score for c in candidates], settings.question_temperature)
+        best = choose_question(questions, terms, p, settings.yes_weight) if candidates else None
         if best is None:  # the candidates' captions no longer differ in anything not yet asked
             return {"question": FALLBACK_QUESTION, "question_spec": None}
         return {"question": best.text, "question_spec": best.to_json()}

@@ -17,11 +17,14 @@ from plugir_fakes import FakeGallery, make_gallery  # noqa: E402
 from pictrieve.agents.plugir.caption_terms import caption_terms, singular  # noqa: E402
 from pictrieve.agents.plugir.offline_questioner import (  # noqa: E402
     Question,
+    answer_adjustments,
     answer_outcomes,
+    answered_facts,
     candidate_distribution,
     candidate_questions,
     choose_question,
     expected_information,
+    is_valid_answer,
     read_answer,
     reformulate_with_answers,
 )
@@ -77,12 +80,101 @@ def test_questions_skip_what_is_known_or_asked_and_the_best_is_chosen():
     assert "colour of dog" not in {q.key for q in asked} and "brown dog" not in {q.key for q in asked}
 
 
-def test_earlier_answers_reweight_the_candidates():
-    terms = [caption_terms(c) for c in ["a dog with a ball", "a dog with a stick", "a cat", "a bird"]]
+def test_answers_become_facts_that_move_the_candidates_scores():
+    terms = [caption_terms(c) for c in ["a dog with a ball", "a puppy with a stick", "a cat", "a bird"]]
     ball = Question(text="Is there a ball in the photo?", kind="yes_no", key="ball", phrase="a ball")
-    p = candidate_distribution([0.5, 0.5, 0.5, 0.5], terms, [(ball, "no")])
-    assert p[0] == pytest.approx(0.2 / 3.2) and p[1] == pytest.approx(1 / 3.2)
-    assert candidate_distribution([0.5] * 4, terms, [(ball, "I don't know")]).tolist() == [0.25] * 4
+    dog = Question(text="Is there a dog in the photo?", kind="yes_no", key="dog", phrase="a dog")
+    place = Question(text="Where is it: beach or snow?", kind="choice", key="place", options=("beach", "snow"))
+    colour = Question(text="What colour is the dog: brown or black?", kind="choice", key="colour of dog",
+                      options=("brown dog", "black dog"), noun="dog")
+    turns = [{"question": q.text, "answer": a, "spec": q.to_json()}
+             for q, a in [(ball, "no"), (dog, "yes"), (place, "none of these"), (colour, "red")]]
+    confirmed, denied = answered_facts(turns)
+    assert confirmed == {"dog", "red dog"} and denied == {"ball", "beach", "snow", "brown dog", "black dog"}
+    assert answered_facts([{"question": ball.text, "answer": "I don't know", "spec": ball.to_json()}]) == (set(), set())
+    adjust = answer_adjustments(terms + [None], {"dog"}, {"ball"}, confirm_weight=0.1, deny_weight=0.3)
+    # the puppy is a dog (hypernym table); the undescribed fifth candidate is left alone
+    assert adjust.tolist() == pytest.approx([0.1 - 0.3, 0.1, 0.0, 0.0, 0.0])
+    halved = answer_adjustments(terms, set(), {"ball"}, confirm_weight=0.1, deny_weight=0.3, trust=[0.5] * 4)
+    assert halved[0] == pytest.approx(-0.15)
+    p = candidate_distribution([0.5, 0.4], temperature=0.1)
+    assert p[0] / p[1] == pytest.approx(math.e)
+
+
+def test_a_denial_changes_the_ranking():
+    """Issue 19: four "no"s left the query and the results unchanged; with default settings each
+    denial now lowers the candidates whose descriptions hold the denied thing."""
+    captions = ([f"a dog with a {thing} in the park" for thing in ["ball", "stick", "frisbee", "rope", "toy"]]
+                + ["a dog in the park", "a dog lying in the park", "a dog near a bench in the park"])
+    gallery = FakeGallery(captions)
+    graph = build_plugir_graph(gallery, checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "deny"}}
+    context = {"arm": "offline", "max_rounds": 5, "candidate_k": 8, "shown_k": 8}
+    result = graph.invoke({"description": "a dog in the park"}, cfg, context=context)
+    before = [h["id"] for h in result["__interrupt__"][0].value["shown"]]
+    denied = []
+    for _ in range(4):
+        payload = result["__interrupt__"][0].value
+        assert "options" not in payload, payload["question"]  # yes/no questions only here
+        result = graph.invoke(Command(resume="no"), cfg, context=context)
+        denied.append(result["dialogue"][-1]["spec"]["key"])
+    payload = result["__interrupt__"][0].value
+    assert payload["query"] == "a dog in the park"  # denials stay out of the text ...
+    after = [h["id"] for h in payload["shown"]]
+    assert after != before  # ... but not out of the ranking
+    holds = {f"img{i:02d}": any(d in c.split() for d in denied) for i, c in enumerate(captions)}
+    # every image whose caption holds a denied thing now ranks below every image holding none
+    positions = [holds[i] for i in after]
+    assert positions == sorted(positions), (denied, after)
+    assert any(positions)
+
+
+def test_settled_things_are_not_asked_counting_broader_words():
+    """Issue 19: after "two dogs running" it asked "Is there an animal in the photo?"."""
+    terms = [caption_terms(c) for c in ["an animal in a field", "a dog on the grass", "a puppy with a ball",
+                                        "a cat on a sofa", "a person with a dog"]]
+    keys = {q.key for q in candidate_questions(terms, known="two dogs running")}
+    assert "animal" not in keys and "dog" not in keys and "two dog" not in keys
+    assert {"puppy", "cat", "ball"} <= keys  # narrower or unrelated things are still open
+    # an earlier "no" settles the narrower words too, and what is said of them
+    after_no = {q.key for q in candidate_questions(terms, known="something in a field", denied={"animal"})}
+    assert not after_no & {"animal", "dog", "puppy", "cat"} and "ball" in after_no
+    # an earlier "yes" (in the query) settles the broader words
+    after_yes = {q.key for q in candidate_questions(terms, known="something in a field, a puppy")}
+    assert not after_yes & {"puppy", "dog", "animal"}
+
+
+def test_an_action_is_asked_as_an_action():
+    """Issue 19: it asked "Is there a jumping in the photo?"."""
+    terms = [caption_terms(c) for c in ["The jumping dog", "a dog with a jumping", "a dog sleeping"]]
+    assert "jumping" not in terms[0].things and "jumping" in terms[0].actions
+    questions = {q.key: q.text for q in candidate_questions(terms, known="a dog")}
+    assert questions["jumping"] == "Is someone or something jumping?"
+    assert not any("a jumping" in text or "a sleeping" in text for text in questions.values())
+
+
+def test_a_choice_answered_with_no_option_is_asked_again_with_the_options():
+    """Issue 19: "yes" to a choice was ignored and "black" to "Where is it: ..." entered the query."""
+    gallery = FakeGallery([f"a {c} dog in the {p}" for c in ["red", "blue"] for p in ["snow", "park", "beach"]])
+    graph = build_plugir_graph(gallery, checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "again"}}
+    context = {"arm": "offline", "max_rounds": 2, "candidate_k": 6}
+    first = graph.invoke({"description": "a dog"}, cfg, context=context)["__interrupt__"][0].value
+    assert first["question"] == "Where is it: beach, park or snow?"
+    for wrong in ["yes", "black"]:
+        again = graph.invoke(Command(resume=wrong), cfg, context=context)["__interrupt__"][0].value
+        assert again["round"] == 1 and again["options"] == first["options"]
+        assert again["question"] == ("Where is it: beach, park or snow? Please answer with one of: "
+                                     "beach, park, snow or none of these.")
+    answered = graph.invoke(Command(resume="snow"), cfg, context=context)
+    assert answered["dialogue"] == [{"question": first["question"], "answer": "snow",
+                                     "spec": answered["dialogue"][0]["spec"]}]
+    assert answered["queries"][-1] == "a dog, the snow" and "black" not in answered["queries"][-1]
+    # a value of the same kind outside the options is an answer, not a reason to ask again
+    place = Question.from_json(answered["dialogue"][0]["spec"])
+    assert is_valid_answer(place, "on a lake") and not is_valid_answer(place, "black")
+    assert reformulate_with_answers("a dog", [{"question": place.text, "answer": "on a lake",
+                                               "spec": place.to_json()}]) == "a dog, the lake"
 
 
 def test_answers_are_read_and_only_confirmations_enter_the_query():

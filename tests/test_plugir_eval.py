@@ -62,3 +62,42 @@ def test_unknown_arm_is_rejected():
     gallery = make_gallery()
     with pytest.raises(ValueError, match="unknown arms"):
         run_ablation(gallery, {}, ScriptedChatModel(), arms=["bogus"], progress=False)
+
+
+def test_the_evaluation_ranks_what_the_graph_shows():
+    """The offline arm re-ranks by the answers (a denial lowers images holding the denied thing), so
+    re-embedding the query text would measure something the person never saw: the evaluation reads
+    the target's rank from the graph's own ranking each round."""
+    from pictrieve.agents.plugir.simulated_user import CaptionUser
+
+    gallery = make_gallery()  # "a <colour> dog running in the <place>"
+    # each target is described by its colour or its place; the user knows the other
+    captions = {id_: (Path(f"/photos/{id_}.jpg"), [" ".join(c.split()[:3]), "a dog in the " + c.split()[-1]])
+                for id_, c in zip(gallery.ids(), gallery.captions)}
+    seen_by_user = []
+
+    def factory(path, visible):
+        user = CaptionUser(visible)
+        target = path.stem
+
+        def answer(question, state):
+            ranking = state["ranking"]  # what the graph shows this round, best first
+            assert len(ranking) == gallery.count()  # the evaluation has the graph rank everything
+            seen_by_user.append(1 + [id_ for id_, _ in ranking].index(target))
+            return user(question, state)
+        return answer
+
+    results = run_ablation(gallery, captions, None, targets=4, rounds=3, arms=["offline"],
+                           answerer_factory=factory, settings={"deny_weight": 0.5}, progress=False)
+    dialogues = results["dialogues"]["offline"]
+    measured = [d["ranks"][:3] for d in dialogues]  # rounds 0-2 are the ones the user answered in
+    assert np.array(measured).ravel().tolist() == seen_by_user
+    # and that differs from ranking the query text alone, which ignores the denials
+    vectors = gallery.embeddings()
+    column = {id_: i for i, id_ in enumerate(gallery.ids())}
+    by_text = []
+    for dialogue in dialogues:
+        scores = gallery.embedder.embed_texts(dialogue["queries"]) @ vectors.T
+        target = column[Path(dialogue["target"]).stem]
+        by_text.append((1 + (scores > scores[:, [target]]).sum(axis=1)).tolist())
+    assert [d["ranks"] for d in dialogues] != by_text

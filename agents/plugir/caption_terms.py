@@ -12,8 +12,12 @@ A :class:`CaptionTerms` holds the terms of one or more captions under stable key
 - ``dog``, ``tennis ball``: things; ``running``: actions; ``red``: colours seen anywhere;
 - ``black dog``: a colour attached to a thing; ``two dog``: a number attached to a thing.
 
-The word lists (colours, numbers, scene words, mass nouns, ignored words) are data, in
-``prompts/plugir_offline_questions.yaml``.
+An -ing word is an action wherever it stands ("a jumping dog": the action ``jumping`` and the thing
+``dog``), unless it is one of the listed -ing nouns ("a building").
+
+The word lists (colours, numbers, scene words, mass nouns, -ing nouns, ignored words) are data, in
+``prompts/plugir_offline_questions.yaml``; which words are broader than others ("a dog is an
+animal") is ``prompts/plugir_hypernyms.yaml`` (:func:`broader_terms`).
 """
 
 from __future__ import annotations
@@ -46,9 +50,59 @@ def vocabulary() -> dict[str, Any]:
 
     text = resources.files("pictrieve.prompts").joinpath("plugir_offline_questions.yaml").read_text("utf-8")
     data = yaml.safe_load(text)
-    for key in ("colours", "numbers", "places", "people", "mass_nouns", "ignored"):
+    for key in ("colours", "numbers", "places", "people", "mass_nouns", "ignored", "ing_nouns"):
         data[key] = frozenset(data[key])
     return data
+
+
+def is_action(word: str) -> bool:
+    """Whether a single word names an action ("jumping") rather than a thing ("building")."""
+    return len(word) > 5 and word.endswith("ing") and word not in vocabulary()["ing_nouns"]
+
+
+@lru_cache(maxsize=1)
+def _narrower() -> dict[str, frozenset[str]]:
+    """Every word of the hypernym table with all the words it covers, transitively."""
+    import yaml
+
+    text = resources.files("pictrieve.prompts").joinpath("plugir_hypernyms.yaml").read_text("utf-8")
+    direct = {singular(k): {singular(w) for w in v} for k, v in yaml.safe_load(text).items()}
+    closed: dict[str, frozenset[str]] = {}
+
+    def cover(word: str, seen: frozenset[str] = frozenset()) -> frozenset[str]:
+        if word not in closed:
+            found = set(direct.get(word, ()))
+            for narrower in direct.get(word, ()):
+                if narrower not in seen:
+                    found |= cover(narrower, seen | {word})
+            closed[word] = frozenset(found - {word})
+        return closed[word]
+
+    return {word: cover(word) for word in direct}
+
+
+@lru_cache(maxsize=4096)
+def broader_terms(key: str) -> frozenset[str]:
+    """The words a term implies: its head noun ("ball" for "tennis ball") and every broader word of
+    the hypernym table ("dog" and "animal" for "puppy"). A coloured or counted term implies its
+    thing ("black dog" -> "dog", "animal")."""
+    head = key.split()[-1]
+    implied = {head} if head != key else set()
+    implied |= {broad for broad, narrow in _narrower().items() if head in narrow}
+    return frozenset(implied - {key})
+
+
+def settled_by(keys: Iterable[str]) -> set[str]:
+    """``keys`` and every term they imply (:func:`broader_terms`): what a description holding
+    ``keys`` already answers "yes" to."""
+    keys = set(keys)
+    return keys | {broad for key in keys for broad in broader_terms(key)}
+
+
+def narrower_terms(key: str) -> frozenset[str]:
+    """The words the hypernym table puts under ``key`` ("dog", "puppy", ... for "animal"): what a
+    "no" to ``key`` denies as well."""
+    return _narrower().get(key, frozenset())
 
 
 @lru_cache(maxsize=1)
@@ -136,10 +190,13 @@ def _terms_cached(text: str) -> CaptionTerms:
         chain_colours = [token] if token in colours else []
         number = token if token in numbers else None
         j = i + 1 if opens else i
-        while j < len(tokens) and (tokens[j] in colours or tokens[j] in numbers
+        while j < len(tokens) and (tokens[j] in colours or tokens[j] in numbers or is_action(tokens[j])
                                    or (tokens[j] == "and" and j + 1 < len(tokens) and tokens[j + 1] in colours)
                                    or (tokens[j] in vocab["ignored"] and tokens[j] not in _DETERMINERS)):
-            if tokens[j] in colours:
+            if is_action(tokens[j]):  # "a jumping dog": an action, then the thing
+                terms.actions.add(tokens[j])
+                terms.display.setdefault(tokens[j], tokens[j])
+            elif tokens[j] in colours:
                 chain_colours.append(tokens[j])
                 terms.colours.add(tokens[j])
             elif tokens[j] in numbers:
@@ -169,8 +226,7 @@ def _terms_cached(text: str) -> CaptionTerms:
             terms.display.setdefault(f"{number} {key}", f"{number} {surface}")
         i = j + len(noun_words)
     for position, token in enumerate(tokens):
-        if (token.endswith("ing") and len(token) > 5 and position not in after_determiner
-                and token not in stop):
+        if is_action(token) and position not in after_determiner and token not in stop:
             terms.actions.add(token)
             terms.display.setdefault(token, token)
     return terms

@@ -7,16 +7,25 @@ questions from them ("Is there a ball in the photo?", "What colour is the dog: b
 white?", "Where is it: beach, snow or grass?") and asks the one whose answer is expected to say the
 most about which candidate is wanted:
 
+    value(q) = EIG(q) + yes_weight * P(yes)
     EIG(q) = sum_a P(a) KL(p(. | a) || p) = H(answer)   (answers read off the captions, noise-free)
 
-where ``p = softmax(similarities)`` is the paper's candidate distribution, reweighted by what the
-user has already confirmed or denied. This is the paper's KL criterion taken in expectation over
-the answer. The paper picks, among an LLM's questions that survived its redundancy filter, the one
+where ``p = softmax(scores / temperature)`` is the paper's candidate distribution over the current
+candidates (their scores already hold what the user confirmed or denied, see
+:func:`answer_adjustments`), and ``P(yes)`` the mass of candidates whose description holds the term:
+how likely the target has it. EIG is the paper's KL criterion taken in expectation over the answer;
+the ``P(yes)`` term prefers, among questions that split the candidates alike, the one a "yes" is
+likelier for, since a confirmation also moves the query text (both weights chosen on flickr8k-train,
+BENCHMARKS.md). The paper picks, among an LLM's questions that survived its redundancy filter, the one
 whose addition to the query moves ``p`` least (guarding against questions about things the target
 probably lacks, which an LLM invents); our questions come from the candidates themselves, so that
 risk is absent and the expected change is what measures a question's worth (deliberate
-difference). The redundancy filter is a rule: nothing already in the description, confirmed,
-denied or asked is asked again.
+difference). The redundancy filter is a rule: nothing the description or an earlier answer already
+settles is asked, counting broader words ("two dogs" settles "Is there an animal?"; a "no" to
+"animal" settles "dog"), and nothing asked is asked again.
+
+Answers change the ranking both ways (:func:`answer_adjustments`): candidates whose description
+holds a confirmed term gain ``confirm_weight``, those holding a denied one lose ``deny_weight``.
 
 :func:`reformulate_with_answers` keeps the user's description and appends what was confirmed
 ("..., a black dog, on the beach"), so the query never loses the description (the failure of the
@@ -28,7 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +45,9 @@ from pictrieve.agents.plugir.caption_terms import (
     PLURAL_ONLY,
     CaptionTerms,
     caption_terms,
+    is_action,
+    narrower_terms,
+    settled_by,
     singular,
     vocabulary,
     words,
@@ -43,9 +55,6 @@ from pictrieve.agents.plugir.caption_terms import (
 from pictrieve.agents.plugir.retrieval_context import softmax
 
 MAX_OPTIONS = 3
-INCONSISTENT_WEIGHT = 0.2
-"""Candidates that contradict an earlier answer keep this share of their probability (answers from
-captions are not certain: a caption omits much of what a photo shows)."""
 
 _YES = re.compile(r"^\s*(yes|yeah|yep|yup|y|sure|correct|right|true|there is|there are|it is|indeed)\b", re.I)
 _NO = re.compile(r"^\s*(no|nope|n|not|none|nothing|neither|false|there isn'?t|there aren'?t)\b", re.I)
@@ -77,40 +86,44 @@ class Question:
 
 # --- making questions ------------------------------------------------------------------------------
 def candidate_questions(candidate_terms: Sequence[CaptionTerms], known: str = "",
-                        asked: Sequence[Question] = ()) -> list[Question]:
-    """Every question the candidates' terms support, minus the redundant ones.
+                        asked: Sequence[Question] = (), denied: Iterable[str] = ()) -> list[Question]:
+    """Every question the candidates' terms support, minus the settled ones.
 
     ``known``: the current query (description + confirmed answers); a question about a term it
-    already holds is redundant. ``asked``: earlier questions, never repeated (nor their options).
+    holds, or implies through a broader word ("dogs" -> "animal"), is settled. ``denied``: terms
+    answered "no"; they settle their narrower words too ("animal" -> "dog") and whatever is said
+    of them ("black dog"). ``asked``: earlier questions, never repeated (nor their options).
     """
     vocab = vocabulary()
     known_terms = caption_terms(known) if known else CaptionTerms()
-    known_keys = known_terms.keys | {singular(w) for w in words(known)}
+    known_keys = settled_by(known_terms.keys | {singular(w) for w in words(known)})
+    denied = set(denied)
+    denied_keys = denied | {n for d in denied for n in narrower_terms(d)}
     asked_keys = {q.key for q in asked} | {o for q in asked for o in q.options}
 
     def fresh(key: str) -> bool:
-        return key not in known_keys and key not in asked_keys
+        thing = key.split()[-1] if key not in known_keys else key
+        return (key not in known_keys and key not in asked_keys and key not in denied_keys
+                and thing not in denied_keys)
 
     union = CaptionTerms()
     for terms in candidate_terms:
         union.merge(terms)
     questions: list[Question] = []
     for topic, words_of_topic in (("place", vocab["places"]), ("who", vocab["people"])):
-        options = sorted(k for k in union.things if k in words_of_topic)
+        options = sorted(k for k in union.things if k in words_of_topic and k not in denied_keys)
         if len(options) >= 2 and not any(o in known_keys for o in options) and topic not in asked_keys:
             questions.append(_choice(topic, options, candidate_terms, template=topic))
     for key in sorted(union.things):
         if key in vocab["places"]:
             continue
         if fresh(key):
-            template = vocab["templates"]["plural_phrase" if key.split()[-1] in PLURAL_ONLY else "object"]
-            text = template.format(a=_article(key), term=union.display.get(key, key))
-            questions.append(Question(text=_tidy(text), kind="yes_no", key=key, phrase=_with_article(key)))
+            questions.append(_yes_no(key, union.display.get(key, key)))
         # The colour of a thing is worth asking whether or not the thing itself is known.
         colours = sorted(c.split(" ", 1)[0] for c in union.coloured if c.split(" ", 1)[1] == key)
         topic = f"colour of {key}"
-        if len(colours) >= 2 and topic not in asked_keys and not any(f"{c} {key}" in known_keys or
-                                                                     c in known_terms.colours for c in colours):
+        if (len(colours) >= 2 and topic not in asked_keys and key not in denied_keys
+                and not any(f"{c} {key}" in known_keys or c in known_terms.colours for c in colours)):
             questions.append(_choice(topic, [f"{c} {key}" for c in colours], candidate_terms,
                                      template="colour_of", noun=key))
     for key in sorted(union.coloured | union.counted):
@@ -124,8 +137,7 @@ def candidate_questions(candidate_terms: Sequence[CaptionTerms], known: str = ""
                                   phrase=shown if plural else _with_article(shown)))
     for key in sorted(union.actions):
         if fresh(key):
-            text = vocab["templates"]["action"].format(term=key)
-            questions.append(Question(text=text, kind="yes_no", key=key, phrase=key))
+            questions.append(_yes_no(key, key))
     for key in sorted(union.colours):
         if fresh(key):
             text = vocab["templates"]["colour"].format(term=key)
@@ -133,10 +145,22 @@ def candidate_questions(candidate_terms: Sequence[CaptionTerms], known: str = ""
     return questions
 
 
+def _yes_no(key: str, shown: str) -> Question:
+    """A yes/no question about a thing ("Is there a ball in the photo?") or, for an action word, in
+    the action form ("Is someone or something jumping?")."""
+    templates = vocabulary()["templates"]
+    if " " not in key and is_action(key):
+        return Question(text=templates["action"].format(term=key), kind="yes_no", key=key, phrase=key)
+    template = templates["plural_phrase" if key.split()[-1] in PLURAL_ONLY else "object"]
+    text = template.format(a=_article(key), term=shown)
+    return Question(text=_tidy(text), kind="yes_no", key=key, phrase=_with_article(key))
+
+
 def _choice(topic: str, options: Sequence[str], candidate_terms: Sequence[CaptionTerms], *, template: str,
             noun: str = "") -> Question:
     """A short-choice question over the ``MAX_OPTIONS`` options most candidates have."""
-    counts = {o: sum(t.has(o) for t in candidate_terms) for o in options}
+    implied = [settled_by(t.keys) for t in candidate_terms]
+    counts = {o: sum(o in keys for keys in implied) for o in options}
     chosen = sorted(options, key=lambda o: (-counts[o], o))[:MAX_OPTIONS]
     labels = [o.split(" ", 1)[0] if noun else _with_article(o) if template == "who" else o for o in chosen]
     listed = ", ".join(labels[:-1]) + f" or {labels[-1]}"
@@ -163,12 +187,14 @@ def _tidy(text: str) -> str:
 # --- choosing one ----------------------------------------------------------------------------------
 def answer_outcomes(question: Question, candidate_terms: Sequence[CaptionTerms]) -> np.ndarray:
     """Each candidate's answer as an index: yes/no -> 1/0; choice -> option index, or
-    ``len(options)`` for "none of these"."""
+    ``len(options)`` for "none of these". A description answers "yes" for what it implies ("a
+    puppy": a dog, an animal)."""
+    implied = [settled_by(t.keys) for t in candidate_terms]
     if question.kind == "yes_no":
-        return np.array([int(t.has(question.key)) for t in candidate_terms])
+        return np.array([int(question.key in keys) for keys in implied], dtype=int)
     none = len(question.options)
-    return np.array([next((i for i, o in enumerate(question.options) if t.has(o)), none)
-                     for t in candidate_terms])
+    return np.array([next((i for i, o in enumerate(question.options) if o in keys), none) for keys in implied],
+                    dtype=int)
 
 
 def expected_information(question: Question, candidate_terms: Sequence[CaptionTerms],
@@ -181,29 +207,96 @@ def expected_information(question: Question, candidate_terms: Sequence[CaptionTe
     return float(-(mass * np.log(mass)).sum())
 
 
-def candidate_distribution(similarities: Sequence[float], candidate_terms: Sequence[CaptionTerms],
-                           answered: Sequence[tuple[Question, str]] = ()) -> np.ndarray:
-    """The paper's ``softmax(similarities)`` over the candidates, with candidates that contradict an
-    earlier answer down-weighted by :data:`INCONSISTENT_WEIGHT`."""
-    p = softmax(np.asarray(similarities, dtype=np.float64))
-    for question, answer in answered:
-        chosen = read_answer(question, answer)
-        if chosen is None:
-            continue
-        outcomes = answer_outcomes(question, candidate_terms)
-        p = np.where(outcomes == chosen, p, p * INCONSISTENT_WEIGHT)
-    return p / p.sum()
+def candidate_distribution(scores: Sequence[float], temperature: float = 1.0) -> np.ndarray:
+    """The paper's ``softmax(similarities)`` over the candidates, at ``temperature`` (cosine scores
+    differ by hundredths, so at 1.0 the distribution is nearly flat)."""
+    return softmax(np.asarray(scores, dtype=np.float64) / max(float(temperature), 1e-6))
+
+
+def yes_probability(question: Question, candidate_terms: Sequence[CaptionTerms],
+                    probabilities: np.ndarray) -> float:
+    """The mass of candidates whose description answers anything but "no" / "none of these": how
+    likely the target holds what is asked."""
+    outcomes = answer_outcomes(question, candidate_terms)
+    negative = 0 if question.kind == "yes_no" else len(question.options)
+    return float(np.asarray(probabilities, dtype=np.float64)[outcomes != negative].sum())
+
+
+def question_value(question: Question, candidate_terms: Sequence[CaptionTerms], probabilities: np.ndarray,
+                   yes_weight: float = 0.0) -> float:
+    """``EIG + yes_weight * P(yes)`` (see the module docstring)."""
+    value = expected_information(question, candidate_terms, probabilities)
+    if yes_weight:
+        value += yes_weight * yes_probability(question, candidate_terms, probabilities)
+    return value
 
 
 def choose_question(questions: Sequence[Question], candidate_terms: Sequence[CaptionTerms],
-                    probabilities: np.ndarray) -> Question | None:
-    """The question of highest expected information (ties: the first); ``None`` when none informs."""
-    best, best_gain = None, 1e-9
+                    probabilities: np.ndarray, yes_weight: float = 0.0) -> Question | None:
+    """The question of highest :func:`question_value` among those that inform at all (ties: the
+    first); ``None`` when none splits the candidates."""
+    best, best_value = None, -np.inf
     for question in questions:
-        gain = expected_information(question, candidate_terms, probabilities)
-        if gain > best_gain:
-            best, best_gain = question, gain
+        if expected_information(question, candidate_terms, probabilities) <= 1e-9:
+            continue
+        value = question_value(question, candidate_terms, probabilities, yes_weight)
+        if value > best_value:
+            best, best_value = question, value
     return best
+
+
+# --- what answers do to the ranking ------------------------------------------------------------------
+def answered_facts(turns: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str]]:
+    """``(confirmed, denied)`` term keys of the offline questions answered so far.
+
+    "yes" confirms the asked term and "no" denies it; a named option is confirmed and the other
+    options denied; "none of these" denies every option; a value outside the options of the same
+    kind ("red" for the dog's colour) is confirmed with the options denied. Unknowns say nothing.
+    """
+    confirmed: set[str] = set()
+    denied: set[str] = set()
+    for turn in turns:
+        spec = turn.get("spec")
+        if not spec:
+            continue
+        question = Question.from_json(spec)
+        answer = str(turn.get("answer", ""))
+        outcome = read_answer(question, answer)
+        if question.kind == "yes_no":
+            if outcome is not None:
+                (confirmed if outcome == 1 else denied).add(question.key)
+            continue
+        other = other_value(question, answer) if outcome in (None, len(question.options)) else None
+        if outcome is None and other is None:
+            continue
+        for i, option in enumerate(question.options):
+            (confirmed if i == outcome else denied).add(option)
+        if other:
+            confirmed.add(other)
+    return confirmed, denied - confirmed
+
+
+def implies(terms: CaptionTerms, key: str) -> bool:
+    """Whether a description's terms say ``key`` or something narrower ("a puppy" implies "dog" and
+    "animal"; "a tennis ball" implies "ball")."""
+    return key in settled_by(terms.keys)
+
+
+def answer_adjustments(candidate_terms: Sequence[CaptionTerms | None], confirmed: Iterable[str],
+                       denied: Iterable[str], *, confirm_weight: float, deny_weight: float,
+                       trust: Sequence[float] | None = None) -> np.ndarray:
+    """What the answers add to each candidate's score: ``+confirm_weight`` per confirmed term its
+    description implies, ``-deny_weight`` per denied one, times the description's ``trust`` (1 for a
+    stored caption, less for a captioner's guess). ``None`` terms (no description) get 0."""
+    confirmed, denied = list(confirmed), list(denied)
+    adjustments = np.zeros(len(candidate_terms))
+    for i, terms in enumerate(candidate_terms):
+        if terms is None:
+            continue
+        settled = settled_by(terms.keys)
+        gain = confirm_weight * sum(k in settled for k in confirmed) - deny_weight * sum(k in settled for k in denied)
+        adjustments[i] = gain * (1.0 if trust is None else trust[i])
+    return adjustments
 
 
 # --- reading answers -------------------------------------------------------------------------------
@@ -229,14 +322,50 @@ def read_answer(question: Question, answer: str) -> int | None:
     return None
 
 
+def other_value(question: Question, answer: str) -> str | None:
+    """For a choice question, an answer of the same kind outside the options, as a term key: a
+    colour for a colour question ("red" -> "red dog"), a scene word for "where", a person word for
+    "who"; ``None`` otherwise ("yes", or "black" to "Where is it?")."""
+    if question.kind != "choice":
+        return None
+    vocab = vocabulary()
+    said = [singular(w) for w in words(answer)]
+    if question.noun:
+        colour = next((w for w in said if w in vocab["colours"]), None)
+        return f"{colour} {question.noun}" if colour else None
+    kind = vocab["places"] if question.key == "place" else vocab["people"] if question.key == "who" else ()
+    return next((w for w in said if w in kind and w not in question.options), None)
+
+
+def is_valid_answer(question: Question, answer: str) -> bool:
+    """Whether ``answer`` answers ``question``. A yes/no question takes anything (a person may say
+    more than yes or no); a choice question takes an option, "none of these", a value of the same
+    kind outside the options (:func:`other_value`) or "don't know", not "yes" or an unrelated word."""
+    if question.kind != "choice":
+        return True
+    return (read_answer(question, answer) is not None or other_value(question, answer) is not None
+            or bool(_UNKNOWN.search(answer or "")))
+
+
+def clarified(question: Question) -> str:
+    """The question again with its choices spelled out, for an answer that was not one of them."""
+    labels = [o.split(" ", 1)[0] if question.noun else o for o in question.options]
+    listed = ", ".join(labels) + f" or {vocabulary()['none_option']}"
+    return vocabulary()["templates"]["ask_again"].format(question=question.text, options=listed)
+
+
 def confirmed_phrase(question: Question, answer: str) -> str | None:
-    """What an answer adds to the query: the asked term on "yes", the option picked, else ``None``."""
+    """What an answer adds to the query: the asked term on "yes", the option picked (or a value of
+    the same kind outside the options), else ``None``."""
     outcome = read_answer(question, answer)
     if question.kind == "yes_no":
         return question.phrase if outcome == 1 else None
-    if outcome is None or outcome >= len(question.options):
-        return None
-    option = question.options[outcome]
+    if outcome is not None and outcome < len(question.options):
+        option = question.options[outcome]
+    else:
+        option = other_value(question, answer)
+        if option is None:
+            return None
     if question.noun:
         return option
     if question.key == "who":
@@ -249,15 +378,16 @@ def reformulate_with_answers(description: str, turns: Sequence[Mapping[str, Any]
 
     ``turns`` are dialogue turns; those with a ``spec`` (an offline question) are read exactly;
     for free questions a free answer that is neither yes/no nor "unknown" is appended as said. What
-    a person adds after a yes or no ("no, it is a cat") is kept too.
+    a person adds after a yes or no ("no, it is a cat") is kept too; an answer to a choice question
+    adds only what it picks (the graph asks again when it picks nothing).
     """
     parts = [description.strip().rstrip(".").strip()]
     for turn in turns:
-        spec = turn.get("spec")
+        spec = Question.from_json(turn["spec"]) if turn.get("spec") else None
         answer = str(turn.get("answer", ""))
-        phrases = [confirmed_phrase(Question.from_json(spec), answer)] if spec else []
+        phrases = [confirmed_phrase(spec, answer)] if spec else []
         said = _said_besides_yes_or_no(answer)
-        if said and (not spec or read_answer(Question.from_json(spec), said) is None):
+        if said and (not spec or (spec.kind == "yes_no" and read_answer(spec, said) is None)):
             phrases.append(said)
         for phrase in phrases:
             if phrase and phrase not in parts:
@@ -265,7 +395,7 @@ def reformulate_with_answers(description: str, turns: Sequence[Mapping[str, Any]
     return ", ".join(p for p in parts if p)
 
 
-_LEAD = re.compile(r"^\s*(?:(?:yes|yeah|yep|no|nope|not really|correct|right)\b[\s,.;:!-]*)?"
+_LEAD = re.compile(r"^\s*(?:(?:yes|yeah|yep|no|nope|not really|correct|right|none of these|none|neither)\b[\s,.;:!-]*)?"
                    r"(?:(?:it'?s|it is|there'?s|there is|there are|they are|i think)\b\s*)?", re.I)
 
 

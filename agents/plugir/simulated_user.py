@@ -74,6 +74,7 @@ class CaptionUser:
             raise ValueError("CaptionUser needs at least one caption of the target")
         self.captions = [c.strip() for c in captions]
         self.terms = caption_terms(self.captions)
+        self._implied: set[str] | None = None
         self.encoder = encoder
         self.min_similarity = min_similarity
 
@@ -81,7 +82,8 @@ class CaptionUser:
         from pictrieve.agents.plugir.offline_questioner import Question
 
         spec = (state or {}).get("question_spec")
-        if spec and spec.get("text") == question:
+        # The graph may ask a choice question again with its options spelled out (same spec).
+        if spec and spec.get("text") and question.startswith(spec["text"]):
             return self.answer_offline(Question.from_json(spec))
         return self.answer_free(question, (state or {}).get("description", ""))
 
@@ -94,9 +96,14 @@ class CaptionUser:
         return "none of these"
 
     def holds(self, key: str) -> bool:
-        """Whether the captions say ``key``; a thing is also there as the head of a compound
-        ("ball" in "a tennis ball"), as a person reading the caption would answer."""
-        return self.terms.has(key) or (" " not in key and any(t.endswith(" " + key) for t in self.terms.things))
+        """Whether the captions say ``key`` or something it covers, as a person reading them would
+        answer: a thing is there as the head of a compound ("ball" in "a tennis ball") and as a
+        broader word ("animal" for "a dog")."""
+        from pictrieve.agents.plugir.caption_terms import settled_by
+
+        if self._implied is None:
+            self._implied = settled_by(self.terms.keys)
+        return key in self._implied
 
     def answer_free(self, question: str, description: str = "") -> str:
         from pictrieve.agents.plugir.caption_terms import caption_terms, singular, words
