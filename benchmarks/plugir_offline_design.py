@@ -1,18 +1,16 @@
-"""Design check of the offline PlugIR questioner, on photos the evaluation never uses.
+"""Choosing the offline PlugIR questioner's settings, on photos the evaluation never uses.
 
-Runs the ``offline`` arm with the caption user on a captioned folder and prints BRI, Hits@10,
-Recall@10 and the mean rank per round, for variants of two choices the questioner makes:
+Runs the ``offline`` arm with the caption user on a captioned folder for each variant (a JSON object
+of PlugIR run settings) and prints BRI, Hits@10, Recall@10 per round and the paired bootstrap interval
+of round T minus round 0; per-target ranks go to ``--out`` (one JSON line per variant).
 
-- ``default``: denied terms stay out of the query; candidates contradicting an answer keep 0.2 of
-  their probability when the next question is chosen;
-- ``no-reweight``: answers do not reweight the candidates (only the query moves);
-- ``say-denied``: denied terms enter the query as "no <term>".
-
-Choose on flickr8k-train rows (never flickr8k-dev), and with an embedder that was not trained on
-them: the trained ``offline`` head saw flickr8k-train, so every target is found at round 0 there.
+Choose on flickr8k-train's ``dev`` rows (never flickr8k-dev), with an embedder that was not trained on
+them: the packaged ``offline`` head saw all of flickr8k-train (every target is found at round 0 there),
+so choices are made with ``offline-labels``.
 
     python benchmarks/plugir_offline_design.py --folder ../shared/datasets/flickr8k-train --split dev \\
-        --limit 500 --embedder offline-labels --gallery /tmp/g-train-dev500 --targets 60
+        --limit 500 --embedder offline-labels --gallery /work/cache-h-plugir/g-train-dev500-labels \\
+        --targets 100 --variants '{"deny_weight": 0}' '{"deny_weight": 0.05}' [--uncaptioned]
 """
 
 from __future__ import annotations
@@ -30,33 +28,37 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N of those rows")
     parser.add_argument("--embedder", default="offline-labels")
     parser.add_argument("--gallery", default=None, help="where to keep the index")
-    parser.add_argument("--targets", type=int, default=60)
+    parser.add_argument("--targets", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--variants", default="default,no-reweight,say-denied")
+    parser.add_argument("--uncaptioned", action="store_true", help="describe candidates with zero-shot tags")
+    parser.add_argument("--variants", nargs="+", default=["{}"], help="JSON objects of PlugIR run settings")
+    parser.add_argument("--out", default=None, help="append per-target ranks here (JSON lines)")
     args = parser.parse_args()
 
-    import pictrieve.agents.plugir.offline_questioner as questioner
+    from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
     from pictrieve.evaluation.interactive import open_eval_gallery, run_ablation
+    from pictrieve.evaluation.paired import paired_bootstrap
     from pictrieve.vectorstore.gallery import path_id
 
     folder = _selected_rows(args.folder, args.split, args.limit) if args.split or args.limit else args.folder
     gallery, captions = open_eval_gallery(folder, args.embedder, args.gallery)
     targets = {path_id(p): (p, texts) for p, texts in captions.items()}
-    weight, confirmed = questioner.INCONSISTENT_WEIGHT, questioner.confirmed_phrase
-
-    def say_denied(question, answer):
-        phrase = confirmed(question, answer)
-        if phrase is None and question.kind == "yes_no" and questioner.read_answer(question, answer) == 0:
-            return f"no {question.phrase}"
-        return phrase
-
-    for variant in args.variants.split(","):
-        questioner.INCONSISTENT_WEIGHT = 1.0 if variant == "no-reweight" else weight
-        questioner.confirmed_phrase = say_denied if variant == "say-denied" else confirmed
-        result = run_ablation(gallery, targets, None, targets=args.targets, rounds=args.rounds,
-                              arms=["offline"], progress=False)["arms"]["offline"]
-        print(json.dumps({"variant": variant, "bri": round(result["bri"], 3),
-                          **{k: np.round(result[k], 3).tolist() for k in ("hits@10", "recall@10", "mean_rank")}}))
+    for variant in args.variants:
+        settings = json.loads(variant)
+        result = run_ablation(gallery, targets, None, targets=args.targets, rounds=args.rounds, arms=["offline"],
+                              settings=settings, uncaptioned=args.uncaptioned,
+                              captioner="auto" if args.uncaptioned else None, progress=False)
+        ranks = np.array([d["ranks"] for d in result["dialogues"]["offline"]])
+        recall = recall_at_k(ranks, 10)
+        gain = paired_bootstrap((ranks[:, -1] <= 10).astype(float) - (ranks[:, 0] <= 10))
+        print(json.dumps({"variant": settings, "uncaptioned": args.uncaptioned, "bri": round(bri(ranks), 4),
+                          "hits@10": np.round(hits_at_k(ranks, 10), 3).tolist(),
+                          "recall@10": np.round(recall, 3).tolist(),
+                          "recall@10 gain": [round(v, 3) for v in gain]}), flush=True)
+        if args.out:
+            with open(args.out, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"variant": settings, "uncaptioned": args.uncaptioned,
+                                         "ranks": ranks.tolist()}) + "\n")
 
 
 def _selected_rows(folder: str, split: str | None, limit: int | None) -> str:

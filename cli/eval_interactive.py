@@ -35,6 +35,9 @@ import click
 @click.option("--captioner", default="auto", show_default=True, metavar="NAME",
               help="With --uncaptioned: 'auto' (= 'tags', zero-shot words in the embedder's space), 'offline' "
               "(ImageNet classes), 'none' (file names), or a BLIP model.")
+@click.option("--set", "extra", multiple=True, metavar="NAME=VALUE",
+              help="Any other PlugIR run setting, e.g. --set deny_weight=0.05 --set question_temperature=0.02 "
+              "(numbers are read as numbers).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write the per-round plot (PNG).")
 @click.option("--dialogues", default=None, type=click.Path(dir_okay=False),
@@ -42,8 +45,8 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def interactive(folder: str, targets: int, rounds: int, arms: str, user: str, llm: str, base_url: str | None,
                 embedder: str | None, gallery: str | None, top_n: int | None, questions: int,
-                filter_attempts: int, reformulation_tokens: int, uncaptioned: bool, captioner: str, seed: int,
-                plot: str | None, dialogues: str | None, as_json: bool) -> None:
+                filter_attempts: int, reformulation_tokens: int, uncaptioned: bool, captioner: str,
+                extra: tuple[str, ...], seed: int, plot: str | None, dialogues: str | None, as_json: bool) -> None:
     """Simulate users searching DIR (images + captions.jsonl) and compare the PlugIR arms.
 
     One caption of each target is the first description; a simulated user answers the questions
@@ -57,6 +60,7 @@ def interactive(folder: str, targets: int, rounds: int, arms: str, user: str, ll
                 "reformulation_max_tokens": reformulation_tokens}
     if top_n:
         settings["top_n"] = top_n
+    settings.update(_parse_settings(extra))
     results = evaluate_interactive(folder, targets=targets, rounds=rounds, arms=chosen, llm=llm,
                                    base_url=base_url, embedder=embedder, gallery_location=gallery,
                                    user=user, seed=seed, settings=settings, uncaptioned=uncaptioned,
@@ -80,3 +84,25 @@ def interactive(folder: str, targets: int, rounds: int, arms: str, user: str, ll
         click.echo(f"{arm:<10} {m['bri']:>7.3f} {hits[0]:>7.2f}->{hits[-1]:<7.2f} "
                    f"{recall[0]:>8.2f}->{recall[-1]:<8.2f} {m['seconds_per_round']:>8.1f}  {nodes} "
                    f"user={m['user_seconds_per_round']:.1f}")
+
+
+def _parse_settings(pairs: tuple[str, ...]) -> dict[str, object]:
+    """``("a=1", "b=x")`` -> ``{"a": 1, "b": "x"}`` (numbers as numbers)."""
+    from dataclasses import fields
+
+    from pictrieve.graphs.interactive_retrieval import PlugIRSettings
+
+    known = {f.name for f in fields(PlugIRSettings)}
+    parsed: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected NAME=VALUE, got {pair!r}", param_hint="--set")
+        if name.strip() not in known:
+            raise click.BadParameter(f"unknown PlugIR setting {name.strip()!r}; choose from {', '.join(sorted(known))}",
+                                     param_hint="--set")
+        try:
+            parsed[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            parsed[name.strip()] = value
+    return parsed

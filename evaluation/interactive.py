@@ -135,19 +135,7 @@ def run_ablation(
         captioner = resolve_captioner(captioner, seen)  # built once: tag vectors are computed once
     ids = ranker.ids
     by_id = {id_: path for id_, (path, _) in captions_by_id.items()}
-    captions = {path: texts for path, texts in captions_by_id.values()}
-    eligible = [id_ for id_ in ids if id_ in by_id and len(captions[by_id[id_]]) >= 2]
-    if not eligible:
-        raise ValueError("no gallery image has two or more captions to simulate a user with")
-    # One seeded order of the photos, and each target's description drawn from its own seed, so the
-    # first k targets of a longer run are exactly a shorter run's (the LLM arms run on a prefix).
-    order = np.random.default_rng(seed).permutation(len(eligible))
-    plan = []
-    for index in order[:targets]:
-        id_ = eligible[index]
-        texts = captions[by_id[id_]]
-        first = int(np.random.default_rng([seed, int(index)]).integers(len(texts)))
-        plan.append((id_, texts[first], [t for i, t in enumerate(texts) if i != first]))
+    plan = target_plan(ids, captions_by_id, targets, seed)
 
     answerer_factory = answerer_factory or (lambda path, visible: CaptionUser(visible))
     base_settings = {"shown_k": top_k, "max_rounds": rounds, "seed": seed, "ranked_k": len(ids),
@@ -179,6 +167,7 @@ def run_ablation(
                 "target": str(by_id[id_]), "description": description, "visible_captions": visible,
                 "turns": state.get("dialogue", []), "queries": queries,
                 "ranks": [float(r) for r in stats["ranks"]],
+                "shown": [[id_ for id_, _ in ranking[:top_k]] for ranking in rankings],
             })
             bar.update(1)
         ranks = np.vstack(rank_rows)
@@ -206,6 +195,25 @@ def run_ablation(
     if hasattr(gallery, "embedder_name"):
         results["config"]["embedder"] = gallery.embedder_name
     return results
+
+
+def target_plan(ids: Sequence[str], captions_by_id: dict[str, tuple[Path, list[str]]], targets: int,
+                seed: int = 0) -> list[tuple[str, str, list[str]]]:
+    """``(target id, first description, the captions the simulated user answers from)`` per target.
+
+    One seeded order of the photos, and each target's description drawn from its own seed, so the
+    first k targets of a longer run are exactly a shorter run's (the LLM arms run on a prefix)."""
+    eligible = [id_ for id_ in ids if id_ in captions_by_id and len(captions_by_id[id_][1]) >= 2]
+    if not eligible:
+        raise ValueError("no gallery image has two or more captions to simulate a user with")
+    order = np.random.default_rng(seed).permutation(len(eligible))
+    plan = []
+    for index in order[:targets]:
+        id_ = eligible[index]
+        texts = captions_by_id[id_][1]
+        first = int(np.random.default_rng([seed, int(index)]).integers(len(texts)))
+        plan.append((id_, texts[first], [t for i, t in enumerate(texts) if i != first]))
+    return plan
 
 
 def run_and_record_rankings(graph: Any, description: str, context: Any) -> tuple[dict[str, Any], list[list]]:

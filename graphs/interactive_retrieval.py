@@ -221,10 +221,11 @@ class PlugIRSettings(RunSettings):
     arm: str | None = None  # "zs", "cr", "cr+rce", "cr+rce+f" or "offline": overrides the flags above
     # The offline questioner (chosen on flickr8k-train's dev rows, BENCHMARKS.md "PlugIR offline"):
     ranked_k: int | None = None  # images re-ranked by the answers each round; None: RANKED_K
+    # weights and temperature in units of the candidates' score spread (standard deviation)
     confirm_weight: float = 0.0  # score added per confirmed term a stored caption implies
-    deny_weight: float = 0.1  # score taken per denied term a stored caption implies
+    deny_weight: float = 1.0  # score taken per denied term a stored caption implies
     described_trust: float = 1.0  # weight of a captioner's description (tags) relative to a stored caption
-    question_temperature: float = 1.0  # softmax temperature of the candidate distribution
+    question_temperature: float = 100.0  # softmax temperature of the candidate distribution
     yes_weight: float = 0.0  # value of a likely "yes" beside the expected information
 
     def validate(self) -> None:
@@ -387,7 +388,9 @@ def build_plugir_graph(
         described = set(described) | {n + i for i in described_tail}
         terms = [caption_terms(text) if i in described else None for i, text in enumerate(head + tail)]
         trust = [1.0 if hit.caption else settings.described_trust for hit in hits]
-        scores = np.array([h.score for h in hits]) + answer_adjustments(
+        scores = np.array([h.score for h in hits], dtype=np.float64)
+        # Weights are in units of the candidates' score spread, so they mean the same with any embedder.
+        scores += score_spread(scores[:n]) * answer_adjustments(
             terms, confirmed, denied, confirm_weight=settings.confirm_weight, deny_weight=settings.deny_weight,
             trust=trust)
         order = np.argsort(-scores, kind="stable")
@@ -518,7 +521,8 @@ def build_plugir_graph(
         questions = [Question.from_json(q) for q in state.get("offline_questions") or []]
         candidates = [as_hit(c) for c in state.get("candidates", [])]
         terms = candidate_terms(state)
-        p = candidate_distribution([c.score for c in candidates], settings.question_temperature)
+        scores = np.array([c.score for c in candidates], dtype=np.float64)
+        p = candidate_distribution(scores, settings.question_temperature * score_spread(scores))
         best = choose_question(questions, terms, p, settings.yes_weight) if candidates else None
         if best is None:  # the candidates' captions no longer differ in anything not yet asked
             return {"question": FALLBACK_QUESTION, "question_spec": None}
@@ -601,6 +605,12 @@ class _CandidateVectors:
             while len(self._rows) > self.keep:
                 self._rows.pop(next(iter(self._rows)))
         return rows
+
+
+def score_spread(scores: np.ndarray) -> float:
+    """The standard deviation of the candidates' scores (the unit of the offline questioner's weights
+    and temperature); a small floor keeps it positive when they are all alike."""
+    return max(float(np.std(scores)), 1e-4) if len(scores) else 1.0
 
 
 def _option_labels(spec: Mapping[str, Any]) -> list[str]:
