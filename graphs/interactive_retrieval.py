@@ -76,6 +76,8 @@ from pictrieve.agents.plugir.offline_questioner import (
     Question,
     answer_adjustments,
     answered_facts,
+    term_phrase,
+    vector_evidence,
     candidate_distribution,
     candidate_questions,
     choose_question,
@@ -225,13 +227,16 @@ class PlugIRSettings(RunSettings):
     confirm_weight: float = 0.0  # score added per confirmed term a stored caption implies
     deny_weight: float = 1.0  # score taken per denied term a stored caption implies
     described_trust: float = 1.0  # weight of a captioner's description (tags) relative to a stored caption
+    confirm_vector_weight: float = 0.0  # per confirmed term: its text vector's standardised similarity to each image
+    deny_vector_weight: float = 0.0  # per denied term: the same, above-average part only, taken off
     question_temperature: float = 100.0  # softmax temperature of the candidate distribution
     yes_weight: float = 0.0  # value of a likely "yes" beside the expected information
 
     def validate(self) -> None:
         require_positive(self, "shown_k", "candidate_k", "clusters", "questions_per_round", "filter_attempts",
                          "reformulation_max_tokens", "ranked_k")
-        for name in ("confirm_weight", "deny_weight", "described_trust", "yes_weight", "question_temperature"):
+        for name in ("confirm_weight", "deny_weight", "described_trust", "yes_weight", "question_temperature",
+                     "confirm_vector_weight", "deny_vector_weight"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
                     (name == "question_temperature" and value <= 0):
@@ -389,10 +394,16 @@ def build_plugir_graph(
         terms = [caption_terms(text) if i in described else None for i, text in enumerate(head + tail)]
         trust = [1.0 if hit.caption else settings.described_trust for hit in hits]
         scores = np.array([h.score for h in hits], dtype=np.float64)
+        adjustments = answer_adjustments(terms, confirmed, denied, confirm_weight=settings.confirm_weight,
+                                         deny_weight=settings.deny_weight, trust=trust)
+        if settings.confirm_vector_weight or settings.deny_vector_weight:
+            facts = sorted(confirmed) + sorted(denied)
+            evidence = vector_evidence(caption_vectors([term_phrase(k) for k in facts]), vectors_of(hits))
+            signs = np.array([settings.confirm_vector_weight] * len(confirmed) + [0.0] * len(denied))
+            adjustments += signs @ evidence
+            adjustments -= settings.deny_vector_weight * np.clip(evidence[len(confirmed):], 0, None).sum(axis=0)
         # Weights are in units of the candidates' score spread, so they mean the same with any embedder.
-        scores += score_spread(scores[:n]) * answer_adjustments(
-            terms, confirmed, denied, confirm_weight=settings.confirm_weight, deny_weight=settings.deny_weight,
-            trust=trust)
+        scores += score_spread(scores[:n]) * adjustments
         order = np.argsort(-scores, kind="stable")
         return [hits[i].model_copy(update={"score": float(scores[i]), "rank": rank})
                 for rank, i in enumerate(order, 1)]

@@ -299,6 +299,22 @@ def answer_adjustments(candidate_terms: Sequence[CaptionTerms | None], confirmed
     return adjustments
 
 
+def term_phrase(key: str) -> str:
+    """A term as a short phrase to embed: "a dog", "some grass", "someone jumping", "black dog"."""
+    if " " not in key and is_action(key):
+        return f"someone {key}"
+    return _with_article(key) if " " not in key else key
+
+
+def vector_evidence(term_vectors: np.ndarray, image_vectors: np.ndarray) -> np.ndarray:
+    """``(terms, images)``: each term's text-image similarity to each image, standardised over the
+    images (how much more than the others an image looks like the term). Evidence that needs no
+    description: the images' own vectors in the embedder's text-image space."""
+    similarities = np.asarray(term_vectors, dtype=np.float64) @ np.asarray(image_vectors, dtype=np.float64).T
+    spread = np.maximum(similarities.std(axis=1, keepdims=True), 1e-6)
+    return (similarities - similarities.mean(axis=1, keepdims=True)) / spread
+
+
 # --- reading answers -------------------------------------------------------------------------------
 def read_answer(question: Question, answer: str) -> int | None:
     """The outcome index an answer names (as :func:`answer_outcomes` numbers them), or ``None`` when
