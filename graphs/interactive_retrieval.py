@@ -227,8 +227,10 @@ class PlugIRSettings(RunSettings):
     confirm_weight: float = 0.0  # score added per confirmed term a stored caption implies
     deny_weight: float = 1.0  # score taken per denied term a stored caption implies
     described_trust: float = 1.0  # weight of a captioner's description (tags) relative to a stored caption
-    confirm_vector_weight: float = 0.0  # per confirmed term: its text vector's standardised similarity to each image
-    deny_vector_weight: float = 0.0  # per denied term: the same, above-average part only, taken off
+    # photos without a stored caption, per confirmed term: its text vector's standardised similarity to
+    # each image (added); per denied term: the above-average part of it (taken off)
+    confirm_vector_weight: float = 0.0
+    deny_vector_weight: float = 0.0
     question_temperature: float = 100.0  # softmax temperature of the candidate distribution
     yes_weight: float = 0.0  # value of a likely "yes" beside the expected information
 
@@ -396,12 +398,15 @@ def build_plugir_graph(
         scores = np.array([h.score for h in hits], dtype=np.float64)
         adjustments = answer_adjustments(terms, confirmed, denied, confirm_weight=settings.confirm_weight,
                                          deny_weight=settings.deny_weight, trust=trust)
-        if settings.confirm_vector_weight or settings.deny_vector_weight:
+        uncaptioned = np.array([not hit.caption for hit in hits])
+        if (settings.confirm_vector_weight or settings.deny_vector_weight) and uncaptioned.any():
+            # Photos without a stored caption: what their own vectors say of each term (stored
+            # captions are better evidence and are used alone where they exist).
             facts = sorted(confirmed) + sorted(denied)
             evidence = vector_evidence(caption_vectors([term_phrase(k) for k in facts]), vectors_of(hits))
-            signs = np.array([settings.confirm_vector_weight] * len(confirmed) + [0.0] * len(denied))
-            adjustments += signs @ evidence
-            adjustments -= settings.deny_vector_weight * np.clip(evidence[len(confirmed):], 0, None).sum(axis=0)
+            vector_adjustments = (settings.confirm_vector_weight * evidence[:len(confirmed)].sum(axis=0)
+                                  - settings.deny_vector_weight * np.clip(evidence[len(confirmed):], 0, None).sum(axis=0))
+            adjustments += np.where(uncaptioned, vector_adjustments, 0.0)
         # Weights are in units of the candidates' score spread, so they mean the same with any embedder.
         scores += score_spread(scores[:n]) * adjustments
         order = np.argsort(-scores, kind="stable")
