@@ -224,9 +224,9 @@ class PlugIRSettings(RunSettings):
     # The offline questioner (chosen on flickr8k-train's dev rows, BENCHMARKS.md "PlugIR offline"):
     ranked_k: int | None = None  # images re-ranked by the answers each round; None: RANKED_K
     # weights and temperature in units of the candidates' score spread (standard deviation)
-    confirm_weight: float = 0.0  # score added per confirmed term a stored caption implies
-    deny_weight: float = 1.0  # score taken per denied term a stored caption implies
-    described_trust: float = 1.0  # weight of a captioner's description (tags) relative to a stored caption
+    confirm_weight: float = 1.0  # score added per confirmed term a stored caption implies
+    deny_weight: float = 3.0  # score taken per denied term a stored caption implies
+    described_trust: float = 0.2  # weight of a captioner's description (tags) relative to a stored caption
     # photos without a stored caption, per confirmed term: its text vector's standardised similarity to
     # each image (added); per denied term: the above-average part of it (taken off)
     confirm_vector_weight: float = 0.0
