@@ -27,6 +27,8 @@ from pictrieve.agents.plugir.offline_questioner import (  # noqa: E402
     is_valid_answer,
     read_answer,
     reformulate_with_answers,
+    term_phrase,
+    vector_evidence,
 )
 from pictrieve.agents.plugir.simulated_user import CaptionUser  # noqa: E402
 from pictrieve.graphs.interactive_retrieval import build_plugir_graph  # noqa: E402
@@ -99,6 +101,17 @@ def test_answers_become_facts_that_move_the_candidates_scores():
     assert halved[0] == pytest.approx(-0.15)
     p = candidate_distribution([0.5, 0.4], temperature=0.1)
     assert p[0] / p[1] == pytest.approx(math.e)
+
+
+def test_vector_evidence_is_each_terms_standardised_similarity():
+    terms = np.array([[1.0, 0.0], [0.0, 1.0]])
+    images = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    evidence = vector_evidence(terms, images)
+    first = np.array([1.0, 0.0, 0.6])
+    np.testing.assert_allclose(evidence[0], (first - first.mean()) / first.std())
+    assert evidence.shape == (2, 3) and evidence[1].argmax() == 1
+    assert [term_phrase(k) for k in ["dog", "grass", "jumping", "black dog"]] == \
+        ["a dog", "grass", "someone jumping", "black dog"]
 
 
 def test_a_denial_changes_the_ranking():
