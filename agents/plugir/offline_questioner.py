@@ -14,9 +14,10 @@ where ``p = softmax(scores / temperature)`` is the paper's candidate distributio
 candidates (their scores already hold what the user confirmed or denied, see
 :func:`answer_adjustments`), and ``P(yes)`` the mass of candidates whose description holds the term:
 how likely the target has it. EIG is the paper's KL criterion taken in expectation over the answer;
-the ``P(yes)`` term prefers, among questions that split the candidates alike, the one a "yes" is
-likelier for, since a confirmation also moves the query text (both weights chosen on flickr8k-train,
-BENCHMARKS.md). The paper picks, among an LLM's questions that survived its redundancy filter, the one
+the ``P(yes)`` term would prefer, among questions that split the candidates alike, the one a "yes" is
+likelier for. On flickr8k-train neither a sharper ``p`` nor ``yes_weight`` > 0 helped, so the graph's
+defaults keep a nearly flat ``p`` and plain EIG (BENCHMARKS.md, "PlugIR offline: a chat that listens").
+The paper picks, among an LLM's questions that survived its redundancy filter, the one
 whose addition to the query moves ``p`` least (guarding against questions about things the target
 probably lacks, which an LLM invents); our questions come from the candidates themselves, so that
 risk is absent and the expected change is what measures a question's worth (deliberate
@@ -25,7 +26,10 @@ settles is asked, counting broader words ("two dogs" settles "Is there an animal
 "animal" settles "dog"), and nothing asked is asked again.
 
 Answers change the ranking both ways (:func:`answer_adjustments`): candidates whose description
-holds a confirmed term gain ``confirm_weight``, those holding a denied one lose ``deny_weight``.
+implies a confirmed term gain ``confirm_weight``, those implying a denied one lose ``deny_weight``
+(the graph scales both by the candidates' score spread; a "no" was what most answers were, and before
+this it changed nothing). :func:`vector_evidence` is the same evidence read off the photos' own
+vectors, for photos without a description (measured, off by default).
 
 :func:`reformulate_with_answers` keeps the user's description and appends what was confirmed
 ("..., a black dog, on the beach"), so the query never loses the description (the failure of the
