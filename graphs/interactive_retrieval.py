@@ -76,14 +76,14 @@ from pictrieve.agents.plugir.offline_questioner import (
     Question,
     answer_adjustments,
     answered_facts,
-    term_phrase,
-    vector_evidence,
     candidate_distribution,
     candidate_questions,
     choose_question,
     clarified,
     is_valid_answer,
     reformulate_with_answers,
+    term_phrase,
+    vector_evidence,
 )
 from pictrieve.agents.plugir.question_filter import (
     select_least_disruptive,
