@@ -232,6 +232,7 @@ class PlugIRSettings(RunSettings):
     confirm_vector_weight: float = 0.0
     deny_vector_weight: float = 0.0
     question_temperature: float = 100.0  # softmax temperature of the candidate distribution
+    append_answers: bool = True  # confirmed terms are appended to the query text (else they only re-rank)
     yes_weight: float = 0.0  # value of a likely "yes" beside the expected information
 
     def validate(self) -> None:
@@ -354,7 +355,7 @@ def build_plugir_graph(
         if not dialogue:
             query = description
         elif settings.reformulate and questioner_of(settings) == "offline":
-            query = reformulate_with_answers(description, dialogue)
+            query = reformulate_with_answers(description, dialogue) if settings.append_answers else description
         elif settings.reformulate:
             query = reformulate(chat(), description, dialogue, previous=state.get("query"),
                                 max_tokens=settings.reformulation_max_tokens)
@@ -453,7 +454,8 @@ def build_plugir_graph(
             terms = candidate_terms(state)
             asked = [Question.from_json(t["spec"]) for t in state.get("dialogue", []) if t.get("spec")]
             _, denied = answered_facts(state.get("dialogue", []))
-            offline = candidate_questions(terms, known=state.get("query", ""), asked=asked, denied=denied)
+            known = reformulate_with_answers(state["description"], state.get("dialogue", []))
+            offline = candidate_questions(terms, known=known, asked=asked, denied=denied)
             return {"questions": [q.text for q in offline], "offline_questions": [q.to_json() for q in offline],
                     "timings": timed("questioner", state, started)}
         questions = _ask_for_questions(state, settings, settings.questions_per_round)
