@@ -32,16 +32,23 @@ def common(function: Any) -> Any:
                                       "the last used image-to-image.")
 @click.option("--m", "m_values", multiple=True, type=int, default=(1, 3), show_default=True,
               help="Guide image counts to compare.")
+@click.option("--text-weight", "text_weights", multiple=True, type=click.FloatRange(min=0, min_open=True),
+              help="Fuse the text ranking at this weight (each guide weighs 1); repeat to compare. "
+                   "Default: one row at the visualizer family's default weight.")
 def visret_eval(folder: str, visualizers: tuple[str, ...], queries: int | None, gallery: str | None, seed: int,
-                as_json: bool, embedders: tuple[str, ...], m_values: tuple[int, ...]) -> None:
-    """VisRet on DIR/captions.jsonl: text only vs visualize-then-retrieve vs their fusion."""
+                as_json: bool, embedders: tuple[str, ...], m_values: tuple[int, ...],
+                text_weights: tuple[float, ...]) -> None:
+    """VisRet on DIR/captions.jsonl: text only vs visualize-then-retrieve (guides only) vs their fusion."""
     from pictrieve.evaluation.generative import evaluate_generative
 
     if len(visualizers) != 1:
         raise click.UsageError("VisRet takes one --visualizer")
-    image = embedders[-1]
-    configs: dict[str, dict[str, Any]] = {f"visret m={m}": {"m": m, "image_embedder": image} for m in m_values}
-    configs[f"visret m={max(m_values)} + text"] = {"m": max(m_values), "image_embedder": image, "fuse_text": True}
+    image, m = embedders[-1], max(m_values)
+    configs: dict[str, dict[str, Any]] = {f"visret m={n}": {"m": n, "image_embedder": image, "text_weight": 0.0}
+                                          for n in m_values}
+    for weight in text_weights or (None,):
+        name = f"visret m={m} + text" + ("" if weight is None else f" w={weight:g}")
+        configs[name] = {"m": m, "image_embedder": image, "text_weight": weight}
     report = evaluate_generative("visret", folder, embedders=embedders, visualizers=list(visualizers),
                                  configs=configs, queries=queries, seed=seed, gallery_location=gallery,
                                  progress=not as_json)

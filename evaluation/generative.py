@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Collection, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -186,6 +187,22 @@ def sample_queries(folder: Any, gallery: Any, limit: int | None, seed: int = 0) 
     return [q for q, _ in pairs], [t for _, t in pairs]
 
 
+def reference_overlap(folder: Any, visualizers: Sequence[Any]) -> int:
+    """How many evaluated photos an exemplar visualizer could return as guides (same file, or same name
+    and size). The exemplar visualizer does not know what is being searched: given the evaluated
+    photos' own captions it returns those photos, and the measurement is then of nothing. Generators
+    (no ``items``) count 0."""
+    evaluated = {path.resolve() for path in folder.paths}
+    named = {(path.name, path.stat().st_size) for path in folder.paths}
+    overlap: set[Path] = set()
+    for visualizer in visualizers:
+        for path, _ in getattr(visualizer, "items", ()):
+            path = Path(path)
+            if path.resolve() in evaluated or (path.is_file() and (path.name, path.stat().st_size) in named):
+                overlap.add(path.resolve())
+    return len(overlap)
+
+
 def evaluate_generative(
     method: str,
     folder: Any,
@@ -222,7 +239,12 @@ def evaluate_generative(
 
         index_tiles(gallery, list(embedders), progress=progress)
     texts, targets = sample_queries(folder, gallery, queries, seed)
+    overlap = reference_overlap(folder, visualizers)
+    if overlap:
+        logger.warning("%d evaluated photos are also exemplar reference photos: guides can be the query's own "
+                       "photo, so these numbers measure nothing; use a reference folder without them", overlap)
     report: dict[str, Any] = {"method": method, "images": gallery.count(), "embedders": list(embedders),
+                              "reference_overlap": overlap,
                               "visualizers": [getattr(v, "name", str(v)) for v in visualizers],
                               "generates": [bool(getattr(v, "generates", True)) for v in visualizers],
                               "rows": {}}

@@ -6,18 +6,23 @@
 ``rewrite`` asks the LLM for a visualization prompt (the query itself without an LLM); ``visualize``
 asks a visualizer (:mod:`pictrieve.tools.visualizers`) for ``m`` guide images; ``retrieve`` ranks the
 gallery by each guide image (image-to-image) and fuses the rankings by reciprocal rank fusion with
-constant ``rrf_k`` (1, as in the authors' code), optionally together with the text query's own ranking
-(``fuse_text``). With the offline ``exemplar:`` visualizer the guides are found photos, not generations.
+constant ``rrf_k`` (1, as in the authors' code), together with the text query's own ranking weighted
+``text_weight`` against 1 per guide (0: guides only, as in the paper). With the offline ``exemplar:``
+visualizer the guides are found photos, not generations.
 With a ``question`` in the input, ``read`` answers it from the top ``reader_k`` images (visual RAG:
 :mod:`pictrieve.agents.visret.reader`; a VLM sees the pictures, a text-only model reads their captions).
 
 Deliberate differences from the authors' code: a visualizer that yields fewer images than asked
-simply contributes fewer rankings (no black placeholder images are searched with), and the fused
-list is deduplicated by image id.
+simply contributes fewer rankings (no black placeholder images are searched with), the fused
+list is deduplicated by image id, and the text query's own ranking can join the fusion. The paper
+fuses the guides only; found photos (the exemplar visualizer) are a weaker stand-in for a generated
+picture, and fused with the text ranking at equal weight they cost more than they gave against the
+trained ``offline`` text search, so their default text weight was learned (:data:`EXEMPLAR_TEXT_WEIGHT`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +34,21 @@ from typing_extensions import NotRequired, TypedDict
 from pictrieve.graphs.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.fusion import fuse_hits
 from pictrieve.vectorstore.hits import ImageHit
+
+EXEMPLAR_TEXT_WEIGHT = 1.0
+"""Default ``text_weight`` for guides that are found photos (a visualizer whose ``generates`` is False,
+the offline ``exemplar:`` one): learned on flickr8k-train's dev rows, exemplars from its other rows,
+the text ranking from an ``offline`` head that never saw those rows, images by ``efficientnet-lite0``,
+the weight with the best mean nDCG@10 (``benchmarks/visret_text_weight.py``; BENCHMARKS.md, "VisRet's
+text weight"). It belongs to that pairing: with other embedders, measure again."""
+GENERATED_TEXT_WEIGHT = 0.0
+"""Default ``text_weight`` for generated guides: the paper's VisRet (guides only). No text-to-image
+model can run offline here, so no other weight has been measured for them."""
+
+
+def default_text_weight(visualizer: Any) -> float:
+    """The text ranking's weight when the run does not set one: by the guides' family (found or generated)."""
+    return GENERATED_TEXT_WEIGHT if getattr(visualizer, "generates", True) else EXEMPLAR_TEXT_WEIGHT
 
 
 @dataclass
@@ -43,10 +63,11 @@ class VisRetSettings(RunSettings):
     """How deep each per-guide ranking goes before fusion."""
     rrf_k: float = 1.0
     """Reciprocal rank fusion constant (the authors' code uses 1)."""
-    fuse_text: bool = False
-    """Also fuse the text query's own ranking with the guides' rankings."""
-    text_weight: float = 1.0
-    """Weight of the text ranking when ``fuse_text`` (each guide ranking weighs 1)."""
+    text_weight: float | None = None
+    """Weight of the text query's own ranking in the fusion, against 1 for each guide's ranking: 0 leaves
+    it out (guides only, the paper), 1 counts it as one more guide, larger trusts it more. ``None``: by
+    the guides' family, :data:`EXEMPLAR_TEXT_WEIGHT` for found photos (``exemplar:``), 0 for generated
+    ones (:func:`default_text_weight`)."""
     seed: int = 0
     """Seed passed to the visualizer."""
     reader_k: int = 1
@@ -64,8 +85,11 @@ class VisRetSettings(RunSettings):
         require_positive(self, "reader_k")
         if self.rrf_k < 0:
             raise SettingsError(f"rrf_k must be >= 0, got {self.rrf_k}")
-        if self.text_weight < 0:
-            raise SettingsError(f"text_weight must be >= 0, got {self.text_weight}")
+        weight = self.text_weight
+        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
+                                   or not math.isfinite(weight) or weight < 0):
+            raise SettingsError(f"text_weight must be a number >= 0 (0: guides only) or None (the visualizer "
+                                f"family's default), got {weight!r}")
 
 
 class VisRetInput(TypedDict):
@@ -141,9 +165,10 @@ def build_visret_graph(
         images_view = view(settings.image_embedder)
         rankings = [images_view.search_image(image, k=settings.candidate_k) for image in images]
         weights = [1.0] * len(rankings)
-        if settings.fuse_text or not rankings:
+        text_weight = settings.text_weight if settings.text_weight is not None else default_text_weight(visualizer)
+        if text_weight > 0 or not rankings:  # no guides at all: the text ranking alone
             rankings.append(index.search_text(state["query"], k=settings.candidate_k))
-            weights.append(settings.text_weight)
+            weights.append(text_weight if text_weight > 0 else 1.0)
         return {"hits": fuse_hits(rankings, weights, k=settings.k, rrf_k=settings.rrf_k)}
 
     reader = reader if reader is not None else llm

@@ -25,3 +25,19 @@ def test_rrf_empty_and_invalid_k():
     assert reciprocal_rank_fusion([[], []]) == []
     with pytest.raises(ValueError):
         reciprocal_rank_fusion([["a"]], k=-1)
+
+
+@pytest.mark.parametrize("weight, order", [(0.0, ["a", "b", "c"]), (1.0, ["a", "c", "b"]), (3.0, ["c", "b", "a"])])
+def test_weighted_rrf_one_ranking_against_another_by_hand(weight, order):
+    # VisRet's fusion: a guide ranking weighs 1, the text ranking `weight` (rrf constant 1).
+    fused = reciprocal_rank_fusion([["a", "b", "c"], ["c", "b", "a"]], k=1, weights=[1.0, weight])
+    scores = dict(fused)
+    assert scores["a"] == pytest.approx(1 / 2 + weight / 4)
+    assert scores["b"] == pytest.approx(1 / 3 + weight / 3)
+    assert scores["c"] == pytest.approx(1 / 4 + weight / 2)
+    assert [item for item, _ in fused] == order  # at weight 1, a and c tie: first seen wins
+
+
+def test_weights_must_match_the_rankings():
+    with pytest.raises(ValueError, match="2 weights for 1 rankings"):
+        reciprocal_rank_fusion([["a"]], weights=[1.0, 2.0])

@@ -59,7 +59,7 @@ def _id(gallery, path):
 def test_each_guide_finds_itself_and_rrf_uses_constant_one(gallery, photos):
     guides = [photos / "p3.png", photos / "p1.png"]
     graph = build_visret_graph(gallery, visualizer=PhotoVisualizer(guides))
-    out = graph.invoke({"query": "a bike"}, context={"k": 5, "m": 2})
+    out = graph.invoke({"query": "a bike"}, context={"k": 5, "m": 2, "text_weight": 0})
     hits = out["hits"]
     assert out["guides"] == 2 and out["prompt"] == "a bike"  # no llm: the query is visualized as is
     assert [h.id for h in hits[:2]] == [_id(gallery, guides[0]), _id(gallery, guides[1])]
@@ -76,11 +76,56 @@ def test_each_guide_finds_itself_and_rrf_uses_constant_one(gallery, photos):
 def test_m_limits_guides_and_text_fusion_adds_the_text_ranking(gallery, photos):
     visualizer = PhotoVisualizer([photos / "p0.png", photos / "p2.png", photos / "p4.png"])
     graph = build_visret_graph(gallery, visualizer=visualizer)
-    assert graph.invoke({"query": "x"}, context={"m": 1, "k": 1})["hits"][0].id == _id(gallery, photos / "p0.png")
-    plain = graph.invoke({"query": "a red square"}, context={"m": 1, "k": 5})["hits"]
-    fused = graph.invoke({"query": "a red square"}, context={"m": 1, "k": 5, "fuse_text": True, "text_weight": 5.0})["hits"]
+    assert graph.invoke({"query": "x"}, context={"m": 1, "k": 1, "text_weight": 0})["hits"][0].id == _id(gallery, photos / "p0.png")
+    plain = graph.invoke({"query": "a red square"}, context={"m": 1, "k": 5, "text_weight": 0})["hits"]
+    fused = graph.invoke({"query": "a red square"}, context={"m": 1, "k": 5, "text_weight": 5.0})["hits"]
     assert fused[0].id == gallery.search_text("a red square", k=1)[0].id
     assert [h.score for h in fused] != [h.score for h in plain]
+
+
+def _hand_fused(gallery, guides, query, weight, k=5):
+    """VisRet's fusion computed by hand: 1/(1 + rank) per guide ranking, weight/(1 + rank) for the text's."""
+    scores = {}
+    rankings = [([h.id for h in gallery.search_image(str(g), k=100)], 1.0) for g in guides]
+    if weight:
+        rankings.append(([h.id for h in gallery.search_text(query, k=100)], weight))
+    for ranking, w in rankings:
+        for rank, id_ in enumerate(ranking, start=1):
+            scores[id_] = scores.get(id_, 0.0) + w / (1.0 + rank)
+    return sorted(scores.items(), key=lambda pair: -pair[1])[:k]
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5, 4.0])
+def test_text_weight_scales_the_text_ranking_in_the_fusion(gallery, photos, weight):
+    guides = [photos / "p0.png", photos / "p2.png"]
+    graph = build_visret_graph(gallery, visualizer=PhotoVisualizer(guides))
+    hits = graph.invoke({"query": "a red square"}, context={"m": 2, "k": 5, "text_weight": weight})["hits"]
+    expected = _hand_fused(gallery, guides, "a red square", weight)
+    assert [h.score for h in hits] == pytest.approx([score for _, score in expected])
+    assert {h.id for h in hits} == {id_ for id_, _ in expected}
+    if weight == 4.0:  # trusted enough, the text's own best image leads however the guides rank it
+        assert hits[0].id == gallery.search_text("a red square", k=1)[0].id
+
+
+def test_text_weight_default_follows_the_guides_family(gallery, photos):
+    from pictrieve.graphs.visret import EXEMPLAR_TEXT_WEIGHT, GENERATED_TEXT_WEIGHT
+
+    assert EXEMPLAR_TEXT_WEIGHT > 0 and GENERATED_TEXT_WEIGHT == 0
+    guides = [photos / "p0.png", photos / "p2.png"]
+    for generates, weight in ((False, EXEMPLAR_TEXT_WEIGHT), (True, GENERATED_TEXT_WEIGHT)):
+        visualizer = PhotoVisualizer(guides)
+        visualizer.generates = generates
+        hits = build_visret_graph(gallery, visualizer=visualizer).invoke(
+            {"query": "a red square"}, context={"m": 2, "k": 5})["hits"]
+        assert [h.score for h in hits] == pytest.approx([s for _, s in _hand_fused(gallery, guides, "a red square",
+                                                                                   weight)])
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), float("inf"), True, "2"])
+def test_text_weight_is_validated(bad):
+    with pytest.raises(SettingsError, match="text_weight"):
+        VisRetSettings(text_weight=bad)
+    assert VisRetSettings(text_weight=None).text_weight is None and VisRetSettings(text_weight=0).text_weight == 0
 
 
 def test_llm_rewrites_the_query_into_the_visualization_prompt(gallery, photos):
@@ -94,7 +139,7 @@ def test_llm_rewrites_the_query_into_the_visualization_prompt(gallery, photos):
 def test_exemplar_visualizer_end_to_end(gallery, photos, tmp_path, monkeypatch):
     monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
     graph = build_visret_graph(gallery, visualizer=f"exemplar:{photos}")
-    hits = graph.invoke({"query": "a man riding a bicycle"}, context={"m": 1, "k": 3})["hits"]
+    hits = graph.invoke({"query": "a man riding a bicycle"}, context={"m": 1, "k": 3, "text_weight": 0})["hits"]
     assert hits[0].id == _id(gallery, photos / "p3.png")
 
 
@@ -153,7 +198,7 @@ def test_reader_sends_pictures_to_a_vlm_and_descriptions_to_a_text_model(gallery
     visualizer = PhotoVisualizer([photos / "p1.png"])
     vlm = _RecordingChat("### Reasoning: the second picture shows it\n### Answer: **brown**")
     graph = build_visret_graph(gallery, visualizer=visualizer, reader=vlm)
-    out = graph.invoke({"query": "a dog", "question": "What colour is the dog?"}, context={"m": 1, "reader_k": 2})
+    out = graph.invoke({"query": "a dog", "question": "What colour is the dog?"}, context={"m": 1, "reader_k": 2, "text_weight": 0})
     assert out["answer"] == "brown" and out["reasoning"] == "the second picture shows it"
     content = vlm.calls[0][1].content
     pictures = [part for part in content if part["type"] == "image_url"]
@@ -161,7 +206,7 @@ def test_reader_sends_pictures_to_a_vlm_and_descriptions_to_a_text_model(gallery
     assert pictures[0]["image_url"]["detail"] == "high"  # the field the API reads (the authors sent "quality")
     text_only = _RecordingChat("no format at all: black", refuse_images=True)
     out = build_visret_graph(gallery, visualizer=visualizer, reader=text_only).invoke(
-        {"query": "a dog", "question": "What colour?"}, context={"m": 1, "reader_k": 1})
+        {"query": "a dog", "question": "What colour?"}, context={"m": 1, "reader_k": 1, "text_weight": 0})
     assert out["answer"] == "no format at all: black"
     prompt = text_only.calls[0][1].content
     assert isinstance(prompt, str) and "Picture 1: a brown dog jumps" in prompt  # the stored caption
