@@ -98,7 +98,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the pairs and summaries here (JSON)")
     args = parser.parse_args()
     records = recorded_completions(args.completions.read_text(encoding="utf-8"))
-    result: dict[str, Any] = {"source": str(args.completions), "completions": len(records), "runs": {}}
+    source = args.completions.resolve()
+    shown = source.relative_to(HERE.parent) if source.is_relative_to(HERE.parent) else source
+    result: dict[str, Any] = {"source": str(shown), "completions": len(records), "runs": {}}
     for run in dict.fromkeys(r["run"] for r in records):
         of_run = [r for r in records if r["run"] == run]
         by_axis = {axis: pairs(of_run, axis) for axis in ("relevance", "quality")}

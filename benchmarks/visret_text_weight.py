@@ -19,7 +19,7 @@ offline ``exemplar`` visualizer (BENCHMARKS.md, "VisRet's text weight"):
    bootstrap intervals against text only, and a per-query file (each row's rank of the target).
 
     OMP_NUM_THREADS=1 python benchmarks/visret_text_weight.py train-head --out /work/h-visret-runs/head-nodev.npz
-    ...   (the full sequence is in BENCHMARKS.md)
+    ...   (the full sequence is in BENCHMARKS.md, "VisRet's text weight")
 """
 
 from __future__ import annotations
@@ -164,10 +164,10 @@ def sweep(args: argparse.Namespace) -> None:
     table = {name: summarise(ranks) for name, ranks in rows.items()}
     fused = {name: row for name, row in table.items() if name.startswith("fused")}
     best = max(fused, key=lambda name: (fused[name]["ndcg@10"], -float(name.split("=")[1])))
-    result = {"rankings": str(args.rankings), "queries": len(records), "criterion": "mean nDCG@10",
-              "chosen": float(best.split("=")[1]), "rows": table}
+    result = {"rankings": str(args.rankings), "queries": len(records), "criterion": "mean nDCG@10 (ties: smaller weight)",
+              "best_weight": float(best.split("=")[1]), "rows": table}
     _write(args.json_out, result)
-    _print_table(table, chosen=best)
+    _print_table(table, best=best)
 
 
 def report(args: argparse.Namespace) -> None:
@@ -188,10 +188,16 @@ def report(args: argparse.Namespace) -> None:
     _write(args.json_out, {"rankings": str(args.rankings), "queries": len(records), "rows": table,
                            "minus_text_only": intervals})
     if args.per_query:
+        names: dict[str, str] = {}
+        if args.folder:
+            from pictrieve.evaluation.datasets import CaptionedFolder
+            from pictrieve.vectorstore.gallery import path_id
+
+            names = {path_id(path): path.name for path in CaptionedFolder.load(args.folder, split=args.split).paths}
         args.per_query.parent.mkdir(parents=True, exist_ok=True)
         with open(args.per_query, "w", encoding="utf-8") as out:
             for i, record in enumerate(records):
-                out.write(json.dumps({"query": record["query"], "target": record["target"],
+                out.write(json.dumps({"query": record["query"], "photo": names.get(record["target"], record["target"]),
                                       "guide_photos": record["guide_photos"],
                                       "rank": {name: ranks[i] for name, ranks in rows.items()}}) + "\n")
     _print_table(table)
@@ -227,10 +233,10 @@ def _write(path: Path | None, value: dict[str, Any]) -> None:
         path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
 
 
-def _print_table(table: dict[str, dict[str, float]], chosen: str | None = None) -> None:
+def _print_table(table: dict[str, dict[str, float]], best: str | None = None) -> None:
     print(f"{'row':18s} {'hit@10':>7s} {'nDCG@10':>8s} {'AP':>7s}")
     for name, row in table.items():
-        mark = "  <- chosen" if name == chosen else ""
+        mark = "  <- best nDCG@10" if name == best else ""
         print(f"{name:18s} {row['hit@10']:7.4f} {row['ndcg@10']:8.4f} {row['ap']:7.4f}{mark}")
 
 
@@ -269,7 +275,9 @@ def main() -> None:
         sub.add_argument("--weights", type=float, nargs="+", default=list(WEIGHTS))
         sub.add_argument("--json-out", type=Path, default=None)
         if name == "report":
-            sub.add_argument("--per-query", type=Path, default=None)
+            sub.add_argument("--per-query", type=Path, default=None, help="each query's target rank per row (jsonl)")
+            sub.add_argument("--folder", type=Path, default=None, help="the folder searched: name targets by file")
+            sub.add_argument("--split", default=None)
 
     check = commands.add_parser("check-graph", help="the graph returns what the stored rankings fuse to")
     search_args(check)

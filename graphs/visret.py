@@ -35,7 +35,7 @@ from pictrieve.graphs.settings import RunSettings, SettingsError, require_positi
 from pictrieve.vectorstore.fusion import fuse_hits
 from pictrieve.vectorstore.hits import ImageHit
 
-EXEMPLAR_TEXT_WEIGHT = 1.0
+EXEMPLAR_TEXT_WEIGHT = 8.0
 """Default ``text_weight`` for guides that are found photos (a visualizer whose ``generates`` is False,
 the offline ``exemplar:`` one): learned on flickr8k-train's dev rows, exemplars from its other rows,
 the text ranking from an ``offline`` head that never saw those rows, images by ``efficientnet-lite0``,
