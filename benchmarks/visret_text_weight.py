@@ -172,7 +172,7 @@ def sweep(args: argparse.Namespace) -> None:
 
 def report(args: argparse.Namespace) -> None:
     """Rows at the given weights, paired bootstrap of each fused row against text only, per-query ranks."""
-    from pictrieve.evaluation.stats import paired_bootstrap
+    from pictrieve.evaluation.paired import paired_bootstrap
 
     records = read_rankings(args.rankings)
     rows = row_ranks(records, list(args.weights))
@@ -183,8 +183,12 @@ def report(args: argparse.Namespace) -> None:
         if name == "text only":
             continue
         candidate = [metrics_of_rank(rank) for rank in ranks]
-        intervals[name] = {metric: paired_bootstrap([b[metric] for b in baseline], [c[metric] for c in candidate])
-                           for metric in ("hit@10", "ndcg@10", "ap")}
+        intervals[name] = {}
+        for metric in ("hit@10", "ndcg@10", "ap"):
+            differences = np.array([c[metric] - b[metric] for b, c in zip(baseline, candidate)])
+            mean, low, high = paired_bootstrap(differences)
+            intervals[name][metric] = {"difference": mean, "low": low, "high": high, "confidence": 0.95,
+                                       "better": int((differences > 0).sum()), "worse": int((differences < 0).sum())}
     _write(args.json_out, {"rankings": str(args.rankings), "queries": len(records), "rows": table,
                            "minus_text_only": intervals})
     if args.per_query:
