@@ -162,7 +162,7 @@ def test_cli_search_method_visret(gallery, photos, tmp_path, monkeypatch):
     args = ["search", "a man riding a bicycle", "-g", str(gallery.location), "-k", "2", "--json"]
     result = runner.invoke(cli, args + ["--method", "visret", "--visualizer", f"exemplar:{photos}"])
     assert result.exit_code == 0, result.output
-    hits = json.loads(result.output)["hits"]
+    hits = json.loads(result.stdout)["hits"]  # stderr carries the progress bars
     expected = build_visret_graph(gallery, visualizer=f"exemplar:{photos}").invoke(
         {"query": "a man riding a bicycle"}, context={"k": 2})["hits"]
     assert [h["id"] for h in hits] == [h.id for h in expected] and len(hits) == 2
