@@ -100,3 +100,71 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
     for name, row in report["rows"].items():
         click.echo(f"{name:32s} {row['hit@1']:6.3f} {row['hit@10']:6.3f} {row['ndcg@10']:7.3f} "
                    f"{row['visret_ndcg@10']:14.3f} {row['ap']:6.3f} {row['seconds_per_query']:7.3f}")
+
+
+@click.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False), metavar="DIR")
+@click.option("--visualizer", "visualizers", multiple=True, required=True, metavar="NAME",
+              help="Guide images, e.g. exemplar:/path/to/another/captioned-folder (never DIR itself).")
+@click.option("--embedder", "-e", "embedders", multiple=True,
+              default=("efficientnet-lite0", "offline", "offline-labels"), show_default=True,
+              help="The real embedders NEEDLE ranks with.")
+@click.option("--control", default="random-projection:0", show_default=True,
+              help="A planted bad embedder added to the rows marked 'planted' ('' for none).")
+@click.option("--text-embedder", default="offline", show_default=True, help="Text-image embedder of the text-only row.")
+@click.option("--queries", type=click.IntRange(min=1), default=100, show_default=True, help="Test queries.")
+@click.option("--feedback-queries", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Feedback queries (other photos) that teach the trust weights before the test.")
+@click.option("--guides", type=click.IntRange(min=1), default=4, show_default=True, help="Guides per visualizer.")
+@click.option("--eta", type=float, default=0.05, show_default=True, help="Trust learning rate.")
+@click.option("--threshold", type=float, default=None,
+              help="Caption-match threshold of the simulated person (default: the one chosen on flickr8k-train).")
+@click.option("--out", type=click.Path(dir_okay=False), required=True,
+              help="Per-query JSON lines (a re-run with the same settings resumes it).")
+@click.option("--summary", type=click.Path(dir_okay=False), default=None, help="Also write the report as JSON here.")
+@click.option("--gallery", "-g", default=None, metavar="PATH", help="Keep the evaluation index here.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def needle_trust_eval(folder: str, visualizers: tuple[str, ...], embedders: tuple[str, ...], control: str,
+                      text_embedder: str, queries: int, feedback_queries: int, guides: int, eta: float,
+                      threshold: float | None, out: str, summary: str | None, gallery: str | None, seed: int,
+                      as_json: bool) -> None:
+    """NEEDLE on DIR/captions.jsonl: trust learned from simulated feedback, frozen, against equal weights."""
+    from pictrieve.evaluation.needle_trust import run_trust_experiment
+    from pictrieve.evaluation.relevance import MATCH_THRESHOLD
+
+    report = run_trust_experiment(
+        folder, visualizers=list(visualizers), embedders=list(embedders), control=control or None,
+        text_embedder=text_embedder, test_queries=queries, feedback_queries=feedback_queries, guides=guides,
+        eta=eta, threshold=MATCH_THRESHOLD if threshold is None else threshold, seed=seed, out=out,
+        gallery_location=gallery, progress=not as_json)
+    if summary:
+        from pathlib import Path
+
+        Path(summary).parent.mkdir(parents=True, exist_ok=True)
+        Path(summary).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"{report['test_done']} test queries, {report['feedback_done']} feedback queries; per-query file {out}")
+    click.echo(f"{'row':52s} {'hit@1':>6s} {'hit@10':>6s} {'nDCG@10':>7s} {'AP':>6s}")
+    for name, row in report["rows"].items():
+        click.echo(f"{name:52s} {row['hit@1']:6.3f} {row['hit@10']:6.3f} {row['ndcg@10']:7.3f} {row['ap']:6.3f}")
+    for name, learner in report["learners"].items():
+        weights = ", ".join(f"{e} {w:.3f}" for e, w in (learner["weights"] or {}).items())
+        click.echo(f"weights, {name}: {weights}")
+    for c in report["comparisons"]:
+        click.echo(f"{c['candidate']} - {c['baseline']}, {c['metric']}: {c['difference']:+.3f} "
+                   f"[{c['low']:+.3f}, {c['high']:+.3f}] ({c['better']} better, {c['worse']} worse)")
+
+
+@click.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False), metavar="DIR")
+@click.option("--split", default="dev", show_default=True, help="Rows of DIR/captions.jsonl to use ('' for all).")
+def needle_threshold(folder: str, split: str) -> None:
+    """Choose the simulated person's caption-match threshold on DIR (a training folder, never the test one)."""
+    from pictrieve.evaluation.datasets import CaptionedFolder
+    from pictrieve.evaluation.relevance import choose_threshold
+
+    photos = CaptionedFolder.load(folder, split=split or None)
+    click.echo(json.dumps(choose_threshold(list(photos.captions.values())), indent=2))

@@ -38,6 +38,10 @@ EVAL_COMMANDS = {
     "quality": ("pictrieve.cli.eval_quality:quality_eval", "QC2 quality control against its baselines."),
     "visret": ("pictrieve.cli.eval_generative:visret_eval", "VisRet vs the text query's own ranking (hit@k, nDCG, AP)."),
     "needle": ("pictrieve.cli.eval_generative:needle_eval", "NEEDLE with 1..n embedders, screening, tiles, learned trust."),
+    "needle-trust": ("pictrieve.cli.eval_generative:needle_trust_eval",
+                     "NEEDLE's learned trust: learn on feedback queries, freeze, test against equal weights."),
+    "needle-threshold": ("pictrieve.cli.eval_generative:needle_threshold",
+                         "Choose the simulated person's caption-match threshold (on training photos)."),
     "vsa": ("pictrieve.cli.eval_vsa:vsa_eval", "Vision Search Assistant: judged accuracy and citation checks."),
 }
 
