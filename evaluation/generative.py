@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,21 +156,35 @@ def evaluate_text_baseline(gallery: Any, queries: Sequence[str], targets: Sequen
     return {**mean_metrics(rows), "queries": len(rows), "seconds_per_query": seconds / max(1, len(rows))}
 
 
-def simulate_result_feedback(graph: Any, queries: Sequence[str], targets: Sequence[str], context: dict[str, Any],
-                             *, topic: str, progress: bool = True) -> dict[str, float]:
-    """Teach NEEDLE's trust weights: for each query mark every shown result but its target irrelevant
-    (relevance from the captions), as the paper's simulated user does; return the final weights."""
+def feedback_round(graph: Any, query: str, *, topic: str, context: dict[str, Any], thread_id: str,
+                   mark: Callable[[list[str]], list[str]]) -> tuple[list[str], list[str], dict[str, Any]]:
+    """One query through NEEDLE's result-feedback path: the graph pauses at ``review_results``,
+    ``mark(shown ids)`` says which are irrelevant, the graph learns. Returns ``(shown, marked, final values)``.
+    ``graph`` needs a checkpointer; the thread is deleted afterwards when the checkpointer can."""
     from langgraph.types import Command
+
+    config = {"configurable": {"thread_id": thread_id}}
+    run_context = {**context, "feedback": "results", "learn": True}
+    paused = graph.invoke({"query": query, "topic": topic}, config, context=run_context)
+    shown = [hit["id"] for hit in paused["__interrupt__"][0].value["hits"]]
+    marked = mark(shown)
+    done = graph.invoke(Command(resume={"irrelevant": marked}), config, context=run_context)
+    if graph.checkpointer is not None and hasattr(graph.checkpointer, "delete_thread"):
+        graph.checkpointer.delete_thread(thread_id)
+    return shown, marked, done
+
+
+def simulate_result_feedback(graph: Any, queries: Sequence[str], context: dict[str, Any], *, topic: str,
+                             judge: Any, progress: bool = True) -> dict[str, float]:
+    """Teach NEEDLE's trust weights: for each query a simulated person (``judge``, a
+    :class:`~pictrieve.evaluation.relevance.CaptionJudge`) marks the shown results whose own captions do
+    not match it, and the graph learns from that; return the final weights."""
     from tqdm.auto import tqdm
 
     weights: dict[str, float] = {}
-    for n, (query, target) in enumerate(tqdm(list(zip(queries, targets)), desc="feedback", disable=not progress)):
-        config = {"configurable": {"thread_id": f"feedback-{n}"}}
-        run_context = {**context, "feedback": "results", "learn": True}
-        paused = graph.invoke({"query": query, "topic": topic}, config, context=run_context)
-        shown = paused["__interrupt__"][0].value["hits"]
-        irrelevant = [hit["id"] for hit in shown if hit["id"] != target]
-        done = graph.invoke(Command(resume={"irrelevant": irrelevant}), config, context=run_context)
+    for n, query in enumerate(tqdm(list(queries), desc="feedback", disable=not progress)):
+        _, _, done = feedback_round(graph, query, topic=topic, context=context, thread_id=f"{topic}-feedback-{n}",
+                                    mark=lambda shown: judge.irrelevant(query, shown))
         weights = done.get("weights", weights)
     return weights
 
@@ -223,7 +237,8 @@ def evaluate_generative(
     text fusion use it). ``configs``: ``{row name: run settings}``. With ``tile`` the gallery's tiles are
     made first. With ``feedback_queries`` (NEEDLE), captions of that many *other* photos (none of the
     evaluated ones) teach the trust weights by simulated feedback (relevance from captions), and each
-    config is evaluated again with the weights it learned ("+trust").
+    config is evaluated again with the weights it learned ("+trust"). The simulated person marks the
+    shown photos whose captions do not match the query (:mod:`pictrieve.evaluation.relevance`).
     """
     from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
     from pictrieve.graphs.checkpoints import memory_checkpointer
@@ -254,6 +269,9 @@ def evaluate_generative(
     for name, settings in configs.items():
         report["rows"][name] = evaluate_runs(graph, texts, targets, settings, progress=progress, desc=name)
     if feedback_queries and method == "needle":
+        from pictrieve.evaluation.relevance import CaptionJudge
+        from pictrieve.vectorstore.gallery import path_id
+
         topic = f"eval-{int(time.time())}"
         tested = set(targets)
         pool_texts, pool_targets = sample_queries(folder, gallery, None, seed)
@@ -263,9 +281,10 @@ def evaluate_generative(
         picks = np.random.default_rng(seed + 1).permutation(len(teach))[:feedback_queries]
         teach = [teach[i] for i in sorted(picks)]
         report["feedback_queries"] = len(teach)
+        judge = CaptionJudge({path_id(p): texts for p, texts in folder.captions.items()})
         for name, settings in configs.items():
-            weights = simulate_result_feedback(graph, [q for q, _ in teach], [t for _, t in teach], settings,
-                                               topic=f"{topic}-{name}", progress=progress)
+            weights = simulate_result_feedback(graph, [q for q, _ in teach], settings, topic=f"{topic}-{name}",
+                                               judge=judge, progress=progress)
             row = evaluate_runs(graph, texts, targets, settings, progress=progress, desc=f"{name}+trust",
                                 topic=f"{topic}-{name}")
             report["rows"][f"{name} +trust"] = {**row, "weights": weights}

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from pictrieve.evaluation.generative import query_metrics, timed_run
+from pictrieve.evaluation.generative import feedback_round, query_metrics, timed_run
 from pictrieve.evaluation.relevance import MATCH_THRESHOLD, CaptionJudge
 from pictrieve.evaluation.stats import paired_bootstrap
 
@@ -170,7 +170,6 @@ def run_trust_experiment(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run (or resume) the experiment, appending per-query lines to ``out``; return :func:`summarise`'s report."""
-    from langgraph.types import Command
     from tqdm.auto import tqdm
 
     from pictrieve.agents.needle.trust import load_trust
@@ -207,8 +206,8 @@ def run_trust_experiment(
 
     done_feedback = [line for line in lines if line["kind"] == "feedback"]
     restore_trust(gallery, config, learners, done_feedback)
-    checkpointer = memory_checkpointer()
-    teaching = build_needle_graph(gallery, visualizers=visualizers, checkpointer=checkpointer, name="needle-feedback")
+    teaching = build_needle_graph(gallery, visualizers=visualizers, checkpointer=memory_checkpointer(),
+                                  name="needle-feedback")
     base = {"guides_per_visualizer": guides, "tiles": False, "seed": seed}
     for n, (query, target) in enumerate(tqdm(teach, desc="feedback", disable=not progress)):
         if n < len(done_feedback):
@@ -216,15 +215,11 @@ def run_trust_experiment(
         record: dict[str, Any] = {"kind": "feedback", "n": n, "query": query, "target": target, "learners": {}}
         for learner in learners:
             topic = topic_of(config, learner.name)
-            context = {**base, "embedders": list(learner.embedders), "k": SHOWN, "feedback": "results",
-                       "eta": eta, "learn": True}
-            thread = {"configurable": {"thread_id": f"{topic}-{n}"}}
+            context = {**base, "embedders": list(learner.embedders), "k": SHOWN, "eta": eta}
             started = time.perf_counter()
-            paused = teaching.invoke({"query": query, "topic": topic}, thread, context=context)
-            shown = [hit["id"] for hit in paused["__interrupt__"][0].value["hits"]]
-            irrelevant = mark_irrelevant(learner.rule, judge, query, target, shown)
-            teaching.invoke(Command(resume={"irrelevant": irrelevant}), thread, context=context)
-            checkpointer.delete_thread(thread["configurable"]["thread_id"])
+            shown, irrelevant, _ = feedback_round(
+                teaching, query, topic=topic, context=context, thread_id=f"{topic}-{n}",
+                mark=lambda shown: mark_irrelevant(learner.rule, judge, query, target, shown))
             record["learners"][learner.name] = {
                 "shown": shown, "irrelevant": irrelevant, "target_shown": target in shown,
                 "weights": load_trust(gallery).for_topic(topic, list(learner.embedders)),

@@ -73,6 +73,13 @@ class TrustTable:
         """Apply one round of feedback (Eq. 5) for ``topic``; return the new weights."""
         if not 0 < eta < 1:
             raise ValueError(f"eta must be in (0, 1), got {eta}")
+        # Choices the paper leaves open, made here: the loss is charged on the per-guide lists the
+        # search used (guides dropped by screening are charged nothing), with S(r) = 1/r down to the
+        # lists' depth (the paper's k of R_j^i), over the marked images only (T is a subset of the
+        # shown results: the graph refuses ids it did not show). It is not divided by the number of
+        # guides or of marks, as Eq. 5 is written, so one round moves the weights more with more
+        # guides; eta is the authors' 0.05. An embedder of the topic that did not rank this query
+        # keeps its weight before renormalisation.
         names = list(dict.fromkeys([*self.weights.get(topic, {}), *rankings]))
         current = self.for_topic(topic, names)
         factors = {
