@@ -116,7 +116,9 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
 @click.option("--feedback-queries", type=click.IntRange(min=1), default=200, show_default=True,
               help="Feedback queries (other photos) that teach the trust weights before the test.")
 @click.option("--guides", type=click.IntRange(min=1), default=4, show_default=True, help="Guides per visualizer.")
-@click.option("--eta", type=float, default=0.05, show_default=True, help="Trust learning rate.")
+@click.option("--trust", "trusts", multiple=True, default=("eq5:0.05",), show_default=True, metavar="LOSS:ETA",
+              help="A trust loss to learn with (eq5: the paper's; share: see agents/needle/trust.py) and its "
+                   "learning rate; repeat to compare.")
 @click.option("--threshold", type=float, default=None,
               help="Caption-match threshold of the simulated person (default: the one chosen on flickr8k-train).")
 @click.option("--out", type=click.Path(dir_okay=False), required=True,
@@ -126,17 +128,28 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def needle_trust_eval(folder: str, visualizers: tuple[str, ...], embedders: tuple[str, ...], control: str,
-                      text_embedder: str, queries: int, feedback_queries: int, guides: int, eta: float,
+                      text_embedder: str, queries: int, feedback_queries: int, guides: int, trusts: tuple[str, ...],
                       threshold: float | None, out: str, summary: str | None, gallery: str | None, seed: int,
                       as_json: bool) -> None:
     """NEEDLE on DIR/captions.jsonl: trust learned from simulated feedback, frozen, against equal weights."""
+    from pictrieve.agents.needle.trust import LOSSES
     from pictrieve.evaluation.needle_trust import run_trust_experiment
     from pictrieve.evaluation.relevance import MATCH_THRESHOLD
 
+    learning: dict[str, float] = {}
+    for item in trusts:
+        loss, _, eta = item.partition(":")
+        try:
+            learning[loss] = float(eta)
+        except ValueError:
+            raise click.BadParameter(f"give LOSS:ETA, e.g. eq5:0.05; got {item!r}", param_hint="--trust") from None
+        if loss not in LOSSES or not 0 < learning[loss] < 1:
+            raise click.BadParameter(f"LOSS is one of {', '.join(LOSSES)} and ETA in (0, 1); got {item!r}",
+                                     param_hint="--trust")
     report = run_trust_experiment(
         folder, visualizers=list(visualizers), embedders=list(embedders), control=control or None,
         text_embedder=text_embedder, test_queries=queries, feedback_queries=feedback_queries, guides=guides,
-        eta=eta, threshold=MATCH_THRESHOLD if threshold is None else threshold, seed=seed, out=out,
+        trusts=learning, threshold=MATCH_THRESHOLD if threshold is None else threshold, seed=seed, out=out,
         gallery_location=gallery, progress=not as_json)
     if summary:
         from pathlib import Path

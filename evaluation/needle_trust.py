@@ -35,7 +35,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -56,31 +56,56 @@ TEXT_ROW = "text only"
 
 @dataclass(frozen=True)
 class Learner:
-    """A trust table learned on the feedback queries: which embedders, which marking rule."""
+    """A trust table learned on the feedback queries: which embedders, which marking rule, which loss."""
 
     name: str
     embedders: tuple[str, ...]
     rule: str = "person"
+    loss: str = "eq5"
+    eta: float = 0.05
 
 
-def plan_rows(embedders: Sequence[str], control: str | None) -> tuple[list[Learner], dict[str, tuple[tuple[str, ...], str | None]]]:
-    """The learners and the test rows ``{row: (embedders, learner name or None for equal weights)}``."""
+def plan_rows(embedders: Sequence[str], control: str | None, trusts: Mapping[str, float]
+              ) -> tuple[list[Learner], dict[str, tuple[tuple[str, ...], str | None]]]:
+    """The learners and the test rows ``{row: (embedders, learner name or None for equal weights)}``.
+
+    ``trusts`` maps each trust loss to learn with ("eq5", "share") to its learning rate.
+    """
     real = tuple(embedders)
     n = len(real)
     rows: dict[str, tuple[tuple[str, ...], str | None]] = {f"only {name}": ((name,), None) for name in real}
     if control:
         rows[f"only {control} (planted)"] = ((control,), None)
-    learners = [Learner(f"{n} embedders, learned trust", real)]
+    learners = [Learner(f"{n} embedders, trust {loss}", real, "person", loss, eta) for loss, eta in trusts.items()]
     rows[f"{n} embedders, equal weights"] = (real, None)
-    rows[learners[0].name] = (real, learners[0].name)
     if control:
         mixed = (*real, control)
-        learners += [Learner(f"{n} + planted, learned trust", mixed),
-                     Learner(f"{n} + planted, trust from all-but-target marks", mixed, "all-but-target")]
+        learners += [Learner(f"{n} + planted, trust {loss}", mixed, "person", loss, eta) for loss, eta in trusts.items()]
+        if "eq5" in trusts:
+            learners.append(Learner(f"{n} + planted, trust eq5 from all-but-target marks", mixed, "all-but-target",
+                                    "eq5", trusts["eq5"]))
         rows[f"{n} + planted, equal weights"] = (mixed, None)
-        for learner in learners[1:]:
-            rows[learner.name] = (mixed, learner.name)
+    for learner in learners:
+        rows[learner.name] = (learner.embedders, learner.name)
     return learners, rows
+
+
+def comparisons(embedders: Sequence[str], control: str | None, trusts: Mapping[str, float]) -> list[tuple[str, str]]:
+    """The paired comparisons reported: ``(baseline row, candidate row)``."""
+    n = len(embedders)
+    pairs = [(TEXT_ROW, f"{n} embedders, equal weights")]
+    pairs += [(f"{n} embedders, equal weights", f"{n} embedders, trust {loss}") for loss in trusts]
+    if control:
+        pairs.append((f"{n} embedders, equal weights", f"{n} + planted, equal weights"))
+        pairs += [(f"{n} + planted, equal weights", f"{n} + planted, trust {loss}") for loss in trusts]
+        pairs += [(f"{n} embedders, equal weights", f"{n} + planted, trust {loss}") for loss in trusts]
+        if "eq5" in trusts:
+            pairs.append((f"{n} + planted, equal weights", f"{n} + planted, trust eq5 from all-but-target marks"))
+    if "eq5" in trusts and "share" in trusts:
+        pairs.append((f"{n} embedders, trust eq5", f"{n} embedders, trust share"))
+        if control:
+            pairs.append((f"{n} + planted, trust eq5", f"{n} + planted, trust share"))
+    return pairs
 
 
 def split_queries(pairs: Sequence[tuple[str, str]], test: int, feedback: int, seed: int = 0
@@ -161,7 +186,7 @@ def run_trust_experiment(
     test_queries: int = 100,
     feedback_queries: int = 200,
     guides: int = 4,
-    eta: float = 0.05,
+    trusts: Mapping[str, float] | None = None,
     threshold: float = MATCH_THRESHOLD,
     seed: int = 0,
     out: str | os.PathLike,
@@ -169,7 +194,11 @@ def run_trust_experiment(
     judge_encoder: Any = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run (or resume) the experiment, appending per-query lines to ``out``; return :func:`summarise`'s report."""
+    """Run (or resume) the experiment, appending per-query lines to ``out``; return :func:`summarise`'s report.
+
+    ``trusts``: ``{trust loss: learning rate}`` to learn with (default: the paper's Eq. 5 at the authors' 0.05).
+    """
+    trusts = dict(trusts or {"eq5": 0.05})
     from tqdm.auto import tqdm
 
     from pictrieve.agents.needle.trust import load_trust
@@ -186,7 +215,7 @@ def run_trust_experiment(
         "folder": str(Path(folder.root).resolve()), "photos": len(folder.captions),
         "visualizers": [getattr(v, "name", str(v)) for v in visualizers], "embedders": list(embedders),
         "control": control, "text_embedder": text_embedder, "test_queries": test_queries,
-        "feedback_queries": feedback_queries, "guides": guides, "eta": eta, "threshold": threshold, "seed": seed,
+        "feedback_queries": feedback_queries, "guides": guides, "trusts": trusts, "threshold": threshold, "seed": seed,
         "shown": SHOWN, "depth": DEPTH,
     }
     results = ResultsFile(out)
@@ -197,7 +226,7 @@ def run_trust_experiment(
     if not lines:
         results.append({"kind": "config", "config": config})
         lines = results.read()
-    learners, rows = plan_rows(embedders, control)
+    learners, rows = plan_rows(embedders, control, trusts)
     indexed = list(dict.fromkeys([text_embedder, *embedders, *([control] if control else [])]))
     gallery = eval_gallery(folder, indexed, location=gallery_location, progress=progress)
     pairs = list(zip(*sample_queries(folder, gallery, None, seed)))
@@ -215,7 +244,8 @@ def run_trust_experiment(
         record: dict[str, Any] = {"kind": "feedback", "n": n, "query": query, "target": target, "learners": {}}
         for learner in learners:
             topic = topic_of(config, learner.name)
-            context = {**base, "embedders": list(learner.embedders), "k": SHOWN, "eta": eta}
+            context = {**base, "embedders": list(learner.embedders), "k": SHOWN, "eta": learner.eta,
+                       "trust_loss": learner.loss}
             started = time.perf_counter()
             shown, irrelevant, _ = feedback_round(
                 teaching, query, topic=topic, context=context, thread_id=f"{topic}-{n}",
@@ -253,7 +283,7 @@ def summarise(lines: Iterable[dict[str, Any]], *, samples: int = 10_000, seed: i
     config = next(line["config"] for line in lines if line["kind"] == "config")
     feedback = sorted((line for line in lines if line["kind"] == "feedback"), key=lambda line: line["n"])
     tests = sorted((line for line in lines if line["kind"] == "test"), key=lambda line: line["n"])
-    learners, rows = plan_rows(config["embedders"], config["control"])
+    learners, rows = plan_rows(config["embedders"], config["control"], config["trusts"])
     report: dict[str, Any] = {"config": config, "feedback_done": len(feedback), "test_done": len(tests)}
     report["rows"] = {
         name: {**{m: float(np.mean([t["rows"][name][m] for t in tests])) for m in METRICS},
@@ -264,20 +294,13 @@ def summarise(lines: Iterable[dict[str, Any]], *, samples: int = 10_000, seed: i
     for learner in learners:
         steps = [line["learners"][learner.name] for line in feedback]
         report["learners"][learner.name] = {
-            "rule": learner.rule,
+            "rule": learner.rule, "loss": learner.loss, "eta": learner.eta,
             "weights": steps[-1]["weights"] if steps else None,
             "trajectory": {str(i + 1): steps[i]["weights"] for i in range(len(steps)) if (i + 1) % 50 == 0},
             "marked_per_query": float(np.mean([len(s["irrelevant"]) for s in steps])) if steps else None,
             "target_shown": float(np.mean([s["target_shown"] for s in steps])) if steps else None,
         }
-    n = len(config["embedders"])
-    pairs = [(f"{n} embedders, equal weights", f"{n} embedders, learned trust"), (TEXT_ROW, f"{n} embedders, equal weights")]
-    if config["control"]:
-        pairs = [(f"{n} + planted, equal weights", f"{n} + planted, learned trust"),
-                 (f"{n} + planted, equal weights", f"{n} + planted, trust from all-but-target marks"),
-                 (f"{n} + planted, trust from all-but-target marks", f"{n} + planted, learned trust"),
-                 (f"{n} embedders, equal weights", f"{n} + planted, equal weights"),
-                 (f"{n} embedders, equal weights", f"{n} + planted, learned trust"), *pairs]
+    pairs = comparisons(config["embedders"], config["control"], config["trusts"])
     report["comparisons"] = [
         {"baseline": a, "candidate": b, "metric": m,
          **paired_bootstrap([t["rows"][a][m] for t in tests], [t["rows"][b][m] for t in tests], samples=samples, seed=seed)}

@@ -24,7 +24,7 @@ def paired_bootstrap(baseline: Sequence[float], candidate: Sequence[float], *, s
     picks = np.random.default_rng(seed).integers(0, len(diff), size=(samples, len(diff)))
     means = diff[picks].mean(axis=1)
     tail = (1.0 - confidence) / 2
-    return {"baseline": float(a.mean()), "candidate": float(b.mean()), "difference": float(diff.mean()),
+    return {"baseline_mean": float(a.mean()), "candidate_mean": float(b.mean()), "difference": float(diff.mean()),
             "low": float(np.quantile(means, tail)), "high": float(np.quantile(means, 1 - tail)),
             "confidence": confidence, "queries": int(len(diff)),
             "better": int((diff > 0).sum()), "worse": int((diff < 0).sum())}

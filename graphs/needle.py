@@ -76,6 +76,9 @@ class NeedleSettings(RunSettings):
     """Learning rate of the trust weights (the authors' default)."""
     learn: bool = True
     """Store trust weights learned from result feedback in the gallery."""
+    trust_loss: str = "eq5"
+    """How feedback charges embedders: "eq5" (the paper) or "share" (Eq. 5 over the embedder's share of
+    the shown results; see agents/needle/trust.py)."""
     prompt_prefix: str = ""
     prompt_suffix: str = ""
     seed: int = 0
@@ -90,6 +93,8 @@ class NeedleSettings(RunSettings):
             raise SettingsError(f"tau must be > 0, got {self.tau}")
         if self.max_regenerations < 0:
             raise SettingsError(f"max_regenerations must be >= 0, got {self.max_regenerations}")
+        if self.trust_loss not in ("eq5", "share"):
+            raise SettingsError(f"trust_loss must be eq5 or share, got {self.trust_loss!r}")
         if self.reducer not in ("pca", "umap", "none"):
             raise SettingsError(f"reducer must be pca, umap or none, got {self.reducer!r}")
         if self.embedders is not None and not self.embedders:
@@ -348,8 +353,9 @@ def build_needle_graph(
         if not irrelevant:
             return {}
         table = load_trust(index)
+        shown = [hit.id if isinstance(hit, ImageHit) else hit["id"] for hit in state["hits"]]
         weights = table.update(state.get("topic") or DEFAULT_TOPIC, state["rankings"], irrelevant,
-                               eta=settings.eta, depth=settings.candidate_k)
+                               eta=settings.eta, depth=settings.candidate_k, loss=settings.trust_loss, shown=shown)
         if settings.learn:
             save_trust(index, table)
         hits = _hits(index, fuse(state["rankings"], weights, settings.k, exclude=set(irrelevant)))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pictrieve.agents.needle.aggregation import aggregate_rankings
-from pictrieve.agents.needle.trust import TrustTable, load_trust
+from pictrieve.agents.needle.trust import TrustTable, feedback_losses, load_trust
 from pictrieve.evaluation.controls import RandomProjectionEmbedder
 from pictrieve.evaluation.needle_trust import (
     ResultsFile,
@@ -81,38 +81,54 @@ def test_the_default_threshold_is_the_one_chosen_on_flickr8k_train(judge):
 # ------------------------------------------------------------------------------ Eq. 4 + Eq. 5 in a loop
 
 
-def _fixed_vectors(seed: int = 0):
-    """40 items in 4 topics: the good embedder sees topics (centre + noise), the planted one noise only."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(4, 16))
-    topics = np.repeat(np.arange(4), 10)
-    good = centres[topics] + 0.3 * rng.normal(size=(40, 16))
-    bad = rng.normal(size=(40, 16))
-    return centres, topics, {"good": good, "planted": bad}
-
-
 def _rank(vectors: np.ndarray, guide: np.ndarray, depth: int) -> list[str]:
     sims = vectors @ guide / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(guide))
     return [f"i{j}" for j in np.argsort(-sims, kind="stable")[:depth]]
 
 
-def test_trust_leaves_a_planted_bad_embedder_when_a_person_marks_off_topic_results():
-    centres, topics, spaces = _fixed_vectors()
-    rng = np.random.default_rng(1)
+def _learn_with_a_planted_embedder(loss: str, rounds: int = 100, seed: int = 1) -> dict[str, float]:
+    """40 fixed photos in 4 topics; three real embedders see the topics through more and more noise, the
+    planted one sees noise only. Each round: 4 guides of a topic, Eq. 4 fusion with the current weights,
+    the top 5 shown, the person marks the off-topic ones, the weights learn."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(4, 16))
+    topics = np.repeat(np.arange(4), 10)
+    spaces = {f"real{k}": centres[topics] + noise * rng.normal(size=(40, 16)) for k, noise in enumerate((2, 3, 4))}
+    spaces["planted"] = rng.normal(size=(40, 16))
     table = TrustTable()
-    for round_ in range(30):
+    for round_ in range(rounds):
         topic = round_ % 4
-        guides = [centres[topic] + 0.3 * rng.normal(size=16) for _ in range(2)]
-        # The planted embedder sees a guide as noise, as it sees every photo.
-        rankings = {"good": [_rank(spaces["good"], g, 20) for g in guides],
-                    "planted": [_rank(spaces["planted"], rng.normal(size=16), 20) for _ in guides]}
-        shown = [id_ for id_, _ in aggregate_rankings(rankings, table.for_topic("t", list(rankings)))[:5]]
+        guides = [centres[topic] + 0.3 * rng.normal(size=16) for _ in range(4)]
+        rankings = {name: [_rank(vectors, g if name != "planted" else rng.normal(size=16), 20) for g in guides]
+                    for name, vectors in spaces.items()}
+        shown = [id_ for id_, _ in aggregate_rankings(rankings, table.for_topic("t", list(spaces)))[:5]]
         irrelevant = [id_ for id_ in shown if topics[int(id_[1:])] != topic]  # the person: off-topic photos
-        table.update("t", rankings, irrelevant, eta=0.05, depth=20)
-    weights = table.for_topic("t", ["good", "planted"])
-    # From 0.5 each. The planted weight falls while its noise reaches the top 5 (each time the person
-    # marks it), then slowly: once its items rank below the good ones it is rarely shown, so rarely charged.
-    assert weights["planted"] < 0.3 and weights["good"] > 0.7
+        table.update("t", rankings, irrelevant, eta=0.2, depth=20, loss=loss, shown=shown)
+    return table.for_topic("t", list(spaces))
+
+
+def test_trust_leaves_a_planted_bad_embedder_with_the_share_loss_and_not_with_eq5():
+    # The paper's Eq. 5 charges an embedder only for marked photos it ranked, so the planted one, whose
+    # picks seldom reach the shown top 5 (the real embedders agree with each other, it agrees with no
+    # one), is seldom charged and gains while the real ones pay for every off-topic photo shown.
+    paper = _learn_with_a_planted_embedder("eq5")
+    assert paper["planted"] > 0.4
+    # The share of what each embedder ranked high among the shown photos that was marked: the planted
+    # embedder's shown picks are off-topic, so its share is the highest whenever it is judged at all.
+    share = _learn_with_a_planted_embedder("share")
+    assert share["planted"] < 0.15 and share["planted"] < min(w for name, w in share.items() if name != "planted")
+
+
+def test_share_loss_divides_eq5_by_what_the_embedder_ranked_of_the_shown_page():
+    rankings = {"a": [["x", "y", "z"]], "b": [["y", "p"]], "unseen": [["q", "r"]]}
+    shown, marked = ["x", "y"], ["x"]
+    losses = feedback_losses(rankings, marked, loss="share", shown=shown)
+    assert losses["a"] == pytest.approx(1 / (1 + 1 / 2))  # x at 1 marked, of x at 1 and y at 2 shown
+    assert losses["b"] == 0.0  # ranked only y, which the person kept
+    assert losses["unseen"] == pytest.approx((losses["a"] + losses["b"]) / 2)  # no evidence: the mean
+    assert feedback_losses(rankings, marked) == {"a": 1.0, "b": 0.0, "unseen": 0.0}  # Eq. 5
+    with pytest.raises(ValueError, match="needs the shown"):
+        feedback_losses(rankings, marked, loss="share")
 
 
 # ------------------------------------------------------------------------------ the experiment
@@ -167,7 +183,7 @@ def trust_folders(flickr_dir, tmp_path_factory):
 def _run(folders, tmp_path, out, **overrides):
     settings = dict(visualizers=[f"exemplar:{folders / 'reference'}"], embedders=["random-projection:1", "random-projection:2"],
                     control="random-projection:3", text_embedder="random-projection:1", test_queries=3,
-                    feedback_queries=4, guides=2, eta=0.2, out=out, gallery_location=tmp_path / "g", progress=False)
+                    feedback_queries=4, guides=2, trusts={"eq5": 0.2, "share": 0.2}, out=out, gallery_location=tmp_path / "g", progress=False)
     return run_trust_experiment(folders / "eval", **{**settings, **overrides})
 
 
@@ -184,7 +200,7 @@ def test_trust_is_learned_on_feedback_queries_then_frozen_for_the_test_queries(t
     assert [line["n"] for line in feedback] == [0, 1, 2, 3] and [line["n"] for line in tests] == [0, 1, 2]
     assert not {line["target"] for line in feedback} & {line["target"] for line in tests}
 
-    learners, rows = plan_rows(config["embedders"], config["control"])
+    learners, rows = plan_rows(config["embedders"], config["control"], config["trusts"])
     old_rule = next(learner for learner in learners if learner.rule == "all-but-target")
     for line in feedback:  # the earlier rule marks every shown photo but the target, so weights move
         step = line["learners"][old_rule.name]
@@ -221,4 +237,28 @@ def test_trust_is_learned_on_feedback_queries_then_frozen_for_the_test_queries(t
     assert {r: {m: v for m, v in row.items() if m != "seconds"} for r, row in again["rows"].items()} == \
         {r: {m: v for m, v in row.items() if m != "seconds"} for r, row in report["rows"].items()}
     with pytest.raises(ValueError, match="other settings"):
-        _run(trust_folders, tmp_path, out, eta=0.3)
+        _run(trust_folders, tmp_path, out, trusts={"eq5": 0.3})
+
+
+def test_the_graph_learns_with_the_share_loss_when_asked(trust_folders, tmp_path, monkeypatch):
+    from langgraph.types import Command
+
+    from pictrieve.evaluation.datasets import eval_gallery
+    from pictrieve.graphs.checkpoints import memory_checkpointer
+    from pictrieve.graphs.needle import build_needle_graph
+
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
+    gallery = eval_gallery(trust_folders / "eval", ["random-projection:1", "random-projection:2"], location=tmp_path / "g")
+    graph = build_needle_graph(gallery, visualizers=f"exemplar:{trust_folders / 'reference'}",
+                               checkpointer=memory_checkpointer())
+    config = {"configurable": {"thread_id": "share"}}
+    context = {"k": 4, "guides_per_visualizer": 2, "feedback": "results", "eta": 0.5, "trust_loss": "share"}
+    paused = graph.invoke({"query": "a dog runs on the grass", "topic": "share"}, config, context=context)
+    shown = [hit["id"] for hit in paused["__interrupt__"][0].value["hits"]]
+    rankings = graph.get_state(config).values["rankings"]
+    marked = shown[:1]
+    out = graph.invoke(Command(resume={"irrelevant": marked}), config, context=context)
+    losses = feedback_losses(rankings, marked, loss="share", shown=shown, depth=40)
+    raw = {name: 0.5 * max(0.01, 1 - 0.5 * loss) for name, loss in losses.items()}
+    assert out["weights"] == pytest.approx({name: w / sum(raw.values()) for name, w in raw.items()})
+    assert load_trust(gallery).weights["share"] == pytest.approx(out["weights"])

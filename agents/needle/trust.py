@@ -10,6 +10,14 @@ the loss is summed over the per-guide lists as the paper's Eq. 5 says (their cod
 embedder's guide-aggregated list), and the factor is clamped at ``floor`` so a weight can never go
 negative (their code lets it when ``eta * loss > 1``) and a punished embedder can still recover.
 Topics come with the query (the paper leaves topic classification open); ``"default"`` otherwise.
+
+``loss="share"`` (ours, not the paper's) divides each embedder's Eq. 5 loss by the same sum over
+*every shown* result: the rank-weighted share of what the embedder put high among the judged results
+that the person marked, in [0, 1]. An embedder none of whose ranked images was shown is not judged and
+takes the mean share of the others (no evidence, no relative change). Why: Eq. 5 charges an embedder
+only for marked images it ranked, so an embedder whose picks rarely reach the shown page (the fused
+top k) is rarely charged, and its weight *grows* while the others pay for the page; a planted
+random-projection embedder went from 0.25 to 0.50 on flickr8k-dev (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -36,6 +44,33 @@ def feedback_loss(
         for rank, item in enumerate(dedupe(ranking), start=1)
         if item in bad
     )
+
+
+LOSSES = ("eq5", "share")
+
+
+def feedback_losses(
+    rankings: Mapping[str, Sequence[Sequence[str]]],
+    irrelevant: Collection[str],
+    *,
+    loss: str = "eq5",
+    shown: Collection[str] | None = None,
+    depth: int | None = None,
+) -> dict[str, float]:
+    """Each embedder's loss for one round of feedback: Eq. 5, or its ``share`` (module docstring)."""
+    if loss == "eq5":
+        return {name: feedback_loss(lists, irrelevant, depth) for name, lists in rankings.items()}
+    if loss != "share":
+        raise ValueError(f"unknown trust loss {loss!r}; known: {', '.join(LOSSES)}")
+    if shown is None:
+        raise ValueError("the 'share' loss needs the shown results")
+    shares = {}
+    for name, lists in rankings.items():
+        judged = feedback_loss(lists, shown, depth)
+        if judged > 0:
+            shares[name] = feedback_loss(lists, irrelevant, depth) / judged
+    neutral = sum(shares.values()) / len(shares) if shares else 0.0
+    return {name: shares.get(name, neutral) for name in rankings}
 
 
 def normalised(weights: Mapping[str, float]) -> dict[str, float]:
@@ -69,8 +104,11 @@ class TrustTable:
         eta: float = 0.05,
         depth: int | None = None,
         floor: float = 0.01,
+        loss: str = "eq5",
+        shown: Collection[str] | None = None,
     ) -> dict[str, float]:
-        """Apply one round of feedback (Eq. 5) for ``topic``; return the new weights."""
+        """Apply one round of feedback (Eq. 5, or ``loss="share"`` with the ``shown`` results) for
+        ``topic``; return the new weights."""
         if not 0 < eta < 1:
             raise ValueError(f"eta must be in (0, 1), got {eta}")
         # Choices the paper leaves open, made here: the loss is charged on the per-guide lists the
@@ -82,9 +120,8 @@ class TrustTable:
         # keeps its weight before renormalisation.
         names = list(dict.fromkeys([*self.weights.get(topic, {}), *rankings]))
         current = self.for_topic(topic, names)
-        factors = {
-            name: max(floor, 1.0 - eta * feedback_loss(lists, irrelevant, depth)) for name, lists in rankings.items()
-        }
+        losses = feedback_losses(rankings, irrelevant, loss=loss, shown=shown, depth=depth)
+        factors = {name: max(floor, 1.0 - eta * value) for name, value in losses.items()}
         self.weights[topic] = normalised({name: w * factors.get(name, 1.0) for name, w in current.items()})
         self.updates[topic] = self.updates.get(topic, 0) + 1
         return self.for_topic(topic, list(rankings))
