@@ -105,7 +105,14 @@ def run_replay(args: argparse.Namespace) -> None:
     variants: list[tuple[str, str | None, float]] = [("equal weights", None, 0.0)]
     variants += [(f"{loss}, eta {eta}", loss, eta) for loss in ("eq5", "share") for eta in args.etas]
     report: dict[str, Any] = {"queries": len(lines), "feedback": args.feedback, "splits": args.splits,
-                              "screened": sum(line["screened"] > 0 for line in lines), "sets": {}}
+                              "screened": sum(line["screened"] > 0 for line in lines), "sets": {}, "alone": {}}
+    for name in [*EMBEDDERS, CONTROL]:  # each embedder alone, on every split's test queries
+        rows = [replay(lines, judge, [name], loss=None, eta=0.0, feedback=[],
+                       test=list(np.random.default_rng(split).permutation(len(lines))[args.feedback:]))
+                for split in range(args.splits)]
+        report["alone"][name] = {m: float(np.mean([r[m] for r in rows])) for m in ("hit@1", "hit@10", "ap")}
+        print(f"only {name:22s} hit@1 {report['alone'][name]['hit@1']:.3f} hit@10 {report['alone'][name]['hit@10']:.3f} "
+              f"AP {report['alone'][name]['ap']:.3f}")
     for label, embedders in (("3 embedders", EMBEDDERS), ("3 + planted", [*EMBEDDERS, CONTROL])):
         results: dict[str, Any] = {}
         for split in range(args.splits):

@@ -116,7 +116,7 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
 @click.option("--feedback-queries", type=click.IntRange(min=1), default=200, show_default=True,
               help="Feedback queries (other photos) that teach the trust weights before the test.")
 @click.option("--guides", type=click.IntRange(min=1), default=4, show_default=True, help="Guides per visualizer.")
-@click.option("--trust", "trusts", multiple=True, default=("eq5:0.05",), show_default=True, metavar="LOSS:ETA",
+@click.option("--trust", "trusts", multiple=True, default=("eq5:0.05", "share:0.2"), show_default=True, metavar="LOSS:ETA",
               help="A trust loss to learn with (eq5: the paper's; share: see agents/needle/trust.py) and its "
                    "learning rate; repeat to compare.")
 @click.option("--threshold", type=float, default=None,

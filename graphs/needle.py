@@ -15,8 +15,9 @@
 - ``rank``: every (embedder, guide) pair ranks the gallery (its tiles, when stored: an image ranks by
   its best tile), and the rankings are fused with the topic's trust weights (Eq. 4);
 - ``review_results`` asks which results are irrelevant (``interrupt``), ``learn`` updates the topic's
-  trust weights by multiplicative weights (Eq. 5, clamped), stores them in the gallery and re-ranks
-  without the rejected images.
+  trust weights by multiplicative weights (clamped; by default each embedder is charged the share of
+  what it ranked among the shown results that was marked, our fix of the paper's Eq. 5, which
+  ``trust_loss="eq5"`` restores), stores them in the gallery and re-ranks without the rejected images.
 
 Guides travel through the state as file paths (:mod:`pictrieve.tools.guide_images` keeps generated
 pictures on disk), so a checkpointer can save a paused session and resume it in another process.
@@ -72,13 +73,15 @@ class NeedleSettings(RunSettings):
     """Ask a person about the guides before the search, the results after it, or both."""
     max_regenerations: int = 3
     """Rounds of replacing rejected guides before searching with what is left."""
-    eta: float = 0.05
-    """Learning rate of the trust weights (the authors' default)."""
+    eta: float = 0.2
+    """Learning rate of the trust weights: 0.2 for the "share" loss, chosen on flickr8k-train (the authors'
+    0.05 was for Eq. 5; BENCHMARKS.md, NEEDLE's learned trust)."""
     learn: bool = True
     """Store trust weights learned from result feedback in the gallery."""
-    trust_loss: str = "eq5"
-    """How feedback charges embedders: "eq5" (the paper) or "share" (Eq. 5 over the embedder's share of
-    the shown results; see agents/needle/trust.py)."""
+    trust_loss: str = "share"
+    """How feedback charges embedders: "share" (default: Eq. 5 divided by what the embedder ranked of the
+    shown results) or "eq5" (the paper's, which let a planted random embedder gain weight on flickr8k-dev
+    and lost to equal weights; agents/needle/trust.py, BENCHMARKS.md)."""
     prompt_prefix: str = ""
     prompt_suffix: str = ""
     seed: int = 0

@@ -243,7 +243,7 @@ def test_result_feedback_lowers_the_trust_of_the_embedder_that_ranked_them_and_p
     gallery, reference, rows = needle_gallery
     graph = build_needle_graph(gallery, visualizers=f"exemplar:{reference}", checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "results"}}
-    context = {"k": 4, "guides_per_visualizer": 2, "feedback": "results", "eta": 0.5}
+    context = {"k": 4, "guides_per_visualizer": 2, "feedback": "results", "eta": 0.5, "trust_loss": "eq5"}
     paused = graph.invoke({"query": rows[1]["captions"][0], "topic": "test"}, config, context=context)
     hits = paused["__interrupt__"][0].value["hits"]
     state = graph.get_state(config).values

@@ -11,13 +11,14 @@ embedder's guide-aggregated list), and the factor is clamped at ``floor`` so a w
 negative (their code lets it when ``eta * loss > 1``) and a punished embedder can still recover.
 Topics come with the query (the paper leaves topic classification open); ``"default"`` otherwise.
 
-``loss="share"`` (ours, not the paper's) divides each embedder's Eq. 5 loss by the same sum over
-*every shown* result: the rank-weighted share of what the embedder put high among the judged results
+``loss="share"`` (ours, not the paper's; NEEDLE's graph uses it by default) divides each embedder's
+Eq. 5 loss by the same sum over *every shown* result: the rank-weighted share of what the embedder put high among the judged results
 that the person marked, in [0, 1]. An embedder none of whose ranked images was shown is not judged and
 takes the mean share of the others (no evidence, no relative change). Why: Eq. 5 charges an embedder
 only for marked images it ranked, so an embedder whose picks rarely reach the shown page (the fused
 top k) is rarely charged, and its weight *grows* while the others pay for the page; a planted
-random-projection embedder went from 0.25 to 0.50 on flickr8k-dev (BENCHMARKS.md).
+random-projection embedder went from 0.25 to 0.50 on flickr8k-dev and the fusion lost to equal weights,
+while the share pushed it to 0.04 and beat equal weights (BENCHMARKS.md, NEEDLE's learned trust).
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ class TrustTable:
         # lists' depth (the paper's k of R_j^i), over the marked images only (T is a subset of the
         # shown results: the graph refuses ids it did not show). It is not divided by the number of
         # guides or of marks, as Eq. 5 is written, so one round moves the weights more with more
-        # guides; eta is the authors' 0.05. An embedder of the topic that did not rank this query
-        # keeps its weight before renormalisation.
+        # guides (the "share" loss is in [0, 1] whatever the number of guides). An embedder of the
+        # topic that did not rank this query keeps its weight before renormalisation.
         names = list(dict.fromkeys([*self.weights.get(topic, {}), *rankings]))
         current = self.for_topic(topic, names)
         losses = feedback_losses(rankings, irrelevant, loss=loss, shown=shown, depth=depth)
