@@ -15,7 +15,7 @@ on a captioned folder:
 3. **Freeze, test.** On the test queries, with feedback off (nothing is learned), every row ranks:
    the text query alone, each embedder alone, the embedders with equal weights and with each
    learner's frozen weights. Paired comparisons on the same queries with bootstrap intervals
-   (:func:`~pictrieve.evaluation.stats.paired_bootstrap`).
+   (:func:`~pictrieve.evaluation.paired.paired_bootstrap`).
 
 A planted control embedder (``random-projection:SEED``, :mod:`pictrieve.evaluation.controls`) can be
 added: learned trust must push its weight down.
@@ -41,7 +41,7 @@ import numpy as np
 
 from pictrieve.evaluation.generative import feedback_round, query_metrics, timed_run
 from pictrieve.evaluation.relevance import MATCH_THRESHOLD, CaptionJudge
-from pictrieve.evaluation.stats import paired_bootstrap
+from pictrieve.evaluation.paired import paired_bootstrap
 
 logger = logging.getLogger(__name__)
 
@@ -301,9 +301,17 @@ def summarise(lines: Iterable[dict[str, Any]], *, samples: int = 10_000, seed: i
             "target_shown": float(np.mean([s["target_shown"] for s in steps])) if steps else None,
         }
     pairs = comparisons(config["embedders"], config["control"], config["trusts"])
-    report["comparisons"] = [
-        {"baseline": a, "candidate": b, "metric": m,
-         **paired_bootstrap([t["rows"][a][m] for t in tests], [t["rows"][b][m] for t in tests], samples=samples, seed=seed)}
-        for a, b in pairs for m in METRICS
-    ] if tests else []
+    report["comparisons"] = [compare(tests, a, b, m, samples=samples, seed=seed) for a, b in pairs for m in METRICS] \
+        if tests else []
     return report
+
+
+def compare(tests: Sequence[dict[str, Any]], baseline: str, candidate: str, metric: str, *, samples: int = 10_000,
+            seed: int = 0) -> dict[str, Any]:
+    """One paired comparison of two rows on the same test queries, with its bootstrap interval."""
+    a = np.array([t["rows"][baseline][metric] for t in tests], dtype=float)
+    b = np.array([t["rows"][candidate][metric] for t in tests], dtype=float)
+    difference, low, high = paired_bootstrap(b - a, samples=samples, seed=seed)
+    return {"baseline": baseline, "candidate": candidate, "metric": metric, "baseline_mean": float(a.mean()),
+            "candidate_mean": float(b.mean()), "difference": difference, "low": low, "high": high,
+            "confidence": 0.95, "queries": len(a), "better": int((b > a).sum()), "worse": int((b < a).sum())}
