@@ -227,17 +227,19 @@ def test_generation_stops_after_a_finished_sentence_not_inside_a_number():
 
 def test_generated_words_reach_the_completion(tiny_checkpoint):
     """A tiny model taught one caption says its continuation: completions must carry the generated
-    words, not just echo the typed query (an empty continuation passes every startswith check)."""
+    words, not just echo the typed query (an empty continuation passes every startswith check).
+
+    The caption is taught to convergence (loss near 0): a half-taught model (~1 nat per token) gives a
+    greedy continuation that flips with float rounding (AVX2 vs AVX-512 kernels), which is no test."""
     model, tokenizer = _load(tiny_checkpoint)
     taught = "A brown dog jumps over a fence ."
     examples = [QC2Example(clean_caption(taught), levels) for levels in LEVELS]
-    config = QC2TrainConfig(epochs=40, batch_size=4, learning_rate=3e-2, warmup_steps=2, lora_rank=8,
+    config = QC2TrainConfig(epochs=100, batch_size=4, learning_rate=1e-2, warmup_steps=2, lora_rank=8,
                             train_layers=2, restrict_vocab=True)
-    model, _, allowed = train_completion_model(model, tokenizer, examples, AXES, config, progress=False)
+    model, report, allowed = train_completion_model(model, tokenizer, examples, AXES, config, progress=False)
+    assert report.final_loss < 0.1, report.losses[-5:]  # the caption is learned, not half-learned
     greedy = SamplingSettings(temperature=1.0, top_k=1, max_new_tokens=12, repetition_penalty=1.0, no_repeat_ngram_size=0)
     (completion,) = complete_query(model, tokenizer, "a brown dog", ("High", "High"), AXES, settings=greedy,
                                    allowed_token_ids=allowed, seed=0)
-    assert completion.startswith("a brown dog")
-    continuation = completion[len("a brown dog"):]
-    # the taught next word (its first BPE piece, at least) is there: generation reached the output
-    assert continuation.strip().startswith("jum"), completion
+    # the taught words follow the typed query, up to and including the end of the sentence
+    assert completion == "a brown dog jumps over a fence.", completion
