@@ -100,6 +100,26 @@ def test_symlink_loops_dangling_links_and_symlinked_folders(tmp_path, tiny_clip_
     assert str(photos / "dangling.png") in failed["dangling.png"] and "broken symlink" in failed["dangling.png"]
 
 
+def test_two_sibling_links_to_a_parent_folder_are_walked_once(tmp_path):
+    """Each folder is entered once even when two links in one folder both lead back up: without that,
+    the walk branches twice per level until the kernel's 40-link limit (2**40 folders), so it would
+    never end. One loop alone ends after 40 levels (and resolving paths drops the repeats), which is
+    why this needs two. Run in a child process so a regression fails on the time bound, not hangs."""
+    photos = tmp_path / "photos"
+    make_photo(photos / "top.png", seed=1)
+    make_photo(photos / "sub" / "deep.png", seed=2)
+    (photos / "sub" / "up1").symlink_to(photos, target_is_directory=True)
+    (photos / "sub" / "up2").symlink_to(photos, target_is_directory=True)
+    code = ("import sys; from pictrieve.tools.images import iter_image_files; "
+            "print(*iter_image_files(sys.argv[1]), sep='\\n')")
+    try:
+        walked = subprocess.run([sys.executable, "-c", code, str(photos)], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("walking a folder with two links back to its parent did not end within 60 s")
+    assert walked.returncode == 0, walked.stderr
+    assert walked.stdout.split() == [str(photos / "top.png"), str(photos / "sub" / "deep.png")]
+
+
 def test_an_unreadable_subfolder_is_reported(tmp_path, tiny_clip_name, unprivileged):
     photos = tmp_path / "photos"
     make_photo(photos / "ok.png", seed=1)
@@ -280,6 +300,22 @@ def test_html_honours_the_umask_and_reads_well(tmp_path, photo_folder):
     assert "break-all" not in page and "/<wbr>img0.png" in page
     two = render_contact_sheet([("a", [hit]), ("b", [hit])], "demo")
     assert two.count("<h2>") == 2
+
+
+def test_the_query_in_the_page_headings_is_escaped(photo_folder):
+    """The query becomes the page's title, <h1> and (with several searches) each <h2>: markup in it is
+    shown as text, never run."""
+    from pictrieve.vectorstore.contact_sheet import render_contact_sheet
+    from pictrieve.vectorstore.hits import ImageHit
+
+    hit = ImageHit(id="x", path=str(photo_folder / "a" / "img0.png"), score=0.5, rank=1)
+    query = "<script>alert(1)</script> dogs & <b>cats</b>"
+    single = render_contact_sheet([(query, [hit])], query)
+    rounds = render_contact_sheet([(query, [hit]), ("round 2: " + query, [hit])], "<i>session</i>")
+    for page in (single, rounds):
+        assert "<script>" not in page and "<b>" not in page and "<i>session" not in page
+    assert single.count("&lt;script&gt;alert(1)&lt;/script&gt; dogs &amp; &lt;b&gt;cats&lt;/b&gt;") == 2
+    assert "<h1>&lt;i&gt;session&lt;/i&gt;</h1>" in rounds and rounds.count("<h2>") == 2
 
 
 def test_the_demo_folder_is_ignored_by_git():

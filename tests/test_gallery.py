@@ -116,6 +116,18 @@ def test_interrupted_index_resumes(tmp_path, photo_folder, tiny_clip_embedder, m
     assert gallery.count() == 6
 
 
+def test_small_batches_index_every_photo_past_the_first_prefetch_window(tmp_path, tiny_clip_embedder):
+    """Decoding runs ahead by 4 x batch_size photos and refills as each is taken: with batch_size=1
+    the window is 4, so photos 5 to 7 are indexed only if the window refills."""
+    photos = tmp_path / "photos"
+    for i in range(7):
+        make_photo(photos / f"{i}.png", seed=i)
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    report = gallery.add(photos, batch_size=1, progress=False)
+    assert (report.indexed, report.failed, report.total) == (7, [], 7)
+    assert sorted(Path(gallery.get([id_])[0].path).name for id_ in gallery.ids()) == [f"{i}.png" for i in range(7)]
+
+
 def test_corrupt_files_are_skipped_and_reported(tmp_path, photo_folder, tiny_clip_embedder):
     (photo_folder / "a" / "broken.jpg").write_bytes(b"not an image at all")
     good = photo_folder / "b" / "img5.jpg"

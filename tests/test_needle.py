@@ -219,6 +219,40 @@ def test_needle_finds_the_photos_its_guides_show(needle_gallery, isolated_cache)
     assert [h.rank for h in out["hits"]] == [1, 2, 3, 4, 5]
 
 
+class FixedPictures:
+    """A generator stand-in that draws the same pictures for any prompt, so screening sees fixed guides."""
+
+    name = "fixed"
+    generates = True
+
+    def __init__(self, pictures: list[Image.Image]):
+        self.pictures = pictures
+
+    def visualize(self, prompt, *, n=1, seed=None):
+        return self.pictures[:n]
+
+
+def test_screening_drops_the_one_unrelated_guide_among_four(needle_gallery, isolated_cache, flickr_dir):
+    """Three views of photo 2 (a dog) and photo 9 (a man drilling ice) as the four guides: screening
+    with the real EfficientNet features marks photo 9's guide an outlier, and the search uses the
+    other three. Fixed pictures and a deterministic embedder: no random model chooses anything."""
+    from PIL import ImageOps
+
+    gallery, _, rows = needle_gallery
+    dog = Image.open(flickr_dir / rows[2]["image"]).convert("RGB")
+    width, height = dog.size
+    cropped = dog.crop((width // 10, height // 10, width, height)).resize(dog.size)
+    unrelated = Image.open(flickr_dir / rows[9]["image"]).convert("RGB")
+    graph = build_needle_graph(gallery, visualizers=[FixedPictures([dog, ImageOps.mirror(dog), cropped, unrelated])])
+    out = graph.invoke({"query": rows[2]["captions"][0]},
+                       context={"k": 3, "guides_per_visualizer": 4, "embedders": ["efficientnet-lite0"]})
+    statuses = {g["id"]: g["status"] for g in out["guides"]}
+    assert statuses == {"g1": "used", "g2": "used", "g3": "used", "g4": "outlier"}
+    scores = {g["id"]: g["outlier_score"] for g in out["guides"]}
+    assert scores["g4"] > NeedleSettings().tau > max(scores["g1"], scores["g2"], scores["g3"])
+    assert _path_of(gallery, out["hits"][0]) == Path(rows[2]["image"]).name
+
+
 def test_guide_review_replaces_rejected_guides_before_searching(needle_gallery, isolated_cache):
     gallery, reference, rows = needle_gallery
     graph = build_needle_graph(gallery, visualizers=f"exemplar:{reference}", checkpointer=InMemorySaver())
