@@ -364,9 +364,11 @@ def test_two_writers_and_a_kill_lose_and_duplicate_nothing(tmp_path, tiny_clip_n
         assert store.search_image(path, k=1)[0].path == str(path)
 
 
-def test_a_second_writer_waits_for_the_gallery_lock(tmp_path, tiny_clip_name):
+def test_a_second_writer_waits_for_the_gallery_lock(tmp_path, tiny_clip_embedder):
     """While another process holds an embedded gallery's write lock, `index` waits (saying so) and
-    writes nothing; it finishes once the lock is free."""
+    writes nothing; it finishes once the lock is free. The lock is released as soon as the waiting
+    process says it waits: from then on it is in the lock's retry loop, and the count shows that
+    nothing was written before it got there."""
     import fcntl
 
     from pictrieve.vectorstore.chroma_store import LOCK_FILE
@@ -374,19 +376,19 @@ def test_a_second_writer_waits_for_the_gallery_lock(tmp_path, tiny_clip_name):
 
     make_photo(tmp_path / "photos" / "x.png", seed=1)
     gallery = tmp_path / "g"
-    assert run("index", str(tmp_path / "photos"), "-g", str(gallery), "-e", tiny_clip_name).returncode == 0
+    Gallery.open(gallery, tiny_clip_embedder).add(tmp_path / "photos", progress=False)  # the default embedder
     make_photo(tmp_path / "photos" / "y.png", seed=2)
-    with open(gallery / LOCK_FILE, "a+") as held:
+    log = tmp_path / "waiting.log"
+    with open(gallery / LOCK_FILE, "a+") as held, open(log, "w") as stderr:
         fcntl.flock(held, fcntl.LOCK_EX)
         waiting = subprocess.Popen([*CLI, "index", str(tmp_path / "photos"), "-g", str(gallery)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                   stdout=subprocess.PIPE, stderr=stderr, text=True)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and waiting.poll() is None:
-            time.sleep(0.5)
-            if Gallery.open(gallery, create=False).count() != 1:
-                break
+        while "is busy" not in log.read_text() and waiting.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         still_waiting = waiting.poll() is None
         count_while_held = Gallery.open(gallery, create=False).count()
-    out, err = waiting.communicate(timeout=300)
-    assert still_waiting and count_while_held == 1, err
-    assert waiting.returncode == 0 and "is busy" in err and "indexed 1, unchanged 1" in out
+    out, _ = waiting.communicate(timeout=300)
+    err = log.read_text()
+    assert still_waiting and "is busy" in err and count_while_held == 1, err
+    assert waiting.returncode == 0 and "indexed 1, unchanged 1" in out, err

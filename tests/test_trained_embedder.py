@@ -120,18 +120,22 @@ def test_packaged_head_embeds_real_photos_into_unit_vectors(default_offline, fli
 
 
 def test_packaged_head_finds_the_right_photo_far_better_than_a_random_head(default_offline, flickr_dir, tmp_path):
-    """100 flickr8k-dev photos, 500 captions: the packaged head against the same pipeline with a random head."""
+    """50 flickr8k-dev photos, 250 captions: the packaged head against the same pipeline with a random head.
+
+    50 photos rather than 100 (the test took over a minute on a loaded machine) with Recall@5 rather
+    than @10 for the packaged head, so the bar stays as far above chance (0.1 for @5 here, as for @10
+    among 100 photos)."""
     from pictrieve.evaluation.retrieval import retrieval_metrics
 
-    photos, captions, targets = _flickr_subset(flickr_dir, 100)
+    photos, captions, targets = _flickr_subset(flickr_dir, 50)
     texts = default_offline.embed_texts(captions)
     trained = retrieval_metrics(texts @ default_offline.embed_images(photos).T, targets)
     _random_head(np.random.default_rng(0), hidden=64).save(tmp_path / "random.npz")
     random = TrainedEmbedder(tmp_path / "random.npz", device="cpu", flips=False)
     baseline = retrieval_metrics(texts @ random.embed_images(photos).T, targets)
-    # measured: R@10 0.946, median rank 1 (the packaged head); a head that reads its features in the wrong
-    # order gave 0.19; chance is 0.1
-    assert trained["recall@10"] >= 0.75 and baseline["recall@10"] <= 0.3, (trained, baseline)
+    # measured: R@5 0.964, R@10 0.996, median rank 1 (the packaged head); the random head R@10 0.172,
+    # median rank 27 (chance: R@10 0.2, median 25.5)
+    assert trained["recall@5"] >= 0.75 and baseline["recall@10"] <= 0.3, (trained, baseline)
     assert trained["median_rank"] <= 3 < baseline["median_rank"], (trained, baseline)
 
 
