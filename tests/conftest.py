@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import isolated_home
 from pictrieve.tools.pypi_assets import cache_root
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+REAL_HOME = Path.home()
 TINY_CLIP_CONFIG = Path(__file__).parent / "data" / "pictrieve-tiny-clip.json"
 TINY_CLIP = f"open_clip:{TINY_CLIP_CONFIG}/random"
 FLICKR8K_DEV = Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", REPO_ROOT.parent / "shared" / "datasets" / "flickr8k-dev"))
@@ -23,6 +25,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Where `pictrieve fetch-models` put the packaged models, read before any test points the cache elsewhere;
 # fixtures only link from it, read-only.
 USER_CACHE = cache_root()
+# Tests never write into the user's home: the session gets its own home and cache (tests/isolated_home.py),
+# and fails at its end if the real home changed after all.
+SESSION_DIR = isolated_home.isolate(USER_CACHE)
+HOME_GUARD = isolated_home.HomeGuard.start(REAL_HOME, REPO_ROOT, SESSION_DIR / "started")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def home_left_alone():
+    """Fails the session (an error at the last test's teardown) if anything under the user's home changed."""
+    yield
+    changed = HOME_GUARD.changes() if HOME_GUARD else []
+    if changed:
+        shown = "\n".join(changed[:40]) + (f"\n... and {len(changed) - 40} more" if len(changed) > 40 else "")
+        pytest.fail(f"the tests changed {len(changed)} path(s) under {HOME_GUARD.root} (they must write into "
+                    f"their session folder; ${isolated_home.IGNORE_ENV} skips paths other programs write):\n{shown}",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -16,11 +16,10 @@ from pictrieve.tools.embedders.base import Embedder
 from pictrieve.tools.embedders.factory import create_embedder
 from pictrieve.tools.embedders.offline import OfflineEmbedder, class_embeddings_cache_path, count_phrase
 from pictrieve.tools.model_cache import forget_shared_models, is_shared
+from conftest import USER_CACHE  # only read (already-fetched detector files); tests cache under tmp
 from pictrieve.tools.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError, cache_root
 
 skimage_data = pytest.importorskip("skimage.data")
-
-USER_CACHE = cache_root()  # only read (already-fetched detector files); tests cache under tmp
 
 
 @pytest.fixture(scope="module", autouse=True)
