@@ -28,7 +28,8 @@ USER_CACHE = cache_root()
 # Tests never write into the user's home: the session gets its own home and cache (tests/isolated_home.py),
 # and fails at its end if the real home changed after all.
 SESSION_DIR = isolated_home.isolate(USER_CACHE)
-HOME_GUARD = isolated_home.HomeGuard.start(REAL_HOME, REPO_ROOT, SESSION_DIR / "started")
+HOME_GUARD = isolated_home.HomeGuard.start(REAL_HOME, SESSION_DIR / "started",
+                                           skip=isolated_home.not_written_by_tests(REPO_ROOT))
 
 
 @pytest.fixture(scope="session", autouse=True)

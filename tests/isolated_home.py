@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,14 +90,12 @@ class HomeGuard:
     since_ns: int
 
     @classmethod
-    def start(cls, home: Path, repo_root: Path, marker: Path) -> "HomeGuard | None":
-        """Guard ``home`` from now on (``None`` when there is no home to guard); ``marker`` is a new
-        file outside it. Skipped: the Python environment running the tests (it writes its own
-        ``__pycache__``), the repository, the temporary folder and ``$PICTRIEVE_TESTS_HOME_IGNORE``."""
+    def start(cls, home: Path, marker: Path, skip: Iterable[str | os.PathLike] = ()) -> "HomeGuard | None":
+        """Guard ``home`` from now on, except the paths in ``skip`` and ``$PICTRIEVE_TESTS_HOME_IGNORE``
+        (``None`` when there is no home to guard); ``marker`` is a new file outside the home."""
         if not home.is_dir() or home.resolve() == Path("/"):
             return None
-        skip = [sys.prefix, sys.base_prefix, repo_root, tempfile.gettempdir()]
-        skip += [p for p in os.environ.get(IGNORE_ENV, "").split(os.pathsep) if p]
+        skip = [*skip, *(p for p in os.environ.get(IGNORE_ENV, "").split(os.pathsep) if p)]
         marker.write_bytes(b"")
         return cls(Path(os.path.realpath(home)), frozenset(os.path.realpath(p) for p in skip),
                    marker.stat().st_mtime_ns)
@@ -127,3 +126,9 @@ class HomeGuard:
                     stack.append(entry.path)
         explained = {os.path.dirname(path) for path in changed}  # a folder changed because of a listed entry
         return sorted(path for path in changed if path not in explained)
+
+
+def not_written_by_tests(repo_root: Path) -> list[str]:
+    """Places a test session writes to on purpose even when they lie in the home: the Python environment
+    running it (its ``__pycache__``), the repository (``.pytest_cache``) and the temporary folder."""
+    return [sys.prefix, sys.base_prefix, str(repo_root), tempfile.gettempdir()]
