@@ -7,10 +7,11 @@ that environment. The model files that ``pictrieve fetch-models`` put into the u
 into the session cache (read, never written); the one derived cache that costs seconds to rebuild
 (the offline embedder's class-name vectors) is copied.
 
-What wrote into the home before this existed (found by running the suite with a scratch ``HOME``):
-matplotlib's font list (``~/.cache/matplotlib``, ``~/.config/matplotlib``), Chromium's crash
-reports and dconf settings (``~/.config/chromium``, ``~/.cache/dconf``), and our own cache
-(``~/.cache/pictrieve/offline-embedder``, ``guides``, ``exemplar``).
+What wrote into the home before this existed (the whole suite run with a scratch ``HOME``):
+matplotlib's font list (``~/.cache/matplotlib``), Chromium's crash-report settings and dconf
+(``~/.config/chromium``, ``~/.cache/dconf``), onnxruntime's telemetry on import (chromadb depends
+on it: ``~/.cache/Microsoft/DeveloperTools/.onnxruntime``), and, where it was missing, our own
+cache's class-name vectors (``~/.cache/pictrieve/offline-embedder``).
 
 :class:`HomeGuard` lists what changed under the real home during the session, so the session
 fails when a test (or a process it started) wrote there after all.
