@@ -6,4 +6,14 @@ says what to do, so the CLI can print it as one line instead of a traceback.
 
 
 class PictrieveError(Exception):
-    """An anticipated failure with an actionable message."""
+    """An anticipated failure with an actionable message.
+
+    ``fix`` (optional) is the advice for a Python caller, kept apart from the ``problem`` so that
+    the command line can replace it with its own (a flag instead of a keyword argument); the
+    message, ``str(error)``, is ``"<problem>; <fix>"``.
+    """
+
+    def __init__(self, problem: str = "", *args: object, fix: str | None = None) -> None:
+        super().__init__(f"{problem}; {fix}" if fix else problem, *args)
+        self.problem = problem
+        self.fix = fix

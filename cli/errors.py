@@ -30,6 +30,11 @@ def cli_hint(exc: BaseException) -> str | None:
          "choose the embedder the gallery was built with (--embedder; `pictrieve info` lists them)"),
         (gallery_errors.GalleryPermissionError, "pass a --gallery location you can write to"),
         (gallery_errors.GalleryBusyError, "wait for the other `pictrieve` command to finish"),
+        (gallery_errors.MissingFoldersError,
+         "reconnect them, or if they are gone for good, check with `pictrieve sync --gallery GALLERY "
+         "--dry-run` and pass --allow-missing-folders"),
+        (gallery_errors.LargeRemovalError,
+         "check with `pictrieve sync --gallery GALLERY --dry-run`, then confirm with --yes"),
     ]
     for error_type, hint in hints:
         if isinstance(exc, error_type):
@@ -47,8 +52,14 @@ def cli_hint(exc: BaseException) -> str | None:
 
 
 def error_line(exc: BaseException) -> str:
-    """``error: <message>`` plus the command-line hint, on one line."""
+    """``error: <message>`` plus the command-line hint, on one line.
+
+    An error that keeps its Python advice apart (``PictrieveError(problem, fix=...)``) has that
+    advice replaced by the hint: a command-line user is not told to call ``Gallery.open``.
+    """
     hint = cli_hint(exc)
+    if hint and getattr(exc, "fix", None):
+        return f"error: {exc.problem}; {hint}"  # type: ignore[attr-defined]
     return f"error: {exc}" + (f" (command line: {hint})" if hint else "")
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
 from pictrieve.cli.method_search import method_options, run_method
 from pictrieve.tools.images import load_image
+from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
 from pictrieve.vectorstore.hits import ImageHit
 
@@ -24,9 +24,11 @@ embedder_option = click.option(
     "open_clip:ViT-B-32/laion2b_s34b_b79k. Defaults to the gallery's default embedder.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-
-SYNC_CONFIRM_SHARE = 0.2
-"""``sync`` asks before removing more than this share of a gallery (unless --yes)."""
+yes_option = click.option("--yes", "-y", is_flag=True,
+                          help="Remove without asking, even more than a fifth of the gallery.")
+allow_missing_folders_option = click.option(
+    "--allow-missing-folders", is_flag=True,
+    help="Also remove images of whole folders that are gone (default: refuse; an unplugged drive?).")
 
 
 def _embedder_list(values: tuple[str, ...]) -> list[str]:
@@ -47,10 +49,14 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
 @click.option("--max-pixels", type=click.IntRange(min=1), default=None, metavar="N",
               help="Refuse images larger than N pixels before decoding (default 180000000, "
               "or PICTRIEVE_MAX_IMAGE_PIXELS).")
-@click.option("--sync", "prune", is_flag=True, help="Also drop gallery images whose files are gone.")
+@click.option("--sync", "prune", is_flag=True,
+              help="Also drop gallery images whose files are gone (guarded as `pictrieve sync` is).")
+@yes_option
+@allow_missing_folders_option
 @json_option
 def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], batch_size: int,
-          workers: int, max_pixels: int | None, prune: bool, as_json: bool) -> None:
+          workers: int, max_pixels: int | None, prune: bool, yes: bool, allow_missing_folders: bool,
+          as_json: bool) -> None:
     """Add PHOTOS (folders, files or quoted globs) to a gallery.
 
     Safe to interrupt and re-run: finished batches are kept, unchanged files are skipped, and
@@ -60,11 +66,19 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
     store = Gallery.open(gallery, names[0] if names else None)
     report = store.add(list(sources), embedders=names, batch_size=batch_size, workers=workers,
                        progress=not as_json, max_pixels=max_pixels)
-    removed = store.sync() if prune and store.exists() else []
+    removed: list[str] = []
+    refused: SyncRefusedError | None = None
+    if prune and store.exists():
+        try:
+            removed = _guarded_sync(store, yes=yes, allow_missing_folders=allow_missing_folders)
+        except SyncRefusedError as exc:  # report what was indexed, then the refusal
+            refused = exc
     if as_json:
         click.echo(json.dumps(report.to_dict() | ({"removed": removed} if prune else {}), indent=2))
     else:
-        _print_index_report(report, store, removed if prune else None)
+        _print_index_report(report, store, removed if prune and not refused else None)
+    if refused is not None:
+        raise refused
     if report.indexed + report.unchanged == 0:
         click.echo(
             "error: no image could be indexed; check the paths (folders, files or quoted globs "
@@ -152,9 +166,8 @@ def _write_sheet(hits: list[ImageHit], html_path: str, *, title: str, quiet: boo
 @gallery_option
 @embedder_option
 @click.option("--dry-run", is_flag=True, help="List what would be removed; change nothing.")
-@click.option("--yes", "-y", is_flag=True, help="Remove without asking, even a large share of the gallery.")
-@click.option("--allow-missing-folders", is_flag=True,
-              help="Also remove images of whole folders that are gone (default: refuse).")
+@yes_option
+@allow_missing_folders_option
 @json_option
 def sync(gallery: str, embedder: str | None, dry_run: bool, yes: bool, allow_missing_folders: bool,
          as_json: bool) -> None:
@@ -164,41 +177,26 @@ def sync(gallery: str, embedder: str | None, dry_run: bool, yes: bool, allow_mis
     removing more than a fifth of the gallery unless --yes.
     """
     store = Gallery.open(gallery, embedder, create=False)
-    missing = store.missing_files()
-    gone_roots = _missing_roots([item.path for item in missing])
-    if missing and gone_roots and not dry_run and not allow_missing_folders:
-        raise click.ClickException(
-            f"{len(missing)} images are missing because these folders are gone: {', '.join(gone_roots)} "
-            "(unplugged drive?); nothing removed. Reconnect them, or if they are gone for good, "
-            "preview with --dry-run and pass --allow-missing-folders"
-        )
-    share = len(missing) / max(1, store.count())
-    if missing and not dry_run and not yes and share > SYNC_CONFIRM_SHARE:
-        if not sys.stdin.isatty():
-            raise click.ClickException(
-                f"sync would remove {len(missing)} of {store.count()} images; check with --dry-run, "
-                "then confirm with --yes")
-        click.confirm(f"remove {len(missing)} of {store.count()} images whose files are gone?", abort=True)
-    removed = [item.path for item in missing]
-    if not dry_run:
-        store.delete([item.id for item in missing])
+    if dry_run:
+        removed = store.sync(dry_run=True)
+    else:
+        removed = _guarded_sync(store, yes=yes, allow_missing_folders=allow_missing_folders)
     if as_json:
         click.echo(json.dumps({"removed": removed, "dry_run": dry_run}, indent=2))
     else:
         _print_removed(removed, dry_run=dry_run)
 
 
-def _missing_roots(paths: list[str]) -> list[str]:
-    """The top-most missing folders among the parents of ``paths`` (whose own parent exists)."""
-    roots = set()
-    for path in paths:
-        folder = Path(path).parent
-        if folder.exists():
-            continue
-        while not folder.parent.exists():
-            folder = folder.parent
-        roots.add(str(folder))
-    return sorted(roots)
+def _guarded_sync(store: Gallery, *, yes: bool, allow_missing_folders: bool) -> list[str]:
+    """:meth:`Gallery.sync`, asking at a terminal before a large removal (``--yes`` skips the question)."""
+    try:
+        return store.sync(allow_missing_folders=allow_missing_folders, allow_large=yes)
+    except LargeRemovalError as exc:
+        if not sys.stdin.isatty():
+            raise
+        click.echo(exc.problem, err=True)
+        click.confirm("remove them?", abort=True, err=True)
+    return store.sync(allow_missing_folders=allow_missing_folders, allow_large=True)
 
 
 def _print_removed(removed: list[str], *, dry_run: bool) -> None:

@@ -250,6 +250,34 @@ def test_sync_refuses_a_missing_folder_previews_lists_and_asks(tmp_path, tiny_cl
     assert done.returncode == 0 and str(photos / "0.png") in done.stdout and "removed 2 images" in done.stdout
 
 
+def test_index_with_sync_is_guarded_like_sync_when_a_folder_is_unplugged(tmp_path, tiny_clip_name):
+    """Issue 19.1: `index A --sync` while folder B of the same gallery is unplugged deleted all of B."""
+    drive = tmp_path / "drive"
+    for i in range(4):
+        make_photo(drive / "A" / f"{i}.png", seed=i)
+    for i in range(4, 10):
+        make_photo(drive / "B" / f"{i}.png", seed=i)
+    gallery = str(tmp_path / "g")
+    assert run("index", str(drive / "A"), str(drive / "B"), "-g", gallery, "-e", tiny_clip_name).returncode == 0
+    (drive / "B").rename(drive / "B-unplugged")
+
+    refused = run("index", str(drive / "A"), "-g", gallery, "--sync")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert str(drive / "B") in refused.stderr and "nothing removed" in refused.stderr
+    assert "unchanged 4" in refused.stdout  # what was indexed is still reported
+    assert "Gallery.open" not in refused.stderr and "allow_missing_folders" not in refused.stderr
+    assert run("info", "-g", gallery, "--json").stdout.count('"images": 10') == 1
+    also_refused = run("sync", "-g", gallery)
+    assert also_refused.returncode != 0 and "nothing removed" in also_refused.stderr
+
+    large = run("index", str(drive / "A"), "-g", gallery, "--sync", "--allow-missing-folders")
+    assert large.returncode != 0 and "--yes" in large.stderr  # 6 of 10 is more than a fifth
+    assert run("info", "-g", gallery, "--json").stdout.count('"images": 10') == 1
+    done = run("index", str(drive / "A"), "-g", gallery, "--sync", "--allow-missing-folders", "--yes", "--json")
+    assert done.returncode == 0 and len(json.loads(done.stdout)["removed"]) == 6
+    assert run("info", "-g", gallery, "--json").stdout.count('"images": 4') == 1
+
+
 def test_index_with_sync_drops_deleted_files(tmp_path, photo_folder, tiny_clip_name):
     gallery = str(tmp_path / "g")
     assert run("index", str(photo_folder), "-g", gallery, "-e", tiny_clip_name).returncode == 0
@@ -279,6 +307,9 @@ def test_info_on_a_missing_and_an_empty_gallery(tmp_path):
     assert json.loads(run("info", "-g", str(tmp_path / "empty"), "--json").stdout)["collections"] == []
     missing = run("info", "-g", str(tmp_path / "none"))
     assert missing.returncode == 2 and "no gallery at" in one_clear_line(missing)
+    searched = one_clear_line(run("search", "a dog", "-g", str(tmp_path / "none")))
+    # the command-line advice, not the Python call (issue 19.10)
+    assert "no gallery at" in searched and "pictrieve index" in searched and "Gallery.open" not in searched
 
 
 # ---------------------------------------------------------------- 13, 14: the HTML page

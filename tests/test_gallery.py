@@ -147,6 +147,23 @@ def test_sync_drops_deleted_files(tmp_path, photo_folder, tiny_clip_embedder):
     assert gallery.count() == 5
 
 
+def test_sync_from_python_is_guarded_against_an_unplugged_folder(tmp_path, photo_folder, tiny_clip_embedder):
+    """The guard is in Gallery.sync itself, so a Python caller gets it too (issue 19.1)."""
+    from pictrieve.vectorstore.errors import LargeRemovalError, MissingFoldersError
+
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(photo_folder, progress=False)
+    (photo_folder / "b").rename(photo_folder / "b-unplugged")
+    with pytest.raises(MissingFoldersError, match="nothing removed") as refused:
+        gallery.sync()
+    assert str(photo_folder / "b") in str(refused.value) and gallery.count() == 6
+    assert sorted(Path(p).name for p in gallery.sync(dry_run=True)) == ["img4.jpg", "img5.jpg"]
+    with pytest.raises(LargeRemovalError, match="2 of 6"):  # a third of the gallery
+        gallery.sync(allow_missing_folders=True)
+    assert gallery.count() == 6
+    assert len(gallery.sync(allow_missing_folders=True, allow_large=True)) == 2 and gallery.count() == 4
+
+
 def test_dimension_mismatch_is_a_clear_error(tmp_path, photo_folder, tiny_clip_embedder):
     Gallery.open(tmp_path / "g", tiny_clip_embedder).add(photo_folder, progress=False)
 

@@ -31,3 +31,15 @@ class GalleryBusyError(GalleryError):
 
 class GalleryPermissionError(GalleryError):
     """The gallery folder cannot be created, read or written."""
+
+
+class SyncRefusedError(GalleryError):
+    """``sync`` removed nothing because the removal looked like a mistake (see its subclasses)."""
+
+
+class MissingFoldersError(SyncRefusedError):
+    """Whole folders of the gallery are gone: more likely an unplugged drive than deleted photos."""
+
+
+class LargeRemovalError(SyncRefusedError):
+    """``sync`` would remove more than a fifth of the gallery; it needs an explicit go-ahead."""

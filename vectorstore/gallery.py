@@ -39,6 +39,7 @@ from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.indexing import FailedImage, IndexReport, Sources, caption_metadata, index_sources  # noqa: F401
 from pictrieve.vectorstore.reading import GalleryItem, GalleryReads
+from pictrieve.vectorstore.syncing import LargeRemovalError, MissingFoldersError, check_removal  # noqa: F401
 from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
     COLLECTION_PREFIX,
     GALLERY_RECORD,
@@ -115,8 +116,8 @@ class Gallery(GalleryReads):
         client = connect(location, create=False)
         if client is None and not create:
             raise GalleryError(
-                f"no gallery at {Path(location).expanduser()}; create one with "
-                f"Gallery.open({location!r}).add(PHOTOS)"
+                f"no gallery at {Path(location).expanduser()}",
+                fix=f"create one with Gallery.open({location!r}).add(PHOTOS)",
             )
         if embedder is None:
             embedder = (_stored_default(client) if client is not None else None) or default_embedder_name()
@@ -124,8 +125,8 @@ class Gallery(GalleryReads):
         if not create and gallery._get_collection(create=False) is None:
             raise EmptyGalleryError(
                 f"gallery {location} has no images for embedder {gallery.embedder_name!r} "
-                f"(it holds: {', '.join(gallery.embedder_names) or 'nothing'}); pass embedder=... "
-                "to Gallery.open, or index images with this embedder via gallery.add(PHOTOS)"
+                f"(it holds: {', '.join(gallery.embedder_names) or 'nothing'})",
+                fix="pass embedder=... to Gallery.open, or index images with this embedder via gallery.add(PHOTOS)",
             )
         return gallery
 
@@ -353,8 +354,8 @@ class Gallery(GalleryReads):
         if holder:
             return self._renamed_error(holder)
         return EmptyGalleryError(
-            f"gallery {self.location} has no images for embedder {self.embedder_name!r}; "
-            "add some with gallery.add(PHOTOS) first"
+            f"gallery {self.location} has no images for embedder {self.embedder_name!r}",
+            fix="add some with gallery.add(PHOTOS) first",
         )
 
     # ------------------------------------------------------------------ writing
@@ -438,10 +439,22 @@ class Gallery(GalleryReads):
         """Stored images whose files no longer exist (what :meth:`sync` would remove)."""
         return [item for item in self.items() if not Path(item.path).exists()]
 
-    def sync(self) -> list[str]:
-        """Drop images whose files no longer exist; return the removed paths."""
+    def sync(self, *, dry_run: bool = False, allow_missing_folders: bool = False,
+             allow_large: bool = False) -> list[str]:
+        """Drop images whose files no longer exist; return the removed paths (with ``dry_run``: the
+        paths that would be removed, removing nothing).
+
+        Guarded, because a missing file may only be out of reach: refuses with
+        :class:`MissingFoldersError` when a whole folder of the gallery is gone (an unplugged drive)
+        unless ``allow_missing_folders``, and with :class:`LargeRemovalError` when more than
+        :data:`~pictrieve.vectorstore.syncing.SYNC_CONFIRM_SHARE` of the gallery would go unless
+        ``allow_large``. A refusal removes nothing.
+        """
         gone = self.missing_files()
-        self.delete([item.id for item in gone])
+        if not dry_run:
+            check_removal([item.path for item in gone], self.count(),
+                          allow_missing_folders=allow_missing_folders, allow_large=allow_large)
+            self.delete([item.id for item in gone])
         return [item.path for item in gone]
 
     def __repr__(self) -> str:
