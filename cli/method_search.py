@@ -32,6 +32,10 @@ def method_options(function: Any) -> Any:
                      help="needle: review the guide images before the search and/or mark irrelevant results "
                           "after it (teaches the embedders' trust weights, stored in the gallery)."),
         click.option("--topic", default=None, help="needle: topic whose trust weights to use and teach."),
+        click.option("--llm", default=None, metavar="NAME",
+                     help="visret/needle: a chat model that rewrites the query into a visualization prompt "
+                          "first, e.g. openai:<model> (default: none, the query is visualized as written)."),
+        click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:..."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -40,35 +44,44 @@ def method_options(function: Any) -> Any:
 
 def run_method(store: Any, method: str, query: str | None, *, k: int, visualizers: tuple[str, ...] = (),
                rank_with: tuple[str, ...] = (), guides: int | None = None, tiles: bool | None = None,
-               feedback: str = "off", topic: str | None = None) -> list[ImageHit]:
+               feedback: str = "off", topic: str | None = None, llm: str | None = None,
+               base_url: str | None = None) -> list[ImageHit]:
     """Hits of ``method`` for a text ``query`` over the opened gallery ``store``."""
     if not query:
         raise click.UsageError(f"--method {method} searches with a text QUERY (not --image)")
     if not visualizers:
         raise click.UsageError(f"--method {method} needs --visualizer, e.g. exemplar:/path/to/captioned-folder")
+    chat = None
+    if llm:
+        from pictrieve.tools.chat_models import create_chat_model
+
+        chat = create_chat_model(llm, base_url=base_url)
+    elif base_url:
+        raise click.UsageError("--base-url needs --llm openai:<model>")
     if method == "visret":
         if len(visualizers) > 1:
             raise click.UsageError("--method visret takes one --visualizer (needle takes several)")
         from pictrieve.graphs.visret import build_visret_graph
 
-        graph = build_visret_graph(store, visualizer=visualizers[0])
+        graph = build_visret_graph(store, visualizer=visualizers[0], llm=chat)
         context = {"k": k, **({"m": guides} if guides else {})}
         return graph.invoke({"query": query}, context=context)["hits"]
     if method == "needle":
         return _run_needle(store, query, k=k, visualizers=visualizers, rank_with=rank_with, guides=guides,
-                           tiles=tiles, feedback=feedback, topic=topic)
+                           tiles=tiles, feedback=feedback, topic=topic, llm=chat)
     raise click.UsageError(f"unknown method {method!r}")
 
 
 def _run_needle(store: Any, query: str, *, k: int, visualizers: tuple[str, ...], rank_with: tuple[str, ...],
-                guides: int | None, tiles: bool | None, feedback: str, topic: str | None) -> list[ImageHit]:
+                guides: int | None, tiles: bool | None, feedback: str, topic: str | None,
+                llm: Any = None) -> list[ImageHit]:
     """NEEDLE, answering its review pauses at the terminal."""
     from langgraph.types import Command
 
     from pictrieve.graphs.checkpoints import memory_checkpointer
     from pictrieve.graphs.needle import build_needle_graph
 
-    graph = build_needle_graph(store, visualizers=list(visualizers), checkpointer=memory_checkpointer())
+    graph = build_needle_graph(store, visualizers=list(visualizers), llm=llm, checkpointer=memory_checkpointer())
     context: dict[str, Any] = {"k": k, "feedback": feedback, "tiles": tiles}
     if rank_with:
         context["embedders"] = list(rank_with)

@@ -94,6 +94,7 @@ from pictrieve.agents.plugir.reformulator import concatenate_dialogue, reformula
 from pictrieve.agents.plugir.retrieval_context import select_representatives
 from pictrieve.agents.plugir.simulated_user import Answerer
 from pictrieve.graphs.settings import RunSettings, SettingsError, require_positive, settings_of
+from pictrieve.tools.llm_calls import note_fallback
 from pictrieve.vectorstore.hits import ImageHit, as_hit
 
 logger = logging.getLogger(__name__)
@@ -556,7 +557,7 @@ def build_plugir_graph(
             if questions:
                 return questions
             logger.info("questioner produced no usable question; retrying")
-        logger.warning("questioner failed twice; asking the fallback question")
+        note_fallback(logger, "the questioner's replies held no usable question twice; asking the fallback question")
         return [FALLBACK_QUESTION]
 
     def after_retrieve(state: PlugIRState, runtime: Runtime[PlugIRSettings]) -> Literal["extract_context", "__end__"]:

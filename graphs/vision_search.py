@@ -177,6 +177,29 @@ def is_offline_small_model(chat: Any) -> bool:
     return chat is not None and not isinstance(chat, str) and is_offline_chat_model(chat)
 
 
+def check_search_reached(findings: list[dict[str, Any]], backend: Any) -> None:
+    """Raise :class:`~pictrieve.tools.web_search.SearchUnavailableError` when every search so far failed
+    (no network, a dead backend), or every page fetch did.
+
+    A failed search is not a search that found nothing: answering "the search found nothing" would
+    hide the failure. Some failures among successes stay in each finding's ``error``.
+    """
+    from pictrieve.tools.web_search import OFFLINE_SEARCH_HINT, SearchUnavailableError
+
+    logs = [f["log"] for f in findings if f.get("log")]
+    searches = sum(log["searches"] for log in logs)
+    search_errors = [e for log in logs for e in log["search_errors"]]
+    name = getattr(backend, "name", "the search backend")
+    if searches and len(search_errors) == searches:
+        raise SearchUnavailableError(f"every search failed ({searches} with {name}), e.g. {search_errors[0]}",
+                                     fix=f"check the internet connection, or {OFFLINE_SEARCH_HINT}")
+    fetches = sum(log["fetches"] for log in logs)
+    fetch_errors = [e for log in logs for e in log["fetch_errors"]]
+    if fetches and len(fetch_errors) == fetches:
+        raise SearchUnavailableError(f"none of the {fetches} pages the search found could be opened, e.g. "
+                                     f"{fetch_errors[0]}", fix=f"check the internet connection, or {OFFLINE_SEARCH_HINT}")
+
+
 def _renumber(text: str, mapping: dict[int, int]) -> str:
     return re.sub(r"\[(\d+)\]", lambda m: f"[{mapping[int(m.group(1))]}]" if int(m.group(1)) in mapping else "", text)
 
@@ -290,6 +313,7 @@ def build_vision_search_graph(
         asked = list(state.get("sub_questions") or [])
         if get_search() is None:
             return {"sub_questions": [], "plan_mode": "no search", "plan_turns": turn, "timings": timed("plan", start)}
+        check_search_reached(state.get("searched") or [], get_search())  # after a round of searches
         if turn == 1:
             if llm_step(settings.plan_with_llm):
                 made, how = steps.plan(chat, state["question"], state["regions"], limit=settings.max_sub_questions)
@@ -323,15 +347,19 @@ def build_vision_search_graph(
         return [Send("search", {"sub_question": s, "order": s["order"], "known": known, "photo": context})
                 for s in fresh]
 
-    def read_pages(query: str, settings: VisionSearchSettings, pages: list[dict[str, Any]]) -> str:
-        """Search ``query`` and append up to ``pages_per_search`` unread pages to ``pages``; an error or ''."""
+    def read_pages(query: str, settings: VisionSearchSettings, pages: list[dict[str, Any]],
+                   log: dict[str, Any]) -> None:
+        """Search ``query`` and append up to ``pages_per_search`` unread pages to ``pages``; ``log``
+        counts the searches and page fetches and keeps what failed (see :func:`check_search_reached`)."""
         from pictrieve.errors import PictrieveError
-        from pictrieve.tools.web_fetch import fetch_page
+        from pictrieve.tools.web_fetch import FetchError, fetch_page
 
+        log["searches"] += 1
         try:
             results = get_search().search(query, k=settings.search_k)
         except PictrieveError as exc:
-            return str(exc)
+            log["search_errors"].append(exc.problem or str(exc))
+            return
         read = {p["url"] for p in pages}
         added = 0
         for result in results:
@@ -342,24 +370,28 @@ def build_vision_search_graph(
             text, title = result.text, result.title
             if not text and result.url.startswith(("http://", "https://")):
                 try:
+                    log["fetches"] += 1
                     page = fetch_page(result.url, max_chars=settings.page_chars, allow_hosts=fetch_allow_hosts)
                     text, title = page.text, title or page.title
-                except PictrieveError as exc:
+                except PictrieveError as exc:  # refused by the guard, or failed: the snippet stands in
                     logger.info("skipping %s: %s", result.url, exc)
+                    if isinstance(exc, FetchError):
+                        log["fetch_errors"].append(str(exc))
+                    else:
+                        log["fetches"] -= 1  # a refusal is the guard working, not a failed fetch
                     text = result.snippet
             if text:
                 pages.append({"number": len(pages) + 1, "url": result.url, "title": title or result.url,
                               "text": text[: settings.page_chars]})
                 read.add(result.url)
                 added += 1
-        return ""
 
     def search_node(task: SearchTask, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:
         settings = settings_of(runtime, VisionSearchSettings)
         start = time.perf_counter()
         sub = task["sub_question"]
         pages: list[dict[str, Any]] = []
-        errors: list[str] = []
+        log: dict[str, Any] = {"searches": 0, "search_errors": [], "fetches": 0, "fetch_errors": []}
         queries: list[str] = []
         evidence: list[dict[str, Any]] = []
         query: str | None = sub["question"]
@@ -368,9 +400,7 @@ def build_vision_search_graph(
             if query is None or query in queries:
                 break
             queries.append(query)
-            error = read_pages(query, settings, pages)
-            if error:
-                errors.append(error)
+            read_pages(query, settings, pages, log)
             may_search_again = turn + 1 < settings.max_search_turns
             if use_extractive(settings):
                 scored = extractive.score_sentences(
@@ -390,9 +420,12 @@ def build_vision_search_graph(
                     chat, sub["question"], pages, page_chars=settings.page_chars, known=task.get("known", ""),
                     may_search_again=may_search_again)
         answer_text = answer_text.strip() or "The search found nothing."  # e.g. only a repeated follow-up query
+        if not pages and log["search_errors"]:  # it did not find nothing: it could not search
+            answer_text = f"The search failed ({log['search_errors'][0]})."
         finding = {"order": task["order"], "question": sub["question"], "region": sub.get("region", 1),
                    "turn": sub.get("turn", 1), "queries": queries, "answer": answer_text, "evidence": evidence,
-                   "sources": [{"url": p["url"], "title": p["title"]} for p in pages], "error": "; ".join(errors)}
+                   "sources": [{"url": p["url"], "title": p["title"]} for p in pages],
+                   "error": "; ".join(log["search_errors"] + log["fetch_errors"]), "log": log}
         return {"searched": [finding], "timings": timed("search", start)}
 
     def summarize(state: VisionSearchState, runtime: Runtime[VisionSearchSettings]) -> dict[str, Any]:

@@ -6,6 +6,9 @@ request body so a test can check what the client sent (e.g. image content blocks
 
 >>> with OpenAIFake(lambda messages: "Is it red?") as fake:
 ...     llm = ChatOpenAI(model="fake", base_url=fake.base_url, api_key="test")
+
+``OpenAIFake(status=401)`` (or 404, 403, 429, 500) answers every request with that HTTP error and an
+OpenAI-style error body instead, as a real endpoint does for a wrong key or an unknown model.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ Reply = Callable[[list[dict[str, Any]]], str]
 class OpenAIFake:
     """Serve on 127.0.0.1 (a free port) until the ``with`` block ends."""
 
-    def __init__(self, reply: Reply) -> None:
+    def __init__(self, reply: Reply = lambda messages: "", *, status: int | None = None) -> None:
         self.reply = reply
+        self.status = status
         self.requests: list[dict[str, Any]] = []
         fake = self
 
@@ -36,7 +40,9 @@ class OpenAIFake:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 fake.requests.append({"path": self.path, "body": body})
-                if self.path.endswith("/chat/completions"):
+                if fake.status is not None:
+                    self._json(fake.status, _error_body(fake.status, body.get("model", "")))
+                elif self.path.endswith("/chat/completions"):
                     self._chat(body)
                 elif self.path.endswith("/images/generations"):
                     self._images(body)
@@ -94,3 +100,19 @@ class OpenAIFake:
     def __exit__(self, *exc: Any) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+_ERRORS = {  # what OpenAI answers, abridged
+    401: ("Incorrect API key provided: test-***-key.", "invalid_request_error", "invalid_api_key"),
+    403: ("You are not allowed to use this model.", "invalid_request_error", "model_not_allowed"),
+    404: ("The model `{model}` does not exist or you do not have access to it.", "invalid_request_error",
+          "model_not_found"),
+    429: ("You exceeded your current quota.", "insufficient_quota", "insufficient_quota"),
+    500: ("The server had an error while processing your request.", "server_error", None),
+}
+
+
+def _error_body(status: int, model: str) -> dict[str, Any]:
+    message, kind, code = _ERRORS.get(status, (f"HTTP {status}", "error", None))
+    return {"error": {"message": message.format(model=model), "type": kind, "param": None, "code": code}}
+

@@ -216,18 +216,35 @@ class FailingChatModel(ScriptedChatModel):
         raise TimeoutError("the model endpoint timed out")
 
 
-def test_a_failing_language_model_never_ends_the_session():
-    """Every questioner, filter and reformulation call fails: the round still asks the fallback question,
-    the answer still moves the query (plain concatenation), and the session goes on."""
+def test_a_failing_language_model_is_reported_not_hidden():
+    """A model that cannot be called (a timed-out endpoint) ends the run at its first call with one
+    ModelCallError line, instead of a round of fallback questions built on empty replies (issue 19.4);
+    nothing is lost: the session waits at the failed step, to resume once the model answers."""
+    from pictrieve.tools.llm_calls import ModelCallError
+
     llm = FailingChatModel()
     graph = build(make_gallery(), llm)
     cfg = config("failing")
-    first = pending(run(graph, {"description": "a dog in the snow"}, cfg))
-    assert first["question"] == FALLBACK_QUESTION and len(first["shown"]) == 10
-    result = run(graph, Command(resume="brown"), cfg)
-    assert pending(result)["round"] == 2
-    assert result["queries"][1].startswith("a dog in the snow") and "brown" in result["queries"][1]
-    assert llm.kinds() and set(llm.kinds()) == {"failed"}
+    with pytest.raises(ModelCallError, match="no answer in time") as failed:
+        run(graph, {"description": "a dog in the snow"}, cfg)
+    assert "\n" not in str(failed.value) and failed.value.reason == "timeout"
+    assert llm.kinds() == ["failed"]  # no retry round after round
+    assert graph.get_state({"configurable": cfg["configurable"]}).next == ("generate_questions",)
+
+
+def test_an_unusable_reply_falls_back_and_is_logged_once(monkeypatch, caplog):
+    """Only a reply that arrived but holds no question falls back (to the fallback question), and that
+    is said once, not every round."""
+    from pictrieve.tools import llm_calls
+
+    monkeypatch.setattr(llm_calls, "_NOTED", set())
+    graph = build(make_gallery(), ScriptedChatModel(questions=["Sure! Here it comes:"]))
+    cfg = config("unusable")
+    with caplog.at_level("WARNING"):
+        assert pending(run(graph, {"description": "a dog in the snow"}, cfg))["question"] == FALLBACK_QUESTION
+        assert pending(run(graph, Command(resume="brown"), cfg))["question"] == FALLBACK_QUESTION
+    notes = [r for r in caplog.records if "no usable question" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelname == "WARNING"
 
 
 def test_candidate_captions_are_embedded_once_across_rounds():

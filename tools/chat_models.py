@@ -527,6 +527,9 @@ def _build_langchain(provider: str, spec: str = "", *, base_url: str | None = No
         kwargs["base_url"] = base_url
         if provider == "openai" and "api_key" not in kwargs and not os.environ.get("OPENAI_API_KEY"):
             kwargs["api_key"] = "not-needed"  # local OpenAI-compatible servers ignore it
+    if provider == "openai":
+        for key, value in openai_call_limits().items():
+            kwargs.setdefault(key, value)
     try:
         return init_chat_model(spec, model_provider=provider, **kwargs)
     except ImportError as exc:
@@ -534,6 +537,19 @@ def _build_langchain(provider: str, spec: str = "", *, base_url: str | None = No
             f"{provider}:{spec} needs LangChain's {provider} integration: "
             f"pip install langchain-{provider.replace('_', '-')} ({exc})"
         ) from exc
+
+
+def openai_call_limits() -> dict[str, Any]:
+    """Retries and timeouts for OpenAI-compatible models: a dead endpoint fails in seconds.
+
+    The openai client's defaults (2 retries with backoff, a 10-minute timeout) made a refused
+    connection or a wrong key take minutes to surface across an agent's many calls. One retry
+    covers a dropped connection; a connect timeout of 10 s catches an unreachable host; the read
+    timeout leaves a slow local server (a CPU llama.cpp) time to write a long reply.
+    """
+    import httpx
+
+    return {"max_retries": 1, "timeout": httpx.Timeout(180.0, connect=10.0)}
 
 
 CHAT_MODELS: Registry[BaseChatModel] = Registry(
@@ -571,7 +587,8 @@ def create_chat_model(name: str | BaseChatModel | None = None, base_url: str | N
 
     ``base_url`` points a provider model at another endpoint (any OpenAI-compatible server with
     ``openai:<model>``; the API key comes from ``OPENAI_API_KEY`` or ``api_key=``, and a placeholder
-    is used for local servers that need none). A local model takes no ``base_url``.
+    is used for local servers that need none). A local model takes no ``base_url``. ``openai:`` models
+    retry once and time out (:func:`openai_call_limits`) unless ``max_retries``/``timeout`` are given.
     """
     if isinstance(name, BaseChatModel):
         return name

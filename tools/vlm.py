@@ -39,24 +39,23 @@ class ChatVLMCaptioner:
     def caption(self, images: Sequence[ImageInput], *, prompt: str | None = None) -> list[str]:
         from langchain_core.messages import HumanMessage
 
+        from pictrieve.tools.llm_calls import complete
+
         out = []
         for image in images:
             message = HumanMessage(content=[
                 {"type": "text", "text": prompt or DEFAULT_PROMPT},
                 {"type": "image_url", "image_url": {"url": image_data_url(image)}},
             ])
-            reply = self.chat_model.invoke([message])
-            out.append(str(reply.content).strip())
+            out.append(complete(self.chat_model, [message]))
         return out
 
 
 def create_vlm(model: str, *, base_url: str | None = None, temperature: float = 0.2, **kwargs: Any) -> ChatVLMCaptioner:
     """A VLM captioner for ``model`` served at ``base_url`` (an OpenAI-compatible ``/v1`` endpoint)."""
-    from langchain_openai import ChatOpenAI
+    from pictrieve.tools.chat_models import create_chat_model
 
-    if base_url and "api_key" not in kwargs and not os.environ.get("OPENAI_API_KEY"):
-        kwargs["api_key"] = "not-needed"
-    chat = ChatOpenAI(model=model, base_url=base_url, temperature=temperature, **kwargs)
+    chat = create_chat_model(f"openai:{model}", base_url=base_url, temperature=temperature, **kwargs)
     return ChatVLMCaptioner(chat, name=f"openai:{model}")
 
 

@@ -62,7 +62,8 @@ def _address_is_public(address: str) -> bool:
 
 
 def check_url(url: str, *, allow_hosts: Iterable[str] = ()) -> str:
-    """Return ``url`` if it is safe to fetch, else raise :class:`UnsafeURLError`.
+    """Return ``url`` if it is safe to fetch, else raise :class:`UnsafeURLError` (or :class:`FetchError`
+    when its host cannot be resolved).
 
     ``allow_hosts`` names hosts (or addresses) exempt from the address check; meant for tests with
     a local server, never for production use.
@@ -79,8 +80,8 @@ def check_url(url: str, *, allow_hosts: Iterable[str] = ()) -> str:
         raise UnsafeURLError(f"refusing {url!r}: {host} is a local or metadata host")
     try:
         infos = socket.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise UnsafeURLError(f"refusing {url!r}: cannot resolve {host} ({exc})") from exc
+    except (socket.gaierror, UnicodeError) as exc:  # a network failure, not a refusal: nothing was fetched
+        raise FetchError(f"could not fetch {url}: cannot resolve {host} ({exc})") from exc
     for info in infos:
         address = str(info[4][0])
         if not _address_is_public(address):

@@ -34,6 +34,19 @@ class SearchUnavailableError(PictrieveError, RuntimeError):
     """The search backend cannot answer now (rate limited, offline, not installed)."""
 
 
+OFFLINE_SEARCH_HINT = "search a folder of pages offline with --search local:DIR"
+NO_RESULTS = "No results found."
+"""What ddgs raises when its engines answered but found nothing (not a failure)."""
+
+
+def short_reason(exc: BaseException | None, limit: int = 200) -> str:
+    """``Type: message`` of an exception on one short line."""
+    if exc is None:
+        return "no answer"
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass(frozen=True)
 class SearchResult:
     """One search result: ``url`` and ``title``, a ``snippet``, and the page ``text`` when known."""
@@ -72,13 +85,24 @@ class DDGSearch:
         return DDGS()
 
     def search(self, query: str, *, k: int = 6) -> list[SearchResult]:
+        """Up to ``k`` results; ``[]`` when the search ran and found nothing.
+
+        ddgs asks several engines and raises "No results found." when they answered with nothing,
+        or the last engine's error when every one failed (no network, a DNS error): that is a
+        :class:`SearchUnavailableError`, never an empty result.
+        """
         last: Exception | None = None
+        limited = False
         for attempt in range(self.retries + 1):
             try:
                 rows = list(self._client().text(query, max_results=k, region=self.region) or [])
                 return [SearchResult(url=row.get("href") or row.get("url", ""), title=row.get("title", ""),
                                      snippet=row.get("body", "")) for row in rows][:k]
+            except SearchUnavailableError:
+                raise
             except Exception as exc:  # noqa: BLE001 - ddgs raises its own exception classes
+                if str(exc).strip() == NO_RESULTS:
+                    return []
                 last = exc
                 limited = "ratelimit" in type(exc).__name__.lower() or "ratelimit" in str(exc).lower() or "202" in str(exc)
                 if not limited or attempt == self.retries:
@@ -87,8 +111,9 @@ class DDGSearch:
                 logger.info("DuckDuckGo rate limit; retrying in %.0f s", delay)
                 time.sleep(delay)
         raise SearchUnavailableError(
-            f"DuckDuckGo search failed for {query!r} ({last}); it rate-limits often: wait a minute, or use "
-            "--search local:DIR for a folder of pages"
+            f"DuckDuckGo search failed for {query!r}: {short_reason(last)}",
+            fix=("it rate-limits often: wait a minute, or " if limited else "check the internet connection, or ")
+            + OFFLINE_SEARCH_HINT,
         ) from last
 
 
@@ -102,7 +127,13 @@ class LangChainSearch:
     def search(self, query: str, *, k: int = 6) -> list[SearchResult]:
         from langchain_core.documents import Document
 
-        output = self.runnable.invoke(query)
+        try:
+            output = self.runnable.invoke(query)
+        except PictrieveError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any retriever or tool: reported as one line
+            raise SearchUnavailableError(f"search {self.name} failed for {query!r}: {short_reason(exc)}",
+                                         fix=f"check the retriever or tool, or {OFFLINE_SEARCH_HINT}") from exc
         if isinstance(output, str):
             return [SearchResult(url=self.name, title=self.name, snippet=output[:300], text=output)]
         results = []

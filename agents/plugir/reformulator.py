@@ -16,7 +16,7 @@ from typing import Sequence
 from langchain_core.language_models.chat_models import BaseChatModel
 
 from pictrieve.agents.plugir.chat_prompts import render_prompt
-from pictrieve.agents.plugir.llm_calls import complete
+from pictrieve.tools.llm_calls import complete, note_fallback
 from pictrieve.agents.plugir.questioner import Turn
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,8 @@ def reformulate(
 ) -> str:
     """One caption-style sentence carrying the description and the dialogue.
 
-    Falls back to the concatenated dialogue (logged) when the model returns nothing usable.
+    Falls back to the concatenated dialogue (logged) when the model's reply is unusable; a failed
+    call raises :class:`~pictrieve.tools.llm_calls.ModelCallError`.
     """
     if not dialogue:
         return description
@@ -64,7 +65,7 @@ def reformulate(
                                         dialogue=dialogue_text), **sampling)
     caption = clean_caption(reply)
     if not caption or len(caption.split()) > max_words:
-        logger.info("unusable reformulation %r; using the concatenated dialogue", reply[:200])
+        note_fallback(logger, "unusable reformulation; using the concatenated dialogue", repr(reply[:200]))
         return concatenate_dialogue(description, dialogue)
     if previous is not None and caption.strip().lower() == previous.strip().lower():
         caption = paraphrase(llm, caption, max_tokens=max_tokens)
@@ -78,6 +79,6 @@ def paraphrase(llm: BaseChatModel, text: str, max_tokens: int | None = None) -> 
         sampling["max_tokens"] = max_tokens
     reply = clean_caption(complete(llm, render_prompt("plugir_paraphrase", text=text), **sampling))
     if not reply:
-        logger.info("empty paraphrase; keeping the query unchanged")
+        note_fallback(logger, "empty paraphrase; keeping the query unchanged")
         return text
     return reply

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from langchain_core.language_models.chat_models import BaseChatModel
 
 from pictrieve.agents.plugir.chat_prompts import render_prompt
-from pictrieve.agents.plugir.llm_calls import complete
+from pictrieve.tools.llm_calls import complete
 
 logger = logging.getLogger(__name__)
 

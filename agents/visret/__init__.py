@@ -17,14 +17,16 @@ def rewrite_prompt_template() -> str:
 
 def visualization_prompt(query: str, llm: Any = None) -> str:
     """The text to visualize for ``query``: the LLM's rewrite, or the query itself without an LLM
-    (or when the LLM fails or answers nothing, so one failing call never ends a search)."""
+    (or when its reply holds no line to use; logged). A failed call raises
+    :class:`~pictrieve.tools.llm_calls.ModelCallError`: a search must not quietly go on without
+    the model it was asked to use."""
     if llm is None:
         return query
-    from langchain_core.messages import HumanMessage
+    from pictrieve.tools.llm_calls import complete, note_fallback
 
-    from pictrieve.agents.plugir.llm_calls import complete
-
-    reply = complete(llm, [HumanMessage(rewrite_prompt_template().format(query=query))])
+    reply = complete(llm, rewrite_prompt_template().format(query=query))
     lines = [line.strip() for line in reply.splitlines() if line.strip()]
-    reply = lines[0].strip('"\'').strip() if lines else ""
-    return reply or query
+    rewritten = lines[0].strip('"\'').strip() if lines else ""
+    if not rewritten:
+        note_fallback(logger, "the rewrite of the query into a visualization prompt was empty; using the query")
+    return rewritten or query

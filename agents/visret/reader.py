@@ -86,18 +86,18 @@ def read_images(question: str, hits: Sequence[ImageHit], reader: Any, *, images:
     refuses image content). Returns ``{"answer", "reasoning", "read_images"}``.
     """
     from pictrieve.tools.chat_models import UnsupportedContentError
+    from pictrieve.tools.llm_calls import complete
 
     if images is not False:
         try:
-            reply = reader.invoke(reader_messages(question, hits, images=True))
-            reasoning, answer = parse_answer(str(reply.content))
+            reasoning, answer = parse_answer(complete(reader, reader_messages(question, hits, images=True)))
             return {"answer": answer, "reasoning": reasoning, "read_images": True}
         except UnsupportedContentError:
             if images:
                 raise
     descriptions = describe_hits(hits, captioner)
-    reply = reader.invoke(reader_messages(question, hits, images=False, descriptions=descriptions))
-    reasoning, answer = parse_answer(str(reply.content))
+    reasoning, answer = parse_answer(complete(reader, reader_messages(question, hits, images=False,
+                                                                      descriptions=descriptions)))
     return {"answer": answer, "reasoning": reasoning, "read_images": False}
 
 
@@ -117,11 +117,11 @@ def parse_score(reply: str) -> float:
 
 def judge_answer(judge: Any, question: str, reference: str | Sequence[str], answer: str) -> tuple[float, str]:
     """``(score, the judge's reply)`` for ``answer`` against ``reference`` (a list: any item counts)."""
-    from langchain_core.messages import HumanMessage
+    from pictrieve.tools.llm_calls import complete
 
     if not isinstance(reference, str):
         reference = ", or ".join(reference)  # the authors' join lacked the space after "or"
     prompt = _prompt("visret_judge.txt").format(question=question, reference=reference, answer=answer)
     bound = judge.bind(temperature=0) if hasattr(judge, "bind") else judge
-    reply = str(bound.invoke([HumanMessage(prompt)]).content)
+    reply = complete(bound, prompt)
     return parse_score(reply), reply

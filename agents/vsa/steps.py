@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 from typing import Any, Sequence
 
 from pydantic import BaseModel, Field, ValidationError
 
 from pictrieve.agents.vsa.prompts import defang, fence_results, prompt
+from pictrieve.tools.llm_calls import ModelCallError, calling, complete, is_model_call_failure, note_fallback
 
 logger = logging.getLogger(__name__)
 
@@ -30,27 +30,6 @@ class SubQuestion(BaseModel):
 class Plan(BaseModel):
     sub_questions: list[SubQuestion] = Field(default_factory=list)
     done: bool = Field(default=False, description="True when what is known already answers the question")
-
-
-_WARM: set[int] = set()
-_WARM_LOCK = threading.Lock()
-
-
-def complete(llm: Any, text: str) -> str:
-    """One user turn to ``llm``; the reply's text.
-
-    The first call per model is serialised: parallel searchers would otherwise load a local model
-    several times at once (``shared_causal_lm`` is not safe against concurrent first loads).
-    """
-    from langchain_core.messages import HumanMessage
-
-    if id(llm) not in _WARM:
-        with _WARM_LOCK:
-            reply = llm.invoke([HumanMessage(content=text)])
-            _WARM.add(id(llm))
-        return str(getattr(reply, "content", reply)).strip()
-    reply = llm.invoke([HumanMessage(content=text)])
-    return str(getattr(reply, "content", reply)).strip()
 
 
 def region_lines(regions: Sequence[dict[str, Any]]) -> str:
@@ -147,7 +126,12 @@ def fallback_plan(question: str, regions: Sequence[dict[str, Any]], limit: int) 
 
 
 def plan(llm: Any, question: str, regions: Sequence[dict[str, Any]], *, limit: int) -> tuple[Plan, str]:
-    """(plan, how) where how is ``structured``, ``json`` or ``fallback``."""
+    """(plan, how) where how is ``structured``, ``json`` or ``fallback``.
+
+    Structured output first; a model or endpoint without it (or whose structured reply does not
+    parse) is asked for JSON text instead, and a reply without a usable plan gets the rule plan.
+    A model that cannot be called at all raises :class:`ModelCallError`.
+    """
     text = prompt("planner").format(max_sub_questions=limit, regions=region_lines(regions), question=question)
     try:
         structured = llm.with_structured_output(Plan)
@@ -155,14 +139,19 @@ def plan(llm: Any, question: str, regions: Sequence[dict[str, Any]], *, limit: i
         structured = None
     if structured is not None:
         try:
-            result = structured.invoke(text)
+            with calling(llm):
+                result = structured.invoke(text)
             if isinstance(result, Plan) and result.sub_questions:
                 return Plan(sub_questions=result.sub_questions[:limit]), "structured"
-        except Exception as exc:  # noqa: BLE001 - fall back to parsing text
+        except ModelCallError as exc:
+            if is_model_call_failure(exc):
+                raise
             logger.info("structured planning failed (%s); parsing JSON instead", exc)
-    parsed = parse_plan(complete(llm, text), n_regions=len(regions), limit=limit)
+    reply = complete(llm, text)
+    parsed = parse_plan(reply, n_regions=len(regions), limit=limit)
     if parsed is not None:
         return parsed, "json"
+    note_fallback(logger, "the planner's reply held no usable JSON plan; using the rule plan", repr(reply[:200]))
     return fallback_plan(question, regions, limit), "fallback"
 
 
@@ -177,8 +166,11 @@ def replan(llm: Any, question: str, regions: Sequence[dict[str, Any]], known: Se
     findings = "\n".join(f"Q: {f['question']}\nA: {f['answer']}" for f in known) or "(nothing yet)"
     text = prompt("replanner").format(max_sub_questions=limit, regions=region_lines(regions), question=question,
                                       findings=defang(findings))
-    parsed = parse_plan(complete(llm, text), n_regions=len(regions), limit=limit)
+    reply = complete(llm, text)
+    parsed = parse_plan(reply, n_regions=len(regions), limit=limit)
     if parsed is None:
+        note_fallback(logger, "the planner's follow-up reply held no usable JSON plan; ending the chain of search",
+                      repr(reply[:200]))
         return Plan(done=True), "unreadable"
     seen = {a.strip().lower() for a in asked}
     fresh = [s for s in parsed.sub_questions if s.question.strip().lower() not in seen]
