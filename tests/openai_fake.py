@@ -8,7 +8,8 @@ request body so a test can check what the client sent (e.g. image content blocks
 ...     llm = ChatOpenAI(model="fake", base_url=fake.base_url, api_key="test")
 
 ``OpenAIFake(status=401)`` (or 404, 403, 429, 500) answers every request with that HTTP error and an
-OpenAI-style error body instead, as a real endpoint does for a wrong key or an unknown model.
+OpenAI-style error body instead, as a real endpoint does for a wrong key or an unknown model;
+:func:`dead_endpoint` is a base URL where nothing listens.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from __future__ import annotations
 import base64
 import io
 import json
+import socket
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 Reply = Callable[[list[dict[str, Any]]], str]
 
@@ -116,3 +119,11 @@ def _error_body(status: int, model: str) -> dict[str, Any]:
     message, kind, code = _ERRORS.get(status, (f"HTTP {status}", "error", None))
     return {"error": {"message": message.format(model=model), "type": kind, "param": None, "code": code}}
 
+
+
+@contextmanager
+def dead_endpoint() -> Iterator[str]:
+    """A base URL whose port is bound but not listening: every connection is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"

@@ -420,3 +420,47 @@ def test_regions_are_clipped_to_the_photo_and_slivers_dropped():
     assert region.label == "dog" and region.box == (39.4, 50.0, 80.0, 58.3)
     (whole,) = regions_or_whole(image, found[:1])
     assert whole.label == "image" and whole.box == (0.0, 0.0, 80.0, 60.0)
+
+
+# -- a search that failed is not a search that found nothing (issue 19.4) ---------------------------
+def test_when_every_search_fails_the_graph_says_so_in_one_line(photo, monkeypatch):
+    """DuckDuckGo through a proxy where nothing listens: every engine fails, as with no network. The
+    run ends with one line saying what failed and that a folder of pages works offline, instead of
+    answering "the search found nothing"."""
+    pytest.importorskip("ddgs")
+    from openai_fake import dead_endpoint
+
+    from pictrieve.tools.web_search import SearchUnavailableError
+
+    with dead_endpoint() as url:
+        monkeypatch.setenv("DDGS_PROXY", url.removesuffix("/v1"))
+        with pytest.raises(SearchUnavailableError) as failed:
+            _graph("ddgs").invoke({"image": photo, "question": "What breed is this dog?"},
+                                  context={"answerer": "extractive", "plan_with_llm": False})
+    message = str(failed.value)
+    assert "\n" not in message and message.startswith("every search failed")
+    assert "DuckDuckGo" in message and "Connect" in message and "--search local:DIR" in message
+
+
+def test_when_every_page_fetch_fails_the_graph_says_so(photo):
+    """Search results whose pages cannot be opened (a dead server): one error, not an answer made of
+    snippets that says nothing about the failure."""
+    from openai_fake import dead_endpoint
+
+    from pictrieve.tools.web_search import SearchUnavailableError
+
+    with dead_endpoint() as url:
+        dead = url.removesuffix("/v1")
+        web = _Pages({"teeth": [SearchResult(url=f"{dead}/horses", title="Horses", snippet="horse teeth"),
+                                SearchResult(url=f"{dead}/dogs", title="Dogs", snippet="dog teeth")]})
+        with pytest.raises(SearchUnavailableError, match="none of the 2 pages the search found could be opened"):
+            _graph(web, fetch_allow_hosts=("127.0.0.1",)).invoke(
+                {"image": photo, "question": "How many teeth does an adult horse have?"},
+                context={"answerer": "extractive", "plan_with_llm": False, "max_sub_questions": 1,
+                         "max_search_turns": 1})
+
+
+def test_a_search_that_ran_and_found_nothing_still_says_found_nothing(photo):
+    out = _graph(_Pages({})).invoke({"image": photo, "question": "What breed is this dog?"},
+                                    context={"answerer": "extractive", "plan_with_llm": False})
+    assert "found nothing" in out["answer"] and all(not f["error"] for f in out["findings"])

@@ -91,3 +91,46 @@ def test_vlm_sends_the_image_and_prompt_to_an_openai_compatible_endpoint():
     assert content[0]["text"].startswith("Describe the car")
     assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
     assert seen["body"]["temperature"] == 0.2
+
+
+def test_ddgs_distinguishes_found_nothing_from_every_engine_failing(monkeypatch):
+    """ddgs raises "No results found." when its engines answered with nothing (an empty result here)
+    and the last engine's error when all of them failed (a one-line error naming the cause)."""
+    ddgs = pytest.importorskip("ddgs")
+    from openai_fake import dead_endpoint
+
+    class NothingFound:
+        def text(self, *a, **k):
+            raise ddgs.exceptions.DDGSException(web_search.NO_RESULTS)
+
+    monkeypatch.setattr(DDGSearch, "_client", staticmethod(lambda: NothingFound()))
+    assert DDGSearch().search("a query nobody wrote") == []
+    monkeypatch.undo()
+    with dead_endpoint() as url:  # every engine through a proxy where nothing listens: as with no network
+        monkeypatch.setenv("DDGS_PROXY", url.removesuffix("/v1"))
+        with pytest.raises(SearchUnavailableError) as failed:
+            DDGSearch().search("dog breeds")
+    message = str(failed.value)
+    assert "\n" not in message and "Connect" in message and "internet connection" in message
+    assert "rate-limit" not in message and "--search local:DIR" in message
+
+
+def test_ask_with_a_web_search_that_cannot_reach_anything_says_so(tmp_path):
+    """Issue 19.4 as a person met it: `ask ... --search ddgs` offline answered "The search found nothing"."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("ddgs")
+    from openai_fake import dead_endpoint
+
+    photo = tmp_path / "dog.png"
+    Image.new("RGB", (96, 80), (150, 110, 60)).save(photo)
+    with dead_endpoint() as url:
+        result = subprocess.run(
+            [sys.executable, "-m", "pictrieve.cli.main", "ask", str(photo), "What breed is this dog?", "--search", "ddgs"],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "DDGS_PROXY": url.removesuffix("/v1")})
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and "Traceback" not in result.stderr and len(errors) == 1, result.stderr
+    assert "every search failed" in errors[0] and "--search local:DIR" in errors[0]
+    assert "found nothing" not in result.stdout

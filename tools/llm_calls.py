@@ -108,8 +108,8 @@ def _detail(exc: BaseException) -> str:
     root = exc
     while root.__cause__ is not None or root.__context__ is not None:
         root = root.__cause__ or root.__context__  # type: ignore[assignment]
-    if root is not exc and str(root) and str(root) not in text:  # "Connection error." says less than its cause
-        text = f"{text} {root}"
+    if getattr(exc, "status_code", None) is None and root is not exc and str(root) not in text:
+        text = f"{text} {root}"  # "Connection error." says less than its cause, "Connection refused"
     text = " ".join(text.split())
     return text if len(text) <= 200 else text[:197] + "..."
 

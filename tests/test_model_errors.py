@@ -1,0 +1,150 @@
+"""A language model that cannot be called is reported in one line, never hidden (issues 19.4 and 21.6).
+
+Real clients against real local endpoints: the OpenAI-compatible fake answering 401 (wrong key) or 404
+(unknown model), and a port where nothing listens (a dead endpoint). The command-line cases run the
+real ``pictrieve`` in subprocesses, the three endpoints of one command side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import make_photo
+from openai_fake import OpenAIFake, dead_endpoint
+
+CLI = [sys.executable, "-m", "pictrieve.cli.main"]
+EXPECTED = {  # what each failure's line says (besides the model and the endpoint)
+    "401": "refused the API key",
+    "404": "no such model there",
+    "closed": "could not connect",
+}
+
+
+@pytest.fixture()
+def endpoints() -> Iterator[dict[str, str]]:
+    """``{"401": url, "404": url, "closed": url}``, served for the test's duration."""
+    with ExitStack() as stack:
+        urls = {str(status): stack.enter_context(OpenAIFake(status=status)).base_url for status in (401, 404)}
+        urls["closed"] = stack.enter_context(dead_endpoint())
+        yield urls
+
+
+def run_side_by_side(commands: dict[str, list[str]], stdin: str = "") -> dict[str, subprocess.CompletedProcess]:
+    """Run each named command line of ``pictrieve`` at once; their results by name."""
+    started = {name: subprocess.Popen([*CLI, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for name, args in commands.items()}
+    results = {}
+    for name, process in started.items():
+        out, err = process.communicate(stdin, timeout=600)
+        results[name] = subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    return results
+
+
+def assert_one_line_naming(result: subprocess.CompletedProcess, model: str, url: str, expected: str) -> None:
+    """Exit 2, no traceback, and exactly one ``error:`` line naming the model, the endpoint and the cause."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and "Traceback" not in result.stderr and len(errors) == 1, result.stderr
+    assert f"'{model}'" in errors[0] and url in errors[0] and expected in errors[0], errors[0]
+    assert "During task" not in result.stderr and "chat model call failed" not in result.stderr
+
+
+# ---------------------------------------------------------------- the helper itself
+
+
+@pytest.mark.parametrize("case", ["401", "404", "closed"])
+def test_a_failed_call_is_one_line_naming_model_endpoint_and_cause(case, endpoints):
+    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.llm_calls import ModelCallError, complete
+
+    llm = create_chat_model("openai:fake-model", base_url=endpoints[case])
+    with pytest.raises(ModelCallError) as failed:
+        complete(llm, "Is it red?")
+    message = str(failed.value)
+    assert "\n" not in message and EXPECTED[case] in message
+    assert "'fake-model'" in message and endpoints[case] in message
+    assert failed.value.reason == {"401": "auth", "404": "not_found", "closed": "connection"}[case]
+
+
+def test_openai_models_retry_a_failing_endpoint_once():
+    """The openai client's default is two retries with backoff; across an agent's many calls that made a
+    dead endpoint take minutes to surface. An endpoint failing with HTTP 500 is asked twice in all."""
+    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.llm_calls import ModelCallError, complete
+
+    with OpenAIFake(status=500) as fake:
+        with pytest.raises(ModelCallError, match="the endpoint failed"):
+            complete(create_chat_model("openai:fake-model", base_url=fake.base_url), "Is it red?")
+    assert len(fake.requests) == 2
+
+
+def test_a_batch_with_one_failed_call_raises_instead_of_an_empty_reply():
+    """PlugIR's filter asks in batches; one failed call must not become an empty answer."""
+    from langchain_core.messages import HumanMessage
+
+    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.llm_calls import ModelCallError, complete_batch
+
+    with OpenAIFake(status=401) as fake:
+        llm = create_chat_model("openai:fake-model", base_url=fake.base_url)
+        with pytest.raises(ModelCallError, match="refused the API key"):
+            complete_batch(llm, [[HumanMessage("a?")], [HumanMessage("b?")]])
+
+
+# ---------------------------------------------------------------- the command line
+
+
+@pytest.fixture(scope="module")
+def photo(tmp_path_factory) -> str:
+    return str(make_photo(tmp_path_factory.mktemp("photo") / "p.png", seed=3, size=(96, 80)))
+
+
+def test_ask_reports_a_failing_llm_in_one_line(endpoints, photo):
+    results = run_side_by_side({case: ["ask", photo, "What is this?", "--llm", "openai:fake-llm", "--base-url", url]
+                                for case, url in endpoints.items()})
+    for case, result in results.items():
+        assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED[case])
+
+
+@pytest.fixture(scope="module")
+def captioned_gallery(tmp_path_factory, tiny_clip_name) -> tuple[str, str]:
+    """(gallery, captioned folder) of six photos indexed with the tiny random CLIP."""
+    root = tmp_path_factory.mktemp("captioned")
+    photos = root / "photos"
+    rows = []
+    for i in range(6):
+        make_photo(photos / f"{i}.png", seed=i)
+        rows.append(json.dumps({"image": f"{i}.png", "captions": [f"a photo of thing number {i}"]}))
+    (photos / "captions.jsonl").write_text("\n".join(rows) + "\n")
+    gallery = str(root / "g")
+    indexed = subprocess.run([*CLI, "index", str(photos), "-g", gallery, "-e", tiny_clip_name],
+                             capture_output=True, text=True, timeout=600)
+    assert indexed.returncode == 0, indexed.stderr
+    return gallery, str(photos)
+
+
+def test_chat_with_a_failing_llm_stops_at_once_with_one_line(endpoints, captioned_gallery, tmp_path):
+    gallery, _ = captioned_gallery
+    results = run_side_by_side(
+        {case: ["chat", "a photo", "-g", gallery, "--llm", "openai:fake-llm", "--base-url", url,
+                "--checkpoint", str(tmp_path / f"{case}.sqlite"), "--captioner", "none"]
+         for case, url in endpoints.items()},
+        stdin="red\nstop\n")
+    for case, result in results.items():
+        assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED[case])
+        assert "Q1:" not in result.stdout  # no fallback question was asked
+
+
+def test_visret_search_with_a_failing_llm_reports_it(endpoints, captioned_gallery):
+    gallery, photos = captioned_gallery
+    results = run_side_by_side(
+        {case: ["search", "thing number 2", "-g", gallery, "--method", "visret", "--visualizer", f"exemplar:{photos}",
+                "--llm", "openai:fake-llm", "--base-url", url] for case, url in endpoints.items()})
+    for case, result in results.items():
+        assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED[case])

@@ -1,0 +1,68 @@
+"""A served run whose language model cannot be called fails with the one-line error as the run's error.
+
+The real ``langgraph dev`` (started as tests/test_langgraph_server.py starts it) serves the repository's
+graphs over a tiny gallery; the assistants point their model at the OpenAI-compatible fake answering 401
+and at a port where nothing listens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import REPO_ROOT, make_photo
+from openai_fake import OpenAIFake, dead_endpoint
+from test_langgraph_server import LANGGRAPH_JSON, _start
+from test_model_errors import EXPECTED
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_clip_name):
+    """`langgraph dev` over six captioned photos; yields (url, captioned folder)."""
+    from pictrieve.vectorstore.gallery import Gallery
+
+    root = tmp_path_factory.mktemp("served-errors")
+    photos = root / "photos"
+    for i in range(6):
+        make_photo(photos / f"{i}.png", seed=i)
+    (photos / "captions.jsonl").write_text(
+        "\n".join(json.dumps({"image": f"{i}.png", "captions": [f"square number {i}"]}) for i in range(6)))
+    Gallery.open(root / "g.gallery", tiny_clip_name).add(photos, progress=False)
+    spec = json.loads(LANGGRAPH_JSON.read_text())
+    spec["graphs"] = {name: str(REPO_ROOT / target) for name, target in spec["graphs"].items()}
+    spec["dependencies"] = [str(REPO_ROOT)]
+    config = root / "langgraph.json"
+    config.write_text(json.dumps(spec))
+    env = {**os.environ, "PICTRIEVE_GALLERY": str(root / "g.gallery"), "PICTRIEVE_CACHE": str(root / "cache"),
+           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1"}
+    process, url = _start(config, env, root)
+    yield url, photos
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.mark.parametrize("case", ["401", "closed"])
+def test_a_served_run_reports_a_failing_model_as_its_error(served, case):
+    from langgraph_sdk import get_sync_client
+
+    url, photos = served
+    client = get_sync_client(url=url)
+    with OpenAIFake(status=401) as fake, dead_endpoint() as closed:
+        base_url = {"401": fake.base_url, "closed": closed}[case]
+        assistant = client.assistants.create("visret", config={"configurable": {
+            "llm": "openai:fake-llm", "base_url": base_url, "visualizer": f"exemplar:{photos}"}})
+        thread = client.threads.create()
+        run = client.runs.create(thread["thread_id"], assistant["assistant_id"], input={"query": "square number 2"})
+        joined = client.runs.join(thread["thread_id"], run["run_id"])
+    error = joined["__error__"]
+    assert error["error"] == "ModelCallError" and client.threads.get(thread["thread_id"])["status"] == "error"
+    message = error["message"]
+    assert "\n" not in message and "'fake-llm'" in message and base_url in message and EXPECTED[case] in message
