@@ -227,8 +227,10 @@ def build_vision_search_graph(
     from pictrieve.tools.chat_models import create_chat_model
     from pictrieve.tools.detectors import COCO_CLASSES, create_detector, regions_or_whole
     from pictrieve.tools.vlm import create_region_captioner
-    from pictrieve.tools.web_search import as_search_backend
+    from pictrieve.tools.web_search import as_search_backend, check_search_name
 
+    if isinstance(search, str):
+        check_search_name(search)  # now, not after the detector and the describer have loaded
     chat = create_chat_model(llm) if llm is None or isinstance(llm, str) else llm
     parts: dict[str, Any] = {}
 

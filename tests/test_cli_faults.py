@@ -204,6 +204,7 @@ def test_images_above_the_pixel_cap_are_refused_before_decoding(tmp_path, tiny_c
     assert result.returncode == 0 and "DecompressionBomb" not in result.stderr, result.stderr
     report = json.loads(result.stdout)
     assert report["indexed"] == 1 and "576 MP is above the cap of 180 MP" in report["failed"][0]["error"]
+    assert "--max-pixels" in report["failed"][0]["error"]  # the flag a command-line user has (issue 19.10)
 
     capped = run("index", str(photos / "ok.png"), "-g", str(tmp_path / "g2"), "-e", tiny_clip_name,
                  "--max-pixels", "1000", "--json")

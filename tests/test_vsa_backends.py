@@ -134,3 +134,15 @@ def test_ask_with_a_web_search_that_cannot_reach_anything_says_so(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr and len(errors) == 1, result.stderr
     assert "every search failed" in errors[0] and "--search local:DIR" in errors[0]
     assert "found nothing" not in result.stdout
+
+
+@pytest.mark.parametrize("name, error", [("bogus", "unknown search backend 'bogus'"),
+                                         ("local:/nonexistent/pages", "no page folder at /nonexistent/pages")])
+def test_a_wrong_search_name_is_refused_when_the_graph_is_built(name, error):
+    """Issue 19.10: `--search bogus` was refused only after half a minute of loading models; the graph now
+    checks the name when it is built, before any model (the detector here could never load)."""
+    from pictrieve.errors import PictrieveError
+    from pictrieve.graphs.vision_search import build_vision_search_graph
+
+    with pytest.raises(PictrieveError, match=error):
+        build_vision_search_graph(None, llm="offline", detector="zeroshot:/nonexistent/detector", search=name)

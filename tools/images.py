@@ -163,8 +163,8 @@ def load_image(
         if width * height > cap:
             raise ImageDecodeError(
                 f"{path}: {width}x{height} = {width * height / 1e6:.0f} MP is above the cap of "
-                f"{cap / 1e6:.0f} MP (a decompression bomb?); raise it with max_pixels= or "
-                f"{MAX_PIXELS_ENV} if the image is genuine"
+                f"{cap / 1e6:.0f} MP (a decompression bomb?); if the image is genuine, raise the cap with "
+                f"--max-pixels N (Python: max_pixels=N) or {MAX_PIXELS_ENV}"
             )
         if draft_size is not None and image.format == "JPEG":
             image.draft("RGB", draft_size)

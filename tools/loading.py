@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import warnings
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -73,3 +74,16 @@ def _restore() -> None:
         import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
         gguf_utils.tqdm = _saved.pop("gguf_tqdm")
+
+
+@contextmanager
+def quiet_peft_wrapping() -> Iterator[None]:
+    """Hide the FutureWarning peft triggers when it wraps a transformers model.
+
+    peft probes ``model.is_gradient_checkpointing``, which transformers 5 deprecated in favour of
+    ``is_activation_checkpointing``; the warning names neither pictrieve nor anything a user can
+    change, so ``quality train`` and ``quality search`` keep it out of their output.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield

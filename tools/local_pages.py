@@ -84,13 +84,19 @@ def _passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
     return out
 
 
+def page_folder(folder: str | Path) -> Path:
+    """``folder`` resolved, or :class:`PageFolderError` when it is not a folder."""
+    path = Path(folder).expanduser().resolve()
+    if not path.is_dir():
+        raise PageFolderError(f"no page folder at {path}; give local:DIR with a folder of .html/.md/.txt pages")
+    return path
+
+
 class LocalPages:
     """``search(query, k)`` over the pages in ``folder`` (see the module docstring)."""
 
     def __init__(self, folder: str | Path, *, client: Any = None) -> None:
-        self.folder = Path(folder).expanduser().resolve()
-        if not self.folder.is_dir():
-            raise PageFolderError(f"no page folder at {self.folder}; give local:DIR with a folder of .html/.md/.txt pages")
+        self.folder = page_folder(folder)
         self.name = f"local:{self.folder}"
         self.pages: dict[str, tuple[str, str]] = {}
         for path in sorted(self.folder.rglob("*")):

@@ -161,16 +161,35 @@ def as_search_backend(value: Any) -> SearchBackend:
     raise UnknownSearchBackendError(f"cannot search with {value!r}: give 'ddgs', 'local:DIR' or a LangChain retriever/tool")
 
 
+def check_search_name(name: str) -> str:
+    """``name`` if it names a search backend that can be built here; a one-line error otherwise.
+
+    Cheap (no model, no index), so a command can refuse ``--search bogus`` or ``local:/nonexistent``
+    before it spends half a minute loading its models.
+    """
+    name = SEARCH_BACKENDS.check(name)
+    family, _, folder = name.partition(":")
+    if family == "local":
+        _local_folder(folder)
+    return name
+
+
 def _ddgs(spec: str, **kwargs: Any) -> DDGSearch:
     return DDGSearch(**kwargs)
+
+
+def _local_folder(spec: str) -> Any:
+    from pictrieve.tools.local_pages import page_folder
+
+    if not spec:
+        raise UnknownSearchBackendError("the local search backend needs a folder: local:DIR")
+    return page_folder(spec)
 
 
 def _local(spec: str, **kwargs: Any) -> Any:
     from pictrieve.tools.local_pages import LocalPages
 
-    if not spec:
-        raise UnknownSearchBackendError("the local search backend needs a folder: local:DIR")
-    return LocalPages(spec, **kwargs)
+    return LocalPages(_local_folder(spec), **kwargs)
 
 
 SEARCH_BACKENDS: Registry[SearchBackend] = Registry(

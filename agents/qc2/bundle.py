@@ -120,8 +120,11 @@ def load_qc2_model(directory: str | Path, *, fingerprint: str | None = None, dev
     if meta["weights"] == ADAPTER_DIR:
         from peft import PeftModel
 
+        from pictrieve.tools.loading import quiet_peft_wrapping
+
         base, tokenizer = load_causal_lm(meta["base_model"], device=device or "cpu")
-        model = PeftModel.from_pretrained(base, directory / ADAPTER_DIR).merge_and_unload()
+        with quiet_peft_wrapping():
+            model = PeftModel.from_pretrained(base, directory / ADAPTER_DIR).merge_and_unload()
     else:
         model, tokenizer = load_causal_lm(str(directory / FULL_MODEL_DIR), device=device)
     return QC2Model(

@@ -397,7 +397,10 @@ def _prepare_trainable(model: Any, config: QC2TrainConfig) -> Any:
             layers_to_transform=top,
             task_type="CAUSAL_LM",
         )
-        return get_peft_model(model, lora)
+        from pictrieve.tools.loading import quiet_peft_wrapping
+
+        with quiet_peft_wrapping():
+            return get_peft_model(model, lora)
     if layers is None:
         raise QC2ModelError("full fine-tuning needs a decoder with a layer list; use LoRA (lora_rank > 0)")
     for index in top or range(n_layers):
