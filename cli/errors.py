@@ -65,11 +65,20 @@ def error_line(exc: BaseException) -> str:
 
 @contextmanager
 def friendly_errors() -> Iterator[None]:
-    """Print one ``error:`` line for pictrieve errors and missing files; full traceback with -vv."""
+    """Print one ``error:`` line for pictrieve errors, missing files and a torch/torchvision mismatch;
+    the full traceback with -vv."""
+    from pictrieve.tools.torch_stack import torch_stack_error
+
     try:
         yield
     except (PictrieveError, FileNotFoundError) as exc:
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             raise
         click.echo(error_line(exc), err=True)
+        sys.exit(EXIT_USER_ERROR)
+    except Exception as exc:  # an install problem surfacing from deep inside a library's import
+        problem = torch_stack_error(exc)
+        if problem is None or logging.getLogger().isEnabledFor(logging.DEBUG):
+            raise
+        click.echo(error_line(problem), err=True)
         sys.exit(EXIT_USER_ERROR)

@@ -287,6 +287,39 @@ def test_index_with_sync_drops_deleted_files(tmp_path, photo_folder, tiny_clip_n
     assert report["removed"] == [str(photo_folder / "a" / "img2.png")] and report["unchanged"] == 5
 
 
+# ---------------------------------------------------------------- a torch/torchvision mismatch
+
+BROKEN_TORCHVISION = """
+import sys
+
+
+class BrokenTorchvision:
+    \"\"\"`import torchvision` fails as it does next to a torch it was not built for.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torchvision" or name.startswith("torchvision."):
+            raise RuntimeError("operator torchvision::nms does not exist")
+        return None
+
+
+sys.meta_path.insert(0, BrokenTorchvision())
+"""
+
+
+def test_a_torchvision_built_for_another_torch_is_one_line_naming_both(tmp_path, photo_folder, tiny_clip_name):
+    """Issue 19.10: the README's CPU-only torch beside an incompatible torchvision ended in a 40-line
+    traceback ending `operator torchvision::nms does not exist`."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(BROKEN_TORCHVISION)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([*CLI, "index", str(photo_folder), "-g", str(tmp_path / "g"), "-e", tiny_clip_name],
+                            capture_output=True, text=True, timeout=600, env=env)
+    line = one_clear_line(result)
+    assert result.returncode == 2 and line.startswith("error: torchvision ")
+    assert "torch " in line and "torchvision::nms" in line and "pip install --force-reinstall torch torchvision" in line
+
+
 # ---------------------------------------------------------------- 9: failed index leaves nothing
 
 
