@@ -21,7 +21,10 @@ Specification: the Vision Search Assistant paper and section 3 of the implementa
   the fetch guard for web URLs), answer the sub-question from fenced page text with citations; the
   searcher may ask for a follow-up search, up to ``max_search_turns`` searches per sub-question.
 - ``summarize``: sources numbered globally, one summary per region.
-- ``answer``: one answer citing sources by number; says so when the search found nothing. Every
+- ``answer``: one answer citing sources by number; says so when the search found nothing. A search
+  that could not run is not one that found nothing: when every search failed (no network, a dead
+  backend) or every page fetch did, the run stops with one
+  :class:`~pictrieve.tools.web_search.SearchUnavailableError` line instead of answering. Every
   answer's citations are checked against the sources read: a number that is not one is removed and
   reported in ``citations["dropped"]``.
 
