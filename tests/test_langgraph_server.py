@@ -87,18 +87,28 @@ def server(tmp_path_factory, tiny_clip_name):
     gallery = Gallery.open(root / "g.gallery", tiny_clip_name)
     gallery.add(photos, progress=False)
     _train_tiny_qc2(gallery, tmp_path_factory)  # saved as <gallery>/qc2, where the served qc2 graph looks
-    # The repository's own langgraph.json, with its relative paths made absolute so that the server's
-    # working directory (where it keeps its state) can be a temporary folder.
+    process, url = serve_repository(root, root / "g.gallery", OPENAI_API_KEY="test-key-for-a-local-fake")
+    yield {"url": url, "gallery": gallery, "photos": photos}
+    stop(process)
+
+
+def serve_repository(root: Path, gallery: Path, **env: str) -> tuple[subprocess.Popen, str]:
+    """`langgraph dev` serving the repository's langgraph.json over ``gallery``, working in ``root``.
+
+    The repository's own langgraph.json, with its relative paths made absolute so that the server's
+    working directory (where it keeps its state) can be a temporary folder.
+    """
     spec = json.loads(LANGGRAPH_JSON.read_text())
     spec["graphs"] = {name: str(REPO_ROOT / target) for name, target in spec["graphs"].items()}
     spec["dependencies"] = [str(REPO_ROOT)]
     config = root / "langgraph.json"
     config.write_text(json.dumps(spec))
-    env = {**os.environ, "PICTRIEVE_GALLERY": str(root / "g.gallery"), "PICTRIEVE_CACHE": str(root / "cache"),
-           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1",
-           "OPENAI_API_KEY": "test-key-for-a-local-fake"}
-    process, url = _start(config, env, root)
-    yield {"url": url, "gallery": gallery, "photos": photos}
+    return _start(config, {**os.environ, "PICTRIEVE_GALLERY": str(gallery), "PICTRIEVE_CACHE": str(root / "cache"),
+                           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1",
+                           **env}, root)
+
+
+def stop(process: subprocess.Popen) -> None:
     process.terminate()
     try:
         process.wait(timeout=30)

@@ -8,14 +8,12 @@ and at a port where nothing listens.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
-from conftest import REPO_ROOT, make_photo
+from conftest import make_photo
 from openai_fake import OpenAIFake, dead_endpoint
-from test_langgraph_server import LANGGRAPH_JSON, _start
+from test_langgraph_server import serve_repository, stop
 from test_model_errors import EXPECTED
 
 pytestmark = pytest.mark.server
@@ -33,20 +31,9 @@ def served(tmp_path_factory, tiny_clip_name):
     (photos / "captions.jsonl").write_text(
         "\n".join(json.dumps({"image": f"{i}.png", "captions": [f"square number {i}"]}) for i in range(6)))
     Gallery.open(root / "g.gallery", tiny_clip_name).add(photos, progress=False)
-    spec = json.loads(LANGGRAPH_JSON.read_text())
-    spec["graphs"] = {name: str(REPO_ROOT / target) for name, target in spec["graphs"].items()}
-    spec["dependencies"] = [str(REPO_ROOT)]
-    config = root / "langgraph.json"
-    config.write_text(json.dumps(spec))
-    env = {**os.environ, "PICTRIEVE_GALLERY": str(root / "g.gallery"), "PICTRIEVE_CACHE": str(root / "cache"),
-           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1"}
-    process, url = _start(config, env, root)
+    process, url = serve_repository(root, root / "g.gallery")
     yield url, photos
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    stop(process)
 
 
 @pytest.mark.parametrize("case", ["401", "closed"])
