@@ -26,7 +26,7 @@ from typing import Any, Iterator, Sequence
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from pictrieve.errors import PictrieveError
+from pictrieve.errors import PictrieveError, causes
 
 logger = logging.getLogger(__name__)
 
@@ -105,9 +105,7 @@ def _detail(exc: BaseException) -> str:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = body["error"].get("message")
     text = str(message or getattr(exc, "message", None) or exc or type(exc).__name__)
-    root = exc
-    while root.__cause__ is not None or root.__context__ is not None:
-        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    root = list(causes(exc))[-1]
     if getattr(exc, "status_code", None) is None and root is not exc and str(root) not in text:
         text = f"{text} {root}"  # "Connection error." says less than its cause, "Connection refused"
     text = " ".join(text.split())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
-from pictrieve.errors import PictrieveError
+from pictrieve.errors import PictrieveError, causes
 
 _MISSING_OPERATOR = re.compile(r"operator torchvision::\w+ does not exist")
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -33,10 +33,7 @@ def _version(package: str) -> str:
 def torch_stack_error(exc: BaseException) -> TorchStackError | None:
     """The one-line error when ``exc`` (or anything in its cause chain) is torchvision failing to load
     its operators against the installed torch; ``None`` for any other failure."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(exc):
         match = _MISSING_OPERATOR.search(str(current))
         if match:
             torch, vision = _version("torch"), _version("torchvision")
@@ -47,5 +44,4 @@ def torch_stack_error(exc: BaseException) -> TorchStackError | None:
                 fix=f"reinstall {build}: pip install --force-reinstall torch torchvision --index-url {CPU_INDEX} "
                 "(CPU only), or pip install --force-reinstall torch torchvision (CUDA)",
             )
-        current = current.__cause__ or current.__context__
     return None
