@@ -1,138 +1,169 @@
 """The registry of retrieval methods: what the CLI, the evaluation harness, the web page and the
-LangGraph server read to find every method.
+LangGraph server read to find every method. None of them names a method itself.
 
-Every method follows one contract (see :mod:`pictrieve.graphs`):
+Methods come from
 
-- a builder ``build_<method>_graph(index, *, llm=None, checkpointer=None, name=..., **extras)``
-  returning a ``CompiledStateGraph``: ``index`` is the :class:`~pictrieve.vectorstore.gallery.Gallery`
-  searched, everything else keyword-only; no checkpointer unless one is passed (the LangGraph server
-  brings its own);
-- declared ``input_schema`` / ``output_schema`` and a ``context_schema`` (its run settings, a
-  :class:`~pictrieve.graphs.settings.RunSettings` dataclass);
-- results as :class:`~pictrieve.vectorstore.hits.ImageHit` lists.
+- **built-ins**: every subpackage ``pictrieve.agents.<method>`` whose ``__init__`` exposes ``METHOD``
+  (a :class:`~pictrieve.agents.method.Method`);
+- **plugins**: every entry point of the group ``pictrieve.methods`` of an installed distribution, naming a
+  ``Method`` or a function of no argument returning one. A plugin that fails to load (an import error,
+  not a Method, a name a built-in has) is logged once with its name and skipped: it never breaks the
+  command line, the page or the server for the other methods (:func:`skipped_methods` lists them);
+- :func:`register_method`, for a method defined in the running program.
+
+They are found on first use and kept; :func:`refresh_methods` looks again (after installing a plugin
+into a running process). The contract each method keeps is :mod:`pictrieve.agents.method`'s.
 
 >>> from pictrieve.graphs.registry import get_method
 >>> method = get_method("search")
 >>> graph = method.build(Gallery.open("./my.gallery"))
 >>> graph.invoke({"query": "a dog"}, context={"k": 5})["hits"]
-
-Builders and settings are named as ``"module:attribute"`` strings, so listing methods imports nothing
-heavy.
+>>> method.describe()["settings"]          # [{"name": "k", "type": "int", "default": 10, ...}]
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+import logging
+import pkgutil
+import threading
 from typing import Any
 
+from pictrieve.agents.method import NEEDS, Method, MethodDefinitionError, load_target  # noqa: F401  (re-exported)
 from pictrieve.errors import PictrieveError
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "pictrieve.methods"
 
 
 class UnknownMethodError(PictrieveError, ValueError):
     """No method of that name is registered."""
 
 
-def _load(target: str) -> Any:
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-@dataclass(frozen=True)
-class Method:
-    """One registered retrieval method.
-
-    ``needs`` lists what the builder needs besides the gallery (``"llm"``, ``"qc2_model"``,
-    ``"visualizer"``, ...), so the CLI and server know what to construct.
-    """
-
-    name: str
-    builder: str
-    settings: str
-    description: str
-    needs: tuple[str, ...] = ()
-    example_input: dict[str, Any] = field(default_factory=dict)
-
-    def load_builder(self) -> Any:
-        return _load(self.builder)
-
-    def settings_class(self) -> type:
-        return _load(self.settings)
-
-    def build(self, index: Any, **kwargs: Any) -> Any:
-        """Compile the method's graph over ``index`` (keyword arguments go to the builder)."""
-        return self.load_builder()(index, **kwargs)
-
-
-_METHODS: dict[str, Method] = {}
+_lock = threading.RLock()
+_methods: dict[str, Method] | None = None
+_origins: dict[str, str] = {}
+_added: dict[str, Method] = {}
+_skipped: list[dict[str, str]] = []
 
 
 def register_method(method: Method) -> None:
-    """Add (or replace) a method; third-party methods register the same way."""
-    _METHODS[method.name] = method
+    """Add (or replace) a method defined in this program (installed packages use the entry point group)."""
+    if not isinstance(method, Method):
+        raise MethodDefinitionError(f"expected a Method, got {type(method).__name__}")
+    with _lock:
+        _added[method.name] = method
+        if _methods is not None:
+            _methods[method.name] = method
+            _origins[method.name] = "registered"
 
 
 def get_method(name: str) -> Method:
     """The method called ``name``; unknown names raise :class:`UnknownMethodError` listing the known ones."""
     try:
-        return _METHODS[name]
+        return _all()[name]
     except KeyError:
         raise UnknownMethodError(f"unknown method {name!r}; known: {', '.join(available_methods())}") from None
 
 
 def available_methods() -> list[str]:
-    return sorted(_METHODS)
+    return sorted(_all())
 
 
 def methods() -> list[Method]:
-    return [_METHODS[name] for name in available_methods()]
+    registered = _all()
+    return [registered[name] for name in sorted(registered)]
 
 
-register_method(Method(
-    name="search",
-    builder="pictrieve.graphs.search:build_search_graph",
-    settings="pictrieve.graphs.search:SearchSettings",
-    description="Plain search by text or example image (cosine similarity in the gallery's embedder space).",
-    example_input={"query": "two dogs playing in the snow"},
-))
-register_method(Method(
-    name="plugir",
-    builder="pictrieve.graphs.interactive_retrieval:build_plugir_graph",
-    settings="pictrieve.graphs.interactive_retrieval:PlugIRSettings",
-    description="PlugIR interactive retrieval: asks one question per round, pausing with interrupt() for the answer.",
-    needs=("llm",),
-    example_input={"description": "a dog running in the snow"},
-))
-register_method(Method(
-    name="qc2",
-    builder="pictrieve.graphs.quality_retrieval:build_qc2_graph",
-    settings="pictrieve.graphs.quality_retrieval:QC2Settings",
-    description="QC2 quality-controllable retrieval: completes a short query toward chosen relevance and quality levels.",
-    needs=("qc2_model",),
-    example_input={"query": "a dog", "levels": {"relevance": "high", "quality": "high"}},
-))
+def builtin_methods() -> list[str]:
+    """Names of the methods that ship with pictrieve (what the repository's ``langgraph.json`` lists)."""
+    _all()
+    return sorted(name for name, origin in _origins.items() if origin == "built-in")
 
-register_method(Method(
-    name="vsa",
-    builder="pictrieve.graphs.vision_search:build_vision_search_graph",
-    settings="pictrieve.graphs.vision_search:VisionSearchSettings",
-    description="Vision Search Assistant: answer a question about a photo from its regions and a web or local search, with numbered sources.",
-    needs=("llm",),
-    example_input={"question": "What breed is this dog and how big does it grow?", "image": "photo.jpg"},
-))
-register_method(Method(
-    name="visret",
-    builder="pictrieve.graphs.visret:build_visret_graph",
-    settings="pictrieve.graphs.visret:VisRetSettings",
-    description="VisRet: visualize the query as guide images, search image-to-image, fuse by reciprocal rank.",
-    needs=("visualizer",),
-    example_input={"query": "a dog catching a frisbee"},
-))
-register_method(Method(
-    name="needle",
-    builder="pictrieve.graphs.needle:build_needle_graph",
-    settings="pictrieve.graphs.needle:NeedleSettings",
-    description="NEEDLE: guide images from several visualizers, ranked by several embedders (and tiles), fused with trust weights learned from feedback.",
-    needs=("visualizers",),
-    example_input={"query": "a kite over a beach", "topic": "outdoors"},
-))
+
+def method_origin(name: str) -> str:
+    """``"built-in"``, ``"registered"`` or ``"entry point NAME (DISTRIBUTION)"``."""
+    get_method(name)
+    return _origins[name]
+
+
+def skipped_methods() -> list[dict[str, str]]:
+    """The plugins that failed to load: ``[{"entry_point", "error"}]``."""
+    _all()
+    return [dict(s) for s in _skipped]
+
+
+def refresh_methods() -> None:
+    """Forget what was found and look again on next use (plugins installed since; each failing one is
+    logged again once)."""
+    global _methods
+    with _lock:
+        _methods = None
+
+
+def _all() -> dict[str, Method]:
+    global _methods
+    found = _methods
+    if found is not None:
+        return found
+    with _lock:
+        if _methods is None:
+            _origins.clear()
+            _skipped.clear()
+            loaded = _builtins()
+            _origins.update((name, "built-in") for name in loaded)
+            for name, method in _plugins(set(loaded)).items():
+                loaded[name] = method
+            for name, method in _added.items():
+                loaded[name] = method
+                _origins[name] = "registered"
+            _methods = loaded
+        return _methods
+
+
+def _builtins() -> dict[str, Method]:
+    """``METHOD`` of every ``pictrieve.agents.<name>`` package (a broken built-in is a bug: it raises)."""
+    import pictrieve.agents as agents
+
+    found: dict[str, Method] = {}
+    for info in sorted(pkgutil.iter_modules(agents.__path__), key=lambda i: i.name):
+        if not info.ispkg:
+            continue
+        method = getattr(importlib.import_module(f"pictrieve.agents.{info.name}"), "METHOD", None)
+        if method is None:
+            continue
+        if not isinstance(method, Method):
+            raise MethodDefinitionError(f"pictrieve.agents.{info.name}.METHOD is not a Method")
+        found[method.name] = method
+    return found
+
+
+def _plugins(taken: set[str]) -> dict[str, Method]:
+    from importlib.metadata import entry_points
+
+    importlib.invalidate_caches()  # a distribution added to sys.path since the last look
+    found: dict[str, Method] = {}
+    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        where = f"{point.name} = {point.value}"
+        distribution = getattr(getattr(point, "dist", None), "name", None) or "unknown distribution"
+        try:
+            loaded = point.load()
+            method = loaded() if callable(loaded) and not isinstance(loaded, Method) else loaded
+            if not isinstance(method, Method):
+                raise MethodDefinitionError(f"it gave a {type(method).__name__}, not a pictrieve Method")
+            if method.name in taken or method.name in found:
+                raise MethodDefinitionError(f"the name {method.name!r} is taken by another method")
+        except Exception as exc:  # noqa: BLE001  (a broken plugin must not break the other methods)
+            reason = f"{type(exc).__name__}: {exc}"
+            log.warning("skipping the method plugin %s from %s: %s", where, distribution, reason)
+            _skipped.append({"entry_point": where, "distribution": distribution, "error": reason})
+            continue
+        found[method.name] = method
+        _origins[method.name] = f"entry point {point.name} ({distribution})"
+    return found
+
+
+def describe_methods() -> list[dict[str, Any]]:
+    """:meth:`Method.describe` of every method, with its ``origin`` (``pictrieve methods --json``)."""
+    return [{**method.describe(), "origin": method_origin(method.name)} for method in methods()]

@@ -1,8 +1,8 @@
 """The minimal method: search a gallery by text or by example image.
 
-It is the smallest instance of the method contract (:mod:`pictrieve.graphs.registry`): a builder
-taking the gallery first and everything else by keyword, declared input and output schemas, run
-settings as LangGraph context, :class:`~pictrieve.vectorstore.hits.ImageHit` results::
+The wiring only; the parts (settings, schemas, the ``retrieve`` node) are in
+:mod:`pictrieve.agents.search.nodes`, its :class:`~pictrieve.agents.method.Method` in
+:mod:`pictrieve.agents.search`::
 
     START -> retrieve -> END
 
@@ -12,63 +12,25 @@ settings as LangGraph context, :class:`~pictrieve.vectorstore.hits.ImageHit` res
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.runtime import Runtime
-from typing_extensions import NotRequired, TypedDict
 
-from pictrieve.graphs.settings import RunSettings, SettingsError, require_positive, settings_of
-from pictrieve.vectorstore.hits import ImageHit
-
-
-@dataclass
-class SearchSettings(RunSettings):
-    """Run settings of :func:`build_search_graph`."""
-
-    k: int = 10
-    """How many images to return."""
-
-    def validate(self) -> None:
-        require_positive(self, "k")
+from pictrieve.agents.search.nodes import (  # noqa: F401  (SearchSettings, SearchInput: re-exported)
+    SearchInput,
+    SearchOutput,
+    SearchSettings,
+    SearchState,
+    retrieve,
+)
 
 
-class SearchInput(TypedDict):
-    """A text ``query`` or an ``image`` (path of a file the graph's process can read)."""
-
-    query: NotRequired[str]
-    image: NotRequired[str]
-
-
-class SearchOutput(TypedDict):
-    hits: list[ImageHit]
-
-
-class SearchState(SearchInput, SearchOutput, total=False):
-    pass
-
-
-def build_search_graph(
-    index: Any, *, llm: Any = None, checkpointer: Any = None, name: str = "search"
-) -> CompiledStateGraph:
-    """Compile a graph that searches ``index`` (a Gallery) by text or by image.
-
-    ``llm`` is accepted for the contract's sake and unused: plain search needs no language model.
-    """
-    del llm
-
-    def retrieve(state: SearchState, runtime: Runtime[SearchSettings]) -> dict[str, Any]:
-        settings = settings_of(runtime, SearchSettings)
-        if state.get("image"):
-            return {"hits": index.search_image(state["image"], k=settings.k)}
-        if (state.get("query") or "").strip():
-            return {"hits": index.search_text(state["query"], k=settings.k)}
-        raise SettingsError("the search graph needs a text 'query' or an 'image' path in its input")
-
+def build_search_graph(index: Any, *, checkpointer: Any = None, name: str = "search") -> CompiledStateGraph:
+    """Compile a graph that searches ``index`` (a Gallery) by text or by image."""
     builder = StateGraph(SearchState, context_schema=SearchSettings, input_schema=SearchInput, output_schema=SearchOutput)
-    builder.add_node("retrieve", retrieve)
+    builder.add_node("retrieve", partial(retrieve, index=index))
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", END)
     return builder.compile(checkpointer=checkpointer, name=name)

@@ -12,3 +12,16 @@ The pieces, each usable on its own and wired together by
 - :mod:`.simulated_user`: answers from a target's captions, for unattended evaluation (by an LLM,
   or by rules with no model: :class:`~.simulated_user.CaptionUser`).
 """
+
+from pictrieve.agents.method import Method
+
+METHOD = Method(
+    name="plugir",
+    description="PlugIR interactive retrieval: asks one question per round, pausing with interrupt() for the answer.",
+    builder="pictrieve.graphs.interactive_retrieval:build_plugir_graph",
+    settings="pictrieve.graphs.interactive_retrieval:PlugIRSettings",
+    input_schema="pictrieve.graphs.interactive_retrieval:PlugIRInput",
+    output_schema="pictrieve.graphs.interactive_retrieval:PlugIROutput",
+    needs=("llm", "captioner", "checkpointer"),
+    example_input={"description": "a dog running in the snow"},
+)

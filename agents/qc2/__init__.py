@@ -29,3 +29,16 @@ Python entry points::
 
 The LangGraph graph is :func:`pictrieve.graphs.quality_retrieval.build_qc2_graph`.
 """
+
+from pictrieve.agents.method import Method
+
+METHOD = Method(
+    name="qc2",
+    description="QC2 quality-controllable retrieval: completes a short query toward chosen relevance and quality levels.",
+    builder="pictrieve.graphs.quality_retrieval:build_qc2_graph",
+    settings="pictrieve.graphs.quality_retrieval:QC2Settings",
+    input_schema="pictrieve.graphs.quality_retrieval:QC2Input",
+    output_schema="pictrieve.graphs.quality_retrieval:QC2Output",
+    needs=("qc2_model",),
+    example_input={"query": "a dog", "levels": {"relevance": "high", "quality": "high"}},
+)

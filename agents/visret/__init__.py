@@ -6,9 +6,22 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pictrieve.agents.method import Method
+
 logger = logging.getLogger(__name__)
 
 _PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
+
+METHOD = Method(
+    name="visret",
+    description="VisRet: visualize the query as guide images, search image-to-image, fuse by reciprocal rank.",
+    builder="pictrieve.graphs.visret:build_visret_graph",
+    settings="pictrieve.graphs.visret:VisRetSettings",
+    input_schema="pictrieve.graphs.visret:VisRetInput",
+    output_schema="pictrieve.graphs.visret:VisRetOutput",
+    needs=("llm", "visualizer"),
+    example_input={"query": "a dog catching a frisbee"},
+)
 
 
 def rewrite_prompt_template() -> str:

@@ -1,0 +1,207 @@
+"""The method contract: one :class:`Method` object describes a retrieval method to everything that runs it.
+
+The command line (``pictrieve methods``, ``pictrieve search --method``), the web page, the LangGraph
+server (``langgraph dev``) and the evaluation harness read these objects from the registry
+(:mod:`pictrieve.graphs.registry`) and name no method themselves. A built-in method's folder,
+``agents/<method>/``, exposes its object as ``METHOD`` in its ``__init__``; a third-party package
+registers one through the ``pictrieve.methods`` entry point group::
+
+    # pyproject.toml of the other package
+    [project.entry-points."pictrieve.methods"]
+    mine = "my_package:METHOD"        # a Method, or a function of no argument returning one
+
+A :class:`Method` names its builder, settings and schemas as ``"module:attribute"`` strings (or the
+objects themselves), so listing methods imports nothing heavy; they are loaded when first used.
+
+The builder's shape is fixed: ``builder(index, *, checkpointer=None, name=<method name>, <need>=...)``
+returns a compiled LangGraph graph searching ``index`` (a :class:`~pictrieve.vectorstore.gallery.Gallery`,
+or ``None`` for a method whose gallery is optional), with
+
+- one keyword argument per entry of :attr:`Method.needs` (the need's own name, from :data:`NEEDS`),
+  which callers build from what they were given (``--llm``, ``$PICTRIEVE_LLM``, ``create_app(llm=...)``);
+- no checkpointer compiled in unless one is passed (the LangGraph server brings its own);
+- ``input_schema``, ``output_schema`` and ``context_schema`` (the run settings, a
+  :class:`~pictrieve.agents.settings.RunSettings` dataclass) declared on its ``StateGraph``, the same
+  classes the :class:`Method` names, so a caller knows them without building a gallery-bound graph;
+- ``hits`` (a list of :class:`~pictrieve.vectorstore.hits.ImageHit`, possibly empty) in every output.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+NEEDS: Mapping[str, str] = MappingProxyType({
+    "llm": "a chat model (a LangChain BaseChatModel, or a name such as offline or openai:MODEL)",
+    "visualizer": "one visualizer making guide images of the query (e.g. exemplar:DIR)",
+    "visualizers": "a list of visualizers making guide images of the query",
+    "qc2_model": "the QC2 query-completion model trained for the gallery (or the folder it was saved in)",
+    "captioner": "captions for gallery images that have none (a name such as auto, or a Captioner)",
+    "vlm": "a vision-language model describing image regions (a name such as offline or openai:MODEL)",
+    "detector": "a region detector (a name such as ssd or zeroshot:MODEL, or a Detector)",
+    "search": "a web or local page search (ddgs, local:DIR, or a search backend)",
+    "checkpointer": "pauses with interrupt() for a person: run it with a checkpointer to resume",
+})
+"""What a builder may need besides the gallery, each passed as the keyword argument of the same name
+(except ``checkpointer``, which every builder takes: listing it says the method pauses for a person).
+Callers build each from their own configuration: the command line's options, the server's
+``configurable`` keys and environment variables (:mod:`pictrieve.graphs.serving`), the web page's
+arguments (:func:`pictrieve.ui.app.create_app`)."""
+
+GALLERY_MODES = ("required", "optional")
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+
+class MethodDefinitionError(ValueError):
+    """A :class:`Method` that breaks the contract (a bad name, an unknown need, a missing schema)."""
+
+
+def load_target(target: Any) -> Any:
+    """The object a ``"module:attribute"`` string names (any other value is returned as it is)."""
+    if not isinstance(target, str):
+        return target
+    module, sep, attribute = target.partition(":")
+    if not sep or not module or not attribute:
+        raise MethodDefinitionError(f"{target!r} is not of the form 'module:attribute'")
+    value: Any = importlib.import_module(module)
+    for part in attribute.split("."):
+        value = getattr(value, part)
+    return value
+
+
+@dataclass(frozen=True)
+class Method:
+    """One retrieval method: what it is, how to build it, what it takes and returns (module docstring)."""
+
+    name: str
+    """Identifier (lower case, digits, ``_``): the graph id served, the ``--method`` value, the web tab."""
+    description: str
+    """One line saying what the method does (shown by ``pictrieve methods`` and the web page)."""
+    builder: str | Callable[..., Any]
+    """``"module:function"`` (or the function) compiling the graph (shape: module docstring)."""
+    settings: str | type
+    """``"module:Class"`` (or the class): its run settings, a RunSettings dataclass (the context_schema)."""
+    input_schema: str | type
+    """``"module:Class"`` (or the class): the TypedDict a caller sends."""
+    output_schema: str | type
+    """``"module:Class"`` (or the class): the TypedDict a caller gets back; it has ``hits``."""
+    needs: tuple[str, ...] = ()
+    """What the builder needs besides the gallery, from :data:`NEEDS`."""
+    gallery: str = "required"
+    """``"optional"`` when the method also runs without a gallery (built with ``index=None``)."""
+    served: str | Callable[[Any], Mapping[str, Any]] | None = None
+    """Extra builder arguments for the LangGraph server: ``"module:function"`` (or the function) taking the
+    run's ``RunnableConfig`` and returning keyword arguments, for what :data:`NEEDS` does not cover (read
+    ``config["configurable"]`` and the environment with :func:`config_value`). It may block (open files,
+    load models): the server calls it in a worker thread. The needs themselves are built by the server."""
+    example_input: Mapping[str, Any] = field(default_factory=dict)
+    """A typical input, shown in help and docs."""
+    exact_ranking: bool = False
+    """Its ranking is the gallery's own text ranking (plain search): evaluations score it with the exact,
+    tie-aware ranker over every stored vector instead of running its graph."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise MethodDefinitionError(f"method name {self.name!r}: use lower-case letters, digits and _ "
+                                        "(it is a graph id, a --method value and a Python name)")
+        object.__setattr__(self, "needs", tuple(self.needs))
+        unknown = [need for need in self.needs if need not in NEEDS]
+        if unknown:
+            raise MethodDefinitionError(f"method {self.name}: unknown need(s) {', '.join(unknown)}; "
+                                        f"known: {', '.join(NEEDS)}")
+        if self.gallery not in GALLERY_MODES:
+            raise MethodDefinitionError(f"method {self.name}: gallery must be one of {GALLERY_MODES}, "
+                                        f"got {self.gallery!r}")
+        if not (self.description or "").strip():
+            raise MethodDefinitionError(f"method {self.name}: give it a one-line description")
+        object.__setattr__(self, "example_input", MappingProxyType(dict(self.example_input)))
+
+    # --- the parts, loaded on first use ----------------------------------------------------------
+
+    def load_builder(self) -> Callable[..., Any]:
+        return load_target(self.builder)
+
+    def settings_class(self) -> type:
+        return load_target(self.settings)
+
+    def input_class(self) -> type:
+        return load_target(self.input_schema)
+
+    def output_class(self) -> type:
+        return load_target(self.output_schema)
+
+    def build(self, index: Any, **kwargs: Any) -> Any:
+        """Compile the method's graph over ``index`` (keyword arguments go to the builder; ``name``
+        defaults to the method's)."""
+        kwargs.setdefault("name", self.name)
+        return self.load_builder()(index, **kwargs)
+
+    def served_kwargs(self, config: Any) -> dict[str, Any]:
+        """The extra builder arguments :attr:`served` gives for a server run's ``config`` (blocking)."""
+        if self.served is None:
+            return {}
+        return dict(load_target(self.served)(config))
+
+    # --- what it takes and returns --------------------------------------------------------------
+
+    def input_fields(self) -> list[dict[str, Any]]:
+        from pictrieve.agents.settings import describe_fields
+
+        return describe_fields(self.input_class())
+
+    def output_fields(self) -> list[dict[str, Any]]:
+        from pictrieve.agents.settings import describe_fields
+
+        return describe_fields(self.output_class())
+
+    def settings_fields(self) -> list[dict[str, Any]]:
+        from pictrieve.agents.settings import describe_fields
+
+        return describe_fields(self.settings_class())
+
+    def takes(self, key: str) -> bool:
+        """Whether the method's input has a field ``key`` (e.g. ``"query"``)."""
+        return any(f["name"] == key for f in self.input_fields())
+
+    def text_input(self) -> str | None:
+        """The input field a single line of text goes to: ``query`` if the input has one, else its first
+        required text field (``description``, ``question``), else ``None``."""
+        fields_ = self.input_fields()
+        names = [f["name"] for f in fields_]
+        if "query" in names:
+            return "query"
+        return next((f["name"] for f in fields_ if f["required"] and f["type"] == "str"), None)
+
+    def describe(self) -> dict[str, Any]:
+        """Everything a person or a page needs to run the method, as JSON (``pictrieve methods --json``).
+
+        ``name``, ``description``, ``needs`` (``[{"name", "description"}]``), ``gallery``,
+        ``input``/``output`` (``[{"name", "type", "required", "description"}]``), ``settings``
+        (``[{"name", "type", "default", "description"}]``, ``choices`` for a Literal), ``example_input``,
+        ``text_input`` (the field a line of text goes to), ``pauses`` (it needs a checkpointer).
+        """
+        return {
+            "name": self.name,
+            "description": self.description,
+            "needs": [{"name": need, "description": NEEDS[need]} for need in self.needs],
+            "gallery": self.gallery,
+            "input": self.input_fields(),
+            "output": self.output_fields(),
+            "settings": self.settings_fields(),
+            "example_input": dict(self.example_input),
+            "text_input": self.text_input(),
+            "pauses": "checkpointer" in self.needs,
+        }
+
+
+def config_value(config: Any, key: str, env: str | None = None, default: str | None = None) -> str | None:
+    """``config["configurable"][key]``, else ``$env``, else ``default`` (for :attr:`Method.served`)."""
+    import os
+
+    configurable = (config or {}).get("configurable") or {}
+    value = configurable.get(key) or (os.environ.get(env) if env else None) or default
+    return str(value) if value else None
