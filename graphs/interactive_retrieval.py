@@ -57,7 +57,6 @@ import logging
 import math
 import operator
 import re
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +92,7 @@ from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION, Turn, generate
 from pictrieve.agents.plugir.reformulator import concatenate_dialogue, reformulate
 from pictrieve.agents.plugir.retrieval_context import select_representatives
 from pictrieve.agents.plugir.simulated_user import Answerer
+from pictrieve.graphs.checkpoints import sqlite_checkpointer  # noqa: F401  (re-exported: its old home)
 from pictrieve.graphs.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.tools.llm_calls import note_fallback
 from pictrieve.vectorstore.hits import ImageHit, as_hit
@@ -186,6 +186,7 @@ class PlugIROutput(TypedDict, total=False):
     query: str  # this round's retrieval query (reformulated caption or concatenation)
     queries: Annotated[list[str], operator.add]  # query of every round, index = round
     shown: list[ImageHit]  # the top images shown to the user this round
+    hits: list[ImageHit]  # the same images: every method's output carries ``hits``
     ranking: list[tuple[str, float]]  # (id, score) of the ranked_k best this round, in the order shown
     retrieval_context: list[str]  # RCE captions shown to the questioner this round
     question: str  # the question asked this round
@@ -373,9 +374,11 @@ def build_plugir_graph(
         ranked = gallery.search_vector(vector, k=settings.ranked_count(size))
         if questioner_of(settings) == "offline":
             ranked = rerank_by_answers(ranked, state.get("dialogue", []), settings, n)
+        shown = ranked[: settings.shown_k]
         return {
             "candidates": ranked[:n],
-            "shown": ranked[: settings.shown_k],
+            "shown": shown,
+            "hits": shown,
             "ranking": [(hit.id, float(hit.score)) for hit in ranked],
             "timings": timed("retrieval", state, started),
         }
@@ -586,21 +589,6 @@ def build_plugir_graph(
     if isinstance(checkpointer, (str, Path)):
         checkpointer = sqlite_checkpointer(checkpointer)
     return builder.compile(checkpointer=checkpointer, name=name)
-
-
-def sqlite_checkpointer(path: str | Path):
-    """A ``SqliteSaver`` on ``path`` (created with its folder), so sessions survive restarts.
-
-    Its serializer names the types our state holds (:class:`ImageHit`), so checkpoints read back
-    without LangGraph's warning about unregistered types (which future versions will refuse).
-    """
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    from pictrieve.graphs.checkpoints import state_serde
-
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False), serde=state_serde())
 
 
 class _CandidateVectors:

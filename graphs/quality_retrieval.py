@@ -80,19 +80,18 @@ class QC2State(QC2Input, QC2Output, total=False):
 def build_qc2_graph(
     index: Any,
     *,
-    llm: Any = None,
     checkpointer: Any = None,
     name: str = "qc2",
-    model: Any = None,
+    qc2_model: Any = None,
 ) -> CompiledStateGraph:
     """Compile the ``complete -> retrieve`` graph over ``index`` (a Gallery).
 
-    ``model`` is a loaded :class:`~pictrieve.agents.qc2.bundle.QC2Model` or the folder it was saved
-    in; by default the model trained for this gallery (``<gallery>/qc2``) is loaded, and refused if it
-    was trained for another gallery. ``llm`` is accepted for the contract's sake and unused: QC2's
-    language model is its own fine-tuned completer.
+    ``qc2_model`` is a loaded :class:`~pictrieve.agents.qc2.bundle.QC2Model` or the folder it was
+    saved in; by default the model trained for this gallery (``<gallery>/qc2``) is loaded, and refused
+    if it was trained for another gallery. QC2 takes no chat model: its language model is its own
+    fine-tuned completer.
     """
-    del llm
+    model = qc2_model
     if model is None or isinstance(model, (str, Path)):
         model = load_for_gallery(index, model)
 
@@ -148,6 +147,6 @@ def quality_search(
     one run of :func:`build_qc2_graph`."""
     model = model or load_for_gallery(gallery, model_dir)
     model.resolve_levels(levels)  # fail here, with a clean message, on an axis the model lacks
-    graph = build_qc2_graph(gallery, model=model)
+    graph = build_qc2_graph(gallery, qc2_model=model)
     state = graph.invoke({"query": query, "levels": levels}, context=QC2Settings(k=k, samples=samples, seed=seed))
     return QualitySearchResult(query, state["resolved_levels"], state["completions"], state["hits"])

@@ -1,6 +1,7 @@
-"""Every registered method keeps the contract: a builder taking the gallery first and the rest by
-keyword, declared input/output/context schemas, no implicit checkpointer, a fixed graph shape, and a
-run on a tiny real gallery that returns ImageHit results.
+"""Every registered method keeps the contract (:mod:`pictrieve.agents.method`): a builder taking the
+gallery first and the rest by keyword (one argument per need), the input/output/context schemas its
+Method names declared on the graph, ``hits`` in every output, no implicit checkpointer, a fixed graph
+shape, and a run on a tiny real gallery that returns ImageHit results.
 
 The shape snapshots are deliberate: an accidental rewiring of a method shows up here. When a change
 to a graph's wiring is intended, update its line below in the same commit.
@@ -75,7 +76,7 @@ def builder_kwargs(tiny_gallery, tmp_path_factory):
         checkpoint = _tiny_checkpoint(tmp_path_factory)
         model, _, _ = train_on_gallery(tiny_gallery, base_model=checkpoint, save=False, progress=False,
                                        config=QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1))
-        kwargs["qc2"] = {"model": model}
+        kwargs["qc2"] = {"qc2_model": model}
     return kwargs
 
 
@@ -111,6 +112,28 @@ def test_every_method_has_a_shape_snapshot_and_an_input():
     assert set(available_methods()) == set(SHAPES) == set(INPUTS)
 
 
+@pytest.mark.parametrize("name", available_methods())
+def test_every_output_carries_hits(name):
+    """One output shape: ``hits`` (a list of ImageHit, possibly empty) in every method's output schema,
+    read from the Method without building a graph."""
+    fields = {f["name"]: f for f in get_method(name).output_fields()}
+    assert "hits" in fields and fields["hits"]["type"] == "list[ImageHit]"
+
+
+@pytest.mark.parametrize("name", available_methods())
+def test_method_describes_itself_as_json(name):
+    import json
+
+    method = get_method(name)
+    described = json.loads(json.dumps(method.describe()))
+    assert described["name"] == name and described["description"] == method.description
+    assert [n["name"] for n in described["needs"]] == list(method.needs)
+    assert [s["name"] for s in described["settings"]] == method.settings_class().names()
+    assert all("default" in s and s["type"] for s in described["settings"])
+    assert described["text_input"] in {f["name"] for f in described["input"]}
+    assert set(method.example_input) <= {f["name"] for f in described["input"]}
+
+
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_method_keeps_the_contract(name, tiny_gallery, builder_kwargs):
     method = get_method(name)
@@ -118,17 +141,22 @@ def test_method_keeps_the_contract(name, tiny_gallery, builder_kwargs):
     params = list(inspect.signature(builder).parameters.values())
     assert params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:])
-    assert {"llm", "checkpointer", "name"} <= {p.name for p in params[1:]}
+    keywords = {p.name for p in params[1:]}
+    assert {"checkpointer", "name"} <= keywords
+    assert set(method.needs) - {"checkpointer"} <= keywords, "each need is the builder argument of its name"
     assert issubclass(method.settings_class(), RunSettings) and method.description
 
     graph = method.build(tiny_gallery, **builder_kwargs[name])
     assert graph.checkpointer is None and graph.name == name
-    assert graph.get_input_jsonschema()["properties"] and graph.get_output_jsonschema()["properties"]
+    assert graph.builder.input_schema is method.input_class()
+    assert graph.builder.output_schema is method.output_class()
+    assert graph.builder.context_schema is method.settings_class()
+    assert graph.get_input_jsonschema()["properties"] and "hits" in graph.get_output_jsonschema()["properties"]
     assert set(graph.get_context_jsonschema()["properties"]) == set(method.settings_class().names())
     edges = {(e.source, e.target) for e in graph.get_graph().edges}
     assert edges == SHAPES[name]
 
     result = graph.invoke(INPUTS[name], context=CONTEXTS[name])
-    hits = result.get("hits") or result.get("shown")
+    hits = result["hits"]
     assert hits and all(isinstance(hit, ImageHit) for hit in hits)
     assert [hit.rank for hit in hits] == list(range(1, len(hits) + 1))

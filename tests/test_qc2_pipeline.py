@@ -144,7 +144,7 @@ def test_graph_takes_run_settings_from_context(annotated_gallery, tiny_checkpoin
     gallery, _ = annotated_gallery
     config = QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1)
     bundle, _, _ = train_on_gallery(gallery, base_model=tiny_checkpoint, config=config, save=False, progress=False)
-    graph = build_qc2_graph(gallery, model=bundle)
+    graph = build_qc2_graph(gallery, qc2_model=bundle)
     assert graph.checkpointer is None and set(graph.get_input_jsonschema()["properties"]) == {"query", "levels"}
     state = graph.invoke({"query": "a dog", "levels": {"quality": "high"}},
                          context={"k": 2, "samples": 3, "seed": 0, "max_new_tokens": 1})
