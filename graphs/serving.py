@@ -1,14 +1,32 @@
-"""Every method's graph for the LangGraph server (``langgraph dev``, LangGraph Platform).
+"""Every registered method's graph for the LangGraph server (``langgraph dev``, LangGraph Platform).
 
-``langgraph.json`` at the repository root names one factory here per method. The server calls a
+``langgraph.json`` at the repository root names one factory here per built-in method (``pictrieve serve
+--write-config PATH`` writes one naming installed plugins too). There is no hand-written factory: this
+module makes one for every method of the registry (:mod:`pictrieve.graphs.registry`). The server calls a
 factory with the run's config and compiles nothing itself; the factory builds the method's graph over
 a gallery chosen by
 
-- ``config["configurable"]["gallery"]`` (per assistant or per run), else ``$PICTRIEVE_GALLERY``;
-- ``configurable.embedder`` / ``$PICTRIEVE_EMBEDDER``: which of the gallery's embedders (default: the
-  gallery's recorded default);
-- ``configurable.llm`` / ``$PICTRIEVE_LLM`` (default ``offline``) and ``$PICTRIEVE_BASE_URL`` for methods that
-  talk to a language model.
+- ``config["configurable"]["gallery"]`` (per assistant or per run), else ``$PICTRIEVE_GALLERY`` (a method
+  whose gallery is optional, such as ``vsa``, runs without one);
+- ``configurable.embedder``: which of the gallery's embedders (default: the gallery's recorded default),
+
+and gives the builder what the method needs (:attr:`~pictrieve.agents.method.Method.needs`), each read
+from the run's ``configurable`` keys, else the environment, else a default:
+
+========================  ==================================================================  ===========
+need                      ``configurable`` key / environment variable                          default
+========================  ==================================================================  ===========
+``llm``                   ``llm`` / ``$PICTRIEVE_LLM``, ``base_url`` / ``$PICTRIEVE_BASE_URL``  ``offline``
+``visualizer``            ``visualizer`` / ``$PICTRIEVE_VISUALIZER`` (e.g. ``exemplar:DIR``)   none
+``visualizers``           the same, several names separated by commas                         none
+``qc2_model``             ``qc2_model`` (a folder)                                            the gallery's
+``captioner``             ``captioner`` / ``$PICTRIEVE_CAPTIONER``                            ``auto``
+``vlm``                   ``vlm`` / ``$PICTRIEVE_VLM``, ``vlm_base_url`` / ``$PICTRIEVE_VLM_BASE_URL``  ``offline``
+``detector``              ``detector`` / ``$PICTRIEVE_DETECTOR``                              ``ssd``
+``search``                ``search`` / ``$PICTRIEVE_SEARCH`` (``ddgs``, ``local:DIR``)          none
+========================  ==================================================================  ===========
+
+A method may add builder arguments of its own (:attr:`~pictrieve.agents.method.Method.served`).
 
 Run settings are the graph's context (its ``context_schema``), so Studio shows them and a client passes
 them per run: ``client.runs.wait(thread, "search", input={"query": "a dog"}, context={"k": 5})``.
@@ -40,13 +58,19 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from pictrieve.errors import PictrieveError
-from pictrieve.graphs.registry import get_method
+from pictrieve.graphs.registry import UnknownMethodError, available_methods, builtin_methods, get_method
 from pictrieve.tools.model_cache import shared_model
 
 ENV_GALLERY = "PICTRIEVE_GALLERY"
 ENV_EMBEDDER = "PICTRIEVE_EMBEDDER"
 ENV_LLM = "PICTRIEVE_LLM"
 ENV_BASE_URL = "PICTRIEVE_BASE_URL"
+ENV_VISUALIZER = "PICTRIEVE_VISUALIZER"
+ENV_CAPTIONER = "PICTRIEVE_CAPTIONER"
+ENV_VLM = "PICTRIEVE_VLM"
+ENV_VLM_BASE_URL = "PICTRIEVE_VLM_BASE_URL"
+ENV_DETECTOR = "PICTRIEVE_DETECTOR"
+ENV_SEARCH = "PICTRIEVE_SEARCH"
 
 
 class ServingConfigError(PictrieveError):
@@ -91,72 +115,73 @@ def llm_for(config: RunnableConfig | None) -> Any:
 
 
 def build_served(method: str, config: RunnableConfig | None, **extras: Any) -> CompiledStateGraph:
-    """``method``'s graph over the configured gallery, without a checkpointer (the server has one)."""
+    """``method``'s graph over the configured gallery, without a checkpointer (the server has one).
+
+    ``extras`` go to the builder as they are; :func:`served_graph` builds the method's needs instead."""
     return get_method(method).build(gallery_for(config), name=method, **extras)
 
 
-# --- how each method's graph is built for the server (sync, blocking) -----------------------------
+# --- what each need is on the server: read from the run's config and the environment -------------
 
 
-def _search(config: RunnableConfig | None) -> CompiledStateGraph:
-    """Plain search by text or image path."""
-    return build_served("search", config)
+def _names(value: str | None) -> list[str]:
+    return [name.strip() for name in (value or "").split(",") if name.strip()]
 
 
-def _plugir(config: RunnableConfig | None) -> CompiledStateGraph:
-    """PlugIR: one question per round; resume the thread with the user's answer."""
-    return build_served("plugir", config, llm=llm_for(config), captioner="auto")
+def _served_visualizer(config: RunnableConfig | None, gallery: Any) -> Any:
+    name = _setting(config, "visualizer", ENV_VISUALIZER)
+    return _visualizer(name) if name else None
 
 
-def _qc2(config: RunnableConfig | None) -> CompiledStateGraph:
-    """QC2: the model trained for the gallery (``pictrieve quality train``), or ``configurable.qc2_model``."""
-    model_dir = ((config or {}).get("configurable") or {}).get("qc2_model")
-    return build_served("qc2", config, model=_qc2_model(gallery_for(config), model_dir))
+def _served_visualizers(config: RunnableConfig | None, gallery: Any) -> list[Any]:
+    return [_visualizer(name) for name in _names(_setting(config, "visualizer", ENV_VISUALIZER))]
 
 
-def _vsa(config: RunnableConfig | None) -> CompiledStateGraph:
-    """Vision Search Assistant: a question about an image path (or, with a gallery, a photo found in it).
+def _served_qc2_model(config: RunnableConfig | None, gallery: Any) -> Any:
+    if gallery is None:
+        raise ServingConfigError(f"the QC2 model is the one trained for a gallery: set {ENV_GALLERY}")
+    return _qc2_model(gallery, ((config or {}).get("configurable") or {}).get("qc2_model"))
 
-    ``configurable.search`` / ``$PICTRIEVE_SEARCH`` (``ddgs`` or ``local:DIR``; none: no search),
-    ``configurable.vlm`` / ``$PICTRIEVE_VLM`` (default ``offline``), ``configurable.detector`` (``ssd``).
-    The gallery is optional here: without one the graph answers about the given image only.
-    """
+
+def _served_vlm(config: RunnableConfig | None, gallery: Any) -> Any:
     from pictrieve.tools.vlm import create_region_captioner
 
-    index = gallery_for(config) if _setting(config, "gallery", ENV_GALLERY) else None
-    return get_method("vsa").build(
-        index, name="vsa", llm=llm_for(config),
-        vlm=create_region_captioner(_setting(config, "vlm", "PICTRIEVE_VLM", "offline") or "offline",
-                                    base_url=_setting(config, "vlm_base_url", "PICTRIEVE_VLM_BASE_URL")),
-        detector=_setting(config, "detector", "PICTRIEVE_DETECTOR", "ssd"),
-        search=_setting(config, "search", "PICTRIEVE_SEARCH"),
-    )
+    name = _setting(config, "vlm", ENV_VLM, "offline") or "offline"
+    base_url = _setting(config, "vlm_base_url", ENV_VLM_BASE_URL)
+    return shared_model(("served-vlm", name, base_url), lambda: create_region_captioner(name, base_url=base_url))
 
 
-def _visret(config: RunnableConfig | None) -> CompiledStateGraph:
-    """VisRet: ``configurable.visualizer`` / ``$PICTRIEVE_VISUALIZER`` (e.g. ``exemplar:/photos/captioned``)."""
-    name = _setting(config, "visualizer", "PICTRIEVE_VISUALIZER")
-    return build_served("visret", config, llm=llm_for(config), visualizer=_visualizer(name) if name else None)
-
-
-def _needle(config: RunnableConfig | None) -> CompiledStateGraph:
-    """NEEDLE: ``configurable.visualizer`` / ``$PICTRIEVE_VISUALIZER``, several names separated by commas;
-    the gallery's embedders (index it with several: ``pictrieve index PHOTOS -e offline -e efficientnet-lite0``)."""
-    names = [n.strip() for n in (_setting(config, "visualizer", "PICTRIEVE_VISUALIZER") or "").split(",") if n.strip()]
-    return build_served("needle", config, llm=llm_for(config), visualizers=[_visualizer(n) for n in names])
-
-
-_BUILDERS: dict[str, Callable[[RunnableConfig | None], CompiledStateGraph]] = {
-    "search": _search, "plugir": _plugir, "qc2": _qc2, "vsa": _vsa, "visret": _visret, "needle": _needle,
+SERVED_NEEDS: dict[str, Callable[[RunnableConfig | None, Any], Any]] = {
+    "llm": lambda config, gallery: llm_for(config),
+    "visualizer": _served_visualizer,
+    "visualizers": _served_visualizers,
+    "qc2_model": _served_qc2_model,
+    "captioner": lambda config, gallery: _setting(config, "captioner", ENV_CAPTIONER, "auto"),
+    "vlm": _served_vlm,
+    "detector": lambda config, gallery: _setting(config, "detector", ENV_DETECTOR, "ssd"),
+    "search": lambda config, gallery: _setting(config, "search", ENV_SEARCH),
 }
+"""How the server builds each need (:data:`pictrieve.agents.method.NEEDS`) of a method from a run's
+config and the environment (the module docstring lists the keys). ``checkpointer`` is not built: the
+server brings its own."""
 
 
 def served_graph(method: str, config: RunnableConfig | None = None) -> CompiledStateGraph:
     """``method``'s graph as the server gets it, built here and now (blocking: it may open the gallery
-    and load models). The settings come from ``config`` and the environment (module docstring)."""
-    if method not in _BUILDERS:
-        raise ServingConfigError(f"no served graph {method!r}; choose from {', '.join(_BUILDERS)}")
-    return _BUILDERS[method](config)
+    and load models). The settings come from ``config`` and the environment (module docstring).
+
+    The gallery is opened first; each of the method's needs is then built by :data:`SERVED_NEEDS`,
+    and the method's own :attr:`~pictrieve.agents.method.Method.served` arguments are added. A method
+    whose gallery is optional gets ``None`` when no gallery is configured."""
+    try:
+        spec = get_method(method)
+    except UnknownMethodError as exc:
+        raise ServingConfigError(f"no served graph {method!r}; choose from {', '.join(available_methods())}") from exc
+    configured = bool(_setting(config, "gallery", ENV_GALLERY))
+    index = gallery_for(config) if spec.gallery == "required" or configured else None
+    kwargs = {need: SERVED_NEEDS[need](config, index) for need in spec.needs if need in SERVED_NEEDS}
+    kwargs.update(spec.served_kwargs(config))
+    return spec.build(index, name=method, **kwargs)
 
 
 def _factory(method: str) -> Callable[[RunnableConfig], Awaitable[CompiledStateGraph]]:
@@ -166,17 +191,8 @@ def _factory(method: str) -> Callable[[RunnableConfig], Awaitable[CompiledStateG
         return await asyncio.to_thread(served_graph, method, config)
 
     factory.__name__ = factory.__qualname__ = method
-    factory.__doc__ = _BUILDERS[method].__doc__
+    factory.__doc__ = f"{get_method(method).description} (built by served_graph({method!r}, config))"
     return factory
-
-
-# --- one factory per method: the names langgraph.json points at ---------------------------------
-search = _factory("search")
-plugir = _factory("plugir")
-qc2 = _factory("qc2")
-vsa = _factory("vsa")
-visret = _factory("visret")
-needle = _factory("needle")
 
 
 def _visualizer(name: str) -> Any:
@@ -194,23 +210,58 @@ def _qc2_model(gallery: Any, model_dir: str | None) -> Any:
     return shared_model(key, lambda: load_for_gallery(gallery, model_dir))
 
 
+# --- one factory per registered method: the names langgraph.json points at ------------------------
+# The LangGraph server reads a graph from the module's namespace (``module.__dict__[name]``, not
+# ``getattr``), so every method registered when this module is imported (built-ins and installed
+# plugins) gets a global here; ``__getattr__`` (PEP 562) serves one registered later, for Python callers.
+
+
+def factory_name(method: str) -> str:
+    """The attribute of this module holding ``method``'s factory: its name, unless that is taken by
+    something else of this module (then ``<name>_graph``)."""
+    taken = globals().get(method)
+    return method if taken is None or getattr(taken, "__pictrieve_factory__", None) == method else f"{method}_graph"
+
+
+def _install_factories() -> None:
+    for name in available_methods():
+        made = _factory(name)
+        made.__pictrieve_factory__ = name  # type: ignore[attr-defined]
+        globals()[factory_name(name)] = made
+
+
+def __getattr__(name: str) -> Any:
+    known = available_methods()
+    method = name if name in known else name.removesuffix("_graph")
+    if method in known:
+        made = _factory(method)
+        made.__pictrieve_factory__ = method  # type: ignore[attr-defined]
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # --- a langgraph.json for an installed package ---------------------------------------------------
 
 
-def served_graphs() -> dict[str, str]:
-    """``{graph id: "path/to/serving.py:factory"}`` for every method this module serves.
-
-    The repository's ``langgraph.json`` lists the same factories with paths relative to the repository
-    root (a test keeps the two in step); :func:`langgraph_config` gives absolute paths, which is what an
-    installed package (no repository checkout) needs.
-    """
-    from pictrieve.graphs.registry import available_methods
-
-    here = os.path.abspath(__file__)
-    return {name: f"{here}:{name}" for name in available_methods() if callable(globals().get(name))}
+def served_graphs(names: list[str] | None = None, path: str | None = None) -> dict[str, str]:
+    """``{graph id: "PATH:factory"}`` for ``names`` (default: every registered method, plugins
+    included); ``PATH`` is this file's absolute path unless given."""
+    here = path or os.path.abspath(__file__)
+    return {name: f"{here}:{factory_name(name)}" for name in (available_methods() if names is None else names)}
 
 
 def langgraph_config(env: dict[str, str] | None = None) -> dict[str, Any]:
-    """A ``langgraph.json`` document serving every method from this installed copy of pictrieve."""
+    """A ``langgraph.json`` document serving every registered method (installed plugins included) from
+    this installed copy of pictrieve, with absolute paths (``pictrieve serve --write-config``)."""
     return {"dependencies": [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))],
             "graphs": served_graphs(), "env": dict(env or {})}
+
+
+def repository_langgraph_config() -> dict[str, Any]:
+    """The repository's own ``langgraph.json``: the built-in methods, paths relative to the repository
+    root (``langgraph dev`` run there). A test keeps the file equal to this."""
+    return {"$schema": "https://langgra.ph/schema.json", "dependencies": ["."],
+            "graphs": served_graphs(builtin_methods(), "./graphs/serving.py"), "env": {}}
+
+
+_install_factories()
