@@ -18,6 +18,7 @@ from pictrieve import __version__
 COMMANDS = {
     "index": ("pictrieve.cli.gallery_commands:index", "Add photos to a gallery (resumes, skips unchanged files)."),
     "search": ("pictrieve.cli.gallery_commands:search", "Find images by text or by example image."),
+    "methods": ("pictrieve.cli.methods:methods", "List the retrieval methods (what --method accepts), their needs and settings."),
     "sync": ("pictrieve.cli.gallery_commands:sync", "Drop images whose files were deleted."),
     "info": ("pictrieve.cli.gallery_commands:info", "Show what a gallery holds."),
     "tile": ("pictrieve.cli.tile:tile", "Index tiles of every image so NEEDLE finds small objects."),
