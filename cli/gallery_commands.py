@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from pictrieve.cli.method_search import method_options, run_method
+from pictrieve.cli.method_search import PLAIN, method_options, run_method
 from pictrieve.tools.images import load_image
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
@@ -110,17 +110,18 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @json_option
 @method_options
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
-           html_path: str | None, as_json: bool, method: str = "search", **method_args: Any) -> None:
+           html_path: str | None, as_json: bool, method: str = PLAIN, **method_args: Any) -> None:
     """Find the images that best match QUERY (text) or --image.
 
-    With --method visret or needle the query is first turned into guide images by --visualizer
-    (offline: exemplar:FOLDER finds matching photos of a captioned folder; it does not generate).
+    With --method NAME another registered method searches for QUERY (`pictrieve methods` lists them):
+    visret and needle first turn the query into guide images by --visualizer (offline:
+    exemplar:FOLDER finds matching photos of a captioned folder; it does not generate).
     """
     query = _check_query(query, image)
     # Decoded before the gallery and its model open: a bad photo is one line, at once.
     photo = load_image(image) if image else None
     store = Gallery.open(gallery, embedder, create=False)
-    if method != "search":
+    if method != PLAIN:
         hits = run_method(store, method, query, k=k, **method_args)
     else:
         hits = store.search_image(photo, k=k) if photo is not None else store.search_text(query or "", k=k)

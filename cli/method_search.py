@@ -1,4 +1,18 @@
-"""``pictrieve search QUERY --method visret|needle``: run a registered retrieval method instead of plain search."""
+"""``pictrieve search QUERY --method NAME``: run any registered method whose input takes a text query.
+
+The method comes from the registry (:mod:`pictrieve.graphs.registry`): built-ins and installed plugins
+alike, none named here. What the command gives it:
+
+- its **needs**, from generic options: ``--llm``/``--base-url`` (``llm``), ``--visualizer`` (one for
+  ``visualizer``, one or more for ``visualizers``), ``--qc2-model`` (``qc2_model``); a checkpointer
+  always, so a method that pauses for a person (``interrupt()``) is answered at the terminal;
+- its **input**: ``{"query": QUERY}``, plus ``topic`` from ``--topic`` when its input has one;
+- its **run settings**: ``-k`` as ``k``, ``--set KEY=VALUE`` for any setting (typed by the method's
+  settings class), and shortcuts for settings several methods share (``--guides``, ``--rank-with``,
+  ``--tiles``, ``--feedback``), each refused for a method without that setting.
+
+Plain search (the default) is the command's own: it searches the gallery directly, by text or ``--image``.
+"""
 
 from __future__ import annotations
 
@@ -9,33 +23,83 @@ import click
 
 from pictrieve.vectorstore.hits import ImageHit
 
-METHOD_CHOICES = ("search", "visret", "needle")
+PLAIN = "search"
+"""The default method: plain search, run on the gallery directly (no graph), by text or --image."""
+
+SETTING_SHORTCUTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "guides": ("--guides", ("guides", "guides_per_visualizer", "m")),
+    "rank_with": ("--rank-with", ("embedders",)),
+    "tiles": ("--tiles/--no-tiles", ("tiles",)),
+    "feedback": ("--feedback", ("feedback",)),
+}
+"""Options that set a run setting: option -> (its flag, the setting names it may go to, first present)."""
+
+
+class MethodChoice(click.ParamType):
+    """A registered method whose input takes a text ``query`` (looked up when used, not at import)."""
+
+    name = "NAME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from pictrieve.graphs.registry import UnknownMethodError, get_method
+
+        if value == PLAIN:
+            return value
+        try:
+            method = get_method(str(value))
+        except UnknownMethodError:
+            self.fail(f"{value!r} is not a registered method; choose from {', '.join(query_methods())} "
+                      "(`pictrieve methods` lists them)", param, ctx)
+        if not method.takes("query"):
+            self.fail(f"{value!r} takes no text query (its input: {_input_names(method)}); "
+                      f"choose from {', '.join(query_methods())}", param, ctx)
+        return str(value)
+
+
+class MethodOption(click.Option):
+    """``--method``, whose help lists the registered methods that take a query when it is shown."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = ("Retrieval method: plain search (default), or any registered method whose input takes a "
+                     f"text query: {', '.join(query_methods())}. `pictrieve methods` lists what each needs "
+                     "and its settings.")
+        return super().get_help_record(ctx)
+
+
+def query_methods() -> list[str]:
+    """Registered methods whose input has a ``query`` field (what ``--method`` accepts)."""
+    from pictrieve.graphs.registry import methods
+
+    return [method.name for method in methods() if method.takes("query")]
 
 
 def method_options(function: Any) -> Any:
     """The options ``pictrieve search`` gains for methods other than plain search."""
     options = [
-        click.option("--method", "method", type=click.Choice(METHOD_CHOICES), default="search", show_default=True,
-                     help="Retrieval method: plain search; visret (search with guide images of the query); "
-                          "needle (guide images x every embedder of the gallery, fused with learned trust)."),
+        click.option("--method", "method", cls=MethodOption, type=MethodChoice(), default=PLAIN, show_default=True),
         click.option("--visualizer", "visualizers", multiple=True, metavar="NAME",
-                     help="Where guide images come from (visret: one; needle: one or more), e.g. "
-                          "exemplar:/path/to/captioned-folder (offline: finds matching photos, does not generate)."),
+                     help="Where guide images come from (a method needing one visualizer takes one, e.g. visret; "
+                          "one needing several takes one or more, e.g. needle), e.g. exemplar:/path/to/captioned-folder "
+                          "(offline: finds matching photos, does not generate)."),
+        click.option("--llm", default=None, metavar="NAME",
+                     help="Chat model for a method that uses one, e.g. openai:<model> (visret/needle: rewrites the "
+                          "query into a visualization prompt first; default: none, the query is visualized as written)."),
+        click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:..."),
+        click.option("--qc2-model", "qc2_model", default=None, type=click.Path(exists=True, file_okay=False),
+                     metavar="DIR", help="qc2: the trained model's folder (default: the one trained for the gallery)."),
         click.option("--rank-with", "rank_with", multiple=True, metavar="EMBEDDER",
-                     help="needle: embedders to rank with (repeatable; default: all the gallery holds)."),
+                     help="Setting `embedders` (needle): embedders to rank with (repeatable; default: all the gallery holds)."),
         click.option("--guides", type=click.IntRange(min=1), default=None,
                      help="Guide images per visualizer (visret default 3, needle default 2)."),
         click.option("--tiles/--no-tiles", "tiles", default=None,
-                     help="needle: rank by tiles (default: when `pictrieve tile` made them)."),
-        click.option("--feedback", type=click.Choice(["off", "guides", "results", "both"]), default="off",
-                     show_default=True,
-                     help="needle: review the guide images before the search and/or mark irrelevant results "
-                          "after it (teaches the embedders' trust weights, stored in the gallery)."),
-        click.option("--topic", default=None, help="needle: topic whose trust weights to use and teach."),
-        click.option("--llm", default=None, metavar="NAME",
-                     help="visret/needle: a chat model that rewrites the query into a visualization prompt "
-                          "first, e.g. openai:<model> (default: none, the query is visualized as written)."),
-        click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:..."),
+                     help="Setting `tiles` (needle): rank by tiles (default: when `pictrieve tile` made them)."),
+        click.option("--feedback", type=click.Choice(["off", "guides", "results", "both"]), default=None,
+                     help="Setting `feedback` (needle; default off): review the guide images before the search and/or "
+                          "mark irrelevant results after it (teaches the embedders' trust weights, stored in the gallery)."),
+        click.option("--topic", default=None, help="Input `topic` (needle): topic whose trust weights to use and teach."),
+        click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+                     help="Any run setting of the method (repeatable), e.g. --set candidate_k=80; "
+                          "`pictrieve methods NAME` lists them with their types and defaults."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -43,76 +107,121 @@ def method_options(function: Any) -> Any:
 
 
 def run_method(store: Any, method: str, query: str | None, *, k: int, visualizers: tuple[str, ...] = (),
+               llm: str | None = None, base_url: str | None = None, qc2_model: str | None = None,
                rank_with: tuple[str, ...] = (), guides: int | None = None, tiles: bool | None = None,
-               feedback: str = "off", topic: str | None = None, llm: str | None = None,
-               base_url: str | None = None) -> list[ImageHit]:
-    """Hits of ``method`` for a text ``query`` over the opened gallery ``store``."""
-    if not query:
-        raise click.UsageError(f"--method {method} searches with a text QUERY (not --image)")
-    if not visualizers:
-        raise click.UsageError(f"--method {method} needs --visualizer, e.g. exemplar:/path/to/captioned-folder")
-    chat = None
-    if llm:
-        from pictrieve.tools.chat_models import create_chat_model
-
-        chat = create_chat_model(llm, base_url=base_url)
-    elif base_url:
-        raise click.UsageError("--base-url needs --llm openai:<model>")
-    if method == "visret":
-        if len(visualizers) > 1:
-            raise click.UsageError("--method visret takes one --visualizer (needle takes several)")
-        from pictrieve.graphs.visret import build_visret_graph
-
-        graph = build_visret_graph(store, visualizer=visualizers[0], llm=chat)
-        context = {"k": k, **({"m": guides} if guides else {})}
-        return graph.invoke({"query": query}, context=context)["hits"]
-    if method == "needle":
-        return _run_needle(store, query, k=k, visualizers=visualizers, rank_with=rank_with, guides=guides,
-                           tiles=tiles, feedback=feedback, topic=topic, llm=chat)
-    raise click.UsageError(f"unknown method {method!r}")
-
-
-def _run_needle(store: Any, query: str, *, k: int, visualizers: tuple[str, ...], rank_with: tuple[str, ...],
-                guides: int | None, tiles: bool | None, feedback: str, topic: str | None,
-                llm: Any = None) -> list[ImageHit]:
-    """NEEDLE, answering its review pauses at the terminal."""
+               feedback: str | None = None, topic: str | None = None, settings: tuple[str, ...] = ()) -> list[ImageHit]:
+    """Hits of the registered method ``method`` for a text ``query`` over the opened gallery ``store``."""
     from langgraph.types import Command
 
     from pictrieve.graphs.checkpoints import memory_checkpointer
-    from pictrieve.graphs.needle import build_needle_graph
+    from pictrieve.graphs.registry import get_method
 
-    graph = build_needle_graph(store, visualizers=list(visualizers), llm=llm, checkpointer=memory_checkpointer())
-    context: dict[str, Any] = {"k": k, "feedback": feedback, "tiles": tiles}
-    if rank_with:
-        context["embedders"] = list(rank_with)
-    if guides:
-        context["guides_per_visualizer"] = guides
+    if not query:
+        raise click.UsageError(f"--method {method} searches with a text QUERY (not --image)")
+    spec = get_method(method)
+    kwargs = _needs(spec, visualizers=visualizers, llm=llm, base_url=base_url, qc2_model=qc2_model)
+    context = _context(spec, k, settings, {"guides": guides, "rank_with": list(rank_with) or None,
+                                            "tiles": tiles, "feedback": feedback})
+    inputs: dict[str, Any] = {"query": query}
+    if topic:
+        if not spec.takes("topic"):
+            raise click.UsageError(f"--topic does not apply to --method {method} (its input: {_input_names(spec)})")
+        inputs["topic"] = topic
+    graph = spec.build(store, checkpointer=memory_checkpointer(), **kwargs)
     config = {"configurable": {"thread_id": "cli"}}
-    result = graph.invoke({"query": query, **({"topic": topic} if topic else {})}, config, context=context)
+    result = graph.invoke(inputs, config, context=context)
     while result.get("__interrupt__"):
         request = result["__interrupt__"][0].value
-        result = graph.invoke(Command(resume=_ask(request)), config, context=context)
+        result = graph.invoke(Command(resume=_ask(method, request)), config, context=context)
     if result.get("weights"):
         click.echo("trust weights: " + json.dumps({n: round(w, 3) for n, w in result["weights"].items()}), err=True)
     return result["hits"]
 
 
-def _ask(request: dict[str, Any]) -> dict[str, list[str]]:
-    """Show a review request on the terminal and read the person's answer."""
-    if request["kind"] == "guides":
+def _needs(spec: Any, *, visualizers: tuple[str, ...], llm: str | None, base_url: str | None,
+           qc2_model: str | None) -> dict[str, Any]:
+    """The builder arguments for the method's needs, from the generic options; an option the method
+    has no need for is refused, and so is a missing visualizer."""
+    name = spec.name
+    needs = set(spec.needs)
+    kwargs: dict[str, Any] = {}
+    if visualizers:
+        if not needs & {"visualizer", "visualizers"}:
+            raise click.UsageError(f"--visualizer does not apply to --method {name} (it makes no guide images)")
+        if "visualizer" in needs and len(visualizers) > 1:
+            raise click.UsageError(f"--method {name} takes one --visualizer (a method needing several, such as "
+                                   "needle, takes more)")
+        kwargs["visualizer" if "visualizer" in needs else "visualizers"] = (
+            visualizers[0] if "visualizer" in needs else list(visualizers))
+    elif needs & {"visualizer", "visualizers"}:
+        raise click.UsageError(f"--method {name} needs --visualizer, e.g. exemplar:/path/to/captioned-folder")
+    if base_url and not llm:
+        raise click.UsageError("--base-url needs --llm openai:<model>")
+    if llm:
+        if "llm" not in needs:
+            raise click.UsageError(f"--llm does not apply to --method {name} (it uses no chat model)")
+        from pictrieve.tools.chat_models import create_chat_model
+
+        kwargs["llm"] = create_chat_model(llm, base_url=base_url)
+    if qc2_model:
+        if "qc2_model" not in needs:
+            raise click.UsageError(f"--qc2-model does not apply to --method {name}")
+        kwargs["qc2_model"] = qc2_model
+    return kwargs
+
+
+def _context(spec: Any, k: int, settings: tuple[str, ...], shortcuts: dict[str, Any]) -> dict[str, Any]:
+    """The run settings: ``k``, the shortcut options given, then ``--set KEY=VALUE`` (checked by the
+    method's settings class, so a bad value is one line naming the setting)."""
+    from pictrieve.graphs.settings import SettingsError, parse_setting
+
+    cls = spec.settings_class()
+    names = cls.names()
+    context: dict[str, Any] = {"k": k} if "k" in names else {}
+    for option, value in shortcuts.items():
+        if value is None:
+            continue
+        flag, candidates = SETTING_SHORTCUTS[option]
+        target = next((c for c in candidates if c in names), None)
+        if target is None:
+            raise click.UsageError(f"{flag} does not apply to --method {spec.name} (its settings: {', '.join(names)})")
+        context[target] = value
+    for item in settings:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--set takes KEY=VALUE, got {item!r}")
+        try:
+            context[key.strip()] = parse_setting(cls, key.strip(), text)
+        except SettingsError as exc:
+            raise click.UsageError(f"--set {item}: {exc}") from None
+    cls.coerce(context)  # validated now, before a model loads
+    return context
+
+
+def _input_names(spec: Any) -> str:
+    return ", ".join(f["name"] for f in spec.input_fields())
+
+
+def _ask(method: str, request: Any) -> dict[str, list[str]]:
+    """Show a review request (guide images, or results to mark) on the terminal and read the answer."""
+    kind = request.get("kind") if isinstance(request, dict) else None
+    if kind == "guides":
         click.echo(f"Guide images for {request['prompt']!r}:", err=True)
         for guide in request["guides"]:
-            kind = "generated" if guide["generated"] else "exemplar photo"
-            click.echo(f"  {guide['id']}  {guide['path']}  ({kind}, {guide['visualizer']})", err=True)
+            made = "generated" if guide["generated"] else "exemplar photo"
+            click.echo(f"  {guide['id']}  {guide['path']}  ({made}, {guide['visualizer']})", err=True)
         ids = {g["id"] for g in request["guides"]}
         return {"rejected": _read_ids("Reject which (ids separated by spaces, Enter for none)", ids)}
-    click.echo("Results:", err=True)
-    for hit in request["hits"]:
-        caption = f"  {hit['captions'][0]}" if hit.get("captions") else ""
-        click.echo(f"  {hit['rank']:3d}  {hit['path']}{caption}", err=True)
-    by_rank = {str(hit["rank"]): hit["id"] for hit in request["hits"]}
-    ranks = _read_ids("Which are NOT what you want (ranks separated by spaces, Enter for none)", set(by_rank))
-    return {"irrelevant": [by_rank[r] for r in ranks]}
+    if kind == "results":
+        click.echo("Results:", err=True)
+        for hit in request["hits"]:
+            caption = f"  {hit['captions'][0]}" if hit.get("captions") else ""
+            click.echo(f"  {hit['rank']:3d}  {hit['path']}{caption}", err=True)
+        by_rank = {str(hit["rank"]): hit["id"] for hit in request["hits"]}
+        ranks = _read_ids("Which are NOT what you want (ranks separated by spaces, Enter for none)", set(by_rank))
+        return {"irrelevant": [by_rank[r] for r in ranks]}
+    raise click.ClickException(f"--method {method} paused for an answer this command cannot give "
+                               f"({kind or type(request).__name__}); run it from Python or the web page")
 
 
 def _read_ids(prompt: str, allowed: set[str]) -> list[str]:

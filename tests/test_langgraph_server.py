@@ -13,23 +13,25 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, free_port
-from pictrieve.graphs.registry import available_methods
-from pictrieve.graphs.serving import served_graphs
+from pictrieve.graphs.registry import builtin_methods
+from pictrieve.graphs.serving import repository_langgraph_config
 
 pytestmark = pytest.mark.server
 
 LANGGRAPH_JSON = REPO_ROOT / "langgraph.json"
 
 
-def test_langgraph_json_serves_every_registered_method():
-    """The repository's langgraph.json, the serving factories and the method registry agree."""
-    spec = json.loads(LANGGRAPH_JSON.read_text())
-    assert set(spec["graphs"]) == set(available_methods())
-    assert {name: target.split(":")[-1] for name, target in spec["graphs"].items()} == {
-        name: target.split(":")[-1] for name, target in served_graphs().items()}
-    for target in spec["graphs"].values():
-        path, _, _ = target.partition(":")
-        assert (REPO_ROOT / path).resolve() == (REPO_ROOT / "graphs" / "serving.py").resolve()
+def test_langgraph_json_is_what_the_registry_gives():
+    """The repository's langgraph.json lists exactly the built-in methods of the registry, each at its
+    factory in graphs/serving.py (regenerate it from ``repository_langgraph_config()`` after adding one)."""
+    assert json.loads(LANGGRAPH_JSON.read_text()) == repository_langgraph_config()
+    assert set(repository_langgraph_config()["graphs"]) == set(builtin_methods())
+    from pictrieve.graphs import serving
+
+    for target in json.loads(LANGGRAPH_JSON.read_text())["graphs"].values():
+        path, _, attribute = target.partition(":")
+        assert (REPO_ROOT / path).resolve() == Path(serving.__file__).resolve()
+        assert callable(vars(serving)[attribute])  # the server reads the module's namespace, not getattr
 
 
 def _train_tiny_qc2(gallery, tmp_path_factory) -> None:
@@ -121,7 +123,7 @@ def test_search_over_the_server_matches_the_library(server):
 
     client = get_sync_client(url=server["url"])
     served = {a["graph_id"] for a in client.assistants.search(limit=100)}
-    assert served == set(available_methods())
+    assert served == set(builtin_methods())
     result = client.runs.wait(None, "search", input={"query": "a red square"}, context={"k": 3})
     expected = server["gallery"].search_text("a red square", k=3)
     assert [h["id"] for h in result["hits"]] == [h.id for h in expected]
