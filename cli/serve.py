@@ -1,4 +1,5 @@
-"""``pictrieve serve``: every method's graph on a local LangGraph server (``langgraph dev``)."""
+"""``pictrieve serve``: every registered method's graph on a local LangGraph server (``langgraph dev``), or
+``--write-config PATH``: the ``langgraph.json`` that serves them (installed plugins included)."""
 
 from __future__ import annotations
 
@@ -13,25 +14,37 @@ from pathlib import Path
 import click
 
 
-
 @click.command()
-@click.option("--gallery", "-g", required=True, help="Gallery folder or http://host:port Chroma server to serve.")
+@click.option("--gallery", "-g", default=None, help="Gallery folder or http://host:port Chroma server to serve (required unless --write-config).")
 @click.option("--llm", default=None, help="Chat model for the methods that use one (default: offline), e.g. openai:gpt-4o-mini.")
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint for --llm (vLLM, llama.cpp, Ollama).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind; keep loopback unless you mean it.")
 @click.option("--port", default=2024, show_default=True, type=int, help="Port of the LangGraph API.")
-def serve(gallery: str, llm: str | None, base_url: str | None, host: str, port: int) -> None:
-    """Serve every method (search, PlugIR, QC2, ...) with `langgraph dev`.
+@click.option("--write-config", "write_config", default=None, type=click.Path(dir_okay=False), metavar="PATH",
+              help="Write a langgraph.json serving every registered method (installed plugins included) to PATH "
+                   "and exit; --gallery/--llm/--base-url go into its env. Then: langgraph dev --config PATH.")
+def serve(gallery: str | None, llm: str | None, base_url: str | None, host: str, port: int,
+          write_config: str | None) -> None:
+    """Serve every method (search, PlugIR, QC2, ... and installed plugins) with `langgraph dev`.
 
     Needs the LangGraph CLI: pip install "pictrieve[serve]". Clients talk to it with langgraph-sdk or
     LangGraph Studio; run settings are each graph's context (e.g. {"k": 5}).
     """
     from pictrieve.graphs.serving import ENV_BASE_URL, ENV_GALLERY, ENV_LLM, langgraph_config
 
+    env = {**({ENV_GALLERY: gallery} if gallery else {}), **({ENV_LLM: llm} if llm else {}),
+           **({ENV_BASE_URL: base_url} if base_url else {})}
+    if write_config:
+        if gallery and "://" not in gallery:  # the config may be used from another folder
+            env[ENV_GALLERY] = os.path.abspath(gallery)
+        Path(write_config).write_text(json.dumps(langgraph_config(env), indent=2) + "\n")
+        click.echo(f"wrote {write_config}: {', '.join(langgraph_config()['graphs'])}")
+        return
+    if not gallery:
+        raise click.UsageError("give --gallery PATH (the gallery to serve), or --write-config PATH")
     executable = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
     if not Path(executable).exists():
         raise click.ClickException('the `langgraph` command is missing: pip install "pictrieve[serve]"')
-    env = {ENV_GALLERY: gallery, **({ENV_LLM: llm} if llm else {}), **({ENV_BASE_URL: base_url} if base_url else {})}
     # langgraph dev keeps its in-memory state under the working directory: keep it out of the user's.
     with tempfile.TemporaryDirectory(prefix="pictrieve-serve-") as state:
         config = Path(state) / "langgraph.json"
