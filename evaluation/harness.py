@@ -3,11 +3,15 @@
 ``evaluate_method(method, folder)`` indexes a captioned folder (:mod:`.datasets`), turns each caption
 into a query whose one correct answer is its own image, and measures how often the method finds it:
 
-- ``search`` is scored with the exact, tie-aware ranker over every stored vector (:mod:`.ranking`):
-  Recall@1/5/10, median and mean rank (what ``pictrieve eval retrieval`` prints);
-- any other method is run as a graph, one query at a time, with its run settings as context:
-  Recall@K and MRR over the hits it returns, and seconds per query. A method that needs more than a
-  gallery (a language model, a QC2 model, a visualizer) receives it through ``builder_kwargs``.
+- a method whose ranking is the gallery's own (``Method.exact_ranking``: plain ``search``) is scored
+  with the exact, tie-aware ranker over every stored vector (:mod:`.ranking`): Recall@1/5/10, median
+  and mean rank (what ``pictrieve eval retrieval`` prints);
+- any other registered method whose input takes a ``query`` (plugins too) is run as a graph, one query
+  at a time, with its run settings as context: Recall@K and MRR over the ``hits`` it returns, and
+  seconds per query. What it needs besides the gallery (``Method.needs``: a language model, a QC2
+  model, a visualizer) is passed by need name through ``builder_kwargs``.
+
+Methods are found in the registry (:mod:`pictrieve.graphs.registry`); none is named here.
 
 Interactive methods (PlugIR) need a simulated user and have their own driver
 (:mod:`.interactive`), built on the same datasets and ranker.
@@ -64,11 +68,14 @@ def evaluate_method(
     from pictrieve.graphs.registry import get_method
 
     spec = get_method(method)
+    if not spec.exact_ranking and not spec.takes("query"):
+        raise ValueError(f"{method} takes no text query (its input: "
+                         f"{', '.join(f['name'] for f in spec.input_fields())}): it has its own evaluation")
     folder = folder if isinstance(folder, CaptionedFolder) else CaptionedFolder.load(folder)
     gallery = eval_gallery(folder, embedders, location=gallery_location, batch_size=batch_size, progress=progress)
     texts, targets = caption_queries(folder, gallery, queries, seed)
     base = {"method": method, "images": gallery.count(), "embedder": gallery.embedder_name}
-    if method == "search":
+    if spec.exact_ranking:
         stats = ExactRanker(gallery).ranks(texts, targets)
         metrics: dict[str, Any] = {f"recall@{k}": recall_at(stats, k) for k in (1, 5, 10)}
         metrics.update(median_rank=median_rank(stats), mean_rank=float(stats["ranks"].mean()),
