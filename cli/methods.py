@@ -20,25 +20,23 @@ def methods(names: tuple[str, ...], as_json: bool) -> None:
 
     For each: what it does, its input, what it needs besides the gallery, and its run settings with
     their types and defaults (pass them per run as LangGraph context; on the command line with
-    `pictrieve search --method NAME --set KEY=VALUE`). NAME shows only those methods.
+    `pictrieve search --method NAME --set KEY=VALUE`). NAME shows only those methods. A plugin that
+    fails to load is reported on stderr and left out; with --json it is listed under "skipped".
     """
     from pictrieve.graphs.registry import describe_methods, get_method, skipped_methods
 
     for name in names:
         get_method(name)  # an unknown name is one line listing the known ones
     described = [m for m in describe_methods() if not names or m["name"] in names]
-    skipped = skipped_methods()
     if as_json:
-        click.echo(json.dumps({"methods": described, "skipped": skipped}, indent=2))
+        click.echo(json.dumps({"methods": described, "skipped": skipped_methods()}, indent=2))
         return
     for method in described:
         click.echo(_format(method))
     queryable = [m["name"] for m in described if any(f["name"] == "query" for f in m["input"])]
     if queryable and not names:
         click.echo(f"`pictrieve search QUERY --method NAME` runs: {', '.join(queryable)}")
-    for plugin in skipped:
-        click.echo(f"skipped the plugin {plugin['entry_point']} ({plugin['distribution']}): {plugin['error']}",
-                   err=True)
+    # A plugin that failed to load was logged (once, with its name and error) when the registry loaded.
 
 
 def _format(method: dict[str, Any]) -> str:
