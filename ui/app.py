@@ -14,12 +14,19 @@ FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these end
   job (:mod:`pictrieve.ui.jobs`) that ``GET /api/jobs/{id}`` reports step by step, and whose images
   ``GET /api/jobs/{id}/image/{name}`` serves from memory. ``POST /api/jobs/{id}/cancel`` stops a job
   between graph steps (the page sends it when it goes away); a job nobody polls stops by itself.
+- ``GET /api/methods``: :meth:`~pictrieve.agents.method.Method.describe` of every registered method, with
+  the page's tab for it; ``POST /api/methods/{name}/run`` (``{"input": {...}, "settings": {...}}``) runs a
+  method without a view of its own (a plugin, say) as a job (:mod:`pictrieve.ui.methods`): its generic tab.
 - ``POST /api/visualize`` with ``method: needle`` starts a NEEDLE session (:mod:`pictrieve.ui.needle`);
   ``POST /api/needle/{session}/guides`` (``{"rejected": [ids]}``) and ``/results``
   (``{"irrelevant": [ids]}``) answer its pauses (each a job); ``GET /api/needle/{session}/guide/{id}``
   serves a guide picture by session and guide id.
 
 Every error reaches the page as ``{"error": "one readable line"}``; stack traces stay in the log.
+
+Graphs are built from the registry: each method's needs (:attr:`~pictrieve.agents.method.Method.needs`)
+are given what the app was started with (the chat model, the visualizer, the gallery's QC2 model), so a
+registered method runs here without code of its own; the tabs below name the methods they show.
 
 No handler blocks the event loop, so one visitor's slow request never holds up another's: handlers
 read the request on the loop and do the rest in a worker thread (``run_in_threadpool``), and long work
@@ -40,9 +47,9 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from pictrieve.errors import PictrieveError
-from pictrieve.graphs.registry import available_methods, get_method
+from pictrieve.graphs.registry import available_methods, get_method, method_origin, methods
 from pictrieve.ui.jobs import ABANDON_AFTER, Jobs
-from pictrieve.ui.visualize import visualize_methods
+from pictrieve.ui.visualize import PAGE_METHODS, visualize_methods
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +57,10 @@ STATIC = Path(__file__).parent / "static"
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 """Uploads above this size are refused before decoding."""
 MAX_K = 100
+PAGE_TABS: dict[str, str] = {"search": "search", "plugir": "chat", "qc2": "steer", "vsa": "ask",
+                             **{name: "visualize" for name in PAGE_METHODS}}
+"""Methods with a view of their own on the page (``static/index.html``); every other registered method
+that takes a line of text gets a generic tab (:mod:`pictrieve.ui.methods`)."""
 
 
 class UIError(PictrieveError, ValueError):
@@ -69,6 +80,7 @@ def create_app(
     visualize_context: dict[str, Any] | None = None,
     needle_context: dict[str, Any] | None = None,
     abandon_after: float = ABANDON_AFTER,
+    extras: dict[str, dict[str, Any]] | None = None,
 ) -> FastAPI:
     """The app serving ``gallery``; ``llm`` is the chat model (name or object) for PlugIR and Ask.
 
@@ -80,38 +92,58 @@ def create_app(
     ``visualize_context`` are VisRet's run settings (e.g. ``image_embedder``), ``needle_context``
     NEEDLE's (e.g. ``embedders``, ``eta``); the page always reviews NEEDLE's guides and results.
     A job nobody polls for ``abandon_after`` seconds is cancelled. The jobs are ``app.state.jobs``.
+
+    Every graph is built from its method's needs: ``llm`` is the chat model, ``visualizer`` /
+    ``visualizers`` the visualizer, ``qc2_model`` the model trained for the gallery; ``extras`` maps a
+    method's name to more builder arguments (``plugir_extras`` and ``ask_extras`` are PlugIR's and
+    VSA's), which win over those.
     """
     needle_context_base = dict(needle_context or {})
     app = FastAPI(title="pictrieve", docs_url=None, redoc_url=None, openapi_url=None)
     state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="pictrieve-ui-"))
     graphs: dict[str, Any] = {}
-    lock = threading.Lock()
+    lock = threading.RLock()  # building a graph may build its visualizer, under the same lock
     jobs = Jobs(abandon_after=abandon_after)
     app.state.jobs = jobs
     visualizers: dict[str, Any] = {}
     chats_working: set[str] = set()  # chat threads with a job running: one step at a time each
     chat_lock = threading.Lock()
 
-    def graph(name: str) -> Any:
-        # Built on first use: a page that only searches never loads a language model.
+    method_extras = {**({"plugir": dict(plugir_extras)} if plugir_extras else {}),
+                     **({"vsa": dict(ask_extras)} if ask_extras else {}), **(extras or {})}
+    providers: dict[str, Any] = {
+        "llm": lambda: llm,
+        "visualizer": lambda: the_visualizer(),
+        "visualizers": lambda: [the_visualizer()],
+        "qc2_model": lambda: _gallery_qc2_model(gallery),
+    }
+    """What the app gives each need (:data:`pictrieve.agents.method.NEEDS`); a need without an entry
+    (a checkpointer, a detector, ...) gets the builder's default unless ``extras`` name it."""
+
+    def build_graph(name: str, **overrides: Any) -> Any:
+        """``name``'s graph over the gallery: its needs from the app, then ``extras``, then ``overrides``."""
+        method = get_method(name)
+        kwargs = {need: providers[need]() for need in method.needs if need in providers and need not in overrides}
+        kwargs.update(method_extras.get(name, {}))
+        kwargs.update(overrides)
+        return method.build(gallery, **kwargs)
+
+    def graph(name: str, **overrides: Any) -> Any:
+        # Built on first use (a page that only searches never loads a language model), then kept (a
+        # name is always asked for with the same overrides).
         with lock:
             if name not in graphs:
-                if name == "plugir":
-                    from pictrieve.graphs.interactive_retrieval import sqlite_checkpointer
-
-                    graphs[name] = get_method("plugir").build(
-                        gallery, llm=llm, checkpointer=sqlite_checkpointer(state_dir / "chat.sqlite"),
-                        **(plugir_extras or {}))
-                elif name == "qc2":
-                    from pictrieve.agents.qc2.pipeline import load_for_gallery
-
-                    graphs[name] = get_method("qc2").build(gallery, model=load_for_gallery(gallery))
-                elif name == "vsa":
-                    extras = dict(ask_extras or {})
-                    graphs[name] = get_method("vsa").build(gallery, llm=extras.pop("llm", llm), **extras)
-                else:
-                    graphs[name] = get_method(name).build(gallery)
+                graphs[name] = build_graph(name, **overrides)
             return graphs[name]
+
+    def chat_graph() -> Any:
+        """PlugIR with its sessions in a SQLite file, so a chat survives a reload and a restart."""
+        from pictrieve.graphs.checkpoints import sqlite_checkpointer
+
+        with lock:
+            if "plugir" not in graphs:
+                graphs["plugir"] = build_graph("plugir", checkpointer=sqlite_checkpointer(state_dir / "chat.sqlite"))
+            return graphs["plugir"]
 
     @app.exception_handler(Exception)
     async def readable_error(request: Request, exc: Exception) -> JSONResponse:
@@ -157,7 +189,8 @@ def create_app(
             if "needle" not in graphs:
                 from pictrieve.graphs.checkpoints import memory_checkpointer
 
-                built = get_method("needle").build(gallery, visualizers=[inner], checkpointer=memory_checkpointer())
+                # The query is visualized as written (no llm): the offline model's rewrites are slow and poor.
+                built = build_graph("needle", llm=None, visualizers=[inner], checkpointer=memory_checkpointer())
                 graphs["needle"] = NeedleSessions(gallery, built)
             return graphs["needle"]
 
@@ -179,7 +212,47 @@ def create_app(
                 "index_command": f"pictrieve index PHOTOS --gallery {gallery.location}",
                 "visualize": {"methods": visualize_methods(), "visualizer": shown_visualizer,
                               "about": _visualizer_about(visualizer)},
-                "ask": {"search": _search_name((ask_extras or {}).get("search"))}}
+                "ask": {"search": _search_name((ask_extras or {}).get("search"))},
+                "generic": [m for m in method_views() if m["tab"] == "generic"]}
+
+    def method_views() -> list[dict[str, Any]]:
+        """Every registered method described for the page, with its ``tab`` (``generic``: one made from
+        its description; ``none``: no line of text to start it from, so not on the page)."""
+        views = []
+        for method in methods():
+            described = method.describe()
+            tab = PAGE_TABS.get(method.name) or ("generic" if described["text_input"] else "none")
+            views.append({**described, "origin": method_origin(method.name), "tab": tab})
+        return views
+
+    @app.get("/api/methods")
+    def methods_view() -> list[dict[str, Any]]:
+        return method_views()
+
+    @app.post("/api/methods/{name}/run")
+    async def method_run(name: str, request: Request) -> dict[str, Any]:
+        return await run_in_threadpool(method_run_now, name, await _form_or_json(request))
+
+    def method_run_now(name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Start a generic tab's run (a method without a view of its own) as a job."""
+        from pictrieve.ui.methods import prepare_run, run_method
+
+        if name not in available_methods() or name in PAGE_TABS:
+            raise UIError(f"no generic tab for {name!r}" + (f"; it has its own: {PAGE_TABS[name]}" if name in PAGE_TABS else ""))
+        method = get_method(name)
+        inputs, context = prepare_run(method, body)
+        if method.needs and {"visualizer", "visualizers"} & set(method.needs):
+            require_visualizer()
+
+        def work(job: Any) -> dict[str, Any]:
+            job.step(f"building {name}…")
+            pauses = "checkpointer" in method.needs
+            from pictrieve.graphs.checkpoints import memory_checkpointer
+
+            built = graph(name, **({"checkpointer": memory_checkpointer()} if pauses else {}))
+            return run_method(job, method, built, inputs, context)
+
+        return jobs.start(name, work).view()
 
     @app.get("/api/image/{image_id}")
     def image(image_id: str) -> FileResponse:
@@ -224,7 +297,7 @@ def create_app(
             from pictrieve.ui.chat import run_chat
 
             job.step("thinking of a question…")
-            return run_chat(job, graph("plugir"), {"description": description}, uuid.uuid4().hex, context)
+            return run_chat(job, chat_graph(), {"description": description}, uuid.uuid4().hex, context)
 
         return jobs.start("chat", work).view()
 
@@ -251,7 +324,7 @@ def create_app(
                 raise UIError("type an answer, or click the photo if you see it")
             reply = Command(resume={"answer": answer})
         context = _chat_context(body, llm)
-        plugir = graph("plugir")
+        plugir = chat_graph()
         with chat_lock:
             view = chat_view(plugir, thread)
             if thread in chats_working:
@@ -275,7 +348,7 @@ def create_app(
         from pictrieve.ui.chat import chat_view
 
         thread = _thread(thread)
-        return {**chat_view(graph("plugir"), thread), "working": thread in chats_working}
+        return {**chat_view(chat_graph(), thread), "working": thread in chats_working}
 
     @app.post("/api/steer")
     async def steer(request: Request) -> dict[str, Any]:
@@ -350,7 +423,8 @@ def create_app(
         context = {**(visualize_context or {}), "k": _k(body.get("k"), 24), "m": m}
 
         def work(job: Any) -> dict[str, Any]:
-            built = get_method(method).build(gallery, visualizer=RecordingVisualizer(the_visualizer(), job))
+            # The query is visualized as written (no llm), as NEEDLE's is above.
+            built = build_graph(method, llm=None, visualizer=RecordingVisualizer(the_visualizer(), job))
             return run_visualize(job, built, query, context)
 
         return jobs.start("visualize", work).view()
@@ -412,6 +486,12 @@ def create_app(
         return FileResponse(allowed[name])
 
     return app
+
+
+def _gallery_qc2_model(gallery: Any) -> Any:
+    from pictrieve.agents.qc2.pipeline import load_for_gallery
+
+    return load_for_gallery(gallery)
 
 
 def _chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ folder) are labelled as exemplars, never as generations.
 
 Methods that need visualizers are listed from the method registry; only those in
 :data:`PAGE_METHODS` have controls here (NEEDLE's guide review, result feedback and trust weights:
-:mod:`pictrieve.ui.needle`).
+:mod:`pictrieve.ui.needle`); any other one is run in a tab of its own (:mod:`pictrieve.ui.methods`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pictrieve.graphs.registry import methods
 from pictrieve.ui.jobs import Job
 
 PAGE_METHODS = ("visret", "needle")
-"""Visualize methods the page can run; others are listed, disabled, with the command that runs them."""
+"""Visualize methods this tab runs; others are listed, disabled, pointing at their own tab."""
 
 
 def visualize_methods() -> list[dict[str, Any]]:
@@ -28,8 +28,7 @@ def visualize_methods() -> list[dict[str, Any]]:
         if not {"visualizer", "visualizers"} & set(method.needs):
             continue
         ready = method.name in PAGE_METHODS
-        note = "" if ready else (f"not on this page yet: pictrieve search QUERY --gallery G --method {method.name} "
-                                 "--visualizer NAME")
+        note = "" if ready else f"{method.name} has a tab of its own on this page"
         out.append({"name": method.name, "description": method.description, "ready": ready, "note": note})
     # Runnable first, in PAGE_METHODS order: the selector starts on VisRet (no questions asked).
     return sorted(out, key=lambda m: PAGE_METHODS.index(m["name"]) if m["ready"] else len(PAGE_METHODS))

@@ -389,6 +389,68 @@ $("ask-form").addEventListener("submit", async (ev) => {
   await runJob(started, "ask-steps", "looking, searching and answering…", renderAsk);
 });
 
+// --- generic tabs: any other registered method (a plugin, say), built from its description ---
+// A text box per text input, a box per setting (empty: its default); a run is a job like the others,
+// ending with the method's hits and its other plain output values (shown as text, never markup).
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  Object.assign(node, props);
+  node.append(...children);
+  return node;
+}
+function settingControl(name, s) {
+  const id = `${name}-set-${s.name}`;
+  const choices = s.choices || (/\bbool\b/.test(s.type) ? [true, false] : null);
+  let control;
+  if (choices) {
+    control = el("select", { id });
+    control.append(el("option", { value: "", textContent: `default (${JSON.stringify(s.default)})` }),
+      ...choices.map((c) => el("option", { value: String(c), textContent: String(c) })));
+  } else {
+    control = el("input", { id, type: "text", placeholder: JSON.stringify(s.default) });
+  }
+  control.dataset.setting = s.name;
+  return el("label", { title: s.description || "", className: "setting" }, `${s.name} (${s.type}) `, control);
+}
+function genericTab(m) {
+  const name = `m-${m.name}`;
+  const button = el("button", { textContent: m.name, title: m.description });
+  button.dataset.tab = name;
+  button.dataset.method = m.name;
+  button.addEventListener("click", () => selectTab(name));
+  $("tabs").append(button);
+  const texts = [m.text_input, ...m.input.filter((f) => f.type === "str" && f.name !== m.text_input).map((f) => f.name)];
+  const inputs = texts.map((field, i) => el("input", {
+    id: `${name}-in-${field}`, type: "text", name: field,
+    placeholder: String((m.example_input || {})[field] || field) + (i ? " (optional)" : ""),
+  }));
+  const settings = el("details", { id: `${name}-settings` }, el("summary", { textContent: "Settings" }),
+    ...m.settings.map((s) => settingControl(name, s)));
+  const form = el("form", { id: `${name}-form` }, ...inputs, el("button", { type: "submit", textContent: "Run" }));
+  const steps = el("ol", { id: `${name}-steps`, className: "steps" });
+  const output = el("ul", { id: `${name}-output`, className: "output" });
+  const grid = el("div", { id: `${name}-grid`, className: "grid" });
+  const needs = m.needs.length ? ` Needs: ${m.needs.map((n) => n.name).join(", ")}.` : "";
+  const section = el("section", { id: `tab-${name}`, className: "tab", hidden: true },
+    el("p", { className: "help", textContent: `${m.description}${needs}` }), form, settings, steps, output, grid);
+  document.body.insertBefore(section, $("viewer"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const input = Object.fromEntries(inputs.map((box) => [box.name, box.value]));
+    const chosen = Object.fromEntries([...settings.querySelectorAll("[data-setting]")]
+      .filter((c) => c.value !== "").map((c) => [c.dataset.setting, c.value]));
+    output.replaceChildren();
+    grid.replaceChildren();
+    const started = await postJSON(`/api/methods/${encodeURIComponent(m.name)}/run`, { input, settings: chosen }, "starting…");
+    await runJob(started, steps.id, `${m.name} is working…`, (view) => {
+      if (!view.done || !view.result) return;
+      output.replaceChildren(...Object.entries(view.result.output).map(([key, value]) =>
+        el("li", { textContent: `${key}: ${typeof value === "string" ? value : JSON.stringify(value)}` })));
+      renderGrid(grid.id, view.result.hits);
+    });
+  });
+}
+
 // --- status: image count, embedders (the default marked); refreshed so a running index shows progress ---
 let firstCount = null;
 async function refreshStatus() {
@@ -412,7 +474,7 @@ async function refreshStatus() {
   $("visualize-method").replaceChildren(...st.visualize.methods.map((m) => {
     const option = document.createElement("option");
     option.value = m.name;
-    option.textContent = m.ready ? m.name : `${m.name} (not on this page yet)`;
+    option.textContent = m.ready ? m.name : `${m.name} (in its own tab)`;
     option.disabled = !m.ready;
     option.title = m.description;
     option.dataset.note = m.note;
@@ -425,6 +487,7 @@ async function refreshStatus() {
     : "No visualizer is configured: restart with `pictrieve ui --gallery … --visualizer exemplar:DIR` (DIR: a folder of photos with captions.jsonl).";
   $("ask-setup").hidden = false;
   $("ask-setup").textContent = st.ask.search ? `Searches ${st.ask.search}.` : "No search is configured (start with --search local:DIR or --search ddgs); answers come from the photo alone.";
+  (st.generic || []).forEach(genericTab);
   document.querySelectorAll("#tabs button[data-method]").forEach((b) => { b.hidden = !st.methods.includes(b.dataset.method); });
   const wanted = location.hash.slice(1);
   if (wanted && document.querySelector(`#tabs button[data-tab="${wanted}"]:not([hidden])`)) selectTab(wanted);

@@ -1,0 +1,54 @@
+"""The toy method's settings, schemas, its one node and its wiring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from pictrieve.agents.settings import RunSettings, require_positive, settings_of
+from pictrieve.vectorstore.hits import ImageHit
+
+
+@dataclass
+class ToySettings(RunSettings):
+    k: int = 3
+    """How many images to return."""
+    reverse: bool = False
+    """Return the k best images worst first."""
+
+    def validate(self) -> None:
+        require_positive(self, "k")
+
+
+class ToyInput(TypedDict):
+    query: str
+
+
+class ToyOutput(TypedDict):
+    hits: list[ImageHit]
+    note: str
+
+
+class ToyState(ToyInput, ToyOutput, total=False):
+    pass
+
+
+def rank(state: ToyState, runtime: Any = None, *, index: Any) -> dict[str, Any]:
+    settings = settings_of(runtime, ToySettings)
+    hits = index.search_text(state["query"], k=settings.k)
+    if settings.reverse:
+        hits = hits[::-1]
+    hits = [hit.model_copy(update={"rank": rank}) for rank, hit in enumerate(hits, start=1)]
+    return {"hits": hits, "note": f"toy ranked {len(hits)} images for {state['query']!r}"}
+
+
+def build_toy_graph(index: Any, *, checkpointer: Any = None, name: str = "toy") -> Any:
+    builder = StateGraph(ToyState, context_schema=ToySettings, input_schema=ToyInput, output_schema=ToyOutput)
+    builder.add_node("rank", partial(rank, index=index))
+    builder.add_edge(START, "rank")
+    builder.add_edge("rank", END)
+    return builder.compile(checkpointer=checkpointer, name=name)
