@@ -246,7 +246,7 @@ class HeadTraining:
 
 def caption_recall_at_10(image_vectors: np.ndarray, caption_vectors: np.ndarray) -> float:
     """Tie-aware Recall@10 of finding each image from each of its captions (``(n, c, d)`` captions)."""
-    from pictrieve.evaluation.retrieval import retrieval_metrics
+    from pictrieve.tools.retrieval_metrics import retrieval_metrics
 
     n, per = caption_vectors.shape[:2]
     scores = caption_vectors.reshape(n * per, -1) @ image_vectors.T

@@ -1,0 +1,126 @@
+"""Dependencies point one way, and no module imports itself in a circle.
+
+Read from the source (no module is imported): every ``import pictrieve...`` of every installed module.
+
+- **Layers**: ``cli`` -> ``ui``/``evaluation`` -> ``graphs`` -> ``agents`` -> ``vectorstore`` -> ``tools``/``prompts``
+  -> ``errors``. No import, at the top of a module or inside a function, goes to a higher layer: a method's
+  folder (``agents/<m>/``) names its graph builder as a ``"module:attribute"`` string, never an import.
+- **No circle**: the imports made when a module loads (top level, outside ``if TYPE_CHECKING``) form no
+  cycle, so no module depends on the order in which others are imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOT_INSTALLED = {"tests", "benchmarks", "examples", "docs", "build", "dist"}
+LAYERS = {"errors": 0, "tools": 1, "prompts": 1, "vectorstore": 2, "agents": 3, "graphs": 4,
+          "evaluation": 5, "ui": 5, "cli": 6}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] in NOT_INSTALLED or relative.parts[0].startswith(".") or relative == Path("setup.py"):
+            continue
+        parts = list(relative.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(["pictrieve", *parts])] = path
+    return found
+
+
+def imports(name: str, path: Path, *, top_level_only: bool) -> set[str]:
+    """The pictrieve modules ``name`` imports (a ``from X import y`` counts X and X.y when that is a module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                out.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parent, *([node.module] if node.module else [])])
+                out.add(base)
+                out.update(f"{base}.{alias.name}" for alias in node.names)
+            if top_level_only:
+                for field in ("body", "orelse", "handlers", "finalbody"):
+                    if isinstance(node, (ast.If, ast.Try, ast.With)) or isinstance(node, ast.ExceptHandler):
+                        visit(getattr(node, field, []) or [])
+            else:
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, ast.stmt):
+                        visit([child])
+                    elif isinstance(child, ast.ExceptHandler):
+                        visit(child.body)
+
+    visit(tree.body)
+    return {m for m in out if m == "pictrieve" or m.startswith("pictrieve.")}
+
+
+def resolve(target: str, known: dict[str, Path]) -> str | None:
+    while target and target not in known:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def graph(*, top_level_only: bool) -> dict[str, set[str]]:
+    known = modules()
+    edges = {}
+    for name, path in known.items():
+        targets = {resolve(t, known) for t in imports(name, path, top_level_only=top_level_only)}
+        edges[name] = {t for t in targets if t and t != name}
+    return edges
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.get(parts[1]) if len(parts) > 1 else None
+
+
+def test_no_import_goes_to_a_higher_layer():
+    upward = sorted(f"{source} -> {target}" for source, targets in graph(top_level_only=False).items()
+                    for target in targets
+                    if layer(source) is not None and layer(target) is not None and layer(target) > layer(source))
+    assert not upward, "imports against the layering:\n" + "\n".join(upward)
+
+
+def test_no_import_circle_when_modules_load():
+    edges = graph(top_level_only=True)
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def walk(module: str, stack: list[str]) -> None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(edges.get(module, ())):
+            if state.get(target) == 1:
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                walk(target, stack)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            walk(module, [])
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checks_see_imports():
+    """The reader finds what it must: a method package's light import, the registry's agents import."""
+    edges = graph(top_level_only=True)
+    assert "pictrieve.agents.method" in edges["pictrieve.agents.search"]
+    assert "pictrieve.agents.method" in edges["pictrieve.graphs.registry"]
+    lazy = graph(top_level_only=False)
+    assert "pictrieve.tools.retrieval_metrics" in lazy["pictrieve.tools.embedders.trained"]
