@@ -1,22 +1,27 @@
 """LangGraph builders: one graph per retrieval method, all of one shape.
 
-The contract every method follows (so the CLI, the evaluation harness, the web page and the LangGraph
-server treat them alike):
+The contract every method keeps is :mod:`pictrieve.agents.method` (so the CLI, the evaluation harness,
+the web page and the LangGraph server treat them alike, and name none of them):
 
-- **Builder**: ``build_<method>_graph(index, *, llm=None, checkpointer=None, name="<method>", **extras)``
-  returns a ``CompiledStateGraph``. ``index`` is the gallery searched; the rest is keyword-only. No
-  builder compiles a checkpointer it was not given: the LangGraph server brings its own, and a CLI or
-  test passes one explicitly when it needs ``interrupt()`` to pause and resume.
-- **Schemas**: ``input_schema`` and ``output_schema`` declare what a caller sends and gets back; the
-  state in between is the method's own.
-- **Run settings**: a :class:`~pictrieve.graphs.settings.RunSettings` dataclass as the graph's
+- **Method**: one :class:`~pictrieve.agents.method.Method` object per method, ``METHOD`` in its folder
+  ``agents/<method>/`` (or a ``pictrieve.methods`` entry point of another package): ``name``,
+  ``description``, ``builder``, ``settings``, ``input_schema``, ``output_schema``, ``needs``,
+  ``gallery``, ``served``, ``example_input``, ``exact_ranking``; ``describe()`` gives it as JSON.
+- **Builder**: ``build_<method>_graph(index, *, checkpointer=None, name="<method>", <need>=...)``
+  returns a ``CompiledStateGraph``. ``index`` is the gallery searched; the rest is keyword-only, one
+  argument per need (``llm``, ``visualizer``, ``qc2_model``, ...: :data:`~pictrieve.agents.method.NEEDS`),
+  none that it ignores. No builder compiles a checkpointer it was not given: the LangGraph server brings
+  its own, and a CLI or test passes one when it needs ``interrupt()`` to pause and resume.
+- **Schemas**: the ``input_schema`` and ``output_schema`` the Method names are the ones on the graph;
+  every output carries ``hits``; the state in between is the method's own.
+- **Run settings**: a :class:`~pictrieve.agents.settings.RunSettings` dataclass as the graph's
   ``context_schema``, passed per run (``graph.invoke(inputs, context={"k": 5})``), validated, visible
   in LangGraph Studio; never kept in state.
 - **Results**: lists of :class:`~pictrieve.vectorstore.hits.ImageHit`.
-- **Registry**: :mod:`pictrieve.graphs.registry` lists every method (name, builder, settings, what it
-  needs); :mod:`pictrieve.graphs.serving` exposes each one to ``langgraph dev`` (``langgraph.json``).
 
-Modules: ``registry`` and ``settings`` (the contract), ``serving`` (the server's factories), ``search``
-(the reference method: plain search), ``interactive_retrieval`` (PlugIR), ``quality_retrieval`` (QC2),
-and, as they land, ``visret``, ``needle`` and ``vision_search``.
+Modules here are the wiring of each method's nodes (``agents/<method>/``) into a ``StateGraph``:
+``search`` (the reference method: plain search), ``interactive_retrieval`` (PlugIR), ``quality_retrieval``
+(QC2), ``visret``, ``needle`` and ``vision_search``; and ``registry`` (finds the methods), ``settings``
+(re-exports the run settings), ``serving`` (a factory per registered method for the server),
+``checkpoints`` (checkpointers that know our state's types).
 """
