@@ -265,7 +265,7 @@ def build_vision_search_graph(
             raise SettingsError("the vsa graph needs a 'question' in its input")
         if state.get("image"):
             load_image(state["image"])  # the graph's input is checked here, before any model runs
-            return {}
+            return {"hits": []}  # every method's output carries hits: none were searched for
         if index is None:
             raise SettingsError("the vsa graph needs an 'image' path (or a gallery to retrieve one from)")
         start = time.perf_counter()

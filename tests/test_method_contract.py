@@ -160,3 +160,11 @@ def test_method_keeps_the_contract(name, tiny_gallery, builder_kwargs):
     hits = result["hits"]
     assert hits and all(isinstance(hit, ImageHit) for hit in hits)
     assert [hit.rank for hit in hits] == list(range(1, len(hits) + 1))
+
+
+def test_hits_are_in_the_output_even_when_nothing_was_searched(tiny_gallery, builder_kwargs):
+    """VSA asked about a given photo searches no gallery: its output still carries ``hits``, empty."""
+    photo = tiny_gallery.search_text("a dog", k=1)[0].path
+    graph = get_method("vsa").build(tiny_gallery, **builder_kwargs["vsa"])
+    result = graph.invoke({"question": "what is in this photo?", "image": photo}, context=CONTEXTS["vsa"])
+    assert result["hits"] == [] and result["image"] == photo
