@@ -59,6 +59,13 @@ def register_method(method: Method) -> None:
             _origins[method.name] = "registered"
 
 
+def unregister_method(name: str) -> None:
+    """Remove a method added with :func:`register_method` (built-ins and plugins stay)."""
+    with _lock:
+        _added.pop(name, None)
+        refresh_methods()
+
+
 def get_method(name: str) -> Method:
     """The method called ``name``; unknown names raise :class:`UnknownMethodError` listing the known ones."""
     try:

@@ -216,9 +216,43 @@ def test_langgraph_dev_serves_the_plugin_from_the_written_config(plugins, galler
         assert [h["id"] for h in toy["hits"]] == [h["id"] for h in plain["hits"]][::-1]
         assert toy["note"] == "toy ranked 3 images for 'a red square'"
         assert [h["rank"] for h in toy["hits"]] == [1, 2, 3]
+        # The method's own served arguments (Method.served), from the assistant's config:
+        assistant = client.assistants.create("toy", config={"configurable": {"toy_label": "the served toy"}})
+        labelled = client.runs.wait(None, assistant["assistant_id"], input={"query": "a red square"}, context={"k": 2})
+        assert labelled["note"] == "the served toy ranked 2 images for 'a red square'"
     finally:
         process.terminate()
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def test_a_method_registered_later_is_served_by_name(plugins, gallery):
+    """A method registered in a running program gets a factory through the module's ``__getattr__``,
+    under ``<name>_graph`` when its name is taken by something else of serving.py."""
+    import asyncio
+    import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pictrieve.graphs import serving
+    from pictrieve.graphs.registry import register_method, unregister_method
+
+    with installed_in_process(plugins):
+        from toy_pictrieve_method import METHOD
+
+        register_method(dataclasses.replace(METHOD, name="os"))  # serving.py imports os
+        try:
+            assert serving.factory_name("os") == "os_graph" and serving.served_graphs(["os"]) == {
+                "os": f"{serving.__file__}:os_graph"}
+            config = {"configurable": {"gallery": str(gallery.location), "toy_label": "late"}}
+            # The factory is async, as the server awaits it (in a thread of our own: the browser tests'
+            # Playwright keeps an event loop running in this one).
+            with ThreadPoolExecutor(1) as pool:
+                graph = pool.submit(asyncio.run, serving.os_graph(config)).result()
+            assert graph.name == "os"
+            result = graph.invoke({"query": "a red square"}, context={"k": 2})
+            assert result["note"] == "late ranked 2 images for 'a red square'" and len(result["hits"]) == 2
+        finally:
+            unregister_method("os")
+    assert "os" not in available_methods()

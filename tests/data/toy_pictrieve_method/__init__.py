@@ -13,5 +13,6 @@ METHOD = Method(
     settings="toy_pictrieve_method.graph:ToySettings",
     input_schema="toy_pictrieve_method.graph:ToyInput",
     output_schema="toy_pictrieve_method.graph:ToyOutput",
+    served="toy_pictrieve_method.graph:served_arguments",
     example_input={"query": "a red square"},
 )
