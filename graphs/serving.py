@@ -114,13 +114,6 @@ def llm_for(config: RunnableConfig | None) -> Any:
     return _chat_model(_setting(config, "llm", ENV_LLM, "offline"), _setting(config, "base_url", ENV_BASE_URL))
 
 
-def build_served(method: str, config: RunnableConfig | None, **extras: Any) -> CompiledStateGraph:
-    """``method``'s graph over the configured gallery, without a checkpointer (the server has one).
-
-    ``extras`` go to the builder as they are; :func:`served_graph` builds the method's needs instead."""
-    return get_method(method).build(gallery_for(config), name=method, **extras)
-
-
 # --- what each need is on the server: read from the run's config and the environment -------------
 
 

@@ -47,7 +47,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from pictrieve.errors import PictrieveError
-from pictrieve.graphs.registry import available_methods, get_method, method_origin, methods
+from pictrieve.graphs.registry import available_methods, get_method, method_origin
 from pictrieve.ui.jobs import ABANDON_AFTER, Jobs
 from pictrieve.ui.visualize import PAGE_METHODS, visualize_methods
 
@@ -213,17 +213,31 @@ def create_app(
                 "visualize": {"methods": visualize_methods(), "visualizer": shown_visualizer,
                               "about": _visualizer_about(visualizer)},
                 "ask": {"search": _search_name((ask_extras or {}).get("search"))},
-                "generic": [m for m in method_views() if m["tab"] == "generic"]}
+                "generic": generic_views()}
 
-    def method_views() -> list[dict[str, Any]]:
-        """Every registered method described for the page, with its ``tab`` (``generic``: one made from
-        its description; ``none``: no line of text to start it from, so not on the page)."""
-        views = []
-        for method in methods():
-            described = method.describe()
-            tab = PAGE_TABS.get(method.name) or ("generic" if described["text_input"] else "none")
-            views.append({**described, "origin": method_origin(method.name), "tab": tab})
-        return views
+    described: dict[str, Any] = {"methods": None, "views": {}}
+
+    def method_views(names: list[str] | None = None) -> list[dict[str, Any]]:
+        """Registered methods (``names``: only those) described for the page, with their ``tab``
+        (``generic``: one made from the description; ``none``: no line of text to start it from, so not on
+        the page). Each is described once (that reads its schemas' source) while the registry stays the same."""
+        registered = available_methods()
+        with lock:
+            if described["methods"] != registered:
+                described.update(methods=registered, views={})
+            views = described["views"]
+            for name in registered if names is None else names:
+                if name not in views:
+                    view = get_method(name).describe()
+                    tab = PAGE_TABS.get(name) or ("generic" if view["text_input"] else "none")
+                    views[name] = {**view, "origin": method_origin(name), "tab": tab}
+            return [views[name] for name in (registered if names is None else names)]
+
+    def generic_views() -> list[dict[str, Any]]:
+        # Only methods without a view of their own are described here: the built-ins' schemas (and the
+        # graph modules that hold them) are not loaded for the page's frequent status requests.
+        others = [name for name in available_methods() if name not in PAGE_TABS]
+        return [v for v in method_views(others) if v["tab"] == "generic"] if others else []
 
     @app.get("/api/methods")
     def methods_view() -> list[dict[str, Any]]:
@@ -241,8 +255,8 @@ def create_app(
             raise UIError(f"no generic tab for {name!r}" + (f"; it has its own: {PAGE_TABS[name]}" if name in PAGE_TABS else ""))
         method = get_method(name)
         inputs, context = prepare_run(method, body)
-        if method.needs and {"visualizer", "visualizers"} & set(method.needs):
-            require_visualizer()
+        if {"visualizer", "visualizers"} & set(method.needs):
+            require_visualizer()  # said at once, not by the job
 
         def work(job: Any) -> dict[str, Any]:
             job.step(f"building {name}…")

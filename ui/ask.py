@@ -24,9 +24,10 @@ def safe_href(url: str) -> str | None:
 
 
 def step_line(node: str, update: dict[str, Any]) -> str:
-    """One line of progress for a streamed VSA update (what the page lists while it waits)."""
-    if node == "retrieve":
-        return f"found the photo in the gallery ({len(update.get('hits') or [])} candidates)"
+    """One line of progress for a streamed VSA update (what the page lists while it waits); "" for none."""
+    if node == "retrieve":  # no hits: the photo was given, nothing was searched (no line)
+        hits = update.get("hits") or []
+        return f"found the photo in the gallery ({len(hits)} candidates)" if hits else ""
     if node == "regions":
         found = ", ".join(f"{r['label']} ({r['score']:.2f})" for r in update.get("regions") or [])
         return f"regions: {found or 'none'}"
@@ -66,7 +67,9 @@ def run_ask(job: Job, graph: Any, question: str, image: str | None, context: dic
             state.update({k: v for k, v in change.items() if k != "searched"})
             if node == "retrieve" and change.get("image"):
                 _keep_photo(job, change["image"])
-            job.step(step_line(node, change))
+            line = step_line(node, change)
+            if line:
+                job.step(line)
     photo = job.view()["images"]
     width, height = (photo[0]["width"] / photo[0]["scale"], photo[0]["height"] / photo[0]["scale"]) if photo else (1, 1)
     regions = [{"number": i, "label": str(r.get("label", "")), "score": float(r.get("score", 0.0)),
