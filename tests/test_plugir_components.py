@@ -114,7 +114,7 @@ def test_prompts_load_and_fill_every_placeholder(name):
 
 
 def test_captioned_candidates_are_probed_but_file_names_are_not():
-    from pictrieve.graphs.interactive_retrieval import _fill_captions
+    from pictrieve.agents.plugir.candidates import fill_captions
     from pictrieve.vectorstore.hits import ImageHit
 
     hits = [
@@ -122,14 +122,14 @@ def test_captioned_candidates_are_probed_but_file_names_are_not():
         ImageHit(id="b", path="/p/IMG_0042.jpg", score=0.8, rank=2),
         ImageHit(id="c", path="/p/beach_day.jpg", score=0.7, rank=3),
     ]
-    captions, described = _fill_captions(hits, lambda paths: ["a photo of a beach" if "beach" in p else "" for p in paths])
+    captions, described = fill_captions(hits, lambda paths: ["a photo of a beach" if "beach" in p else "" for p in paths])
     assert captions == ["a dog on grass", "IMG 0042", "a photo of a beach"]
     assert described == [0, 2]
-    assert _fill_captions(hits, None) == (["a dog on grass", "IMG 0042", "beach day"], [0])
+    assert fill_captions(hits, None) == (["a dog on grass", "IMG 0042", "beach day"], [0])
 
 
 def test_each_photo_is_described_once_however_often_it_is_read():
-    from pictrieve.graphs.interactive_retrieval import _DescriptionMemo, _fill_captions
+    from pictrieve.agents.plugir.candidates import DescriptionMemo, fill_captions
     from pictrieve.vectorstore.hits import ImageHit
 
     asked: list[str] = []
@@ -138,10 +138,10 @@ def test_each_photo_is_described_once_however_often_it_is_read():
         asked.extend(paths)
         return [f"a photo of {p}" for p in paths]
 
-    memo = _DescriptionMemo(keep=2)
+    memo = DescriptionMemo(keep=2)
     first = [ImageHit(id=i, path=f"/p/{i}.jpg", score=0.5, rank=1) for i in ("a", "b")]
-    assert _fill_captions(first, captioner, memo=memo)[0] == ["a photo of /p/a.jpg", "a photo of /p/b.jpg"]
+    assert fill_captions(first, captioner, memo=memo)[0] == ["a photo of /p/a.jpg", "a photo of /p/b.jpg"]
     again = first + [ImageHit(id="c", path="/p/c.jpg", score=0.4, rank=3)]
-    assert _fill_captions(again, captioner, memo=memo)[0][2] == "a photo of /p/c.jpg"
+    assert fill_captions(again, captioner, memo=memo)[0][2] == "a photo of /p/c.jpg"
     assert asked == ["/p/a.jpg", "/p/b.jpg", "/p/c.jpg"]  # a and b were not described again
     assert list(memo) == ["b", "c"]  # the oldest is forgotten past `keep`

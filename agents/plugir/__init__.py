@@ -1,7 +1,15 @@
 """PlugIR (Lee et al., 2024): LLM agents for interactive text-to-image retrieval.
 
-The pieces, each usable on its own and wired together by
-:func:`pictrieve.graphs.interactive_retrieval.build_plugir_graph`:
+The method, wired into a graph by :func:`pictrieve.graphs.interactive_retrieval.build_plugir_graph`:
+
+- :mod:`.settings`: the run settings (:class:`~.settings.PlugIRSettings`) and the paper's ablation arms;
+- :mod:`.state`: the input, output and state schemas;
+- :mod:`.nodes`: the graph's nodes and routing, each a top-level function testable alone;
+- :mod:`.candidates`: what the nodes read about the candidate images (stored vectors, captions, caption
+  vectors), cached per compiled graph; :mod:`.replies`: a person's reply read into an answer or a pick;
+- ``METHOD`` (below): how the registry, the command line, the web page and the server find it.
+
+The pieces the nodes use, each usable on its own:
 
 - :mod:`.reformulator`: dialogue context -> one caption-style retrieval query (CR);
 - :mod:`.retrieval_context`: Algorithm 1, distinctive captions of the top candidates (RCE);
@@ -19,9 +27,9 @@ METHOD = Method(
     name="plugir",
     description="PlugIR interactive retrieval: asks one question per round, pausing with interrupt() for the answer.",
     builder="pictrieve.graphs.interactive_retrieval:build_plugir_graph",
-    settings="pictrieve.graphs.interactive_retrieval:PlugIRSettings",
-    input_schema="pictrieve.graphs.interactive_retrieval:PlugIRInput",
-    output_schema="pictrieve.graphs.interactive_retrieval:PlugIROutput",
+    settings="pictrieve.agents.plugir.settings:PlugIRSettings",
+    input_schema="pictrieve.agents.plugir.state:PlugIRInput",
+    output_schema="pictrieve.agents.plugir.state:PlugIROutput",
     needs=("llm", "captioner", "checkpointer"),
     example_input={"description": "a dog running in the snow"},
 )

@@ -1,0 +1,55 @@
+"""What a person (or a simulated user) replies to PlugIR's question, read into an answer, a pick or a stop."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Mapping, Sequence
+
+from pictrieve.agents.plugir.caption_terms import vocabulary
+from pictrieve.vectorstore.hits import ImageHit, as_hit
+
+logger = logging.getLogger(__name__)
+
+_FOUND = re.compile(r"^\s*(?:found|select|pick|it'?s)\s*#?\s*(\S+)?\s*$", re.I)
+_STOP = {"stop", "quit", "exit", "q", "done", "give up"}
+
+
+def parse_reply(reply: Any, shown: Sequence[ImageHit]) -> dict[str, Any]:
+    """Turn a resume value into ``{"answer": str}``, ``{"found": ImageHit}`` or ``{"stop": True}``.
+
+    Accepts a string (``"found 3"`` = the 3rd shown image, or an image id; ``"stop"``; anything
+    else is an answer) or a mapping with ``answer`` / ``found`` / ``stop`` keys.
+    """
+    if isinstance(reply, Mapping):
+        if reply.get("stop"):
+            return {"stop": True}
+        if reply.get("found") is not None:
+            return _found(str(reply["found"]), shown)
+        reply = reply.get("answer", "")
+    text = str(reply or "").strip()
+    if text.lower() in _STOP:
+        return {"stop": True}
+    match = _FOUND.match(text)
+    if match and text.lower().split()[0] in {"found", "select", "pick"}:
+        return _found(match.group(1) or "1", shown)
+    return {"answer": text or "unknown"}
+
+
+def _found(token: str, shown: Sequence[ImageHit]) -> dict[str, Any]:
+    shown = [as_hit(hit) for hit in shown]
+    for hit in shown:
+        if hit.id == token:
+            return {"found": hit}
+    if token.isdigit() and 1 <= int(token) <= len(shown):
+        return {"found": shown[int(token) - 1]}
+    # Not one of the shown images: record the pick as given rather than failing the session.
+    logger.warning("'found %s' matches no shown image; ending with it recorded as given", token)
+    return {"found": ImageHit(id=token)}
+
+
+def option_labels(spec: Mapping[str, Any]) -> list[str]:
+    """The words a person picks from for a choice question ("black", not "black dog")."""
+    options = list(spec.get("options", []))
+    labels = [o.split(" ", 1)[0] for o in options] if spec.get("noun") else options
+    return labels + [vocabulary()["none_option"]]

@@ -1,0 +1,107 @@
+"""PlugIR's run settings (LangGraph context) and the paper's ablation arms, which are settings of one graph.
+
+:class:`PlugIRSettings` is the graph's ``context_schema``; ``arm`` sets the three flags of an arm of
+:data:`ARMS` at once. :func:`default_arm` is what a person gets who names no arm.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pictrieve.agents.settings import RunSettings, SettingsError, require_positive
+
+MIN_CANDIDATES = 20
+CANDIDATE_FRACTION = 0.01
+RANKED_K = 100
+"""Images re-ranked by the offline answers each round when ``ranked_k`` is not set."""
+MAX_REASKS = 3
+"""Times a choice question is asked again for an answer that is none of its options."""
+
+ARMS: dict[str, dict[str, Any]] = {
+    "zs": {"questioner": "llm", "reformulate": False, "retrieval_context": False, "filter_questions": False},
+    "cr": {"questioner": "llm", "reformulate": True, "retrieval_context": False, "filter_questions": False},
+    "cr+rce": {"questioner": "llm", "reformulate": True, "retrieval_context": True, "filter_questions": False},
+    "cr+rce+f": {"questioner": "llm", "reformulate": True, "retrieval_context": True, "filter_questions": True},
+    "offline": {"questioner": "offline", "reformulate": True, "retrieval_context": False, "filter_questions": True},
+}
+"""The paper's ablation arms (Table 13) as run settings of the same graph, and ``offline``: questions
+made from the candidates' captions and chosen by expected information, no language model at all
+(:mod:`pictrieve.agents.plugir.offline_questioner`)."""
+QUESTIONERS = ("llm", "offline")
+
+
+def default_arm(llm: Any) -> str:
+    """The arm a person gets when they name none: ``offline`` with the bundled offline model, whose
+    questions did not help and take minutes per round on a CPU (BENCHMARKS.md, PlugIR), else the
+    paper's full method ``cr+rce+f``."""
+    from pictrieve.tools.chat_models import is_offline_chat_model
+
+    return "offline" if is_offline_chat_model(llm) else "cr+rce+f"
+
+
+@dataclass
+class PlugIRSettings(RunSettings):
+    """Run settings of :func:`~pictrieve.graphs.interactive_retrieval.build_plugir_graph` (LangGraph
+    context). ``arm`` sets the three flags."""
+
+    shown_k: int = 10  # images shown per round
+    candidate_k: int | None = None  # retrieval candidates; None = max(20, 1% of the gallery)
+    clusters: int = 10  # m in Algorithm 1
+    questions_per_round: int = 5  # q_n
+    max_rounds: int = 10  # question budget T
+    filter_attempts: int = 3  # regenerations before falling back to unfiltered questions
+    reformulation_max_tokens: int = 512  # paper setting; a caption needs far fewer
+    reformulate: bool = True  # CR
+    retrieval_context: bool = True  # RCE (grounded questioner)
+    filter_questions: bool = True  # F
+    seed: int = 0
+    # "llm" (the paper's), "offline" (caption terms + expected information), or None: the graph's
+    # default, offline with the bundled offline model and llm with any other (see default_arm)
+    questioner: str | None = None
+    arm: str | None = None  # "zs", "cr", "cr+rce", "cr+rce+f" or "offline": overrides the flags above
+    # The offline questioner (chosen on flickr8k-train's dev rows, BENCHMARKS.md "PlugIR offline"):
+    ranked_k: int | None = None  # images re-ranked by the answers each round; None: RANKED_K
+    # weights and temperature in units of the candidates' score spread (standard deviation)
+    confirm_weight: float = 1.0  # score added per confirmed term a stored caption implies
+    deny_weight: float = 3.0  # score taken per denied term a stored caption implies
+    described_trust: float = 0.2  # weight of a captioner's description (tags) relative to a stored caption
+    # photos without a stored caption, per confirmed term: its text vector's standardised similarity to
+    # each image (added); per denied term: the above-average part of it (taken off)
+    confirm_vector_weight: float = 0.0
+    deny_vector_weight: float = 0.0
+    question_temperature: float = 100.0  # softmax temperature of the candidate distribution
+    append_answers: bool = True  # confirmed terms are appended to the query text (else they only re-rank)
+    yes_weight: float = 0.0  # value of a likely "yes" beside the expected information
+
+    def validate(self) -> None:
+        require_positive(self, "shown_k", "candidate_k", "clusters", "questions_per_round", "filter_attempts",
+                         "reformulation_max_tokens", "ranked_k")
+        for name in ("confirm_weight", "deny_weight", "described_trust", "yes_weight", "question_temperature",
+                     "confirm_vector_weight", "deny_vector_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
+                    (name == "question_temperature" and value <= 0):
+                raise SettingsError(f"{name} must be a number >= 0 (temperature > 0), got {value!r}")
+        if not isinstance(self.max_rounds, int) or self.max_rounds < 0:
+            raise SettingsError(f"max_rounds must be a whole number >= 0, got {self.max_rounds!r}")
+        if self.questioner is not None and self.questioner not in QUESTIONERS:
+            raise SettingsError(f"unknown questioner {self.questioner!r}; choose from {', '.join(QUESTIONERS)}")
+        if self.arm is not None:
+            if self.arm not in ARMS:
+                raise SettingsError(f"unknown arm {self.arm!r}; choose from {', '.join(ARMS)}")
+            for flag, value in ARMS[self.arm].items():
+                setattr(self, flag, value)
+
+    def candidate_count(self, gallery_size: int) -> int:
+        if self.candidate_k:
+            return max(1, int(self.candidate_k))
+        return max(MIN_CANDIDATES, math.ceil(CANDIDATE_FRACTION * gallery_size))
+
+    def ranked_count(self, gallery_size: int) -> int:
+        return max(self.ranked_k or RANKED_K, self.candidate_count(gallery_size), self.shown_k)
+
+    def questioner_or(self, default: str) -> str:
+        """The questioner this run uses: the one it names, else the graph's ``default``."""
+        return self.questioner or default
