@@ -99,9 +99,8 @@ def test_text_helpers():
     assert is_uncertain("Uncertain.") and not is_uncertain("In the snow")
 
 
-@pytest.mark.parametrize("name", ["plugir_questioner_baseline", "plugir_questioner_grounded",
-                                  "plugir_filter", "plugir_reformulate", "plugir_paraphrase",
-                                  "plugir_simulated_user"])
+@pytest.mark.parametrize("name", ["questioner_baseline", "questioner_grounded", "filter", "reformulate",
+                                  "paraphrase", "simulated_user"])
 def test_prompts_load_and_fill_every_placeholder(name):
     turns = load_prompt(name)
     assert turns[0][0] == "system" and turns[-1][0] == "user"

@@ -16,8 +16,8 @@ An -ing word is an action wherever it stands ("a jumping dog": the action ``jump
 ``dog``), unless it is one of the listed -ing nouns ("a building").
 
 The word lists (colours, numbers, scene words, mass nouns, -ing nouns, ignored words) are data, in
-``prompts/plugir_offline_questions.yaml``; which words are broader than others ("a dog is an
-animal") is ``prompts/plugir_hypernyms.yaml`` (:func:`broader_terms`).
+``prompts/plugir/offline_questions.yaml``; which words are broader than others ("a dog is an
+animal") is ``prompts/plugir/hypernyms.yaml`` (:func:`broader_terms`).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ _NOT_PLURAL = ("ss", "us", "is", "ous", "ics")
 
 @lru_cache(maxsize=1)
 def vocabulary() -> dict[str, Any]:
-    """The questioner's templates and word lists (``prompts/plugir_offline_questions.yaml``)."""
+    """The questioner's templates and word lists (``prompts/plugir/offline_questions.yaml``)."""
     import yaml
 
-    text = resources.files("pictrieve.prompts").joinpath("plugir_offline_questions.yaml").read_text("utf-8")
+    text = resources.files("pictrieve.prompts").joinpath("plugir", "offline_questions.yaml").read_text("utf-8")
     data = yaml.safe_load(text)
     for key in ("colours", "numbers", "places", "people", "mass_nouns", "ignored", "ing_nouns"):
         data[key] = frozenset(data[key])
@@ -65,7 +65,7 @@ def _narrower() -> dict[str, frozenset[str]]:
     """Every word of the hypernym table with all the words it covers, transitively."""
     import yaml
 
-    text = resources.files("pictrieve.prompts").joinpath("plugir_hypernyms.yaml").read_text("utf-8")
+    text = resources.files("pictrieve.prompts").joinpath("plugir", "hypernyms.yaml").read_text("utf-8")
     direct = {singular(k): {singular(w) for w in v} for k, v in yaml.safe_load(text).items()}
     closed: dict[str, frozenset[str]] = {}
 

@@ -1,4 +1,4 @@
-"""Load the PlugIR chat prompts from ``pictrieve/prompts/plugir_*.txt`` and fill them in.
+"""Load the PlugIR chat prompts from ``pictrieve/prompts/plugir/*.txt`` and fill them in.
 
 A prompt file is a list of chat turns. Lines starting with ``#`` before the first turn are
 comments; each turn starts with ``### system``, ``### user`` or ``### assistant``. Placeholders are
@@ -20,8 +20,8 @@ _MESSAGE_TYPES = {"system": SystemMessage, "user": HumanMessage, "assistant": AI
 
 @lru_cache(maxsize=None)
 def load_prompt(name: str) -> tuple[tuple[str, str], ...]:
-    """The turns ``((role, template), ...)`` of ``prompts/<name>.txt``."""
-    text = resources.files("pictrieve.prompts").joinpath(f"{name}.txt").read_text(encoding="utf-8")
+    """The turns ``((role, template), ...)`` of ``prompts/plugir/<name>.txt``."""
+    text = resources.files("pictrieve.prompts").joinpath("plugir", f"{name}.txt").read_text(encoding="utf-8")
     parts = _TURN.split(text)
     if len(parts) < 3:
         raise ValueError(f"prompt {name!r} has no '### <role>' turns")

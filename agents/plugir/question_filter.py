@@ -28,7 +28,7 @@ FILTER_SAMPLING = {"temperature": 0.0, "max_tokens": 10, "stop": ["\n"]}
 
 def answer_from_context(llm: BaseChatModel, context: str, questions: Sequence[str]) -> list[str]:
     """The LLM's answer to each question given only ``context``."""
-    conversations = [render_prompt("plugir_filter", context=context, question=q) for q in questions]
+    conversations = [render_prompt("filter", context=context, question=q) for q in questions]
     return complete_batch(llm, conversations, **FILTER_SAMPLING)
 
 

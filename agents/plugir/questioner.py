@@ -99,10 +99,10 @@ def generate_questions(
     """
     dialogue_text = format_dialogue(dialogue)
     if candidates:
-        messages = render_prompt("plugir_questioner_grounded", candidates=format_candidates(candidates),
+        messages = render_prompt("questioner_grounded", candidates=format_candidates(candidates),
                                  description=description, dialogue=dialogue_text)
     else:
-        messages = render_prompt("plugir_questioner_baseline", description=description,
+        messages = render_prompt("questioner_baseline", description=description,
                                  dialogue=dialogue_text)
     replies = sample_replies(llm, messages, n, **QUESTION_SAMPLING)
     seen = {_norm(q) for q in avoid} | {_norm(t["question"]) for t in dialogue}

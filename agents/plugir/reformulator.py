@@ -61,7 +61,7 @@ def reformulate(
     sampling = dict(REFORMULATION_SAMPLING)
     if max_tokens:
         sampling["max_tokens"] = max_tokens
-    reply = complete(llm, render_prompt("plugir_reformulate", caption=description,
+    reply = complete(llm, render_prompt("reformulate", caption=description,
                                         dialogue=dialogue_text), **sampling)
     caption = clean_caption(reply)
     if not caption or len(caption.split()) > max_words:
@@ -77,7 +77,7 @@ def paraphrase(llm: BaseChatModel, text: str, max_tokens: int | None = None) -> 
     sampling = dict(PARAPHRASE_SAMPLING)
     if max_tokens:
         sampling["max_tokens"] = max_tokens
-    reply = clean_caption(complete(llm, render_prompt("plugir_paraphrase", text=text), **sampling))
+    reply = clean_caption(complete(llm, render_prompt("paraphrase", text=text), **sampling))
     if not reply:
         note_fallback(logger, "empty paraphrase; keeping the query unchanged")
         return text

@@ -37,7 +37,7 @@ class CaptionAnswerer:
 
     def __call__(self, question: str, state: Mapping[str, Any] | None = None) -> str:
         captions = "\n".join(f"- {c}" for c in self.captions)
-        reply = complete(self.llm, render_prompt("plugir_simulated_user", captions=captions,
+        reply = complete(self.llm, render_prompt("simulated_user", captions=captions,
                                                  question=question), **ANSWER_SAMPLING)
         return clean_answer(reply)
 
