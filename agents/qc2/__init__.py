@@ -11,7 +11,10 @@ quality levels ("Relevance: High, Quality: Low, Query: ..."), turns a short quer
   :mod:`~pictrieve.agents.qc2.decoder_internals`, restricted softmax);
 - :mod:`~pictrieve.agents.qc2.bundle`: the trained model on disk, tied to its gallery's fingerprint;
 - :mod:`~pictrieve.agents.qc2.completion`: sampling completions for a query and levels;
-- :mod:`~pictrieve.agents.qc2.pipeline`: the whole thing on a gallery.
+- :mod:`~pictrieve.agents.qc2.pipeline`: the whole thing on a gallery;
+- :mod:`~pictrieve.agents.qc2.nodes`: the graph's run settings, schemas and nodes (``complete``,
+  ``retrieve``), each node a top-level function testable alone;
+- ``METHOD`` (below): how the registry, the command line, the web page and the server find it.
 
 Python entry points::
 
@@ -36,9 +39,9 @@ METHOD = Method(
     name="qc2",
     description="QC2 quality-controllable retrieval: completes a short query toward chosen relevance and quality levels.",
     builder="pictrieve.graphs.quality_retrieval:build_qc2_graph",
-    settings="pictrieve.graphs.quality_retrieval:QC2Settings",
-    input_schema="pictrieve.graphs.quality_retrieval:QC2Input",
-    output_schema="pictrieve.graphs.quality_retrieval:QC2Output",
+    settings="pictrieve.agents.qc2.nodes:QC2Settings",
+    input_schema="pictrieve.agents.qc2.nodes:QC2Input",
+    output_schema="pictrieve.agents.qc2.nodes:QC2Output",
     needs=("qc2_model",),
     example_input={"query": "a dog", "levels": {"relevance": "high", "quality": "high"}},
 )
