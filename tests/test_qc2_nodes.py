@@ -9,9 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import make_photo  # noqa: E402
 from langgraph.runtime import Runtime  # noqa: E402
 from qc2_fakes import load_tiny, one_thread  # noqa: E402,F401  (one_thread: autouse)
+from test_method_contract import tiny_gallery  # noqa: E402,F401  (a fixture: four captioned photos)
 
 from pictrieve.agents.qc2.bundle import QC2Model  # noqa: E402
 from pictrieve.agents.qc2.completion import CompletionRequest, complete_queries  # noqa: E402
@@ -19,7 +19,6 @@ from pictrieve.agents.qc2.errors import QC2ModelError  # noqa: E402
 from pictrieve.agents.qc2.levels import AxisLevels  # noqa: E402
 from pictrieve.agents.qc2.nodes import QC2Settings, complete, retrieve  # noqa: E402
 from pictrieve.vectorstore.fusion import fuse_hits  # noqa: E402
-from pictrieve.vectorstore.gallery import Gallery  # noqa: E402
 
 
 def run(**settings) -> Runtime:
@@ -32,17 +31,6 @@ def tiny_model(tiny_checkpoint) -> QC2Model:
     scores = [0.1, 0.2, 0.5, 0.7, 0.9]
     axes = [AxisLevels.fit("Relevance", scores, score_key="relevance"), AxisLevels.fit("Quality", scores, score_key="brisque")]
     return QC2Model(model=model, tokenizer=tokenizer, base_model=tiny_checkpoint, axes=axes)
-
-
-@pytest.fixture(scope="module")
-def gallery(tmp_path_factory, tiny_clip_embedder):
-    root = tmp_path_factory.mktemp("qc2-nodes")
-    for i, caption in enumerate(["a black dog runs", "a brown dog jumps", "two children play", "a man rides a bike"]):
-        make_photo(root / "photos" / f"p{i}.png", seed=i)
-        (root / "photos" / f"p{i}.txt").write_text(caption + "\n")
-    store = Gallery.open(root / "g", tiny_clip_embedder)
-    store.add(root / "photos", progress=False)
-    return store
 
 
 @contextmanager
@@ -92,7 +80,8 @@ def test_complete_is_repeatable_with_a_seed_and_refuses_an_axis_the_model_lacks(
         complete({"query": "a dog", "levels": {"aesthetics": "high"}}, run(), model=tiny_model)
 
 
-def test_retrieve_searches_with_the_completion_or_fuses_several(gallery):
+def test_retrieve_searches_with_the_completion_or_fuses_several(tiny_gallery):
+    gallery = tiny_gallery
     one = retrieve({"completions": ["a black dog runs"]}, run(k=2), index=gallery)["hits"]
     assert [(h.id, h.rank) for h in one] == [(h.id, h.rank) for h in gallery.search_text("a black dog runs", k=2)]
     texts = ["a black dog runs", "two children play", "a man rides a bike"]
