@@ -43,8 +43,7 @@ def default_arm(llm: Any) -> str:
 
 @dataclass
 class PlugIRSettings(RunSettings):
-    """Run settings of :func:`~pictrieve.graphs.interactive_retrieval.build_plugir_graph` (LangGraph
-    context). ``arm`` sets the three flags."""
+    """Run settings of :func:`build_plugir_graph` (LangGraph context). ``arm`` sets the three flags."""
 
     shown_k: int = 10  # images shown per round
     candidate_k: int | None = None  # retrieval candidates; None = max(20, 1% of the gallery)

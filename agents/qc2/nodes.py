@@ -27,8 +27,7 @@ _PAPER = SamplingSettings()
 
 @dataclass
 class QC2Settings(RunSettings):
-    """Run settings of :func:`~pictrieve.graphs.quality_retrieval.build_qc2_graph` (LangGraph context);
-    sampling defaults are the paper's."""
+    """Run settings of :func:`build_qc2_graph` (LangGraph context); sampling defaults are the paper's."""
 
     k: int = 10  # images returned
     samples: int = 1  # completions sampled; several are fused by RRF
