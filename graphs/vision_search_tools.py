@@ -1,17 +1,39 @@
 """LangChain tools over pictrieve for agent apps: ``image_search``, ``ask_about_image`` and ``ask_gallery``.
 
->>> tools = [image_search_tool(gallery), ask_about_image_tool(llm=chat, search="local:./pages"),
+>>> tools = [image_search_tool(gallery), ask_about_image_tool(llm=chat, search="local:./pages", gallery=gallery),
 ...          ask_gallery_tool(gallery, reader=vlm)]
->>> agent = langgraph.prebuilt.create_react_agent(chat, tools)
+>>> agent = langchain.agents.create_agent(chat, tools)
+
+Every tool answers as LangChain's content-and-artifact tool output: the ``ToolMessage`` content is what the
+model reads (text blocks, and for the tools that find photos the photos themselves as standard image content
+blocks: JPEG thumbnails, longest side at most 512 px, so a model that sees images sees them), and its
+``artifact`` is the same result as JSON data for the program (the hits, the sources). Called with plain
+arguments instead of a ``ToolCall``, a tool returns the content alone.
+
+``ask_about_image`` takes its photo as a gallery id (with ``gallery=``), base64 image data, or a file path
+inside ``allowed_dirs`` (none by default: no path is read), the rule of :mod:`pictrieve.tools.image_inputs`
+that the MCP server follows too. Bad input (a blank query, a refused path, data that is not an image)
+comes back to the model as a one-line tool error, never as a crash of the agent.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Iterable, Sequence
+from os import PathLike
 from typing import Any
 
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.messages.content import create_image_block, create_text_block
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field
+
+from pictrieve.errors import PictrieveError
+from pictrieve.tools.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, ImageLookup, image_argument
+from pictrieve.vectorstore.hits import ImageHit
+
+IMAGE_ARGUMENT = ("The photo: a gallery id (from image_search results), base64 image data (or a data: URL), "
+                  "or a file path inside the folders this tool may read")
 
 
 class ImageSearchArgs(BaseModel):
@@ -20,41 +42,8 @@ class ImageSearchArgs(BaseModel):
 
 
 class AskAboutImageArgs(BaseModel):
-    image: str = Field(description="Path of the image file to ask about")
+    image: str = Field(description=IMAGE_ARGUMENT)
     question: str = Field(description="The question about the image")
-
-
-def image_search_tool(gallery: Any, *, name: str = "image_search") -> BaseTool:
-    """A tool that searches ``gallery`` by text and returns the hits as JSON (path, score, caption)."""
-
-    def run(query: str, k: int = 5) -> str:
-        hits = gallery.search_text(query, k=k)
-        return json.dumps([{"rank": h.rank, "path": h.path, "score": round(h.score, 4), "caption": h.caption}
-                           for h in hits])
-
-    return StructuredTool.from_function(
-        run, name=name, args_schema=ImageSearchArgs,
-        description="Search the user's photo gallery by a text description; returns JSON of matching photo paths.")
-
-
-def ask_about_image_tool(graph: Any = None, *, name: str = "ask_about_image", **builder_kwargs: Any) -> BaseTool:
-    """A tool answering a question about an image with the Vision Search Assistant graph.
-
-    ``graph``: a compiled vsa graph; else one is built with ``builder_kwargs`` (llm, vlm, detector, search).
-    """
-    if graph is None:
-        from pictrieve.graphs.vision_search import build_vision_search_graph
-
-        graph = build_vision_search_graph(None, **builder_kwargs)
-
-    def run(image: str, question: str) -> str:
-        out = graph.invoke({"image": image, "question": question})
-        sources = "\n".join(f"[{s['number']}] {s['title']} ({s['url']})" for s in out.get("sources") or [])
-        return out["answer"] + (f"\n\nSources:\n{sources}" if sources else "")
-
-    return StructuredTool.from_function(
-        run, name=name, args_schema=AskAboutImageArgs,
-        description="Answer a question about an image file from what it shows and a search, citing sources.")
 
 
 class AskGalleryArgs(BaseModel):
@@ -62,18 +51,126 @@ class AskGalleryArgs(BaseModel):
     k: int = Field(default=3, ge=1, le=10, description="How many of the best-matching photos to read")
 
 
-def ask_gallery_tool(gallery: Any, *, reader: Any, name: str = "ask_gallery", captioner: Any = None) -> BaseTool:
-    """A visual-RAG tool: find the photos of ``gallery`` that match a question and answer from them with
-    VisRet's reader (:func:`pictrieve.agents.visret.reader.answer_from_gallery`; a VLM ``reader`` sees the
-    photos, a text-only one reads their captions). The answer names the photos it was given."""
-    from pictrieve.agents.visret.reader import answer_from_gallery
+def hit_rows(hits: Iterable[ImageHit]) -> list[dict[str, Any]]:
+    """The JSON a model and a program read about each hit: rank, gallery id, file path, score, first caption."""
+    return [{"rank": h.rank, "id": h.id, "path": h.path, "score": round(h.score, 4), "caption": h.caption}
+            for h in hits]
 
-    def run(question: str, k: int = 3) -> str:
-        found = answer_from_gallery(gallery, question, reader, k=k, captioner=captioner)
-        photos = "\n".join(f"Picture {n}: {hit.path}" for n, hit in enumerate(found["hits"], start=1))
-        return f"{found['answer']}\n\nPhotos read:\n{photos}"
+
+def gallery_image_lookup(gallery: Any) -> ImageLookup | None:
+    """``id -> file path`` over ``gallery`` (``None`` for an id it does not hold), for :func:`image_argument`."""
+    if gallery is None:
+        return None
+
+    def lookup(image_id: str) -> str | None:
+        try:
+            (item,) = gallery.get([image_id])
+        except Exception:  # an unknown id (KeyError), or one the store refuses as malformed
+            return None
+        return item.path
+
+    return lookup
+
+
+def picture_blocks(hits: Sequence[ImageHit]) -> list[dict[str, Any]]:
+    """For each hit a label (``Photo n (id ...)``) and its JPEG thumbnail as a LangChain image block; a photo whose
+    file cannot be read gets a line saying so instead."""
+    from pictrieve.tools.thumbnails import jpeg_thumbnail
+
+    blocks: list[dict[str, Any]] = []
+    for n, hit in enumerate(hits, start=1):
+        label = f"Photo {n} (id {hit.id})"
+        try:
+            data = jpeg_thumbnail(hit.path)
+        except (PictrieveError, OSError):
+            blocks.append(create_text_block(f"{label}: the image file cannot be read"))
+            continue
+        blocks.append(create_text_block(f"{label}:"))
+        blocks.append(create_image_block(base64=base64.b64encode(data).decode("ascii"), mime_type="image/jpeg"))
+    return blocks
+
+
+def image_search_tool(gallery: Any, *, name: str = "image_search", pictures: bool = True) -> BaseTool:
+    """A tool that searches ``gallery`` by text: the hits as JSON (rank, id, path, score, caption) and, with
+    ``pictures``, each photo as an image block; the artifact is the list of hits."""
+
+    def run(query: str, k: int = 5) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        if not query.strip():
+            raise ToolException("the query is blank: say in words what the photos should show")
+        hits = _tool_call(lambda: gallery.search_text(query, k=k))
+        rows = hit_rows(hits)
+        return [create_text_block(json.dumps(rows)), *(picture_blocks(hits) if pictures else [])], rows
 
     return StructuredTool.from_function(
-        run, name=name, args_schema=AskGalleryArgs,
+        run, name=name, args_schema=ImageSearchArgs, response_format="content_and_artifact", handle_tool_error=True,
+        description="Search the user's photo gallery by a text description; returns the matching photos "
+                    "(id, path, score, caption as JSON) and the photos themselves.")
+
+
+def ask_about_image_tool(graph: Any = None, *, name: str = "ask_about_image", gallery: Any = None,
+                         allowed_dirs: Iterable[str | PathLike] | None = None,
+                         max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES, **builder_kwargs: Any) -> BaseTool:
+    """A tool answering a question about an image with the Vision Search Assistant graph.
+
+    ``graph``: a compiled vsa graph; else one is built with ``builder_kwargs`` (llm, vlm, detector, search).
+    The image is a gallery id of ``gallery``, base64 data, or a path inside ``allowed_dirs`` (no path is read
+    without them). The content is the cited answer and its sources; the artifact ``{"answer", "sources",
+    "citations"}``.
+    """
+    if graph is None:
+        from pictrieve.graphs.registry import get_method
+
+        graph = get_method("vsa").build(None, **builder_kwargs)
+    allowed = AllowedDirs.of(allowed_dirs)
+    lookup = gallery_image_lookup(gallery)
+
+    def run(image: str, question: str) -> tuple[str, dict[str, Any]]:
+        if not question.strip():
+            raise ToolException("the question is blank: ask something about the photo")
+
+        def answer() -> dict[str, Any]:
+            with image_argument(image, lookup_id=lookup, allowed=allowed, max_bytes=max_image_bytes) as path:
+                return graph.invoke({"image": path, "question": question})
+
+        out = _tool_call(answer)
+        sources = [{"number": int(s["number"]), "title": str(s.get("title") or ""), "url": str(s.get("url") or "")}
+                   for s in out.get("sources") or []]
+        listed = "\n".join(f"[{s['number']}] {s['title']} ({s['url']})" for s in sources)
+        text = out["answer"] + (f"\n\nSources:\n{listed}" if listed else "")
+        return text, {"answer": out["answer"], "sources": sources, "citations": out.get("citations")}
+
+    return StructuredTool.from_function(
+        run, name=name, args_schema=AskAboutImageArgs, response_format="content_and_artifact", handle_tool_error=True,
+        description="Answer a question about a photo from what it shows and a search, citing numbered sources.")
+
+
+def ask_gallery_tool(gallery: Any, *, reader: Any, name: str = "ask_gallery", captioner: Any = None,
+                     pictures: bool = True) -> BaseTool:
+    """A visual-RAG tool: find the photos of ``gallery`` that match a question and answer from them with
+    VisRet's reader (:func:`pictrieve.agents.visret.reader.answer_from_gallery`; a VLM ``reader`` sees the
+    photos, a text-only one reads their captions). The content is the answer, the photos it was given (and,
+    with ``pictures``, those photos); the artifact ``{"answer", "hits"}``."""
+    from pictrieve.agents.visret.reader import answer_from_gallery
+
+    def run(question: str, k: int = 3) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        if not question.strip():
+            raise ToolException("the question is blank: ask something about the user's photos")
+        found = _tool_call(lambda: answer_from_gallery(gallery, question, reader, k=k, captioner=captioner))
+        photos = "\n".join(f"Picture {n}: {hit.path} (id {hit.id})" for n, hit in enumerate(found["hits"], start=1))
+        text = create_text_block(f"{found['answer']}\n\nPhotos read:\n{photos}")
+        blocks = [text, *(picture_blocks(found["hits"]) if pictures else [])]
+        return blocks, {"answer": found["answer"], "hits": hit_rows(found["hits"])}
+
+    return StructuredTool.from_function(
+        run, name=name, args_schema=AskGalleryArgs, response_format="content_and_artifact", handle_tool_error=True,
         description="Answer a question about the user's own photos: finds the best-matching photos and "
-                    "answers from what they show, naming the photo files.")
+                    "answers from what they show, naming the photo files and showing the photos.")
+
+
+def _tool_call(work: Any) -> Any:
+    """Run ``work``; our anticipated failures (bad input, a model that cannot be called) become a
+    ``ToolException``, which the agent gets back as a one-line tool error."""
+    try:
+        return work()
+    except PictrieveError as exc:
+        raise ToolException(" ".join(str(exc).split())) from exc

@@ -12,12 +12,17 @@ what it should.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from pathlib import Path
+
+import numpy as np
 
 import pytest
 from langchain_core.messages import ToolCall
 from langchain_tests.integration_tests import ToolsIntegrationTests
+from PIL import Image
 
 from conftest import make_photo
 from pictrieve.graphs.vision_search_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
@@ -55,6 +60,10 @@ def vlm_endpoint():
         yield fake
 
 
+def _mean_difference(a, b) -> float:
+    return float(np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float)).mean())
+
+
 class _StandardToolSuite(ToolsIntegrationTests):
     """The suite's tests unchanged; each subclass also checks one result of its own."""
 
@@ -64,11 +73,11 @@ class _StandardToolSuite(ToolsIntegrationTests):
     def tool_constructor(self):
         return self.tool_instance
 
-    def _result(self) -> str:
+    def _message(self):
         call = ToolCall(name=self.tool_instance.name, args=self.tool_invoke_params_example, id="1", type="tool_call")
         message = self.tool_instance.invoke(call)
-        assert message.tool_call_id == "1" and isinstance(message.content, str)
-        return message.content
+        assert message.tool_call_id == "1" and message.status == "success" and message.artifact is not None
+        return message
 
 
 class TestImageSearchToolStandard(_StandardToolSuite):
@@ -80,10 +89,21 @@ class TestImageSearchToolStandard(_StandardToolSuite):
     def tool_invoke_params_example(self) -> dict:
         return {"query": "a dog on the grass", "k": 2}
 
-    def test_returns_json_hits_of_the_gallery(self):
-        rows = json.loads(self._result())
+    def test_returns_json_hits_of_the_gallery_and_their_photos(self, captioned_gallery):
+        message = self._message()
+        rows = json.loads(message.content[0]["text"])
+        assert rows == message.artifact
         assert [r["rank"] for r in rows] == [1, 2] and all(Path(r["path"]).is_file() for r in rows)
         assert {r["caption"] for r in rows} <= set(CAPTIONS)
+        assert [h.id for h in captioned_gallery.search_text("a dog on the grass", k=2)] == [r["id"] for r in rows]
+        images = [b for b in message.content if b["type"] == "image"]
+        assert len(images) == 2
+        files = sorted(Path(rows[0]["path"]).parent.glob("*.png"))
+        for row, block in zip(rows, images):  # each picture is the hit's own photo (the nearest of all three)
+            shown = Image.open(io.BytesIO(base64.b64decode(block["base64"])))
+            assert shown.format == "JPEG" and shown.size == (48, 40)  # small photos are never enlarged
+            nearest = min(files, key=lambda f: _mean_difference(shown.convert("RGB"), Image.open(f).convert("RGB")))
+            assert str(nearest) == row["path"]
 
 
 class TestAskGalleryToolStandard(_StandardToolSuite):
@@ -96,8 +116,10 @@ class TestAskGalleryToolStandard(_StandardToolSuite):
         return {"question": "which photo shows a dog?", "k": 2}
 
     def test_answer_names_the_photos_it_read(self):
-        text = self._result()
+        message = self._message()
+        text = message.content[0]["text"]
         assert "Photos read:" in text and text.count("Picture ") == 2
+        assert len(message.artifact["hits"]) == 2 and sum(b["type"] == "image" for b in message.content) == 2
 
 
 class TestAskAboutImageToolStandard(_StandardToolSuite):
@@ -110,7 +132,7 @@ class TestAskAboutImageToolStandard(_StandardToolSuite):
         graph = build_vision_search_graph(
             None, llm=tiny_chat, detector=tiny_owlvit_detector(), search=pages,
             vlm=create_region_captioner("openai:fake-vlm", base_url=vlm_endpoint.base_url))
-        self.tool_instance = ask_about_image_tool(graph)
+        self.tool_instance = ask_about_image_tool(graph, allowed_dirs=[self.photo.parent])
 
     @property
     def tool_invoke_params_example(self) -> dict:
@@ -118,7 +140,7 @@ class TestAskAboutImageToolStandard(_StandardToolSuite):
 
     def test_the_graph_saw_the_photo_through_the_vlm(self, vlm_endpoint):
         before = len(vlm_endpoint.requests)
-        assert self._result()
+        assert self._message().content
         sent = vlm_endpoint.requests[before:]
         assert sent and all(r["path"].endswith("/chat/completions") for r in sent)
         assert any(part.get("type") == "image_url" for r in sent for m in r["body"]["messages"]

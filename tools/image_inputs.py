@@ -1,0 +1,185 @@
+"""Image arguments that come from outside the process: an agent's tool call names a photo as a gallery id,
+base64 image data, or a file path, and only paths under the folders the operator allowed may be read.
+
+The MCP server (``pictrieve mcp``) and the LangChain tools (:mod:`pictrieve.graphs.vision_search_tools`)
+resolve their ``image`` arguments here, so both follow one rule:
+
+- **ids**: a photo of the gallery, looked up by the caller's ``lookup_id`` (the file path comes from the
+  gallery, never from the request);
+- **base64** (or a ``data:image/...;base64,`` URL): decoded, size-capped before decoding, written to a
+  private temporary folder that lives as long as the ``with`` block;
+- **paths**: only inside an :class:`AllowedDirs` folder, checked on the real path (symlinks and ``..``
+  resolved first), so a link inside an allowed folder that points outside it is refused too. With no
+  allowed folder (the default) no path is read at all.
+
+Every refusal is one line that names no file content; a path outside the allowed folders is refused
+before anything is read, with the same words whether or not the file exists. What is accepted is then
+decoded once by the guarded loader (:func:`pictrieve.tools.images.load_image`: header pixel cap, full
+decode), so a bad image is refused before any model loads.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pictrieve.errors import PictrieveError
+from pictrieve.tools.images import load_image
+
+DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
+"""Largest image file or decoded base64 image accepted (the web page's upload cap)."""
+
+GALLERY_ID = re.compile(r"[0-9a-f]{24}\Z")
+"""The shape of a gallery record id (:func:`pictrieve.vectorstore.chroma_store.path_id`)."""
+_BASE64 = re.compile(r"[A-Za-z0-9+/=_\-\s]+\Z")
+_DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w=.+-]+)*;base64,(?P<data>.*)\Z", re.S | re.I)
+MIN_BASE64_CHARS = 64
+"""Shorter strings are never read as base64 (no image file is that small), so short names are never decoded."""
+
+ImageLookup = Callable[[str], "str | None"]
+"""``lookup_id(value) -> file path`` of a gallery image, or ``None`` when ``value`` is no id of the gallery."""
+
+
+class ImageInputError(PictrieveError, ValueError):
+    """An image argument that cannot be used; the message is one line for the caller (a model, a person)."""
+
+
+class PathNotAllowedError(ImageInputError):
+    """A path outside the folders this process may read (nothing was read)."""
+
+
+@dataclass(frozen=True)
+class AllowedDirs:
+    """The folders whose files an image argument may name (real paths); empty: no path is allowed."""
+
+    dirs: tuple[Path, ...] = ()
+
+    @classmethod
+    def of(cls, dirs: Iterable[str | os.PathLike] | None) -> "AllowedDirs":
+        """The allow-list for ``dirs``, each resolved to its real path; a folder that does not exist is an error
+        (said when the server starts, not when a file is asked for)."""
+        resolved = []
+        for folder in dirs or ():
+            real = Path(os.path.realpath(Path(folder).expanduser()))
+            if not real.is_dir():
+                raise ImageInputError(f"allowed folder {folder} is not a folder")
+            resolved.append(real)
+        return cls(tuple(dict.fromkeys(resolved)))
+
+    def __bool__(self) -> bool:
+        return bool(self.dirs)
+
+    def describe(self) -> str:
+        return ", ".join(map(str, self.dirs)) if self.dirs else "none"
+
+    def resolve(self, path: str | os.PathLike) -> Path:
+        """The real path of ``path`` when it lies inside an allowed folder, else :class:`PathNotAllowedError`.
+
+        Decided on the real path alone (``realpath``: symlinks and ``..`` resolved), before the file is opened
+        or even checked for existence, so the answer says nothing about files outside the allowed folders.
+        """
+        text = os.fspath(path)
+        if "\x00" in text:
+            raise PathNotAllowedError("the image path holds a NUL character")
+        real = Path(os.path.realpath(Path(text).expanduser()))
+        if not any(real == folder or real.is_relative_to(folder) for folder in self.dirs):
+            raise PathNotAllowedError(self.refusal())
+        return real
+
+    def refusal(self) -> str:
+        if not self.dirs:
+            return ("this server reads no image paths (none were allowed): pass a gallery id or base64 image data, "
+                    "or start the server with --allow-dir DIR")
+        return (f"the image path is outside the folders this server may read ({self.describe()}); pass a gallery id, "
+                "base64 image data, or a path inside one of those folders")
+
+
+def looks_like_image_data(value: str) -> bool:
+    """Whether ``value`` is meant as image data: a ``data:`` URL, or a long run of base64 characters."""
+    text = value.strip()
+    if _DATA_URL.match(text):
+        return True
+    return len(text) >= MIN_BASE64_CHARS and _BASE64.match(text) is not None
+
+
+def decode_image_data(value: str, *, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
+    """The bytes of base64 image data (plain, URL-safe, or a ``data:`` URL), refused above ``max_bytes``
+    before decoding; :class:`ImageInputError` when it is not base64."""
+    text = value.strip()
+    match = _DATA_URL.match(text)
+    if match:
+        text = match.group("data").strip()
+    text = re.sub(r"\s+", "", text)
+    if len(text) * 3 // 4 > max_bytes + 3:
+        raise ImageInputError(f"the image data is larger than {_size(max_bytes)}; send a smaller image")
+    text = text.replace("-", "+").replace("_", "/")
+    try:
+        data = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ImageInputError("the image data is not valid base64") from None
+    if len(data) > max_bytes:
+        raise ImageInputError(f"the image data is larger than {_size(max_bytes)}; send a smaller image")
+    return data
+
+
+@contextmanager
+def image_argument(
+    value: str,
+    *,
+    lookup_id: ImageLookup | None = None,
+    allowed: AllowedDirs = AllowedDirs(),
+    max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+) -> Iterator[str]:
+    """The file of the image ``value`` names (a gallery id, base64 data, or an allowed path), checked to decode.
+
+    Yields a path that stays valid inside the ``with`` block (base64 data is written to a temporary folder
+    removed afterwards). Raises :class:`ImageInputError` with one line for anything that cannot be used.
+    """
+    text = str(value or "").strip()
+    if not text:
+        raise ImageInputError("the image is blank: pass a gallery id, base64 image data, or an allowed file path")
+    found = lookup_id(text) if lookup_id is not None and len(text) < MIN_BASE64_CHARS and _is_name(text) else None
+    if found is not None:
+        if not Path(found).is_file():
+            raise ImageInputError(f"the file of gallery image {text} is gone (run `pictrieve sync` on the gallery)")
+        yield found
+        return
+    if looks_like_image_data(text):
+        data = decode_image_data(text, max_bytes=max_bytes)
+        with tempfile.TemporaryDirectory(prefix="pictrieve-image-") as folder:
+            path = Path(folder) / "image"
+            path.write_bytes(data)
+            _check_decodes(path, shown="the image data")
+            yield str(path)
+        return
+    if GALLERY_ID.match(text):
+        raise ImageInputError(f"no image with id {text} in this gallery (ids come from search results)")
+    real = allowed.resolve(text)
+    if not real.is_file():
+        raise ImageInputError(f"no image file at {text}")
+    if real.stat().st_size > max_bytes:
+        raise ImageInputError(f"the image file is larger than {_size(max_bytes)}; use a smaller one")
+    _check_decodes(real, shown=text)
+    yield str(real)
+
+
+def _is_name(text: str) -> bool:
+    return "/" not in text and "\\" not in text and not text.startswith("~")
+
+
+def _check_decodes(path: Path, *, shown: str) -> None:
+    try:
+        load_image(path)
+    except PictrieveError as exc:  # ImageDecodeError: one line, naming the file as the caller knows it
+        raise ImageInputError(str(exc).replace(str(path), shown)) from None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n / 1024:g} KiB"
