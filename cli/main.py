@@ -28,6 +28,7 @@ COMMANDS = {
     "serve": ("pictrieve.cli.serve:serve", "Serve every method's graph on a local LangGraph server."),
     "ask": ("pictrieve.cli.ask:ask", "Ask about a photo; answered from the photo and a web or local search, with sources."),
     "ui": ("pictrieve.cli.ui:ui", "Serve a web page to search, chat and steer over a gallery."),
+    "mcp": ("pictrieve.cli.mcp:mcp", "Serve the gallery's tools to MCP clients (agent apps), over stdio or HTTP."),
     "fetch-models": ("pictrieve.cli.fetch_models:fetch_models", "Fetch the offline models once, before going offline."),
     "train-embedder": ("pictrieve.cli.train_embedder:train_embedder", "Train the offline image head on your captioned photos."),
     "eval": ("pictrieve.cli.main:eval_group", "Measure retrieval quality on your own captioned photos."),

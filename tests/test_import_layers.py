@@ -2,7 +2,7 @@
 
 Read from the source (no module is imported): every ``import pictrieve...`` of every installed module.
 
-- **Layers**: ``cli`` -> ``ui``/``evaluation`` -> ``graphs`` -> ``agents`` -> ``vectorstore`` -> ``tools``/``prompts``
+- **Layers**: ``cli`` -> ``ui``/``mcp_server``/``evaluation`` -> ``graphs`` -> ``agents`` -> ``vectorstore`` -> ``tools``/``prompts``
   -> ``errors``. No import, at the top of a module or inside a function, goes to a higher layer: a method's
   folder (``agents/<m>/``) names its graph builder as a ``"module:attribute"`` string, never an import.
 - **No circle**: the imports made when a module loads (top level, outside ``if TYPE_CHECKING``) form no
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NOT_INSTALLED = {"tests", "benchmarks", "examples", "docs", "build", "dist"}
 LAYERS = {"errors": 0, "tools": 1, "prompts": 1, "vectorstore": 2, "agents": 3, "graphs": 4,
-          "evaluation": 5, "ui": 5, "cli": 6}
+          "evaluation": 5, "ui": 5, "mcp_server": 5, "cli": 6}
 
 
 def modules() -> dict[str, Path]:

@@ -1,0 +1,116 @@
+"""``pictrieve mcp``: serve a gallery's tools to any MCP client (Claude Desktop, VS Code, agent frameworks)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command("mcp", epilog="Examples:\n\n\b\n  pictrieve mcp --gallery ./my.gallery\n"
+               "  pictrieve mcp --gallery ./my.gallery --search local:./pages --allow-dir ~/Pictures\n"
+               "  pictrieve mcp --gallery ./my.gallery --transport http --port 8765\n\n"
+               "README.md, 'Use it from any agent app (MCP)', has client configurations.")
+@click.option("--gallery", "-g", required=True, metavar="PATH|URL", help="Gallery to serve.")
+@click.option("--embedder", "-e", default=None, metavar="NAME", help="Embedder (default: the gallery's).")
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
+              help="stdio: the client starts this command; http: streamable HTTP at http://HOST:PORT/mcp.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="HTTP: address to listen on. Any other than loopback needs --token.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535), help="HTTP: port.")
+@click.option("--token", envvar="PICTRIEVE_MCP_TOKEN", default=None, metavar="TOKEN",
+              help="HTTP: bearer token clients must send (default: $PICTRIEVE_MCP_TOKEN; none on loopback).")
+@click.option("--search", default=None, metavar="NAME",
+              help="Where ask_about_image searches: ddgs (DuckDuckGo, needs internet) or local:DIR (a folder of "
+                   "pages). Default: no search; answers come from the photo alone.")
+@click.option("--llm", default="offline", show_default=True, metavar="NAME",
+              help="Chat model for ask_about_image, ask_gallery and find_photo: offline, openai:MODEL, local:DIR.")
+@click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:...")
+@click.option("--vlm", default="offline", show_default=True, metavar="NAME",
+              help="Describes photo regions for ask_about_image: offline or openai:MODEL.")
+@click.option("--vlm-base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint of the --vlm.")
+@click.option("--detector", default="ssd", show_default=True, metavar="NAME",
+              help="Finds regions for ask_about_image: ssd or zeroshot:MODEL.")
+@click.option("--visualizer", default=None, envvar="PICTRIEVE_VISUALIZER", metavar="NAME",
+              help="Guide pictures for search_images' visret and needle methods, e.g. exemplar:DIR (a captioned "
+                   "folder; finds matching photos, does not generate). Default: $PICTRIEVE_VISUALIZER; none.")
+@click.option("--captioner", default="auto", show_default=True, metavar="NAME",
+              help="Describes uncaptioned photos for find_photo's questions (see `pictrieve chat --help`).")
+@click.option("--allow-dir", "allow_dirs", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False),
+              help="A folder whose image files tools may read by path (repeatable). Default: none; images are "
+                   "gallery ids or base64 data.")
+@click.option("--state-dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
+              help="Where find_photo sessions are kept (default: the pictrieve cache folder).")
+@click.option("--max-image-mb", default=20.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Largest image a tool accepts or a resource sends.")
+def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int, token: str | None,
+        search: str | None, llm: str, base_url: str | None, vlm: str, vlm_base_url: str | None, detector: str,
+        visualizer: str | None, captioner: str, allow_dirs: tuple[str, ...], state_dir: str | None,
+        max_image_mb: float) -> None:
+    """Serve the gallery to MCP clients: search_images, search_by_image, ask_about_image, ask_gallery,
+    find_photo / answer_question, gallery_info, and the resources pictrieve://gallery and pictrieve://image/{id}.
+
+    Over stdio (the default) the MCP client starts this command itself; nothing but protocol messages is
+    written to stdout (logs go to stderr). Models load on first need.
+    """
+    from pictrieve.cli.chat import default_checkpoint_path
+    from pictrieve.mcp_server.http import check_exposure
+    from pictrieve.mcp_server.server import create_server
+    from pictrieve.mcp_server.service import PictrieveService, ServerSettings
+    from pictrieve.tools.image_inputs import AllowedDirs
+    from pictrieve.vectorstore.gallery import Gallery
+
+    if transport == "http":
+        check_exposure(host, token)
+    elif token:
+        click.echo("pictrieve mcp: --token applies to --transport http only; ignored over stdio", err=True)
+    _check_names(llm, base_url, vlm, vlm_base_url, search, visualizer)
+    # Protocol messages alone on stdout: the original stream is kept for them, and anything else written to
+    # it (a library's print, a native library's message) goes to stderr.
+    protocol = _take_stdout() if transport == "stdio" else None
+    opened = Gallery.open(gallery, embedder, create=False)
+    settings = ServerSettings(
+        state_dir=Path(state_dir) if state_dir else default_checkpoint_path().parent / "mcp",
+        llm=llm, base_url=base_url, vlm=vlm, vlm_base_url=vlm_base_url, detector=detector, search=search,
+        visualizer=visualizer, captioner=captioner, allowed_dirs=AllowedDirs.of(allow_dirs),
+        max_image_bytes=int(max_image_mb * 2**20))
+    server = create_server(PictrieveService(opened, settings), host=host, port=port)
+    where = (f"streamable HTTP at http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
+             + (" (bearer token required)" if token else "")) if transport == "http" else "stdio"
+    click.echo(f"pictrieve mcp: {opened.count()} images in {opened.location}; {where}", err=True)
+    if transport == "http":
+        from pictrieve.mcp_server.http import serve_http
+
+        serve_http(server, host=host, port=port, token=token)
+    else:
+        server.protocol_stdout = protocol
+        server.run("stdio")
+
+
+def _check_names(llm: str, base_url: str | None, vlm: str, vlm_base_url: str | None, search: str | None,
+                 visualizer: str | None) -> None:
+    """Refuse a misspelt model, search or visualizer now, not at the first tool call (cheap: nothing loads)."""
+    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.vlm import create_region_captioner
+
+    create_chat_model(llm, base_url=base_url)  # models load on first use; the name is checked here
+    create_region_captioner(vlm, base_url=vlm_base_url)
+    if search:
+        from pictrieve.tools.web_search import check_search_name
+
+        check_search_name(search)
+    if visualizer:
+        from pictrieve.tools.visualizers import VISUALIZERS
+
+        VISUALIZERS.check(visualizer)
+
+
+def _take_stdout():  # noqa: ANN202 - a binary file
+    """The process's stdout, kept for the protocol; file descriptor 1 then points at stderr."""
+    sys.stdout.flush()
+    protocol = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    return protocol

@@ -1,0 +1,16 @@
+"""``pictrieve mcp``: the gallery and the methods as a Model Context Protocol server, for any agent app.
+
+Built on the official ``mcp`` Python SDK (FastMCP), over stdio (the default) or streamable HTTP. The parts:
+
+- :mod:`.service`: what each tool does, as plain blocking calls over a gallery (graphs built from the method
+  registry on first need, so listing tools and ``gallery_info`` answer at once);
+- :mod:`.sessions`: PlugIR sessions (``find_photo`` / ``answer_question``) kept in a SQLite checkpointer, so
+  they survive a server restart;
+- :mod:`.schemas`: the tools' structured outputs (their ``outputSchema``);
+- :mod:`.server`: the MCP tools and resources, their JSON schemas and descriptions (written for a model),
+  photos as MCP image content, every failure as a one-line tool error (``isError``), blocking work in
+  worker threads with progress notifications;
+- :mod:`.http`: streamable HTTP on loopback by default, with an optional bearer token.
+
+The package is not named ``mcp``: that would shadow the SDK.
+"""

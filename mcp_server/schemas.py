@@ -1,0 +1,75 @@
+"""The structured results of the MCP tools (each tool's ``outputSchema``), as pydantic models.
+
+A tool's result carries one of these as ``structuredContent``, the same JSON as its first text block
+(for clients that read only text), and, for tools that find photos, the photos as image content.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class Hit(BaseModel):
+    """One photo found."""
+
+    id: str = Field(description="Gallery id: pass it to search_by_image or ask_about_image, or read "
+                                "pictrieve://image/{id}")
+    rank: int = Field(description="1 for the best match")
+    score: float = Field(description="How well it matches (higher is better; cosine similarity for plain search)")
+    caption: str = Field(default="", description="The photo's first stored caption, if it has one")
+    path: str = Field(default="", description="The photo's file on the server")
+
+
+class SearchResult(BaseModel):
+    method: str = Field(description="The retrieval method that ranked the photos")
+    hits: list[Hit] = Field(description="The photos, best first; the image content shows them in this order")
+
+
+class Source(BaseModel):
+    number: int = Field(description="The number the answer cites as [n]")
+    title: str
+    url: str
+    cited: bool = Field(description="Whether the answer cites it")
+
+
+class ImageAnswer(BaseModel):
+    answer: str = Field(description="The answer, citing sources as [n]")
+    sources: list[Source] = Field(description="The pages read, numbered")
+    answerer: str = Field(default="", description="How the answer was written: llm, or extractive (quoted sentences)")
+
+
+class GalleryAnswer(BaseModel):
+    answer: str
+    hits: list[Hit] = Field(description="The photos the answer was read from (Picture n is hits[n-1])")
+
+
+class PhotoSession(BaseModel):
+    session: str = Field(description="Pass it to answer_question")
+    done: bool = Field(description="True when the session has ended (found, stopped, or out of questions)")
+    round: int = Field(description="The question's number")
+    question: str = Field(default="", description="The question to answer next (empty when done)")
+    options: list[str] = Field(default_factory=list, description="The choices, for a multiple-choice question")
+    query: str = Field(default="", description="The description the photos are searched with now")
+    results: list[Hit] = Field(description="The current best photos (the final ones when done)")
+    found: Hit | None = Field(default=None, description="The photo picked as the one, when one was")
+    note: str = Field(default="", description="Anything else to know (e.g. the person declined to answer)")
+
+
+class EmbedderInfo(BaseModel):
+    name: str
+    dim: int
+    images: int
+    default: bool
+
+
+class GalleryInfo(BaseModel):
+    gallery: str = Field(description="Where the gallery is (a folder or a Chroma server)")
+    images: int = Field(description="How many photos it holds (for the default embedder)")
+    embedders: list[EmbedderInfo]
+    search_methods: list[str] = Field(description="What search_images' method accepts on this server")
+    visualizer: str | None = Field(description="What makes guide pictures for visret and needle (None: not set up)")
+    web_search: str | None = Field(description="Where ask_about_image searches (None: it answers from the photo alone)")
+    chat_model: str
+    allowed_dirs: list[str] = Field(description="Folders whose files image arguments may name (empty: ids and "
+                                                "base64 only)")
+    max_image_bytes: int

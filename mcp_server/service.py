@@ -1,0 +1,227 @@
+"""What the MCP tools do, as plain blocking calls over one gallery (the server runs each in a worker thread).
+
+Graphs come from the method registry (:meth:`~pictrieve.agents.method.Method.build`) and models are made on
+first need, then kept: ``gallery_info`` and listing the tools load nothing, a first search loads the
+embedder, a first question to the Vision Search Assistant its detector and describer. Every refusal of bad
+input is a :class:`ToolInputError` (a :class:`~pictrieve.errors.PictrieveError`) with one line for the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pictrieve.errors import PictrieveError
+from pictrieve.graphs.registry import get_method
+from pictrieve.graphs.vision_search_tools import gallery_image_lookup
+from pictrieve.mcp_server.sessions import PhotoSessions
+from pictrieve.tools.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, image_argument
+from pictrieve.vectorstore.hits import ImageHit
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+SEARCH_METHODS = ("search", "visret", "needle")
+"""What ``search_images`` ranks with: plain search, or (with a visualizer) VisRet and NEEDLE."""
+MAX_K = 20
+"""Most photos one call returns (each comes back as a picture)."""
+SHOWN_PER_ROUND = 5
+"""Photos a PlugIR session shows with each question."""
+
+
+def no_progress(message: str) -> None:
+    """A :data:`Progress` that reports nowhere."""
+
+
+class ToolInputError(PictrieveError, ValueError):
+    """A tool argument that cannot be used as given; the message is the one line the model reads."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What ``pictrieve mcp`` was started with (names are built on first need)."""
+
+    state_dir: Path
+    llm: str = "offline"
+    base_url: str | None = None
+    vlm: str = "offline"
+    vlm_base_url: str | None = None
+    detector: str = "ssd"
+    search: str | None = None
+    visualizer: str | None = None
+    captioner: str = "auto"
+    allowed_dirs: AllowedDirs = field(default_factory=AllowedDirs)
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+
+
+class PictrieveService:
+    """The tools' work over ``gallery`` (a :class:`~pictrieve.vectorstore.gallery.Gallery`)."""
+
+    def __init__(self, gallery: Any, settings: ServerSettings) -> None:
+        self.gallery, self.settings = gallery, settings
+        self._made: dict[str, Any] = {}
+        self._lock = threading.RLock()  # building a part may build another (a graph its visualizer)
+        self._lookup = gallery_image_lookup(gallery)
+
+    # --- parts, made once on first need ------------------------------------------------------------
+
+    def _part(self, key: str, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key not in self._made:
+                self._made[key] = make()
+            return self._made[key]
+
+    def chat_model(self) -> Any:
+        from pictrieve.tools.chat_models import create_chat_model
+
+        return self._part("llm", lambda: create_chat_model(self.settings.llm, base_url=self.settings.base_url))
+
+    def _rewriter(self) -> Any:
+        """The chat model VisRet and NEEDLE rewrite a query with; none with the offline model (its rewrites
+        are slow and poor, so the query is visualized as written, as on the web page)."""
+        from pictrieve.tools.chat_models import is_offline_chat_model
+
+        return None if is_offline_chat_model(self.settings.llm) else self.chat_model()
+
+    def visualizer(self) -> Any:
+        if not self.settings.visualizer:
+            raise ToolInputError("visret and needle need a visualizer, and this server has none: restart it with "
+                                  "--visualizer exemplar:DIR (DIR: a folder of photos with captions.jsonl), or use "
+                                  "method='search'")
+        from pictrieve.tools.visualizers import create_visualizer
+
+        return self._part("visualizer", lambda: create_visualizer(self.settings.visualizer))
+
+    def graph(self, name: str) -> Any:
+        """``name``'s graph over the gallery, its needs from the server's settings."""
+
+        def build() -> Any:
+            method = get_method(name)
+            if name == "visret":
+                return method.build(self.gallery, llm=self._rewriter(), visualizer=self.visualizer())
+            if name == "needle":
+                return method.build(self.gallery, llm=self._rewriter(), visualizers=[self.visualizer()])
+            if name == "vsa":
+                from pictrieve.tools.vlm import create_region_captioner
+
+                vlm = create_region_captioner(self.settings.vlm, base_url=self.settings.vlm_base_url)
+                return method.build(self.gallery, llm=self.chat_model(), vlm=vlm, detector=self.settings.detector,
+                                    search=self.settings.search)
+            return method.build(self.gallery)
+
+        return self._part(f"graph:{name}", build)
+
+    def sessions(self) -> PhotoSessions:
+        def build() -> PhotoSessions:
+            from pictrieve.graphs.checkpoints import sqlite_checkpointer
+            from pictrieve.graphs.interactive_retrieval import default_arm
+
+            saver = sqlite_checkpointer(Path(self.settings.state_dir) / "plugir-sessions.sqlite")
+            graph = get_method("plugir").build(self.gallery, llm=self.chat_model(), captioner=self.settings.captioner,
+                                               checkpointer=saver)
+            return PhotoSessions(graph, {"shown_k": SHOWN_PER_ROUND, "arm": default_arm(self.chat_model())})
+
+        return self._part("sessions", build)
+
+    # --- the tools' work ---------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """What ``pictrieve info`` shows, and what this server is set up to do (loads no model)."""
+        from pictrieve.vectorstore.gallery import gallery_contents
+
+        rows = gallery_contents(self.gallery.location)
+        return {"gallery": str(self.gallery.location), "images": self.gallery.count(),
+                "embedders": [{"name": r["embedder"], "dim": int(r["dim"] or 0), "images": int(r["images"]),
+                               "default": bool(r["default"])} for r in rows],
+                "search_methods": list(SEARCH_METHODS) if self.settings.visualizer else ["search"],
+                "visualizer": self.settings.visualizer, "web_search": self.settings.search,
+                "chat_model": self.settings.llm, "allowed_dirs": [str(d) for d in self.settings.allowed_dirs.dirs],
+                "max_image_bytes": self.settings.max_image_bytes}
+
+    def search(self, query: str, k: int, method: str, progress: Progress = no_progress) -> list[ImageHit]:
+        query = _text(query, "the query", "say in words what the photos should show")
+        if method not in SEARCH_METHODS:
+            raise ToolInputError(f"unknown method {method!r}: use one of {', '.join(SEARCH_METHODS)}")
+        if method != "search":
+            self.visualizer()  # says how to set one up before anything loads
+            progress(f"{method}: making guide pictures of the query")
+        graph = self.graph(method)
+        hits: list[ImageHit] = []
+        for mode, chunk in graph.stream({"query": query}, context={"k": _k(k)}, stream_mode=["updates", "values"]):
+            if mode == "values":
+                hits = list(chunk.get("hits") or [])
+            elif method != "search":
+                progress(f"{method}: " + ", ".join(f"{node} done" for node in chunk))
+        return hits[: _k(k)]
+
+    def search_by_image(self, image: str, k: int) -> list[ImageHit]:
+        with self._image(image) as path:
+            return list(self.graph("search").invoke({"image": path}, context={"k": _k(k)})["hits"])
+
+    def ask_about_image(self, image: str, question: str, progress: Progress = no_progress) -> dict[str, Any]:
+        question = _text(question, "the question", "ask something about the photo")
+        with self._image(image) as path:
+            progress("looking at the photo (the first question loads the detector and describer)")
+            state: dict[str, Any] = {}
+            for update in self.graph("vsa").stream({"image": path, "question": question}, stream_mode="updates"):
+                for node, change in update.items():
+                    if change:
+                        state.update({key: value for key, value in change.items() if key != "searched"})
+                        progress(f"{node} done")
+        cited = set((state.get("citations") or {}).get("cited") or [])
+        sources = [{"number": int(s["number"]), "title": str(s.get("title") or s.get("url") or ""),
+                    "url": str(s.get("url") or ""), "cited": state.get("citations") is None or int(s["number"]) in cited}
+                   for s in state.get("sources") or []]
+        return {"answer": str(state.get("answer", "")), "sources": sources, "answerer": str(state.get("answerer", ""))}
+
+    def ask_gallery(self, question: str, k: int) -> dict[str, Any]:
+        from pictrieve.agents.visret.reader import answer_from_gallery
+
+        question = _text(question, "the question", "ask something about the photos")
+        if not 1 <= int(k) <= 10:
+            raise ToolInputError(f"k must be between 1 and 10, not {k}")
+        found = answer_from_gallery(self.gallery, question, self.chat_model(), k=int(k))
+        return {"answer": str(found["answer"]), "hits": list(found["hits"])}
+
+    def find_photo(self, description: str, progress: Progress = no_progress) -> dict[str, Any]:
+        description = _text(description, "the description", "describe the photo you are looking for")
+        progress("searching and thinking of a first question")
+        return self.sessions().start(description, progress)
+
+    def answer_question(self, session: str, answer: str, progress: Progress = no_progress) -> dict[str, Any]:
+        answer = _text(answer, "the answer", "answer the question, say 'found N' for photo N, or 'stop'")
+        return self.sessions().answer(str(session or "").strip(), answer, progress)
+
+    def image_file(self, image_id: str) -> Path:
+        """The file of gallery image ``image_id`` (ids only: a path is just an unknown id here)."""
+        found = self._lookup(str(image_id)) if self._lookup else None
+        if found is None:
+            raise ToolInputError(f"no image with id {str(image_id)[:64]} in this gallery (ids come from search results)")
+        path = Path(found)
+        if not path.is_file():
+            raise ToolInputError(f"the file of gallery image {image_id} is gone (run `pictrieve sync` on the gallery)")
+        if path.stat().st_size > self.settings.max_image_bytes:
+            raise ToolInputError(f"the image file is larger than this server sends ({self.settings.max_image_bytes / 2**20:g} "
+                                 "MiB); search results show it as a thumbnail")
+        return path
+
+    def _image(self, image: str) -> Any:
+        return image_argument(image, lookup_id=self._lookup, allowed=self.settings.allowed_dirs,
+                              max_bytes=self.settings.max_image_bytes)
+
+
+def _text(value: Any, what: str, fix: str) -> str:
+    text = str(value or "").strip()
+    if not text:
+        raise ToolInputError(f"{what} is blank: {fix}")
+    return text
+
+
+def _k(k: Any) -> int:
+    if not 1 <= int(k) <= MAX_K:
+        raise ToolInputError(f"k must be between 1 and {MAX_K}, not {k}")
+    return int(k)

@@ -1,0 +1,139 @@
+"""Starting ``pictrieve mcp`` for real and connecting the official Python MCP client to it (stdio or HTTP).
+
+The server is the command a person runs (``python -m pictrieve.cli.main mcp ...``, the session's isolated
+home and caches in its environment); nothing of it is replaced.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import numpy as np
+from PIL import Image
+
+from conftest import free_port
+
+MCP_COMMAND = [sys.executable, "-m", "pictrieve.cli.main", "mcp"]
+CALL_TIMEOUT = timedelta(seconds=600)
+
+
+def server_env() -> dict[str, str]:
+    """The test session's environment (isolated home and caches), with one torch thread."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+@asynccontextmanager
+async def stdio_session(args: list[str], **session_kwargs: Any) -> AsyncIterator[Any]:
+    """A Python MCP client session with a fresh ``pictrieve mcp ARGS`` over stdio (the client starts it)."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=MCP_COMMAND[0], args=[*MCP_COMMAND[1:], *args], env=server_env())
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT, **session_kwargs) as session:
+            await session.initialize()
+            yield session
+
+
+class HttpServer:
+    """``pictrieve mcp --transport http ARGS`` in a subprocess on a free loopback port, until ``stop()``."""
+
+    def __init__(self, args: list[str], token: str | None = None, *, wait: float = 180.0) -> None:
+        self.token = token
+        for _attempt in range(3):  # a free port may be taken between the probe and the bind: try another
+            self.port = free_port()
+            self.log = Path(os.environ.get("PICTRIEVE_CACHE", "/tmp")) / f"mcp-http-{self.port}.log"
+            env = {key: value for key, value in server_env().items() if key != "PICTRIEVE_MCP_TOKEN"}
+            if token:
+                env["PICTRIEVE_MCP_TOKEN"] = token  # the variable, as a person would set it
+            with open(self.log, "wb") as log:
+                self.process = subprocess.Popen([*MCP_COMMAND, "--transport", "http", "--port", str(self.port), *args],
+                                                env=env, stdout=log, stderr=subprocess.STDOUT)
+            if self._wait_listening(wait):
+                return
+            self.stop()
+        raise RuntimeError(f"pictrieve mcp --transport http did not start:\n{self.output()}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def _wait_listening(self, wait: float) -> bool:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return True
+            time.sleep(0.2)
+        return False
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    @asynccontextmanager
+    async def session(self, token: str | None = None, **session_kwargs: Any) -> AsyncIterator[Any]:
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        token = self.token if token is None else token
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        async with create_mcp_http_client(headers=headers) as http:
+            async with streamable_http_client(self.url, http_client=http) as (read, write, _session_id):
+                async with ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT, **session_kwargs) as session:
+                    await session.initialize()
+                    yield session
+
+
+# --- what comes back --------------------------------------------------------------------------------------
+
+def pictures(result: Any) -> list[Image.Image]:
+    """The image content of a tool result, decoded (each checked to be a JPEG)."""
+    out = []
+    for block in result.content:
+        if block.type == "image":
+            assert block.mimeType == "image/jpeg"
+            picture = Image.open(io.BytesIO(base64.b64decode(block.data)))
+            assert picture.format == "JPEG"
+            out.append(picture)
+    return out
+
+
+def error_text(result: Any) -> str:
+    """The one line of a tool error (checked to be an error of one text line)."""
+    assert result.isError, result
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    text = result.content[0].text
+    assert text.strip() and "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+def mean_colour(image: Image.Image) -> np.ndarray:
+    return np.asarray(image.convert("RGB"), dtype=float).reshape(-1, 3).mean(axis=0)
+
+
+def image_data(image: Image.Image, fmt: str = "PNG") -> str:
+    out = io.BytesIO()
+    image.save(out, format=fmt)
+    return base64.b64encode(out.getvalue()).decode("ascii")

@@ -1,0 +1,322 @@
+"""``pictrieve mcp`` with the official Python MCP client, over stdio and over streamable HTTP.
+
+The server is the real command in a subprocess, over a real gallery (tiny random CLIP: its ranking means
+nothing, so ids are checked against the gallery's own ranking and each picture against its photo), the
+offline Vision Search Assistant (a tiny random OWL-ViT finds no region, the offline describer, the example
+pages searched offline with MiniLM, the extractive answerer), and PlugIR's offline questioner with its
+sessions in SQLite. No network; the chat model is never loaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import REPO_ROOT
+from mcp_helpers import HttpServer, error_text, image_data, mean_colour, pictures, server_env, stdio_session
+
+pytestmark = pytest.mark.server
+
+PAGES = REPO_ROOT / "examples" / "vsa-offline" / "pages"
+COLOURS = {"a red square": (220, 30, 30), "a green field": (30, 200, 40), "a blue sky": (40, 60, 230),
+           "a brown horse in a field": (120, 80, 40)}
+TOOLS = {"search_images", "search_by_image", "ask_about_image", "ask_gallery", "find_photo", "answer_question",
+         "gallery_info"}
+SECRET = "TOP-SECRET-LINE-7731"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_clip_name):
+    """A gallery of four coloured photos (captioned), an allowed folder, files outside it, and the server's
+    arguments."""
+    from test_vsa import tiny_owlvit_detector
+
+    from pictrieve.vectorstore.gallery import Gallery
+
+    root = tmp_path_factory.mktemp("mcp")
+    rng = np.random.default_rng(0)
+    for i, (caption, colour) in enumerate(COLOURS.items()):
+        pixels = np.clip(np.array(colour) + rng.integers(-6, 7, size=(600, 800, 3)), 0, 255).astype(np.uint8)
+        (root / "photos").mkdir(exist_ok=True)
+        Image.fromarray(pixels).save(root / "photos" / f"{i}.jpg", quality=90)
+        (root / "photos" / f"{i}.txt").write_text(caption + "\n")
+    gallery = Gallery.open(root / "gallery", tiny_clip_name)
+    gallery.add(root / "photos", progress=False)
+    ids = {item.captions[0]: item.id for item in gallery.items()}
+    allowed, outside = root / "allowed", root / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    Image.new("RGB", (300, 200), COLOURS["a blue sky"]).save(allowed / "inside.png")
+    (allowed / "notes.txt").write_text(f"not a picture {SECRET}\n")
+    (outside / "secret.txt").write_text(f"{SECRET}\n")
+    Image.new("RGB", (30, 20), (1, 2, 3)).save(outside / "photo.png")
+    (allowed / "link.png").symlink_to(outside / "photo.png")  # inside the folder, pointing outside it
+    detector = tiny_owlvit_detector()  # finds nothing at its threshold: the whole photo is the one region
+    detector.model.save_pretrained(root / "owl")
+    detector.processor.save_pretrained(root / "owl")
+    args = ["-g", str(root / "gallery"), "--state-dir", str(root / "state"), "--search", f"local:{PAGES}",
+            "--detector", f"zeroshot:{root / 'owl'}", "--allow-dir", str(allowed), "--max-image-mb", "0.5"]
+    return SimpleNamespace(root=root, gallery=gallery, ids=ids, colour_of={ids[c]: COLOURS[c] for c in COLOURS},
+                           paths={item.id: item.path for item in gallery.items()}, allowed=allowed, outside=outside,
+                           args=args)
+
+
+# --- what every transport must do -------------------------------------------------------------------------
+
+async def check_tools_are_listed_with_schemas(session):
+    listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+    assert set(listed) == TOOLS
+    for tool in listed.values():
+        assert tool.description and tool.outputSchema, tool.name
+        for name, field in tool.inputSchema.get("properties", {}).items():
+            assert field.get("description"), f"{tool.name}.{name} has no description for the model"
+    search = listed["search_images"].inputSchema["properties"]
+    assert (search["k"]["minimum"], search["k"]["maximum"], search["k"]["default"]) == (1, 20, 5)
+    assert search["method"]["enum"] == ["search", "visret", "needle"]
+    assert listed["search_images"].inputSchema["required"] == ["query"]
+
+
+async def check_search_images_returns_the_galleries_hits_and_their_photos(session, served):
+    result = await session.call_tool("search_images", {"query": "a red square", "k": 3})
+    assert not result.isError, result.content
+    hits = result.structuredContent["hits"]
+    assert [h["id"] for h in hits] == [h.id for h in served.gallery.search_text("a red square", k=3)]
+    assert json.loads(result.content[0].text) == result.structuredContent
+    shown = pictures(result)
+    assert len(shown) == 3
+    for hit, picture in zip(hits, shown):
+        assert picture.size == (512, 384)  # 800x600 scaled to a longest side of 512
+        # the picture is the hit's own photo: its colour, not another's
+        nearest = min(served.colour_of, key=lambda i: np.abs(mean_colour(picture) - served.colour_of[i]).sum())
+        assert nearest == hit["id"]
+    labels = [b.text for b in result.content[1:] if b.type == "text"]
+    assert [line.split(")")[0] for line in labels] == [f"Photo {n} (id {h['id']}" for n, h in enumerate(hits, 1)]
+    like = await session.call_tool("search_by_image", {"image": served.ids["a green field"], "k": 2})
+    assert like.structuredContent["hits"][0]["id"] == served.ids["a green field"]  # a photo finds itself first
+    by_path = await session.call_tool("search_by_image", {"image": str(served.allowed / "inside.png"), "k": 1})
+    assert not by_path.isError and len(pictures(by_path)) == 1
+    sent = image_data(Image.open(served.paths[served.ids["a blue sky"]]), "JPEG")
+    by_data = await session.call_tool("search_by_image", {"image": sent, "k": 1})
+    assert by_data.structuredContent["hits"][0]["id"] == served.ids["a blue sky"]
+
+
+async def check_ask_about_image_cites_the_right_page(session, served):
+    result = await session.call_tool("ask_about_image", {"image": served.ids["a brown horse in a field"],
+                                                         "question": "How many teeth does an adult horse have?"})
+    assert not result.isError, result.content
+    answer = result.structuredContent
+    cited = [s for s in answer["sources"] if s["cited"]]
+    assert cited and all(s["url"].endswith("horses.md") for s in cited), answer
+    assert "36 to 44" in answer["answer"] and f"[{cited[0]['number']}]" in answer["answer"]
+    assert "Sources:" in result.content[1].text and "horses.md" in result.content[1].text
+
+
+async def check_a_find_photo_session(session, served):
+    progress = []
+
+    async def on_progress(step, total, message):
+        progress.append(message)
+
+    started = await session.call_tool("find_photo", {"description": "a red square"}, progress_callback=on_progress)
+    assert not started.isError, started.content
+    view = started.structuredContent
+    assert not view["done"] and view["question"] and view["round"] == 1
+    assert len(pictures(started)) == len(view["results"]) >= 3
+    assert "searched the gallery" in progress  # each step reported as it finished
+    answered = await session.call_tool("answer_question", {"session": view["session"], "answer": "no"})
+    assert not answered.isError, answered.content
+    after = answered.structuredContent
+    assert after["session"] == view["session"] and (after["done"] or after["round"] == 2)
+    if not after["done"]:
+        picked = after["results"][1]
+        final = await session.call_tool("answer_question", {"session": view["session"], "answer": "found 2"})
+        assert final.structuredContent["done"] and final.structuredContent["found"]["id"] == picked["id"]
+        ended = await session.call_tool("answer_question", {"session": view["session"], "answer": "yes"})
+        assert "has ended" in error_text(ended)
+
+
+async def check_bad_inputs_each_get_one_line_and_the_server_goes_on(session, served):
+    def no_secret(text):
+        assert SECRET not in text and "not a picture" not in text
+        return text
+
+    noise = Image.fromarray(np.random.default_rng(1).integers(0, 255, (600, 600, 3), dtype=np.uint8))
+    truncated = base64.b64decode(image_data(Image.new("RGB", (200, 200), (9, 9, 9))))[:120]
+    cases = [
+        ("search_by_image", {"image": "ffffffffffffffffffffffff"}, "no image with id ffffffffffffffffffffffff"),
+        ("search_images", {"query": "   "}, "the query is blank"),
+        ("search_images", {"query": "a dog", "k": 0}, "k: Input should be greater than or equal to 1"),
+        ("search_images", {"query": "a dog", "k": 21}, "k: Input should be less than or equal to 20"),
+        ("search_images", {"query": "a dog", "k": "many"}, "k: Input should be a valid integer"),
+        ("search_images", {"query": "a dog", "method": "clip"}, "method: Input should be 'search', 'visret' or 'needle'"),
+        ("search_images", {"query": "a dog", "method": "visret"}, "--visualizer exemplar:DIR"),
+        ("search_images", {}, "query: Field required"),
+        ("ask_about_image", {"image": base64.b64encode(truncated).decode(), "question": "what?"}, "not a readable image"),
+        ("search_by_image", {"image": image_data(noise)}, "larger than 512 KiB"),
+        ("search_by_image", {"image": str(served.outside / "secret.txt")}, "outside the folders this server may read"),
+        ("search_by_image", {"image": str(served.outside / "gone.png")}, "outside the folders this server may read"),
+        ("search_by_image", {"image": str(served.allowed / "link.png")}, "outside the folders this server may read"),
+        ("search_by_image", {"image": f"{served.allowed}/../outside/secret.txt"}, "outside the folders"),
+        ("search_by_image", {"image": str(served.allowed / "notes.txt")}, "not a readable image"),
+        ("search_by_image", {"image": base64.b64encode(f"{SECRET} is not an image at all " .encode() * 4).decode()},
+         "not a readable image"),
+        ("search_by_image", {"image": "data:image/png;base64,@@@not base64@@@"}, "not valid base64"),
+        ("answer_question", {"session": "0" * 32, "answer": "yes"}, "unknown session"),
+        ("answer_question", {"session": "../../etc/passwd", "answer": "yes"}, "unknown session"),
+        ("answer_question", {"session": "0" * 32, "answer": " "}, "the answer is blank"),
+        ("ask_gallery", {"question": "which?", "k": 11}, "k: Input should be less than or equal to 10"),
+        ("find_photo", {"description": ""}, "the description is blank"),
+        ("no_such_tool", {}, "Unknown tool: no_such_tool"),
+    ]
+    for tool, arguments, expected in cases:
+        line = no_secret(error_text(await session.call_tool(tool, arguments)))
+        assert expected in line, (tool, arguments, line)
+    info = await session.call_tool("gallery_info", {})  # still answering, and still searching
+    assert not info.isError and info.structuredContent["images"] == len(COLOURS)
+    again = await session.call_tool("search_images", {"query": "a blue sky", "k": 1})
+    assert not again.isError and len(pictures(again)) == 1
+
+
+async def exercise(session, served):
+    await check_tools_are_listed_with_schemas(session)
+    await check_search_images_returns_the_galleries_hits_and_their_photos(session, served)
+    await check_ask_about_image_cites_the_right_page(session, served)
+    await check_a_find_photo_session(session, served)
+    await check_bad_inputs_each_get_one_line_and_the_server_goes_on(session, served)
+
+
+# --- stdio --------------------------------------------------------------------------------------------------
+
+async def test_over_stdio(served):
+    async with stdio_session(served.args) as session:
+        await exercise(session, served)
+
+
+async def test_a_session_survives_a_server_restart(served):
+    args = [*served.args[:2], "--state-dir", str(served.root / "restart-state"), *served.args[4:]]
+    async with stdio_session(args) as session:
+        view = (await session.call_tool("find_photo", {"description": "a blue sky"})).structuredContent
+        assert not view["done"]
+    async with stdio_session(args) as session:  # a new server process over the same state folder
+        answered = await session.call_tool("answer_question", {"session": view["session"], "answer": "no"})
+        assert not answered.isError, answered.content
+        after = answered.structuredContent
+        assert after["session"] == view["session"] and (after["done"] or after["round"] == 2)
+        if not after["done"]:
+            final = await session.call_tool("answer_question", {"session": view["session"], "answer": "found 1"})
+            assert final.structuredContent["found"]["id"] == after["results"][0]["id"]
+
+
+async def test_find_photo_asks_the_person_through_elicitation(served):
+    from mcp.types import ElicitResult
+
+    asked = []
+    replies = [ElicitResult(action="accept", content={"answer": "no"}),
+               ElicitResult(action="accept", content={"answer": "found 1"}),
+               ElicitResult(action="decline")]
+
+    async def person(context, params):
+        asked.append(params.message)
+        return replies[len(asked) - 1]
+
+    async with stdio_session(served.args, elicitation_callback=person) as session:
+        result = await session.call_tool("find_photo", {"description": "a green field", "ask_person": True})
+        view = result.structuredContent
+        assert not result.isError and view["done"] and view["found"] is not None
+        assert len(asked) == 2 and "a green field" in asked[0] and "?" in asked[0]
+        # the person declines the next session's question: the two-tool flow goes on from there
+        declined = (await session.call_tool("find_photo", {"description": "a red square", "ask_person": True}))
+        assert not declined.structuredContent["done"] and "declined" in declined.structuredContent["note"]
+        assert not (await session.call_tool("answer_question", {"session": declined.structuredContent["session"],
+                                                                "answer": "no"})).isError
+
+
+async def test_without_elicitation_find_photo_falls_back_to_the_two_tool_flow(served):
+    async with stdio_session(served.args) as session:
+        view = (await session.call_tool("find_photo", {"description": "a red square", "ask_person": True})).structuredContent
+        assert not view["done"] and view["question"] and "answer_question" in view["note"]
+
+
+async def test_resources_serve_the_gallery_and_its_photos_by_id_only(served):
+    from mcp.shared.exceptions import McpError
+
+    async with stdio_session(served.args) as session:
+        uris = {str(r.uri) for r in (await session.list_resources()).resources}
+        templates = {t.uriTemplate for t in (await session.list_resource_templates()).resourceTemplates}
+        assert uris == {"pictrieve://gallery"} and templates == {"pictrieve://image/{image_id}"}
+        info = json.loads((await session.read_resource("pictrieve://gallery")).contents[0].text)
+        assert info["images"] == len(COLOURS) and info["allowed_dirs"] == [str(served.allowed.resolve())]
+        image_id = served.ids["a red square"]
+        photo = (await session.read_resource(f"pictrieve://image/{image_id}")).contents[0]
+        assert photo.mimeType == "image/jpeg" and base64.b64decode(photo.blob) == Path(served.paths[image_id]).read_bytes()
+        for uri in ("pictrieve://image/ffffffffffffffffffffffff", "pictrieve://image/..%2F..%2Fetc%2Fpasswd"):
+            with pytest.raises(McpError, match="no image with id"):
+                await session.read_resource(uri)
+        assert not (await session.call_tool("gallery_info", {})).isError
+
+
+async def test_ask_gallery_answers_from_the_best_photos(served):
+    from openai_fake import OpenAIFake
+
+    with OpenAIFake(lambda messages: "### Reasoning: picture 1 is red\n### Answer: the red one, picture 1") as fake:
+        args = [*served.args, "--llm", "openai:fake-reader", "--base-url", fake.base_url]
+        async with stdio_session(args) as session:
+            result = await session.call_tool("ask_gallery", {"question": "which photo is red?", "k": 2})
+    assert not result.isError, result.content
+    assert result.structuredContent["answer"] == "the red one, picture 1"
+    assert [h["id"] for h in result.structuredContent["hits"]] == [
+        h.id for h in served.gallery.search_text("which photo is red?", k=2)]
+    assert len(pictures(result)) == 2 and fake.requests  # the reader was asked
+
+
+def test_the_stdio_server_writes_nothing_but_protocol_to_stdout(served):
+    """Logs and stray prints go to stderr: a client reading stdout sees only JSON-RPC lines."""
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    done = subprocess.run([sys.executable, "-m", "pictrieve.cli.main", "-vv", "mcp", *served.args],
+                          input=json.dumps(hello) + "\n", capture_output=True, text=True, timeout=300, env=server_env())
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert lines and all(json.loads(line)["jsonrpc"] == "2.0" for line in lines), done.stdout
+    assert "pictrieve mcp: 4 images" in done.stderr
+
+
+# --- streamable HTTP ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def http_server(served):
+    server = HttpServer(served.args, token="s3cret-token")
+    yield server
+    server.stop()
+
+
+async def test_over_streamable_http(served, http_server):
+    async with http_server.session() as session:
+        await exercise(session, served)
+
+
+def test_http_needs_the_token(http_server):
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    for sent in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-token"}):
+        answer = httpx.post(http_server.url, json=hello, headers={**headers, **sent}, timeout=30)
+        assert answer.status_code == 401 and answer.headers["www-authenticate"].startswith("Bearer")
+    ok = httpx.post(http_server.url, json=hello, headers={**headers, "Authorization": "Bearer s3cret-token"}, timeout=30)
+    assert ok.status_code == 200
+
+
+def test_a_server_reachable_from_other_machines_needs_a_token(served):
+    env = {k: v for k, v in server_env().items() if k != "PICTRIEVE_MCP_TOKEN"}
+    done = subprocess.run([sys.executable, "-m", "pictrieve.cli.main", "mcp", "--transport", "http", "--host", "0.0.0.0",
+                           *served.args], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode != 0 and "--token" in done.stderr and "Traceback" not in done.stderr
