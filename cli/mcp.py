@@ -56,6 +56,10 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
     Over stdio (the default) the MCP client starts this command itself; nothing but protocol messages is
     written to stdout (logs go to stderr). Models load on first need.
     """
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None:
+        raise click.UsageError("the MCP server needs the official MCP SDK: pip install 'pictrieve[mcp]'")
     from pictrieve.cli.chat import default_checkpoint_path
     from pictrieve.mcp_server.http import check_exposure
     from pictrieve.mcp_server.server import create_server
