@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import logging
 from typing import Any
 
 from pictrieve.errors import PictrieveError
@@ -74,4 +75,15 @@ def serve_http(server: Any, *, host: str, port: int, token: str | None) -> None:
     import uvicorn
 
     check_exposure(host, token)
+    logging.getLogger("mcp.server.streamable_http").addFilter(_quiet_closed_stream)
     uvicorn.run(http_app(server, token), host=host, port=port, log_level="warning")
+
+
+def _quiet_closed_stream(record: logging.LogRecord) -> bool:
+    """Drop the SDK's traceback for a client that ended its session (mcp 1.30 logs the closed standalone
+    stream of every session a client closes as an error); every other record passes."""
+    if record.getMessage() != "Error in standalone SSE writer" or not record.exc_info:
+        return True
+    import anyio
+
+    return not isinstance(record.exc_info[1], anyio.ClosedResourceError)
