@@ -279,15 +279,53 @@ async def test_ask_gallery_answers_from_the_best_photos(served):
     assert len(pictures(result)) == 2 and fake.requests  # the reader was asked
 
 
+STRAY_WRITER = """
+import os, sys
+import pictrieve.mcp_server.service as service
+answer = service.PictrieveService.info
+def noisy(self):  # a library that prints while a tool runs: Python's stdout and the file descriptor itself
+    print("stray print from a library")
+    os.write(1, b"stray bytes from native code\\n")
+    return answer(self)
+service.PictrieveService.info = noisy
+sys.argv = ["pictrieve", "mcp", *sys.argv[1:]]
+from pictrieve.cli.main import main
+main()
+"""
+
+
 def test_the_stdio_server_writes_nothing_but_protocol_to_stdout(served):
-    """Logs and stray prints go to stderr: a client reading stdout sees only JSON-RPC lines."""
-    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
-    done = subprocess.run([sys.executable, "-m", "pictrieve.cli.main", "-vv", "mcp", *served.args],
-                          input=json.dumps(hello) + "\n", capture_output=True, text=True, timeout=300, env=server_env())
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    assert lines and all(json.loads(line)["jsonrpc"] == "2.0" for line in lines), done.stdout
-    assert "pictrieve mcp: 4 images" in done.stderr
+    """Whatever else writes to stdout while the server runs (a print, a native library) goes to stderr: a
+    client reading stdout sees only JSON-RPC lines."""
+    server = subprocess.Popen([sys.executable, "-c", STRAY_WRITER, *served.args], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env())
+    try:
+        def send(message):
+            server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            server.stdin.flush()
+
+        def reply(request_id):
+            while True:
+                line = server.stdout.readline()
+                assert line, "the server closed stdout"
+                message = json.loads(line)  # every line on stdout is a JSON-RPC message
+                if message.get("id") == request_id:
+                    return message
+
+        send({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                          "clientInfo": {"name": "raw", "version": "1"}}})
+        assert reply(1)["result"]["serverInfo"]["name"] == "pictrieve"
+        send({"method": "notifications/initialized"})
+        send({"id": 2, "method": "tools/call", "params": {"name": "gallery_info", "arguments": {}}})
+        assert reply(2)["result"]["structuredContent"]["images"] == len(COLOURS)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    rest = server.stdout.read()
+    assert all(json.loads(line) for line in rest.splitlines() if line.strip())
+    stderr = server.stderr.read()
+    assert "stray print from a library" in stderr and "stray bytes from native code" in stderr
+    assert "pictrieve mcp: 4 images" in stderr
 
 
 # --- streamable HTTP ----------------------------------------------------------------------------------------
