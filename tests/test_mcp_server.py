@@ -279,6 +279,34 @@ async def test_ask_gallery_answers_from_the_best_photos(served):
     assert len(pictures(result)) == 2 and fake.requests  # the reader was asked
 
 
+async def test_visret_and_needle_search_with_a_visualizer(served):
+    """With --visualizer (offline exemplar: the reference photo whose caption matches makes the guide), the two
+    methods that search with pictures of the query run, and gallery_info offers them."""
+    reference = served.root / "reference"
+    (reference / "images").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i, (caption, colour) in enumerate(COLOURS.items()):
+        Image.new("RGB", (64, 48), colour).save(reference / "images" / f"{i}.png")
+        lines.append(json.dumps({"image": f"images/{i}.png", "captions": [caption]}))
+    (reference / "captions.jsonl").write_text("\n".join(lines) + "\n")
+    async with stdio_session([*served.args, "--visualizer", f"exemplar:{reference}"]) as session:
+        info = (await session.call_tool("gallery_info", {})).structuredContent
+        assert info["search_methods"] == ["search", "visret", "needle"]
+        for method in ("visret", "needle"):
+            steps = []
+
+            async def on_progress(step, total, message):
+                steps.append(message)
+
+            result = await session.call_tool("search_images", {"query": "a red square", "k": 3, "method": method},
+                                             progress_callback=on_progress)
+            assert not result.isError, result.content
+            assert result.structuredContent["method"] == method and len(result.structuredContent["hits"]) == 3
+            assert {h["id"] for h in result.structuredContent["hits"]} <= set(served.paths)
+            assert len(pictures(result)) == 3
+            assert f"{method}: visualize done" in steps  # the method's own graph ran, making guide pictures
+
+
 STRAY_WRITER = """
 import os, sys
 import pictrieve.mcp_server.service as service
