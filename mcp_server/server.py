@@ -35,6 +35,7 @@ from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from pictrieve.errors import PictrieveError, causes
+from pictrieve.graphs.vision_search_tools import hit_rows
 from pictrieve.mcp_server.schemas import GalleryAnswer, GalleryInfo, ImageAnswer, PhotoSession, SearchResult
 from pictrieve.mcp_server.service import MAX_K, PictrieveService
 from pictrieve.vectorstore.hits import ImageHit
@@ -133,8 +134,8 @@ def _image_mime(data: bytes) -> str | None:
 # --- results ------------------------------------------------------------------------------------------------
 
 def hit_json(hit: ImageHit) -> dict[str, Any]:
-    return {"id": hit.id, "rank": hit.rank, "score": round(float(hit.score), 4), "caption": hit.caption,
-            "path": hit.path}
+    """A hit as the tools report it (the LangChain tools' JSON: rank, id, path, score, caption)."""
+    return hit_rows([hit])[0]
 
 
 def photo_content(hits: Sequence[ImageHit]) -> list[Any]:
