@@ -59,11 +59,19 @@ MAX_ERROR_CHARS = 400
 
 
 class PictrieveMCP(FastMCP):
-    """FastMCP with pictrieve's failure rule (every failed call is one ``isError`` line) and a stdio transport
-    whose protocol stream nothing else can write into."""
+    """FastMCP with pictrieve's failure rule (every failed call is one ``isError`` line), pictrieve's version,
+    and a stdio transport whose protocol stream nothing else can write into (these last two reach the SDK's
+    low-level server, ``_mcp_server``, which FastMCP offers no other way to)."""
 
     protocol_stdout: BinaryIO | None = None
     """The stream stdio messages go to (the process's original stdout, see ``pictrieve mcp``); ``None``: stdout."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from pictrieve import __version__
+
+        super().__init__(*args, **kwargs)
+        # The version clients see in serverInfo is pictrieve's (FastMCP would report the SDK's own).
+        self._mcp_server.version = __version__
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         try:

@@ -341,7 +341,9 @@ def test_the_stdio_server_writes_nothing_but_protocol_to_stdout(served):
 
         send({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                                                           "clientInfo": {"name": "raw", "version": "1"}}})
-        assert reply(1)["result"]["serverInfo"]["name"] == "pictrieve"
+        from pictrieve import __version__
+
+        assert reply(1)["result"]["serverInfo"] == {"name": "pictrieve", "version": __version__}
         send({"method": "notifications/initialized"})
         send({"id": 2, "method": "tools/call", "params": {"name": "gallery_info", "arguments": {}}})
         assert reply(2)["result"]["structuredContent"]["images"] == len(COLOURS)
