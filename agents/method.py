@@ -37,8 +37,7 @@ from typing import Any
 
 NEEDS: Mapping[str, str] = MappingProxyType({
     "llm": "a chat model (a LangChain BaseChatModel, or a name such as offline or openai:MODEL)",
-    "visualizer": "one visualizer making guide images of the query (e.g. exemplar:DIR)",
-    "visualizers": "a list of visualizers making guide images of the query",
+    "visualizers": "what makes guide images of the query: one visualizer or a list (e.g. exemplar:DIR)",
     "qc2_model": "the QC2 query-completion model trained for the gallery (or the folder it was saved in)",
     "captioner": "captions for gallery images that have none (a name such as auto, or a Captioner)",
     "vlm": "a vision-language model describing image regions (a name such as offline or openai:MODEL)",

@@ -84,7 +84,7 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 def measure(store: Path, queries: int, seed: int, reference: str | None) -> dict[str, object]:
     from pictrieve.agents.needle.search import fuse, guide_rankings
-    from pictrieve.graphs.needle import _hits
+    from pictrieve.agents.needle.nodes import fused_hits
     from pictrieve.vectorstore.fusion import fuse_hits
     from pictrieve.vectorstore.gallery import Gallery
 
@@ -101,7 +101,7 @@ def measure(store: Path, queries: int, seed: int, reference: str | None) -> dict
         started = time.perf_counter()
         rankings = guide_rankings(views, guides, depth=40, tiles=True)
         ranked = time.perf_counter()
-        _hits(first, fuse(rankings, weights, 10))
+        fused_hits(first, fuse(rankings, weights, 10))
         done = time.perf_counter()
         needle.append(done - started)
         needle_rank.append(ranked - started)

@@ -58,7 +58,7 @@ def collect_rankings(args: argparse.Namespace) -> None:
     done = {line["target"] for line in out.read()}
     checkpointer = memory_checkpointer()
     graph = build_needle_graph(gallery, visualizers=[f"exemplar:{args.reference}"], checkpointer=checkpointer)
-    context = {"embedders": [*EMBEDDERS, CONTROL], "guides_per_visualizer": 4, "tiles": False, "k": SHOWN,
+    context = {"embedders": [*EMBEDDERS, CONTROL], "guides": 4, "tiles": False, "k": SHOWN,
                "feedback": "results", "candidate_k": CANDIDATES}
     for n, (query, target) in enumerate(tqdm(list(zip(queries, targets)), desc="rankings")):
         if target in done:

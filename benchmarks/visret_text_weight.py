@@ -219,10 +219,10 @@ def check_graph(args: argparse.Namespace) -> None:
     records = read_rankings(args.rankings)[: args.queries]
     folder = CaptionedFolder.load(args.folder, split=args.split)
     gallery = eval_gallery(folder, [args.text_embedder, args.image_embedder], location=args.gallery)
-    graph = build_visret_graph(gallery, visualizer=args.visualizer)
+    graph = build_visret_graph(gallery, visualizers=args.visualizer)
     for record in records:
         for weight in args.weights:
-            context = {"m": len(record["guides"]), "k": DEPTH, "image_embedder": args.image_embedder,
+            context = {"guides": len(record["guides"]), "k": DEPTH, "image_embedder": args.image_embedder,
                        "text_weight": weight}
             hits = graph.invoke({"query": record["query"]}, context=context)["hits"]
             expected = fused_ids(record, weight)[:DEPTH]

@@ -30,25 +30,25 @@ def common(function: Any) -> Any:
 @click.option("--embedder", "-e", "embedders", multiple=True, default=("offline", "efficientnet-lite0"),
               show_default=True, help="Gallery embedders: the first text-image (baseline, text fusion), "
                                       "the last used image-to-image.")
-@click.option("--m", "m_values", multiple=True, type=int, default=(1, 3), show_default=True,
-              help="Guide image counts to compare.")
+@click.option("--guides", "guide_counts", multiple=True, type=click.IntRange(min=1), default=(1, 3), show_default=True,
+              help="Guide image counts to compare (the paper's m; repeatable).")
 @click.option("--text-weight", "text_weights", multiple=True, type=click.FloatRange(min=0, min_open=True),
               help="Fuse the text ranking at this weight (each guide weighs 1); repeat to compare. "
                    "Default: one row at the visualizer family's default weight.")
 def visret_eval(folder: str, visualizers: tuple[str, ...], queries: int | None, gallery: str | None, seed: int,
-                as_json: bool, embedders: tuple[str, ...], m_values: tuple[int, ...],
+                as_json: bool, embedders: tuple[str, ...], guide_counts: tuple[int, ...],
                 text_weights: tuple[float, ...]) -> None:
     """VisRet on DIR/captions.jsonl: text only vs visualize-then-retrieve (guides only) vs their fusion."""
     from pictrieve.evaluation.generative import evaluate_generative
 
     if len(visualizers) != 1:
         raise click.UsageError("VisRet takes one --visualizer")
-    image, m = embedders[-1], max(m_values)
-    configs: dict[str, dict[str, Any]] = {f"visret m={n}": {"m": n, "image_embedder": image, "text_weight": 0.0}
-                                          for n in m_values}
+    image, most = embedders[-1], max(guide_counts)
+    configs: dict[str, dict[str, Any]] = {
+        f"visret guides={n}": {"guides": n, "image_embedder": image, "text_weight": 0.0} for n in guide_counts}
     for weight in text_weights or (None,):
-        name = f"visret m={m} + text" + ("" if weight is None else f" w={weight:g}")
-        configs[name] = {"m": m, "image_embedder": image, "text_weight": weight}
+        name = f"visret guides={most} + text" + ("" if weight is None else f" w={weight:g}")
+        configs[name] = {"guides": most, "image_embedder": image, "text_weight": weight}
     report = evaluate_generative("visret", folder, embedders=embedders, visualizers=list(visualizers),
                                  configs=configs, queries=queries, seed=seed, gallery_location=gallery,
                                  progress=not as_json)
@@ -73,7 +73,7 @@ def needle_eval(folder: str, visualizers: tuple[str, ...], queries: int | None, 
     from pictrieve.evaluation.generative import evaluate_generative
 
     configs: dict[str, dict[str, Any]] = {
-        f"{n} embedder{'s' if n > 1 else ''}": {"embedders": list(embedders[:n]), "guides_per_visualizer": guides,
+        f"{n} embedder{'s' if n > 1 else ''}": {"embedders": list(embedders[:n]), "guides": guides,
                                                 "tiles": False}
         for n in range(1, len(embedders) + 1)
     }

@@ -3,8 +3,8 @@
 The method comes from the registry (:mod:`pictrieve.graphs.registry`): built-ins and installed plugins
 alike, none named here. What the command gives it:
 
-- its **needs**, from generic options: ``--llm``/``--base-url`` (``llm``), ``--visualizer`` (one for
-  ``visualizer``, one or more for ``visualizers``), ``--qc2-model`` (``qc2_model``); a checkpointer
+- its **needs**, from generic options: ``--llm``/``--base-url`` (``llm``), ``--visualizer``, repeatable
+  (``visualizers``), ``--qc2-model`` (``qc2_model``); a checkpointer
   always, so a method that pauses for a person (``interrupt()``) is answered at the terminal;
 - its **input**: ``{"query": QUERY}``, plus ``topic`` from ``--topic`` when its input has one;
 - its **run settings**: ``-k`` as ``k``, ``--set KEY=VALUE`` for any setting (typed by the method's
@@ -27,7 +27,7 @@ PLAIN = "search"
 """The default method: plain search, run on the gallery directly (no graph), by text or --image."""
 
 SETTING_SHORTCUTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "guides": ("--guides", ("guides", "guides_per_visualizer", "m")),
+    "guides": ("--guides", ("guides",)),
     "rank_with": ("--rank-with", ("embedders",)),
     "tiles": ("--tiles/--no-tiles", ("tiles",)),
     "feedback": ("--feedback", ("feedback",)),
@@ -78,9 +78,8 @@ def method_options(function: Any) -> Any:
     options = [
         click.option("--method", "method", cls=MethodOption, type=MethodChoice(), default=PLAIN, show_default=True),
         click.option("--visualizer", "visualizers", multiple=True, metavar="NAME",
-                     help="Where guide images come from (a method needing one visualizer takes one, e.g. visret; "
-                          "one needing several takes one or more, e.g. needle), e.g. exemplar:/path/to/captioned-folder "
-                          "(offline: finds matching photos, does not generate)."),
+                     help="Where guide images come from (repeatable: needle takes several, visret one), e.g. "
+                          "exemplar:/path/to/captioned-folder (offline: finds matching photos, does not generate)."),
         click.option("--llm", default=None, metavar="NAME",
                      help="Chat model for a method that uses one, e.g. openai:<model> (visret/needle: rewrites the "
                           "query into a visualization prompt first; default: none, the query is visualized as written)."),
@@ -90,7 +89,8 @@ def method_options(function: Any) -> Any:
         click.option("--rank-with", "rank_with", multiple=True, metavar="EMBEDDER",
                      help="Setting `embedders` (needle): embedders to rank with (repeatable; default: all the gallery holds)."),
         click.option("--guides", type=click.IntRange(min=1), default=None,
-                     help="Guide images per visualizer (visret default 3, needle default 2)."),
+                     help="Setting `guides` (visret, needle): guide images per visualizer (visret default 3, "
+                          "needle default 2)."),
         click.option("--tiles/--no-tiles", "tiles", default=None,
                      help="Setting `tiles` (needle): rank by tiles (default: when `pictrieve tile` made them)."),
         click.option("--feedback", type=click.Choice(["off", "guides", "results", "both"]), default=None,
@@ -146,14 +146,10 @@ def _needs(spec: Any, *, visualizers: tuple[str, ...], llm: str | None, base_url
     needs = set(spec.needs)
     kwargs: dict[str, Any] = {}
     if visualizers:
-        if not needs & {"visualizer", "visualizers"}:
+        if "visualizers" not in needs:
             raise click.UsageError(f"--visualizer does not apply to --method {name} (it makes no guide images)")
-        if "visualizer" in needs and len(visualizers) > 1:
-            raise click.UsageError(f"--method {name} takes one --visualizer (a method needing several, such as "
-                                   "needle, takes more)")
-        kwargs["visualizer" if "visualizer" in needs else "visualizers"] = (
-            visualizers[0] if "visualizer" in needs else list(visualizers))
-    elif needs & {"visualizer", "visualizers"}:
+        kwargs["visualizers"] = list(visualizers)
+    elif "visualizers" in needs:
         raise click.UsageError(f"--method {name} needs --visualizer, e.g. exemplar:/path/to/captioned-folder")
     if base_url and not llm:
         raise click.UsageError("--base-url needs --llm openai:<model>")

@@ -264,8 +264,7 @@ def evaluate_generative(
                               "generates": [bool(getattr(v, "generates", True)) for v in visualizers],
                               "rows": {}}
     report["rows"]["text only"] = evaluate_text_baseline(gallery, texts, targets, progress=progress)
-    extra = {"visualizer": visualizers[0]} if method == "visret" else {"visualizers": list(visualizers)}
-    graph = get_method(method).build(gallery, checkpointer=memory_checkpointer(), **extra)
+    graph = get_method(method).build(gallery, checkpointer=memory_checkpointer(), visualizers=list(visualizers))
     for name, settings in configs.items():
         report["rows"][name] = evaluate_runs(graph, texts, targets, settings, progress=progress, desc=name)
     if feedback_queries and method == "needle":

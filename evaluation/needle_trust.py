@@ -237,7 +237,7 @@ def run_trust_experiment(
     restore_trust(gallery, config, learners, done_feedback)
     teaching = build_needle_graph(gallery, visualizers=visualizers, checkpointer=memory_checkpointer(),
                                   name="needle-feedback")
-    base = {"guides_per_visualizer": guides, "tiles": False, "seed": seed}
+    base = {"guides": guides, "tiles": False, "seed": seed}
     for n, (query, target) in enumerate(tqdm(teach, desc="feedback", disable=not progress)):
         if n < len(done_feedback):
             continue

@@ -17,8 +17,8 @@ from the run's ``configurable`` keys, else the environment, else a default:
 need                      ``configurable`` key / environment variable                          default
 ========================  ==================================================================  ===========
 ``llm``                   ``llm`` / ``$PICTRIEVE_LLM``, ``base_url`` / ``$PICTRIEVE_BASE_URL``  ``offline``
-``visualizer``            ``visualizer`` / ``$PICTRIEVE_VISUALIZER`` (e.g. ``exemplar:DIR``)   none
-``visualizers``           the same, several names separated by commas                         none
+``visualizers``           ``visualizer`` / ``$PICTRIEVE_VISUALIZER`` (e.g. ``exemplar:DIR``;   none
+                          several names separated by commas)
 ``qc2_model``             ``qc2_model`` (a folder)                                            the gallery's
 ``captioner``             ``captioner`` / ``$PICTRIEVE_CAPTIONER``                            ``auto``
 ``vlm``                   ``vlm`` / ``$PICTRIEVE_VLM``, ``vlm_base_url`` / ``$PICTRIEVE_VLM_BASE_URL``  ``offline``
@@ -121,11 +121,6 @@ def _names(value: str | None) -> list[str]:
     return [name.strip() for name in (value or "").split(",") if name.strip()]
 
 
-def _served_visualizer(config: RunnableConfig | None, gallery: Any) -> Any:
-    name = _setting(config, "visualizer", ENV_VISUALIZER)
-    return _visualizer(name) if name else None
-
-
 def _served_visualizers(config: RunnableConfig | None, gallery: Any) -> list[Any]:
     return [_visualizer(name) for name in _names(_setting(config, "visualizer", ENV_VISUALIZER))]
 
@@ -146,7 +141,6 @@ def _served_vlm(config: RunnableConfig | None, gallery: Any) -> Any:
 
 SERVED_NEEDS: dict[str, Callable[[RunnableConfig | None, Any], Any]] = {
     "llm": lambda config, gallery: llm_for(config),
-    "visualizer": _served_visualizer,
     "visualizers": _served_visualizers,
     "qc2_model": _served_qc2_model,
     "captioner": lambda config, gallery: _setting(config, "captioner", ENV_CAPTIONER, "auto"),

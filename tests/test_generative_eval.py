@@ -64,13 +64,13 @@ def test_eval_visret_and_needle_commands_report_every_row(small_folders, tmp_pat
                                    "-e", "offline", "-e", "efficientnet-lite0", "--text-weight", "2", "--json"])
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
-    assert set(report["rows"]) == {"text only", "visret m=1", "visret m=3", "visret m=3 + text w=2"}
+    assert set(report["rows"]) == {"text only", "visret guides=1", "visret guides=3", "visret guides=3 + text w=2"}
     assert report["generates"] == [False] and report["images"] == 8
     # The reference holds each evaluated photo with its own captions: its exemplar is the photo itself
-    # (guides only, m=1), and the report says that this measures nothing.
-    assert report["rows"]["visret m=1"]["hit@1"] == 1.0
+    # (guides only, one guide), and the report says that this measures nothing.
+    assert report["rows"]["visret guides=1"]["hit@1"] == 1.0
     assert report["reference_overlap"] == 8
-    assert set(report["rows"]["visret m=3"]["seconds_by_node"]) == {"rewrite", "visualize", "retrieve"}
+    assert set(report["rows"]["visret guides=3"]["seconds_by_node"]) == {"rewrite", "visualize", "retrieve"}
     out = CliRunner().invoke(cli, ["eval", "needle", str(small_folders / "eval"), "--visualizer", reference,
                                    "-e", "efficientnet-lite0", "-e", "offline", "--guides", "2", "--queries", "4",
                                    "--feedback-queries", "2", "--json"])

@@ -229,7 +229,7 @@ def test_needle_pauses_for_result_feedback_and_learns_over_the_server(server):
         thread = client.threads.create()
         # One guide: its own photo must come first (with two, the second guide's photo ties with it up to
         # float noise of the tiny random CLIP, whose vectors of the random photos are all nearly alike).
-        context = {"k": 3, "guides_per_visualizer": 1, "feedback": "results", "eta": 0.5}
+        context = {"k": 3, "guides": 1, "feedback": "results", "eta": 0.5}
         client.runs.wait(thread["thread_id"], assistant["assistant_id"],
                          input={"query": "mountains with snow", "topic": "served"}, context=context)
         state = client.threads.get_state(thread["thread_id"])

@@ -64,7 +64,7 @@ def builder_kwargs(tiny_gallery, tmp_path_factory):
         from test_vsa import _WholeImage, _Words
 
         kwargs["vsa"] = {"llm": ScriptedChatModel(questions=["a dog"]), "vlm": _Words(), "detector": _WholeImage()}
-    kwargs["visret"] = {"visualizer": _PhotoGuides(tiny_gallery)}
+    kwargs["visret"] = {"visualizers": [_PhotoGuides(tiny_gallery)], "cache_dir": tmp_path_factory.mktemp("visret-guides")}
     kwargs["needle"] = {"visualizers": [_PhotoGuides(tiny_gallery)], "cache_dir": tmp_path_factory.mktemp("guides")}
     if "qc2" in available_methods():
         from pictrieve.agents.qc2.annotation import annotate_gallery
@@ -104,8 +104,8 @@ INPUTS = {"search": {"query": "a dog"}, "plugir": {"description": "a dog"}, "qc2
           "vsa": {"question": "which photo shows a dog?"}, "visret": {"query": "a dog"},
           "needle": {"query": "a dog"}}
 CONTEXTS = {"search": {"k": 2}, "plugir": {"max_rounds": 1, "shown_k": 2, "candidate_k": 4, "clusters": 2},
-            "qc2": {"k": 2, "max_new_tokens": 2, "seed": 0}, "vsa": {"candidate_k": 2}, "visret": {"k": 2, "m": 2},
-            "needle": {"k": 2, "guides_per_visualizer": 2}}
+            "qc2": {"k": 2, "max_new_tokens": 2, "seed": 0}, "vsa": {"candidate_k": 2}, "visret": {"k": 2, "guides": 2},
+            "needle": {"k": 2, "guides": 2}}
 
 
 def test_every_method_has_a_shape_snapshot_and_an_input():

@@ -211,7 +211,7 @@ def _path_of(gallery, hit):
 def test_needle_finds_the_photos_its_guides_show(needle_gallery, isolated_cache):
     gallery, reference, rows = needle_gallery
     graph = build_needle_graph(gallery, visualizers=f"exemplar:{reference}")
-    out = graph.invoke({"query": rows[2]["captions"][0]}, context={"k": 5, "guides_per_visualizer": 1})
+    out = graph.invoke({"query": rows[2]["captions"][0]}, context={"k": 5, "guides": 1})
     # The exemplar of a query that is photo 2's own caption is photo 2, and photo 2 is in the gallery.
     assert [g["path"] for g in out["guides"]] == [str(flickr_dir_of(reference, 2))]
     assert _path_of(gallery, out["hits"][0]) == Path(rows[2]["image"]).name
@@ -245,7 +245,7 @@ def test_screening_drops_the_one_unrelated_guide_among_four(needle_gallery, isol
     unrelated = Image.open(flickr_dir / rows[9]["image"]).convert("RGB")
     graph = build_needle_graph(gallery, visualizers=[FixedPictures([dog, ImageOps.mirror(dog), cropped, unrelated])])
     out = graph.invoke({"query": rows[2]["captions"][0]},
-                       context={"k": 3, "guides_per_visualizer": 4, "embedders": ["efficientnet-lite0"]})
+                       context={"k": 3, "guides": 4, "embedders": ["efficientnet-lite0"]})
     statuses = {g["id"]: g["status"] for g in out["guides"]}
     assert statuses == {"g1": "used", "g2": "used", "g3": "used", "g4": "outlier"}
     scores = {g["id"]: g["outlier_score"] for g in out["guides"]}
@@ -257,7 +257,7 @@ def test_guide_review_replaces_rejected_guides_before_searching(needle_gallery, 
     gallery, reference, rows = needle_gallery
     graph = build_needle_graph(gallery, visualizers=f"exemplar:{reference}", checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "guides"}}
-    context = {"k": 3, "guides_per_visualizer": 2, "feedback": "guides"}
+    context = {"k": 3, "guides": 2, "feedback": "guides"}
     paused = graph.invoke({"query": rows[4]["captions"][0]}, config, context=context)
     shown = paused["__interrupt__"][0].value["guides"]
     assert [g["id"] for g in shown] == ["g1", "g2"]
@@ -277,7 +277,7 @@ def test_result_feedback_lowers_the_trust_of_the_embedder_that_ranked_them_and_p
     gallery, reference, rows = needle_gallery
     graph = build_needle_graph(gallery, visualizers=f"exemplar:{reference}", checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "results"}}
-    context = {"k": 4, "guides_per_visualizer": 2, "feedback": "results", "eta": 0.5, "trust_loss": "eq5"}
+    context = {"k": 4, "guides": 2, "feedback": "results", "eta": 0.5, "trust_loss": "eq5"}
     paused = graph.invoke({"query": rows[1]["captions"][0], "topic": "test"}, config, context=context)
     hits = paused["__interrupt__"][0].value["hits"]
     state = graph.get_state(config).values
@@ -332,7 +332,7 @@ def test_a_failing_visualizer_contributes_no_guides_and_none_at_all_is_a_clear_e
     with pytest.raises(SettingsError, match="no visualizer produced"):
         broken.invoke({"query": "a dog"})
     mixed = build_needle_graph(gallery, visualizers=[CountingVisualizer(fail=True), f"exemplar:{reference}"])
-    out = mixed.invoke({"query": rows[0]["captions"][0]}, context={"k": 2, "guides_per_visualizer": 1})
+    out = mixed.invoke({"query": rows[0]["captions"][0]}, context={"k": 2, "guides": 1})
     assert [g["visualizer"] for g in out["guides"]] == [f"exemplar:{reference}"]
     with pytest.raises(SettingsError, match="visualizer"):
         build_needle_graph(gallery).invoke({"query": "a dog"})

@@ -241,7 +241,7 @@ def test_the_graph_learns_with_the_share_loss_when_asked(trust_folders, tmp_path
     graph = build_needle_graph(gallery, visualizers=f"exemplar:{trust_folders / 'reference'}",
                                checkpointer=memory_checkpointer())
     config = {"configurable": {"thread_id": "share"}}
-    context = {"k": 4, "guides_per_visualizer": 2, "feedback": "results", "eta": 0.5, "trust_loss": "share"}
+    context = {"k": 4, "guides": 2, "feedback": "results", "eta": 0.5, "trust_loss": "share"}
     paused = graph.invoke({"query": "a dog runs on the grass", "topic": "share"}, config, context=context)
     shown = [hit["id"] for hit in paused["__interrupt__"][0].value["hits"]]
     rankings = graph.get_state(config).values["rankings"]

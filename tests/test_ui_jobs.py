@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,9 @@ class GatedVisualizer:
 
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
+        # Pictures are cached by visualizer settings (tools/guide_images.py): each gated visualizer has its
+        # own, so a later test's request reaches its gate instead of an earlier test's cached pictures.
+        self.settings_key = uuid.uuid4().hex
 
     def visualize(self, prompt, *, n=1, seed=None):
         self.gate()
@@ -98,7 +102,7 @@ def gated_app(gallery, tmp_path, gate: Gate, **kwargs):
 SLOW_WORK = {
     "chat": ("/api/chat/start", {"description": "a red square"}),
     "ask": ("/api/ask", {"question": "what is it?"}),
-    "visualize": ("/api/visualize", {"query": "a red square", "m": 1}),
+    "visualize": ("/api/visualize", {"query": "a red square", "guides": 1}),
 }
 
 
@@ -159,7 +163,7 @@ def test_a_job_nobody_polls_stops_by_itself(gallery, tmp_path):
     gate = Gate()
     app = gated_app(gallery, tmp_path, gate, abandon_after=0.5)
     client = TestClient(app, raise_server_exceptions=False)
-    started = client.post("/api/visualize", json={"query": "a red square", "m": 1}).json()
+    started = client.post("/api/visualize", json={"query": "a red square", "guides": 1}).json()
     assert gate.reached.wait(HELD)
     time.sleep(1.0)  # longer than abandon_after, and nobody polls meanwhile
     gate.opened.set()

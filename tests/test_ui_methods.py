@@ -221,7 +221,7 @@ def test_needle_reviews_guides_then_results_and_reports_trust_weights(gallery, t
 
     client = TestClient(make_app(gallery, tmp_path, search=None, visualizer=exemplar), raise_server_exceptions=False)
     view = needle_step(client, client.post("/api/visualize", json={"query": "a dog running on grass", "method": "needle",
-                                                                  "m": 3, "k": 5}))
+                                                                  "guides": 3, "k": 5}))
     session = view["session"]
     assert view["stage"] == "guides" and [g["id"] for g in view["guides"]] == ["g1", "g2", "g3"]
     assert all(g["reviewing"] and not g["generated"] for g in view["guides"])
@@ -250,7 +250,7 @@ def test_needle_endpoints_take_ids_only_and_refuse_unknown_ones(gallery, tmp_pat
     unknown = client.post("/api/needle/" + "0" * 32 + "/guides", json={"rejected": []})
     assert unknown.status_code == 404 and "no such NEEDLE session" in unknown.json()["error"]
     assert client.get("/api/needle/" + "0" * 32 + "/guide/g1").status_code == 404
-    view = needle_step(client, client.post("/api/visualize", json={"query": "a dog", "method": "needle", "m": 2}))
+    view = needle_step(client, client.post("/api/visualize", json={"query": "a dog", "method": "needle", "guides": 2}))
     session = view["session"]
     missing = client.get(f"/api/needle/{session}/guide/g9")
     assert missing.status_code == 404 and missing.json()["error"] == "no such guide picture in this NEEDLE session"
@@ -272,7 +272,7 @@ def test_visualize_without_a_visualizer_says_how_to_add_one(gallery, tmp_path):
     client = TestClient(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
     response = client.post("/api/visualize", json={"query": "a dog"})
     assert response.status_code == 400 and "--visualizer exemplar:DIR" in response.json()["error"]
-    too_many = client.post("/api/visualize", json={"query": "a dog", "m": 9}).json()["error"]
+    too_many = client.post("/api/visualize", json={"query": "a dog", "guides": 9}).json()["error"]
     assert too_many == "guide images must be between 1 and 8"
 
 
@@ -359,7 +359,7 @@ def test_page_needle_reviews_guides_then_learns_from_marked_results(page, served
     page.select_option("#visualize-method", "needle")
     assert page.locator("#needle-help").is_visible()
     page.fill("#visualize-query", "a dog running on grass")
-    page.fill("#visualize-m", "3")
+    page.fill("#visualize-guides-count", "3")
     page.click("#visualize-form button[type=submit]")
     page.wait_for_selector("#needle-guides-send:not([hidden])", timeout=180_000)
     labels = page.eval_on_selector_all("#visualize-guides .cap", "cs => cs.map(c => c.textContent)")

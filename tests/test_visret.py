@@ -38,7 +38,8 @@ def gallery(photos, tiny_clip_embedder, tmp_path_factory):
 
 
 class PhotoVisualizer:
-    """Returns given gallery photos as the guides (control flow only)."""
+    """Finds given gallery photos as the guides, as the exemplar visualizer finds its photos: used where
+    they are, nothing cached (control flow only)."""
 
     name = "photos"
     generates = False
@@ -47,9 +48,12 @@ class PhotoVisualizer:
         self.paths = list(paths)
         self.prompts = []
 
-    def visualize(self, prompt, *, n=1, seed=None):
+    def source_paths(self, prompt, n=1):
         self.prompts.append(prompt)
-        return [Image.open(p).convert("RGB") for p in self.paths[:n]]
+        return self.paths[:n]
+
+    def visualize(self, prompt, *, n=1, seed=None):
+        return [Image.open(p).convert("RGB") for p in self.source_paths(prompt, n)]
 
 
 def _id(gallery, path):
@@ -58,10 +62,12 @@ def _id(gallery, path):
 
 def test_each_guide_finds_itself_and_rrf_uses_constant_one(gallery, photos):
     guides = [photos / "p3.png", photos / "p1.png"]
-    graph = build_visret_graph(gallery, visualizer=PhotoVisualizer(guides))
-    out = graph.invoke({"query": "a bike"}, context={"k": 5, "m": 2, "text_weight": 0})
+    graph = build_visret_graph(gallery, visualizers=PhotoVisualizer(guides))
+    out = graph.invoke({"query": "a bike"}, context={"k": 5, "guides": 2, "text_weight": 0})
     hits = out["hits"]
-    assert out["guides"] == 2 and out["prompt"] == "a bike"  # no llm: the query is visualized as is
+    assert out["prompt"] == "a bike"  # no llm: the query is visualized as is
+    assert [(g["id"], g["path"], g["generated"], g["status"]) for g in out["guides"]] == [
+        ("g1", str(guides[0]), False, "used"), ("g2", str(guides[1]), False, "used")]
     assert [h.id for h in hits[:2]] == [_id(gallery, guides[0]), _id(gallery, guides[1])]
     # Hand-computed: each guide ranks itself first: 1/(1+1) + 1/(1+r_other) with rrf_k = 1.
     per_guide = [[h.id for h in gallery.search_image(str(g), k=100)] for g in guides]
@@ -75,10 +81,10 @@ def test_each_guide_finds_itself_and_rrf_uses_constant_one(gallery, photos):
 
 def test_m_limits_guides_and_text_fusion_adds_the_text_ranking(gallery, photos):
     visualizer = PhotoVisualizer([photos / "p0.png", photos / "p2.png", photos / "p4.png"])
-    graph = build_visret_graph(gallery, visualizer=visualizer)
-    assert graph.invoke({"query": "x"}, context={"m": 1, "k": 1, "text_weight": 0})["hits"][0].id == _id(gallery, photos / "p0.png")
-    plain = graph.invoke({"query": "a red square"}, context={"m": 1, "k": 5, "text_weight": 0})["hits"]
-    fused = graph.invoke({"query": "a red square"}, context={"m": 1, "k": 5, "text_weight": 5.0})["hits"]
+    graph = build_visret_graph(gallery, visualizers=visualizer)
+    assert graph.invoke({"query": "x"}, context={"guides": 1, "k": 1, "text_weight": 0})["hits"][0].id == _id(gallery, photos / "p0.png")
+    plain = graph.invoke({"query": "a red square"}, context={"guides": 1, "k": 5, "text_weight": 0})["hits"]
+    fused = graph.invoke({"query": "a red square"}, context={"guides": 1, "k": 5, "text_weight": 5.0})["hits"]
     assert fused[0].id == gallery.search_text("a red square", k=1)[0].id
     assert [h.score for h in fused] != [h.score for h in plain]
 
@@ -98,8 +104,8 @@ def _hand_fused(gallery, guides, query, weight, k=5):
 @pytest.mark.parametrize("weight", [0.0, 0.5, 4.0])
 def test_text_weight_scales_the_text_ranking_in_the_fusion(gallery, photos, weight):
     guides = [photos / "p0.png", photos / "p2.png"]
-    graph = build_visret_graph(gallery, visualizer=PhotoVisualizer(guides))
-    hits = graph.invoke({"query": "a red square"}, context={"m": 2, "k": 5, "text_weight": weight})["hits"]
+    graph = build_visret_graph(gallery, visualizers=PhotoVisualizer(guides))
+    hits = graph.invoke({"query": "a red square"}, context={"guides": 2, "k": 5, "text_weight": weight})["hits"]
     expected = _hand_fused(gallery, guides, "a red square", weight)
     assert [h.score for h in hits] == pytest.approx([score for _, score in expected])
     assert {h.id for h in hits} == {id_ for id_, _ in expected}
@@ -115,8 +121,8 @@ def test_text_weight_default_follows_the_guides_family(gallery, photos):
     for generates, weight in ((False, EXEMPLAR_TEXT_WEIGHT), (True, GENERATED_TEXT_WEIGHT)):
         visualizer = PhotoVisualizer(guides)
         visualizer.generates = generates
-        hits = build_visret_graph(gallery, visualizer=visualizer).invoke(
-            {"query": "a red square"}, context={"m": 2, "k": 5})["hits"]
+        hits = build_visret_graph(gallery, visualizers=visualizer).invoke(
+            {"query": "a red square"}, context={"guides": 2, "k": 5})["hits"]
         assert [h.score for h in hits] == pytest.approx([s for _, s in _hand_fused(gallery, guides, "a red square",
                                                                                    weight)])
 
@@ -131,21 +137,21 @@ def test_text_weight_is_validated(bad):
 def test_llm_rewrites_the_query_into_the_visualization_prompt(gallery, photos):
     visualizer = PhotoVisualizer([photos / "p1.png"])
     llm = FakeListChatModel(responses=['"A brown dog in mid-jump over grass."\nextra line'])
-    out = build_visret_graph(gallery, llm=llm, visualizer=visualizer).invoke({"query": "jumping dog"}, context={"m": 1})
+    out = build_visret_graph(gallery, llm=llm, visualizers=visualizer).invoke({"query": "jumping dog"}, context={"guides": 1})
     assert out["prompt"] == "A brown dog in mid-jump over grass."
     assert visualizer.prompts == [out["prompt"]]
 
 
 def test_exemplar_visualizer_end_to_end(gallery, photos, tmp_path, monkeypatch):
     monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
-    graph = build_visret_graph(gallery, visualizer=f"exemplar:{photos}")
-    hits = graph.invoke({"query": "a man riding a bicycle"}, context={"m": 1, "k": 3, "text_weight": 0})["hits"]
+    graph = build_visret_graph(gallery, visualizers=f"exemplar:{photos}")
+    hits = graph.invoke({"query": "a man riding a bicycle"}, context={"guides": 1, "k": 3, "text_weight": 0})["hits"]
     assert hits[0].id == _id(gallery, photos / "p3.png")
 
 
 def test_bad_settings_and_missing_visualizer(gallery):
     with pytest.raises(SettingsError):
-        VisRetSettings(m=0)
+        VisRetSettings(guides=0)
     with pytest.raises(SettingsError):
         VisRetSettings(rrf_k=-1)
     with pytest.raises(SettingsError, match="visualizer"):
@@ -163,7 +169,7 @@ def test_cli_search_method_visret(gallery, photos, tmp_path, monkeypatch):
     result = runner.invoke(cli, args + ["--method", "visret", "--visualizer", f"exemplar:{photos}"])
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)["hits"]  # stderr carries the progress bars
-    expected = build_visret_graph(gallery, visualizer=f"exemplar:{photos}").invoke(
+    expected = build_visret_graph(gallery, visualizers=f"exemplar:{photos}").invoke(
         {"query": "a man riding a bicycle"}, context={"k": 2})["hits"]
     assert [h["id"] for h in hits] == [h.id for h in expected] and len(hits) == 2
     missing = runner.invoke(cli, args + ["--method", "visret"])
@@ -197,23 +203,23 @@ class _RecordingChat:
 def test_reader_sends_pictures_to_a_vlm_and_descriptions_to_a_text_model(gallery, photos):
     visualizer = PhotoVisualizer([photos / "p1.png"])
     vlm = _RecordingChat("### Reasoning: the second picture shows it\n### Answer: **brown**")
-    graph = build_visret_graph(gallery, visualizer=visualizer, reader=vlm)
-    out = graph.invoke({"query": "a dog", "question": "What colour is the dog?"}, context={"m": 1, "reader_k": 2, "text_weight": 0})
+    graph = build_visret_graph(gallery, visualizers=visualizer, reader=vlm)
+    out = graph.invoke({"query": "a dog", "question": "What colour is the dog?"}, context={"guides": 1, "reader_k": 2, "text_weight": 0})
     assert out["answer"] == "brown" and out["reasoning"] == "the second picture shows it"
     content = vlm.calls[0][1].content
     pictures = [part for part in content if part["type"] == "image_url"]
     assert len(pictures) == 2 and pictures[0]["image_url"]["url"].startswith("data:image/png;base64,")
     assert pictures[0]["image_url"]["detail"] == "high"  # the field the API reads (the authors sent "quality")
     text_only = _RecordingChat("no format at all: black", refuse_images=True)
-    out = build_visret_graph(gallery, visualizer=visualizer, reader=text_only).invoke(
-        {"query": "a dog", "question": "What colour?"}, context={"m": 1, "reader_k": 1, "text_weight": 0})
+    out = build_visret_graph(gallery, visualizers=visualizer, reader=text_only).invoke(
+        {"query": "a dog", "question": "What colour?"}, context={"guides": 1, "reader_k": 1, "text_weight": 0})
     assert out["answer"] == "no format at all: black"
     prompt = text_only.calls[0][1].content
     assert isinstance(prompt, str) and "Picture 1: a brown dog jumps" in prompt  # the stored caption
     # Without a question the graph only retrieves; with one but no reader it says what to pass.
-    assert "answer" not in build_visret_graph(gallery, visualizer=visualizer).invoke({"query": "a dog"}, context={"m": 1})
+    assert "answer" not in build_visret_graph(gallery, visualizers=visualizer).invoke({"query": "a dog"}, context={"guides": 1})
     with pytest.raises(SettingsError, match="reader"):
-        build_visret_graph(gallery, visualizer=visualizer).invoke({"query": "a dog", "question": "?"}, context={"m": 1})
+        build_visret_graph(gallery, visualizers=visualizer).invoke({"query": "a dog", "question": "?"}, context={"guides": 1})
 
 
 @pytest.mark.parametrize("reply, score", [

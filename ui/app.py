@@ -10,10 +10,10 @@ FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these end
   a page reload and a server restart.
 - ``POST /api/steer``: QC2 with relevance/quality levels.
 - ``POST /api/ask``: the Vision Search Assistant about an uploaded photo, a gallery photo (by id) or the
-  photo the gallery finds for the question; ``POST /api/visualize``: VisRet. Both start a background
-  job (:mod:`pictrieve.ui.jobs`) that ``GET /api/jobs/{id}`` reports step by step, and whose images
-  ``GET /api/jobs/{id}/image/{name}`` serves from memory. ``POST /api/jobs/{id}/cancel`` stops a job
-  between graph steps (the page sends it when it goes away); a job nobody polls stops by itself.
+  photo the gallery finds for the question; ``POST /api/visualize`` (``{"query", "guides", "k"}``): VisRet.
+  Both start a background job (:mod:`pictrieve.ui.jobs`) that ``GET /api/jobs/{id}`` reports step by step,
+  and whose images ``GET /api/jobs/{id}/image/{name}`` serves from memory. ``POST /api/jobs/{id}/cancel``
+  stops a job between graph steps (the page sends it when it goes away); a job nobody polls stops by itself.
 - ``GET /api/methods``: :meth:`~pictrieve.agents.method.Method.describe` of every registered method, with
   the page's tab for it; ``POST /api/methods/{name}/run`` (``{"input": {...}, "settings": {...}}``) runs a
   method without a view of its own (a plugin, say) as a job (:mod:`pictrieve.ui.methods`): its generic tab.
@@ -93,8 +93,8 @@ def create_app(
     NEEDLE's (e.g. ``embedders``, ``eta``); the page always reviews NEEDLE's guides and results.
     A job nobody polls for ``abandon_after`` seconds is cancelled. The jobs are ``app.state.jobs``.
 
-    Every graph is built from its method's needs: ``llm`` is the chat model, ``visualizer`` /
-    ``visualizers`` the visualizer, ``qc2_model`` the model trained for the gallery; ``extras`` maps a
+    Every graph is built from its method's needs: ``llm`` is the chat model,
+    ``visualizers`` the visualizer (a list of one), ``qc2_model`` the model trained for the gallery; ``extras`` maps a
     method's name to more builder arguments (``plugir_extras`` and ``ask_extras`` are PlugIR's and
     VSA's), which win over those.
     """
@@ -113,7 +113,6 @@ def create_app(
                      **({"vsa": dict(ask_extras)} if ask_extras else {}), **(extras or {})}
     providers: dict[str, Any] = {
         "llm": lambda: llm,
-        "visualizer": lambda: the_visualizer(),
         "visualizers": lambda: [the_visualizer()],
         "qc2_model": lambda: _gallery_qc2_model(gallery),
     }
@@ -255,7 +254,7 @@ def create_app(
             raise UIError(f"no generic tab for {name!r}" + (f"; it has its own: {PAGE_TABS[name]}" if name in PAGE_TABS else ""))
         method = get_method(name)
         inputs, context = prepare_run(method, body)
-        if {"visualizer", "visualizers"} & set(method.needs):
+        if "visualizers" in method.needs:
             require_visualizer()  # said at once, not by the job
 
         def work(job: Any) -> dict[str, Any]:
@@ -414,7 +413,7 @@ def create_app(
 
     def visualize_now(body: dict[str, Any]) -> dict[str, Any]:
         from pictrieve.ui.needle import FEEDBACK
-        from pictrieve.ui.visualize import PAGE_METHODS, RecordingVisualizer, run_visualize
+        from pictrieve.ui.visualize import PAGE_METHODS, run_visualize
 
         query = str(body.get("query") or "").strip()
         method = str(body.get("method") or "visret")
@@ -422,10 +421,10 @@ def create_app(
             raise UIError(f"{method} has no controls on this page yet; the Visualize tab runs: {', '.join(PAGE_METHODS)}")
         if not query:
             raise UIError("describe what you are looking for")
-        m = _count(body.get("m"), 3, "guide images", 8)
+        guides = _count(body.get("guides"), 3, "guide images", 8)
         require_visualizer()  # building it (a model, caption vectors) is the job's first step
         if method == "needle":
-            needle_context = {**needle_context_base, "k": _k(body.get("k"), 24), "guides_per_visualizer": m,
+            needle_context = {**needle_context_base, "k": _k(body.get("k"), 24), "guides": guides,
                               "feedback": FEEDBACK}
             topic = str(body.get("topic") or "").strip() or None
 
@@ -434,12 +433,11 @@ def create_app(
                 return sessions.start(job, sessions.open(needle_context), query, topic)
 
             return jobs.start("needle", start_needle).view()
-        context = {**(visualize_context or {}), "k": _k(body.get("k"), 24), "m": m}
+        context = {**(visualize_context or {}), "k": _k(body.get("k"), 24), "guides": guides}
 
         def work(job: Any) -> dict[str, Any]:
             # The query is visualized as written (no llm), as NEEDLE's is above.
-            built = build_graph(method, llm=None, visualizer=RecordingVisualizer(the_visualizer(), job))
-            return run_visualize(job, built, query, context)
+            return run_visualize(job, graph(method, llm=None), query, context)
 
         return jobs.start("visualize", work).view()
 

@@ -120,13 +120,10 @@ def _step_text(node: str, change: Any) -> str:
     if node == "refine":
         return f"prompt: {change.get('prompt', '')!r}"
     if node in ("visualize", "regenerate"):
-        new = [g for g in change.get("guides") or [] if g["status"] == "new"]
-        generated = sum(1 for g in new if g["generated"])
-        found = len(new) - generated
-        parts = ([f"{generated} guide image{'s' * (generated != 1)} generated"] if generated else []) + \
-                ([f"{found} exemplar photo{'s' * (found != 1)} found (not generated)"] if found else [])
-        verb = "replacements: " if node == "regenerate" else ""
-        return verb + (", ".join(parts) or "no new guide pictures")
+        from pictrieve.ui.visualize import guides_made
+
+        made = guides_made([g for g in change.get("guides") or [] if g["status"] == "new"])
+        return ("replacements: " if node == "regenerate" else "") + (made or "no new guide pictures")
     if node == "__interrupt__":
         kind = change[0].value.get("kind") if isinstance(change, (list, tuple)) and change else ""
         return "waiting for you: approve or reject the guides" if kind == "guides" else \
@@ -155,7 +152,7 @@ def session_view(sessions: NeedleSessions, session: str) -> dict[str, Any]:
     stage = pending["kind"] if pending else "done"
     topic = values.get("topic") or DEFAULT_TOPIC
     weights = values.get("weights")
-    if not weights:  # before the search: what the gallery has learned for this topic so far
+    if not weights:  # the run stopped before reading them: what the gallery has learned for this topic
         gallery = sessions.gallery
         names = list(getattr(gallery, "embedder_names", None) or [gallery.embedder_name])
         weights = load_trust(gallery).for_topic(topic, names)

@@ -1,7 +1,12 @@
-"""NEEDLE's parts (Nauman et al.): rank aggregation, embedder trust, guide screening, guide images.
+"""NEEDLE (Nauman et al.): guide pictures from several visualizers, ranked by several embedders, fused with
+trust weights learned from feedback.
 
-Each module is pure and small so that it can be tested against hand-computed numbers; the graph in
-:mod:`pictrieve.graphs.needle` wires them together.
+- :mod:`.nodes`: its run settings, input and output schemas, and its nodes, each a top-level function
+  testable alone;
+- :mod:`.aggregation`, :mod:`.trust`, :mod:`.anomaly`, :mod:`.search`: the pure parts (rank aggregation,
+  embedder trust, guide screening, the per-embedder rankings), each testable against hand-computed numbers;
+- :mod:`pictrieve.graphs.needle`: the wiring of the nodes into a ``StateGraph``;
+- ``METHOD`` (below): how the registry, the command line, the web page and the server find it.
 """
 
 from pictrieve.agents.method import Method
@@ -10,9 +15,9 @@ METHOD = Method(
     name="needle",
     description="NEEDLE: guide images from several visualizers, ranked by several embedders (and tiles), fused with trust weights learned from feedback.",
     builder="pictrieve.graphs.needle:build_needle_graph",
-    settings="pictrieve.graphs.needle:NeedleSettings",
-    input_schema="pictrieve.graphs.needle:NeedleInput",
-    output_schema="pictrieve.graphs.needle:NeedleOutput",
+    settings="pictrieve.agents.needle.nodes:NeedleSettings",
+    input_schema="pictrieve.agents.needle.nodes:NeedleInput",
+    output_schema="pictrieve.agents.needle.nodes:NeedleOutput",
     needs=("llm", "visualizers", "checkpointer"),
     example_input={"query": "a kite over a beach", "topic": "outdoors"},
 )

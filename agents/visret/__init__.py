@@ -1,45 +1,21 @@
-"""VisRet nodes: rewrite a query into a visualization prompt (LLM), with a safe fallback."""
+"""VisRet (visualize, then retrieve): search a gallery with pictures of the query instead of its text.
 
-from __future__ import annotations
-
-import logging
-from pathlib import Path
-from typing import Any
+- :mod:`.nodes`: its run settings, input and output schemas, and its nodes (rewrite, visualize, retrieve,
+  read), each a top-level function testable alone;
+- :mod:`.reader`: visual RAG, a reader answering from the retrieved images and a judge grading answers;
+- :mod:`pictrieve.graphs.visret`: the wiring of the nodes into a ``StateGraph``;
+- ``METHOD`` (below): how the registry, the command line, the web page and the server find it.
+"""
 
 from pictrieve.agents.method import Method
-
-logger = logging.getLogger(__name__)
-
-_PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
 
 METHOD = Method(
     name="visret",
     description="VisRet: visualize the query as guide images, search image-to-image, fuse by reciprocal rank.",
     builder="pictrieve.graphs.visret:build_visret_graph",
-    settings="pictrieve.graphs.visret:VisRetSettings",
-    input_schema="pictrieve.graphs.visret:VisRetInput",
-    output_schema="pictrieve.graphs.visret:VisRetOutput",
-    needs=("llm", "visualizer"),
+    settings="pictrieve.agents.visret.nodes:VisRetSettings",
+    input_schema="pictrieve.agents.visret.nodes:VisRetInput",
+    output_schema="pictrieve.agents.visret.nodes:VisRetOutput",
+    needs=("llm", "visualizers"),
     example_input={"query": "a dog catching a frisbee"},
 )
-
-
-def rewrite_prompt_template() -> str:
-    return (_PROMPTS / "visret_rewrite.txt").read_text(encoding="utf-8")
-
-
-def visualization_prompt(query: str, llm: Any = None) -> str:
-    """The text to visualize for ``query``: the LLM's rewrite, or the query itself without an LLM
-    (or when its reply holds no line to use; logged). A failed call raises
-    :class:`~pictrieve.tools.llm_calls.ModelCallError`: a search must not quietly go on without
-    the model it was asked to use."""
-    if llm is None:
-        return query
-    from pictrieve.tools.llm_calls import complete, note_fallback
-
-    reply = complete(llm, rewrite_prompt_template().format(query=query))
-    lines = [line.strip() for line in reply.splitlines() if line.strip()]
-    rewritten = lines[0].strip('"\'').strip() if lines else ""
-    if not rewritten:
-        note_fallback(logger, "the rewrite of the query into a visualization prompt was empty; using the query")
-    return rewritten or query

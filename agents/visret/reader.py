@@ -66,7 +66,7 @@ def reader_messages(question: str, hits: Sequence[ImageHit], *, images: bool,
                 described = f"(picture unreadable) {described}"
             parts.append({"type": "text", "text": f"Picture {number}: {described}"})
     content: Any = parts if images else "\n".join(part["text"] for part in parts)
-    return [SystemMessage(_prompt("visret_reader.txt")), HumanMessage(content=content)]
+    return [SystemMessage(_prompt("visret/reader.txt")), HumanMessage(content=content)]
 
 
 def _data_url(path: str) -> str | None:

@@ -281,10 +281,10 @@ $("visualize-form").addEventListener("submit", async (ev) => {
   ["needle-guides-send", "needle-results-send", "needle-question", "needle-weights"].forEach((id) => { $(id).hidden = true; });
   if ($("visualize-method").value === "needle") {
     $("visualize-guides").replaceChildren();
-    await needleStep(await postJSON("/api/visualize", { query: $("visualize-query").value, method: "needle", m: $("visualize-m").value }, "starting…"));
+    await needleStep(await postJSON("/api/visualize", { query: $("visualize-query").value, method: "needle", guides: $("visualize-guides-count").value }, "starting…"));
     return;
   }
-  const started = await postJSON("/api/visualize", { query: $("visualize-query").value, method: $("visualize-method").value, m: $("visualize-m").value }, "starting…");
+  const started = await postJSON("/api/visualize", { query: $("visualize-query").value, method: $("visualize-method").value, guides: $("visualize-guides-count").value }, "starting…");
   await runJob(started, "visualize-steps", "making guide images and searching…", (view) => {
     renderGuides(view);
     if (view.done && view.result) {
