@@ -158,7 +158,7 @@ def shoot(url: str, photos: Path, out: Path, chromium: str, views: tuple[str, ..
         if "visualize" in views:
             page.goto(url + "/#visualize")
             page.fill("#visualize-query", "a cup of coffee")
-            page.fill("#visualize-m", "1")  # one caption of the 14 matches: more guides would add unrelated photos
+            page.fill("#visualize-guides-count", "1")  # one caption of the 14 matches: more guides would add unrelated photos
             page.click("#visualize-form button[type=submit]")
             page.wait_for_selector("#visualize-grid .card", timeout=slow)
             save(page, out / "ui-visualize.png")
@@ -168,7 +168,7 @@ def shoot(url: str, photos: Path, out: Path, chromium: str, views: tuple[str, ..
             page.goto(url + "/#visualize")
             page.select_option("#visualize-method", "needle")
             page.fill("#visualize-query", "outer space: the moon, the stars, a rocket")  # four captions match
-            page.fill("#visualize-m", "2")
+            page.fill("#visualize-guides-count", "2")
             page.click("#visualize-form button[type=submit]")
             page.wait_for_selector("#needle-guides-send:not([hidden])", timeout=slow)
             page.check("#visualize-guides .card[data-id=g2] input.needle-reject")
