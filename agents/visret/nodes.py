@@ -34,7 +34,7 @@ from langgraph.graph import END
 from langgraph.runtime import Runtime
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
-from pictrieve.agents.guided import GalleryViews, Guide, guides_from
+from pictrieve.agents.guided import GalleryViews, Guide, as_visualizers, guides_from
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.fusion import fuse_hits
 from pictrieve.vectorstore.hits import ImageHit
@@ -123,8 +123,6 @@ def default_text_weight(guides: Sequence[Guide]) -> float:
 def one_visualizer(visualizers: Any) -> Any:
     """The builder's ``visualizers`` (one visualizer, or a list of at most one; objects or names) as one
     visualizer object, or ``None``. VisRet visualizes with one model, as in the paper; NEEDLE takes several."""
-    from pictrieve.agents.guided import as_visualizers
-
     found = as_visualizers(visualizers)
     if len(found) > 1:
         raise SettingsError(f"VisRet searches with one visualizer, got {len(found)} "
