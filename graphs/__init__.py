@@ -9,7 +9,7 @@ the web page and the LangGraph server treat them alike, and name none of them):
   ``gallery``, ``served``, ``example_input``, ``exact_ranking``; ``describe()`` gives it as JSON.
 - **Builder**: ``build_<method>_graph(index, *, checkpointer=None, name="<method>", <need>=...)``
   returns a ``CompiledStateGraph``. ``index`` is the gallery searched; the rest is keyword-only, one
-  argument per need (``llm``, ``visualizer``, ``qc2_model``, ...: :data:`~pictrieve.agents.method.NEEDS`),
+  argument per need (``llm``, ``visualizers``, ``qc2_model``, ...: :data:`~pictrieve.agents.method.NEEDS`),
   none that it ignores. No builder compiles a checkpointer it was not given: the LangGraph server brings
   its own, and a CLI or test passes one when it needs ``interrupt()`` to pause and resume.
 - **Schemas**: the ``input_schema`` and ``output_schema`` the Method names are the ones on the graph;
