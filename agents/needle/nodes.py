@@ -49,7 +49,7 @@ GUIDE_VECTOR_CACHE = 4096
 
 @dataclass
 class NeedleSettings(RunSettings):
-    """Run settings of NEEDLE."""
+    """Run settings of :func:`build_needle_graph`."""
 
     k: int = 10
     """How many images to return."""

@@ -56,7 +56,7 @@ model can run offline here, so no other weight has been measured for them."""
 
 @dataclass
 class VisRetSettings(RunSettings):
-    """Run settings of VisRet."""
+    """Run settings of :func:`build_visret_graph`."""
 
     k: int = 10
     """How many images to return."""
