@@ -101,9 +101,7 @@ class PictrieveService:
 
         def build() -> Any:
             method = get_method(name)
-            if name == "visret":
-                return method.build(self.gallery, llm=self._rewriter(), visualizer=self.visualizer())
-            if name == "needle":
+            if name in ("visret", "needle"):
                 return method.build(self.gallery, llm=self._rewriter(), visualizers=[self.visualizer()])
             if name == "vsa":
                 from pictrieve.tools.vlm import create_region_captioner
