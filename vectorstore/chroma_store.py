@@ -1,9 +1,9 @@
-"""The Chroma side of a gallery: connecting, naming collections, small JSON records, the write lock.
+"""The Chroma side of a gallery: connecting, naming collections, the write lock.
 
 A gallery is one Chroma database (an embedded ``PersistentClient`` folder, or a ``chroma run`` server
 at ``http://host:port``). Each embedder has its own collection (``images__<slug>__<hash>``), and
 one more collection, ``pictrieve__records``, keeps small JSON records (the default embedder,
-fingerprints, trust weights) keyed by name.
+trust weights) keyed by name (:mod:`~pictrieve.vectorstore.records`; its functions are re-exported here).
 """
 
 from __future__ import annotations
@@ -12,24 +12,22 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlparse
 
 from pictrieve.vectorstore.errors import GalleryBusyError, GalleryError, GalleryPermissionError  # noqa: F401
+from pictrieve.vectorstore.records import GALLERY_RECORD, RECORDS_COLLECTION, read_record, write_record  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
 COLLECTION_PREFIX = "images__"
-RECORDS_COLLECTION = "pictrieve__records"
 LOCK_FILE = ".pictrieve-write.lock"
-GALLERY_RECORD = "gallery"
-"""The JSON record holding gallery-wide settings such as ``default_embedder``."""
 
 
 MODEL_KEY = "model"
@@ -139,26 +137,8 @@ def embedder_collections(client: Any, *, counts: bool = True) -> list[dict[str, 
     return sorted(rows, key=lambda row: str(row["embedder"]))
 
 
-def read_record(client: Any, key: str) -> dict[str, Any] | None:
-    """The JSON record stored under ``key``, or ``None`` (never creates anything)."""
-    if RECORDS_COLLECTION not in {c.name for c in client.list_collections()}:
-        return None
-    found = client.get_collection(RECORDS_COLLECTION, embedding_function=None).get(ids=[key], include=["documents"])
-    if not found["ids"]:
-        return None
-    return json.loads(found["documents"][0])
-
-
-def write_record(client: Any, key: str, value: dict[str, Any]) -> None:
-    """Store the dict ``value`` under ``key``: one upsert (one SQLite transaction), so a reader sees
-    the old or the new value, never a mix. Callers writing to an embedded gallery hold :func:`write_lock`."""
-    if not isinstance(value, dict):
-        raise TypeError(f"JSON records are dicts, got {type(value).__name__}")
-    document = json.dumps(value, sort_keys=True)
-    collection = client.get_or_create_collection(RECORDS_COLLECTION, embedding_function=None,
-                                                 metadata={"pictrieve": "records"})
-    # Chroma stores a vector with every record; these records are looked up by key only.
-    collection.upsert(ids=[key], documents=[document], embeddings=[[0.0]])
+_held_locks = threading.local()
+"""Per thread: the lock files this thread holds, so a write inside a held lock does not wait for itself."""
 
 
 @contextlib.contextmanager
@@ -169,11 +149,19 @@ def write_lock(location: str, *, timeout: float | None = None, poll: float = 0.2
     overwrite each other's index files. Writers therefore take turns; a second writer waits (logging
     once), or raises :class:`GalleryBusyError` after ``timeout`` seconds. The kernel releases the lock
     when a process dies, even by ``kill -9``. Servers (``http://``) serialise writes themselves.
+    The lock is re-entrant within one thread (a write inside a held lock goes on); other threads and
+    processes wait. The gallery folder must exist.
     """
     if is_server(location):
         yield
         return
     path = Path(location).expanduser() / LOCK_FILE
+    held: set[str] = getattr(_held_locks, "paths", None) or set()
+    _held_locks.paths = held
+    key = str(path.resolve())
+    if key in held:
+        yield
+        return
     try:
         handle = open(path, "a+")
     except OSError as exc:
@@ -195,6 +183,10 @@ def write_lock(location: str, *, timeout: float | None = None, poll: float = 0.2
                     logger.warning("gallery %s is busy (another process is writing); waiting", location)
                     announced = True
                 time.sleep(poll)
-        yield
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
     finally:
         handle.close()
