@@ -8,17 +8,39 @@ time, content hash and any sidecar captions. Collections use cosine HNSW, so a h
 the cosine similarity. A :class:`Gallery` object is a view of the database through one embedder;
 :meth:`Gallery.with_embedder` gives a view through another, and the gallery records a default one.
 
-The parts live in short modules: ``chroma_store`` (connecting, naming, JSON records, the write lock),
-``reading`` (ids, items, vectors), ``indexing`` (adding files), ``errors``; this module holds the
-:class:`Gallery` class itself, opening and searching.
+Reading never creates anything: opening, counting, searching, listing or planning a gallery that
+does not exist yet leaves no folder behind and no collection on a server. Writes create what they
+need: :meth:`Gallery.add` (indexing files), :meth:`Gallery.upsert` (precomputed vectors, from any
+process), :meth:`Gallery.update_metadata`, :meth:`Gallery.delete`, :meth:`Gallery.put_json`,
+:meth:`Gallery.set_default_embedder`, and :meth:`Gallery.create` (the database and this embedder's
+collection, empty). Writers to an embedded gallery take turns through its write lock
+(:meth:`Gallery.writing`); a server serialises writes itself, so processes on other machines write
+to it directly, holding only its ``http://`` location and the embedder's name.
+
+Indexing in parts, e.g. with workers elsewhere (see :mod:`~pictrieve.vectorstore.indexing`)::
+
+    views = gallery.views(["offline", "open_clip:ViT-B-32/laion2b_s34b_b79k"])
+    with gallery.writing():
+        plan = start_index(views, list_images(["photos/"]))   # default recorded, captions refreshed
+    for view in views:
+        view.create()                                           # collections exist before workers write
+    # any process: Gallery.open(location, embedder, create=False) per embedder, then
+    with BatchWriter(worker_views, batch_size=32) as writer:
+        for planned in my_share_of(plan.todo):
+            writer.add(prepare_file(planned, {v.embedder_name: v.embedder for v in worker_views}))
+
+The parts live in short modules: ``chroma_store`` (connecting, naming, the write lock), ``records``
+(the small JSON records), ``reading`` (ids, items, vectors), ``indexing`` (adding files), ``errors``;
+this module holds the :class:`Gallery` class itself: opening, searching and writing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from PIL import Image
@@ -26,7 +48,6 @@ from PIL import Image
 from pictrieve.tools.embedders.base import Embedder
 from pictrieve.tools.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
 from pictrieve.tools.images import load_image
-from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     AmbiguousEmbedderError,
     DimensionMismatchError,
@@ -37,12 +58,21 @@ from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     GalleryPermissionError,
 )
 from pictrieve.vectorstore.hits import ImageHit
-from pictrieve.vectorstore.indexing import FailedImage, IndexReport, Sources, caption_metadata, index_sources  # noqa: F401
-from pictrieve.vectorstore.reading import GalleryItem, GalleryReads
+from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
+    FailedImage,
+    IndexPlan,
+    IndexReport,
+    PlannedFile,
+    Sources,
+    caption_metadata,
+    index_sources,
+    plan_index,
+)
+from pictrieve.vectorstore.reading import CollectionReader, GalleryItem
+from pictrieve.vectorstore.records import GALLERY_RECORD, RecordStore
 from pictrieve.vectorstore.syncing import LargeRemovalError, MissingFoldersError, check_removal  # noqa: F401
 from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
     COLLECTION_PREFIX,
-    GALLERY_RECORD,
     MODEL_KEY,
     RENAMED_EMBEDDERS,
     collection_name_for,
@@ -71,22 +101,26 @@ class QueryError(GalleryError, ValueError):
     """A search request that cannot be answered as given (empty text, k below 1)."""
 
 
-class Gallery(GalleryReads):
+class Gallery:
     """A searchable image collection, seen through one embedder, stored in Chroma.
 
-    Open with :meth:`Gallery.open`; see the module docstring for the storage layout.
+    Open with :meth:`Gallery.open`; see the module docstring for the storage layout and what creates it.
     """
 
     def __init__(
-        self, client: Any | None, location: str, embedder: Embedder | str, hnsw: dict[str, Any] | None = None
+        self, client: Any | None, location: str, embedder: Embedder | str, hnsw: dict[str, Any] | None = None,
+        *, create: bool = True,
     ) -> None:
         self._client = client
         self.hnsw = dict(hnsw or {})
         self.location = str(location)
+        self.create_on_write_handle = bool(create)
+        """Whether :attr:`collection` creates a missing collection (``Gallery.open(..., create=...)``)."""
         self._embedder = embedder if not isinstance(embedder, str) else None
         self.embedder_name = check_embedder_name(embedder) if isinstance(embedder, str) else embedder.name
         self.collection_name = collection_name_for(self.embedder_name)
         self._collection: Any = None
+        self._batch_limit: int | None = None
         if self._embedder is not None:
             self._check_dimension(self._embedder.dim)
             self._check_model(self._embedder)
@@ -108,9 +142,10 @@ class Gallery(GalleryReads):
         default embedder is used (or its only one; for an older gallery holding several and no record,
         the one with the most images), and the global default for a new gallery. The model is loaded
         lazily. With ``create=False`` a missing gallery, or one without images for the embedder, is an
-        error. Nothing is created on disk until images are added. ``hnsw`` holds Chroma HNSW options
-        (``ef_construction``, ``max_neighbors``, ``ef_search``) for collections this object creates;
-        to change ``ef_search`` of an existing collection call :meth:`set_ef_search`.
+        error, and the :attr:`collection` handle never creates one. Nothing is created on disk until
+        something is written (:meth:`add`, :meth:`upsert`, :meth:`create`, ...). ``hnsw`` holds Chroma
+        HNSW options (``ef_construction``, ``max_neighbors``, ``ef_search``) for collections this
+        object creates; to change ``ef_search`` of an existing collection call :meth:`set_ef_search`.
         """
         location = str(location)
         client = connect(location, create=False)
@@ -121,7 +156,7 @@ class Gallery(GalleryReads):
             )
         if embedder is None:
             embedder = (_stored_default(client) if client is not None else None) or default_embedder_name()
-        gallery = cls(client, location, embedder, hnsw)
+        gallery = cls(client, location, embedder, hnsw, create=create)
         if not create and gallery._get_collection(create=False) is None:
             raise EmptyGalleryError(
                 f"gallery {location} has no images for embedder {gallery.embedder_name!r} "
@@ -132,21 +167,62 @@ class Gallery(GalleryReads):
 
     def with_embedder(self, embedder: Embedder | str) -> "Gallery":
         """A view of the same database through another embedder's collection (ids are shared)."""
-        return type(self)(self._client, self.location, embedder, self.hnsw)
+        return type(self)(self._client, self.location, embedder, self.hnsw, create=self.create_on_write_handle)
+
+    def views(self, embedders: Sequence[Embedder | str] | None = None) -> list["Gallery"]:
+        """This view, then a view through each other embedder in ``embedders`` (one per name): the
+        targets of :meth:`add` and :meth:`plan_index`. An :class:`Embedder` named like this view's
+        embedder becomes this view's model."""
+        targets = [self]
+        for other in embedders or []:
+            name = other if isinstance(other, str) else other.name
+            if name == self.embedder_name or check_embedder_name(name) == self.embedder_name:
+                if not isinstance(other, str):
+                    self._embedder = self._embedder or other
+                continue
+            if name not in {t.embedder_name for t in targets}:
+                targets.append(self.with_embedder(other))
+        return targets
 
     @property
     def client(self) -> Any:
-        """The Chroma client (connected, and for a new embedded gallery created, on first use)."""
-        return self._writable_client()
+        """The Chroma client of the gallery's database. Reading it creates nothing: a gallery folder
+        not made yet raises :class:`GalleryError` (a write, or :meth:`create`, makes it)."""
+        if self._client is None:
+            self._client = connect(self.location, create=False)
+        if self._client is None:
+            raise GalleryError(
+                f"no gallery at {Path(self.location).expanduser()}",
+                fix=f"create one with Gallery.open({self.location!r}).add(PHOTOS), or .create()",
+            )
+        return self._client
 
     def exists(self) -> bool:
         """Whether the database exists yet (a new gallery is created by its first write)."""
         return self._client is not None or is_server(self.location) or Path(self.location).expanduser().is_dir()
 
-    def _writable_client(self) -> Any:
+    def _connect_for_write(self) -> Any:
         if self._client is None:
             self._client = connect(self.location, create=True)
         return self._client
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator["Gallery"]:
+        """Hold the gallery's write lock for the block (creating the database first if it is missing),
+        so several writes go in one turn: other writer processes to an embedded gallery wait (see
+        :func:`~pictrieve.vectorstore.chroma_store.write_lock`; a server needs no lock). Every write
+        method takes the lock itself; inside the block it goes on without waiting for itself."""
+        self._connect_for_write()
+        with write_lock(self.location):
+            yield self
+
+    def create(self) -> "Gallery":
+        """Create the database and this embedder's collection if missing (its dimension and the
+        model's fingerprint are recorded, so the model is loaded when only a name was given); return
+        ``self``. Writers in other processes, which open the gallery with ``create=False``, expect it."""
+        with self.writing():
+            self._get_collection(create=True)
+        return self
 
     @property
     def embedder(self) -> Embedder:
@@ -165,45 +241,47 @@ class Gallery(GalleryReads):
             return []
         return [row["embedder"] for row in embedder_collections(self._client, counts=False) if row["embedder"]]
 
+    # ------------------------------------------------------------------ records
+
+    def _records(self) -> RecordStore:
+        return RecordStore(self._client)
+
     @property
     def default_embedder(self) -> str | None:
         """The recorded default embedder's name (``None`` if none was recorded)."""
-        return None if self._client is None else (read_record(self._client, GALLERY_RECORD) or {}).get("default_embedder")
+        return self._records().default_embedder
 
-    def set_default_embedder(self, name: str) -> None:
-        """Record the embedder that :meth:`open` uses when none is named."""
-        name = check_embedder_name(name)
-        client = self._writable_client()
-        with write_lock(self.location):
-            record = read_record(client, GALLERY_RECORD) or {}
-            write_record(client, GALLERY_RECORD, {**record, "default_embedder": name})
-
-    def _record_default_embedder_if_unset(self) -> None:
-        """Called by indexing, under the write lock."""
-        client = self._writable_client()
-        record = read_record(client, GALLERY_RECORD) or {}
-        if not record.get("default_embedder"):
-            write_record(client, GALLERY_RECORD, {**record, "default_embedder": self.embedder_name})
+    def set_default_embedder(self, name: str | None = None, *, keep_existing: bool = False) -> None:
+        """Record the embedder that :meth:`open` uses when none is named: ``name``, or this view's.
+        With ``keep_existing`` only when none is recorded yet (what the first index does)."""
+        name = self.embedder_name if name is None else check_embedder_name(name)
+        with self.writing():
+            self._records().merge(GALLERY_RECORD, {"default_embedder": name}, keep_existing=keep_existing)
 
     def get_json(self, key: str) -> dict[str, Any] | None:
         """A small JSON record stored in this gallery's database (``None`` if absent)."""
-        return None if self._client is None else read_record(self._client, f"user:{key}")
+        return self._records().get_user(key)
 
     def put_json(self, key: str, value: dict[str, Any]) -> None:
         """Store a small JSON record (trust weights, settings) in this gallery's database, atomically."""
-        client = self._writable_client()
-        with write_lock(self.location):
-            write_record(client, f"user:{key}", value)
+        with self.writing():
+            self._records().put_user(key, value)
+
+    # ------------------------------------------------------------------ collections
 
     @property
     def collection(self) -> Any:
-        return self._collection_for_write()
-
-    def _collection_for_write(self) -> Any:
-        if self._collection is None:
-            self._writable_client()
-            self._collection = self._get_collection(create=True)
-        return self._collection
+        """This embedder's Chroma collection, to use directly. It is a write handle: on a gallery opened
+        with ``create=True`` (the default) a missing one is created, with the database; with
+        ``create=False`` it raises :class:`EmptyGalleryError` instead. :meth:`upsert` and the other
+        write methods also take the write lock."""
+        if self.create_on_write_handle:
+            self._connect_for_write()
+            return self._get_collection(create=True)
+        collection = self._get_collection(create=False)
+        if collection is None:
+            raise self._empty_error()
+        return collection
 
     def _get_collection(self, *, create: bool) -> Any:
         if self._collection is not None or self._client is None:
@@ -270,11 +348,11 @@ class Gallery(GalleryReads):
         collection = self._get_collection(create=False)
         if collection is None:
             raise self._empty_error()
-        with write_lock(self.location):
+        with self.writing():
             collection.modify(configuration={"hnsw": {"ef_search": int(ef_search)}})
 
     def _check_dimension(self, dim: int) -> None:
-        stored = self._stored_dim()
+        stored = self._reads().dim
         if stored is not None and int(stored) != int(dim):
             raise DimensionMismatchError(
                 f"gallery {self.location} stores {stored}-d vectors for {self.embedder_name!r}, but "
@@ -283,10 +361,45 @@ class Gallery(GalleryReads):
             )
 
     def _max_batch(self) -> int:
-        try:
-            return max(1, min(int(self._writable_client().get_max_batch_size()), 5000))
-        except Exception:  # older servers do not report it
-            return 1000
+        """Records per Chroma call (asked once; only called once a collection, so a client, exists)."""
+        if self._batch_limit is None:
+            try:
+                self._batch_limit = max(1, min(int(self.client.get_max_batch_size()), 5000))
+            except Exception:  # older servers do not report it
+                self._batch_limit = 1000
+        return self._batch_limit
+
+    # ------------------------------------------------------------------ reading
+
+    def _reads(self) -> CollectionReader:
+        return CollectionReader(self._get_collection(create=False), self.location, self._max_batch)
+
+    def count(self) -> int:
+        """How many images this embedder's collection holds (0 when it has none)."""
+        return self._reads().count()
+
+    def ids(self) -> list[str]:
+        """All ids, in the stable order that :meth:`embeddings` with ``ids=None`` uses."""
+        return self._reads().ids()
+
+    def get(self, ids: Sequence[str]) -> list[GalleryItem]:
+        """Items for ``ids``, in the same order; unknown ids raise ``KeyError``."""
+        return self._reads().get(ids)
+
+    def items(self) -> Iterator[GalleryItem]:
+        """Every stored item, in :meth:`ids` order."""
+        return self._reads().items()
+
+    def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray:
+        """Stored vectors as ``(n, dim)`` float32: for ``ids`` in order, or all in :meth:`ids` order."""
+        return self._reads().embeddings(ids)
+
+    def captions(self, id_: str) -> list[str]:
+        return self.get([id_])[0].captions
+
+    def metadata_of(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Stored metadata of those of ``ids`` this embedder has, by id (the others are left out)."""
+        return self._reads().metadata_of(ids)
 
     # ------------------------------------------------------------------ searching
 
@@ -316,7 +429,7 @@ class Gallery(GalleryReads):
         if collection is None:
             raise self._empty_error()
         vector = np.asarray(vector, dtype=np.float32).reshape(-1)
-        stored = self._stored_dim()
+        stored = self._reads().dim
         if stored is not None and vector.shape[0] != int(stored):
             raise DimensionMismatchError(
                 f"query vector has {vector.shape[0]} dimensions, gallery {self.location} stores "
@@ -379,61 +492,74 @@ class Gallery(GalleryReads):
         ``budget``: a :class:`~pictrieve.tools.time_budget.TimeBudget` that stops indexing part-way
         (``report.stopped_early``; a re-run goes on).
         """
-        targets = [self]
-        for other in embedders or []:
-            name = other if isinstance(other, str) else other.name
-            if name == self.embedder_name or check_embedder_name(name) == self.embedder_name:
-                if not isinstance(other, str):
-                    self._embedder = self._embedder or other
-                continue
-            if name not in {t.embedder_name for t in targets}:
-                targets.append(self.with_embedder(other))
         return index_sources(
-            targets, sources, batch_size=batch_size, workers=workers, progress=progress, max_pixels=max_pixels,
-            budget=budget,
+            self.views(embedders), sources, batch_size=batch_size, workers=workers, progress=progress,
+            max_pixels=max_pixels, budget=budget,
         )
 
-    def _write_batch(self, batch: list[tuple[Path, Any, dict[str, Any]]]) -> int:
-        vectors = self.embedder.embed_preprocessed([tensor for _, tensor, _ in batch])
-        self._collection_for_write().upsert(
-            ids=[path_id(path) for path, _, _ in batch],
-            embeddings=vectors,
-            metadatas=[meta for _, _, meta in batch],
-        )
-        return len(batch)
+    def plan_index(self, sources: Sources, *, embedders: Sequence[Embedder | str] | None = None) -> IndexPlan:
+        """What :meth:`add` with these arguments would have to do, found without a model and without
+        writing: the files to embed (with their ids, captions and stored records), the unchanged ones,
+        the unreadable ones. See :func:`~pictrieve.vectorstore.indexing.plan_index`."""
+        return plan_index(self.views(embedders), sources)
 
-    def _known_files(self, paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
-        collection = self._get_collection(create=False)
-        known: dict[str, dict[str, Any]] = {}
-        if collection is None or collection.count() == 0:
-            return known
-        ids = [path_id(p) for p in paths]
-        step = self._max_batch()
-        for start in range(0, len(ids), step):
-            batch = collection.get(ids=ids[start : start + step], include=["metadatas"])
-            known.update({id_: meta for id_, meta in zip(batch["ids"], batch["metadatas"])})
-        return known
-
-    def _refresh_captions(self, path: Path, record: dict[str, Any], captions: CaptionIndex) -> None:
-        wanted = caption_metadata(captions.captions_for(path))
-        if wanted and wanted.get("captions") != record.get("captions"):
-            self._collection_for_write().update(ids=[path_id(path)], metadatas=[wanted])
+    def upsert(
+        self,
+        ids: Sequence[str],
+        vectors: np.ndarray | Sequence[Sequence[float]],
+        metadatas: Sequence[dict[str, Any]],
+    ) -> int:
+        """Store precomputed vectors of this view's embedder under ``ids``, replacing any stored
+        there: writing the same records twice changes nothing, so an interrupted writer can simply go
+        again. ``vectors`` are ``(n, dim)`` L2-normalised embeddings made by this embedder (as
+        :class:`~pictrieve.vectorstore.indexing.BatchWriter` makes them); ``metadatas`` hold at least
+        ``path`` (indexing adds name, size, mtime_ns, sha256, width, height, captions). Image ids are
+        :func:`path_id` of the file. Creates the database and the collection when missing, takes the
+        write lock of an embedded gallery, and is safe from many processes against a server.
+        Returns the number of records written."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or len(vectors) != len(ids) or len(metadatas) != len(ids):
+            raise ValueError(
+                f"upsert needs one vector row and one metadata dict per id: {len(ids)} ids, "
+                f"vectors of shape {vectors.shape}, {len(metadatas)} metadata dicts"
+            )
+        if not len(ids):
+            return 0
+        with self.writing():
+            collection = self._get_collection(create=True)
+            stored = self._reads().dim
+            if stored is not None and int(stored) != vectors.shape[1]:
+                raise DimensionMismatchError(
+                    f"{vectors.shape[1]}-d vectors cannot go into gallery {self.location}: it stores {stored}-d "
+                    f"vectors for {self.embedder_name!r}; embed the images with that embedder"
+                )
+            step = self._max_batch()
+            for start in range(0, len(ids), step):
+                collection.upsert(ids=list(ids[start : start + step]), embeddings=vectors[start : start + step],
+                                  metadatas=[dict(m) for m in metadatas[start : start + step]])
+        return len(ids)
 
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
         """Merge keys into stored metadata (values: str, int, float, bool or lists of them)."""
         if len(ids) != len(metadatas):
             raise ValueError("update_metadata needs one metadata dict per id")
-        step = self._max_batch()
-        with write_lock(self.location):
+        if not len(ids):
+            return
+        collection = self._get_collection(create=False)
+        if collection is None:
+            raise self._empty_error()
+        with self.writing():
+            step = self._max_batch()
             for start in range(0, len(ids), step):
-                self._collection_for_write().update(
-                    ids=list(ids[start : start + step]), metadatas=list(metadatas[start : start + step])
-                )
+                collection.update(ids=list(ids[start : start + step]), metadatas=list(metadatas[start : start + step]))
 
     def delete(self, ids: Sequence[str]) -> None:
-        if ids:
-            with write_lock(self.location):
-                self._collection_for_write().delete(ids=list(ids))
+        """Remove the images ``ids`` from this embedder's collection (unknown ids are ignored)."""
+        collection = self._get_collection(create=False)
+        if not ids or collection is None:
+            return
+        with self.writing():
+            collection.delete(ids=list(ids))
 
     def missing_files(self) -> list[GalleryItem]:
         """Stored images whose files no longer exist (what :meth:`sync` would remove)."""
@@ -479,7 +605,7 @@ def gallery_contents(location: str | os.PathLike) -> list[dict[str, Any]]:
 
 def _stored_default(client: Any) -> str | None:
     """The recorded default embedder; else the only one; else (older galleries) the largest one."""
-    recorded = (read_record(client, GALLERY_RECORD) or {}).get("default_embedder")
+    recorded = RecordStore(client).default_embedder
     rows = [row for row in embedder_collections(client) if row["embedder"]]
     names = {row["embedder"] for row in rows}
     if recorded in RENAMED_EMBEDDERS and recorded not in names and RENAMED_EMBEDDERS[recorded] in names:

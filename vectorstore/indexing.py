@@ -5,24 +5,39 @@ every embedder that needs them in worker threads while the models embed the prev
 batch is written as soon as it is embedded (an interrupted run resumes where it stopped, and ids are
 path hashes, so a re-run never duplicates); unchanged files are skipped by size and modification
 time, then by content hash; unreadable files and folders are reported, not fatal. Writers to one
-embedded gallery take turns through the gallery's write lock (see :func:`.chroma_store.write_lock`).
+embedded gallery take turns through the gallery's write lock (see :meth:`Gallery.writing`).
+
+:meth:`Gallery.add` runs it all in this process (:func:`index_sources`). The steps are public, so a
+run can be split across processes or machines writing to a ``chroma run`` server:
+
+1. :func:`list_images` finds the files; :func:`start_index` (under ``with gallery.writing():``)
+   records the default embedder, refreshes changed captions of unchanged files and returns an
+   :class:`IndexPlan` (:func:`plan_index` alone only reads): the :class:`PlannedFile` s to embed, each
+   with its id, captions and stored records, plus the counts of unchanged and unreadable files.
+2. Anywhere, for any share of ``plan.todo``: :func:`prepare_file` hashes, decodes once and
+   preprocesses a file for the embedders that need it (raising for an unreadable one), and a
+   :class:`BatchWriter` over views opened there (``Gallery.open(location, embedder, create=False)``;
+   :meth:`Gallery.create` them first) embeds full batches and writes them with :meth:`Gallery.upsert`.
+3. ``plan.report()`` plus the files embedded and failed is the run's :class:`IndexReport`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from pictrieve.tools.images import ImageDecodeError, file_sha256, iter_image_files, load_image
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import path_id
 
 if TYPE_CHECKING:
+    from pictrieve.tools.embedders.base import Embedder
     from pictrieve.tools.time_budget import TimeBudget
     from pictrieve.vectorstore.gallery import Gallery
 
@@ -58,6 +73,112 @@ class IndexReport:
 Sources = str | os.PathLike | Iterable[str | os.PathLike]
 
 
+@dataclass
+class ImageListing:
+    """The image files found under some sources, and the paths that could not be listed."""
+
+    sources: list[str | os.PathLike]
+    paths: list[Path]
+    failed: list[FailedImage] = field(default_factory=list)
+
+
+def list_images(sources: Sources) -> ImageListing:
+    """Find the image files of folders (recursive), globs and files; unreadable ones are reported."""
+    sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    problems: list[tuple[str, str]] = []
+    paths = list(iter_image_files(sources, problems=problems))
+    return ImageListing(sources, paths, [FailedImage(path, error) for path, error in problems])
+
+
+@dataclass
+class PlannedFile:
+    """A file some embedders must look at: new to them, or its size or modification time changed."""
+
+    path: str
+    id: str
+    """Its record id, :func:`~pictrieve.vectorstore.chroma_store.path_id` of the path."""
+    embedders: list[str]
+    """The names of the embedders that need it."""
+    stored: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per embedder that has a record of it, that record's metadata (its ``sha256`` tells a file that
+    was only touched, whose vector stays, from a changed one)."""
+    captions: list[str] = field(default_factory=list)
+    """Its sidecar captions (``captions.jsonl`` or ``NAME.txt``)."""
+
+
+@dataclass
+class IndexPlan:
+    """What indexing some sources into a gallery needs, found from the files and the stored records
+    alone (no model, no write): what :func:`start_index` and the workers of a distributed run share."""
+
+    embedders: list[str]
+    todo: list[PlannedFile] = field(default_factory=list)
+    unchanged: int = 0
+    """Files every embedder has with the same size and modification time: nothing to embed."""
+    failed: list[FailedImage] = field(default_factory=list)
+    """Paths that could not be listed or read."""
+    total: int = 0
+    caption_updates: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    """Per embedder, ``(id, caption metadata)`` of unchanged files whose captions changed."""
+
+    def report(self) -> IndexReport:
+        """The report of a run that has embedded nothing yet (add the files embedded to it)."""
+        return IndexReport(unchanged=self.unchanged, failed=list(self.failed), total=self.total,
+                           embedders=list(self.embedders))
+
+
+def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing) -> IndexPlan:
+    """Which files of ``sources`` each gallery view (one per embedder, of one database) must embed.
+
+    The skip rules of indexing: a file whose stored record has the same size and modification time is
+    unchanged (only its captions are refreshed when they changed); any other file is planned, with the
+    records there are, and :func:`prepare_file` later compares content hashes. Reads only.
+    """
+    listing = sources if isinstance(sources, ImageListing) else list_images(sources)
+    plan = IndexPlan(embedders=[view.embedder_name for view in views], failed=list(listing.failed),
+                     total=len(listing.paths) + len(listing.failed))
+    if not listing.paths:
+        return plan
+    captions = CaptionIndex(listing.sources)
+    ids = [path_id(path) for path in listing.paths]
+    known = [view.metadata_of(ids) for view in views]
+    for path, id_ in zip(listing.paths, ids):
+        try:
+            stat = path.stat()
+        except OSError as exc:  # vanished or unreadable since the folder was listed
+            plan.failed.append(FailedImage(str(path), f"{path}: {exc.strerror or exc}"))
+            continue
+        planned = PlannedFile(str(path), id_, [], captions=captions.captions_for(path))
+        for view, records in zip(views, known):
+            record = records.get(id_)
+            if record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns:
+                wanted = caption_metadata(planned.captions)
+                if wanted and wanted.get("captions") != record.get("captions"):
+                    plan.caption_updates.setdefault(view.embedder_name, []).append((id_, wanted))
+            else:
+                planned.embedders.append(view.embedder_name)
+                if record:
+                    planned.stored[view.embedder_name] = record
+        if planned.embedders:
+            plan.todo.append(planned)
+        else:
+            plan.unchanged += 1
+    return plan
+
+
+def start_index(views: Sequence["Gallery"], sources: Sources | ImageListing) -> IndexPlan:
+    """The writes before embedding, then the plan: records the first view's embedder as the gallery's
+    default unless one is recorded, and refreshes the captions of unchanged files. Call it holding
+    the write lock (``with views[0].writing():``) so the plan stays true while you write."""
+    views[0].set_default_embedder(keep_existing=True)
+    plan = plan_index(views, sources)
+    for view in views:
+        updates = plan.caption_updates.get(view.embedder_name)
+        if updates:
+            view.update_metadata([id_ for id_, _ in updates], [meta for _, meta in updates])
+    return plan
+
+
 def index_sources(
     targets: Sequence["Gallery"],
     sources: Sources,
@@ -70,138 +191,45 @@ def index_sources(
 ) -> IndexReport:
     """Index images from folders, globs or files into every gallery view in ``targets``.
 
-    ``targets`` are views of one database (one per embedder, see :meth:`Gallery.with_embedder`).
+    ``targets`` are views of one database (one per embedder, see :meth:`Gallery.views`).
     ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget`) is checked after every file;
     when it says stop, the files embedded so far are written and ``report.stopped_early`` is set.
     """
-    from pictrieve.vectorstore.chroma_store import write_lock
-
-    sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
-    problems: list[tuple[str, str]] = []
-    paths = list(iter_image_files(sources, problems=problems))
-    report = IndexReport(total=len(paths) + len(problems), embedders=[t.embedder_name for t in targets])
-    report.failed.extend(FailedImage(path, error) for path, error in problems)
-    if not paths:
-        return report
+    listing = list_images(sources)
+    if not listing.paths:
+        return IndexPlan(embedders=[t.embedder_name for t in targets], failed=listing.failed,
+                         total=len(listing.failed)).report()
     first = targets[0]
     if not first.exists():
         for target in targets:  # load every model before anything is created on disk
             target.embedder
-    first._writable_client()
-    with write_lock(first.location):
-        first._record_default_embedder_if_unset()
-        captions = CaptionIndex(sources)
-        known = [target._known_files(paths) for target in targets]
-        todo: list[tuple[Path, list[int]]] = []
-        for path in paths:
-            try:
-                stat = path.stat()
-            except OSError as exc:  # vanished or unreadable since the folder was listed
-                report.failed.append(FailedImage(str(path), f"{path}: {exc.strerror or exc}"))
-                continue
-            needing = []
-            for i, target in enumerate(targets):
-                record = known[i].get(path_id(path))
-                if record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns:
-                    target._refresh_captions(path, record, captions)
-                else:
-                    needing.append(i)
-            if needing:
-                todo.append((path, needing))
-            else:
-                report.unchanged += 1
-        if todo:
-            _embed_and_write(targets, todo, known, captions, report, batch_size, workers, progress, max_pixels,
-                             budget)
+    with first.writing():
+        plan = start_index(targets, listing)
+        report = plan.report()
+        if plan.todo:
+            _embed_and_write(targets, plan.todo, report, batch_size, workers, progress, max_pixels, budget)
     return report
 
 
-def _embed_and_write(
-    targets: Sequence["Gallery"],
-    todo: list[tuple[Path, list[int]]],
-    known: list[dict[str, dict[str, Any]]],
-    captions: CaptionIndex,
-    report: IndexReport,
-    batch_size: int,
-    workers: int,
-    progress: bool,
-    max_pixels: int | None,
-    budget: "TimeBudget | None" = None,
-) -> None:
-    from tqdm.auto import tqdm
+@dataclass
+class PreparedFile:
+    """A planned file read once: its metadata (captions included) and, per embedder, what to write."""
 
-    embedders = [target.embedder for target in targets]
-    batches: list[list[tuple[Path, Any, dict[str, Any]]]] = [[] for _ in targets]
-
-    def prepare(path: Path, needing: list[int]) -> tuple[dict[str, Any], dict[int, Any]]:
-        records = {i: known[i].get(path_id(path)) for i in needing}
-        return _prepare(path, records, embedders, max_pixels)
-
-    bar = tqdm(total=len(todo), unit="img", desc="indexing", disable=not progress)
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
-        for seen, (path, prepared) in enumerate(_prefetch(pool, todo, prepare, window=4 * batch_size), 1):
-            bar.update(1)
-            if isinstance(prepared, BaseException):
-                report.failed.append(FailedImage(str(path), str(prepared)))
-                continue
-            meta, tensors = prepared
-            meta.update(caption_metadata(captions.captions_for(path)))
-            embedded = False
-            for i, tensor in tensors.items():
-                if tensor is None:  # touched but same content: refresh metadata (mtime) only
-                    targets[i]._collection_for_write().update(ids=[path_id(path)], metadatas=[dict(meta)])
-                    continue
-                embedded = True
-                batches[i].append((path, tensor, dict(meta)))
-                if len(batches[i]) >= batch_size:
-                    targets[i]._write_batch(batches[i])
-                    batches[i] = []
-            if embedded:
-                report.indexed += 1
-            else:
-                report.unchanged += 1
-            if budget is not None:
-                budget.progressed()  # written with its batch below, even when we stop now
-                if budget.should_stop() and seen < len(todo):
-                    report.stopped_early = True
-                    break
-        for i, batch in enumerate(batches):
-            if batch:
-                targets[i]._write_batch(batch)
-    bar.close()
+    id: str
+    path: str
+    metadata: dict[str, Any]
+    inputs: dict[str, Any] = field(default_factory=dict)
+    """Per embedder whose vector must be made, the preprocessed image (``Embedder.preprocess``)."""
+    touched: list[str] = field(default_factory=list)
+    """Embedders whose stored vector still fits (same content hash): their metadata is refreshed."""
 
 
-def _prefetch(
-    pool: ThreadPoolExecutor, todo: Sequence[tuple[Path, list[int]]], prepare: Any, window: int
-) -> Iterator[tuple[Path, Any]]:
-    """Yield ``(path, prepare(...) | exception)`` in order, keeping ``window`` decodes in flight.
-
-    Any ``Exception`` from a worker (decode errors, permission errors, a file vanishing) becomes a
-    reported failure of that one file, never the end of the run.
-    """
-    pending: deque[tuple[Path, Future]] = deque()
-    queue = iter(todo)
-    for path, needing in queue:
-        pending.append((path, pool.submit(prepare, path, needing)))
-        if len(pending) >= window:
-            break
-    while pending:
-        path, future = pending.popleft()
-        following = next(queue, None)
-        if following is not None:
-            pending.append((following[0], pool.submit(prepare, *following)))
-        try:
-            yield path, future.result()
-        except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
-            message = str(exc) if isinstance(exc, ImageDecodeError) else f"{path}: {exc}"
-            logger.debug("skipped %s", message)
-            yield path, type(exc)(message) if isinstance(exc, ImageDecodeError) else RuntimeError(message)
-
-
-def _prepare(
-    path: Path, records: dict[int, dict[str, Any] | None], embedders: Sequence[Any], max_pixels: int | None
-) -> tuple[dict[str, Any], dict[int, Any]]:
-    """Hash, decode once and preprocess for each embedder that needs it (``None``: content unchanged)."""
+def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
+                 max_pixels: int | None = None) -> PreparedFile:
+    """Hash the file, decode it once (only when some embedder needs a new vector) and preprocess it
+    for each embedder in ``planned.embedders`` (``embedders`` maps their names to models). Raises
+    :class:`~pictrieve.tools.images.ImageDecodeError` or ``OSError`` for a file that cannot be read."""
+    path = Path(planned.path)
     stat = path.stat()
     digest = file_sha256(path)
     meta: dict[str, Any] = {
@@ -211,19 +239,127 @@ def _prepare(
         "mtime_ns": stat.st_mtime_ns,
         "sha256": digest,
     }
-    tensors: dict[int, Any] = {}
+    prepared = PreparedFile(planned.id, planned.path, meta)
     image = None
-    for i, record in records.items():
+    for name in planned.embedders:
+        record = planned.stored.get(name)
         if record and record.get("sha256") == digest:
-            tensors[i] = None
+            prepared.touched.append(name)
             meta.update({key: record[key] for key in ("width", "height") if key in record})
             continue
         if image is None:
             image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
             width, height = _original_size(path, image)
             meta.update(width=width, height=height)
-        tensors[i] = embedders[i].preprocess(image)
-    return meta, tensors
+        prepared.inputs[name] = embedders[name].preprocess(image)
+    meta.update(caption_metadata(planned.captions))
+    return prepared
+
+
+class BatchWriter:
+    """Embeds prepared files in batches, per embedder, and writes each batch as soon as it is full
+    (:meth:`Gallery.upsert`), so an interrupted run keeps what it embedded; a touched file's metadata
+    is refreshed at once (:meth:`Gallery.update_metadata`). ``views`` are gallery views, one per
+    embedder, each able to embed (``view.embedder``). Use it in a ``with`` block, or call :meth:`flush`.
+    """
+
+    def __init__(self, views: Sequence["Gallery"], batch_size: int = 32) -> None:
+        self.views = {view.embedder_name: view for view in views}
+        self.batch_size = max(1, int(batch_size))
+        self._batches: dict[str, list[tuple[str, Any, dict[str, Any]]]] = {name: [] for name in self.views}
+
+    def add(self, prepared: PreparedFile) -> bool:
+        """Queue one file; ``True`` when some embedder embeds it (``False``: metadata refresh only)."""
+        for name in prepared.touched:  # same content: refresh metadata (mtime) only
+            self.views[name].update_metadata([prepared.id], [dict(prepared.metadata)])
+        for name, tensor in prepared.inputs.items():
+            batch = self._batches[name]
+            batch.append((prepared.id, tensor, dict(prepared.metadata)))
+            if len(batch) >= self.batch_size:
+                self._write(name)
+        return bool(prepared.inputs)
+
+    def flush(self) -> None:
+        """Embed and write every batch still queued."""
+        for name, batch in self._batches.items():
+            if batch:
+                self._write(name)
+
+    def _write(self, name: str) -> None:
+        view, batch = self.views[name], self._batches[name]
+        vectors = view.embedder.embed_preprocessed([tensor for _, tensor, _ in batch])
+        view.upsert([id_ for id_, _, _ in batch], vectors, [meta for _, _, meta in batch])
+        self._batches[name] = []
+
+    def __enter__(self) -> "BatchWriter":
+        return self
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        if kind is None:
+            self.flush()
+
+
+def _embed_and_write(
+    targets: Sequence["Gallery"],
+    todo: list[PlannedFile],
+    report: IndexReport,
+    batch_size: int,
+    workers: int,
+    progress: bool,
+    max_pixels: int | None,
+    budget: "TimeBudget | None" = None,
+) -> None:
+    from tqdm.auto import tqdm
+
+    embedders = {target.embedder_name: target.embedder for target in targets}
+    writer = BatchWriter(targets, batch_size)
+    bar = tqdm(total=len(todo), unit="img", desc="indexing", disable=not progress)
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
+        prepare = functools.partial(prepare_file, embedders=embedders, max_pixels=max_pixels)
+        for seen, (planned, prepared) in enumerate(_prefetch(pool, todo, prepare, window=4 * batch_size), 1):
+            bar.update(1)
+            if isinstance(prepared, BaseException):
+                report.failed.append(FailedImage(planned.path, str(prepared)))
+                continue
+            if writer.add(prepared):
+                report.indexed += 1
+            else:
+                report.unchanged += 1
+            if budget is not None:
+                budget.progressed()  # written with its batch below, even when we stop now
+                if budget.should_stop() and seen < len(todo):
+                    report.stopped_early = True
+                    break
+        writer.flush()
+    bar.close()
+
+
+def _prefetch(
+    pool: ThreadPoolExecutor, todo: Sequence[PlannedFile], prepare: Callable[[PlannedFile], PreparedFile],
+    window: int,
+) -> Iterator[tuple[PlannedFile, PreparedFile | BaseException]]:
+    """Yield ``(planned, prepare(planned) | exception)`` in order, keeping ``window`` decodes in flight.
+
+    Any ``Exception`` from a worker (decode errors, permission errors, a file vanishing) becomes a
+    reported failure of that one file, never the end of the run.
+    """
+    pending: deque[tuple[PlannedFile, Future]] = deque()
+    queue = iter(todo)
+    for planned in queue:
+        pending.append((planned, pool.submit(prepare, planned)))
+        if len(pending) >= window:
+            break
+    while pending:
+        planned, future = pending.popleft()
+        following = next(queue, None)
+        if following is not None:
+            pending.append((following, pool.submit(prepare, following)))
+        try:
+            yield planned, future.result()
+        except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
+            message = str(exc) if isinstance(exc, ImageDecodeError) else f"{planned.path}: {exc}"
+            logger.debug("skipped %s", message)
+            yield planned, type(exc)(message) if isinstance(exc, ImageDecodeError) else RuntimeError(message)
 
 
 def _original_size(path: Path, image: Any) -> tuple[int, int]:

@@ -1,9 +1,13 @@
-"""Reading a gallery's stored records: ids, items, vectors, captions (paged, in one stable order)."""
+"""Reading a gallery's stored records: ids, items, vectors, captions (paged, in one stable order).
+
+:class:`~pictrieve.vectorstore.gallery.Gallery` answers its reads through a :class:`CollectionReader`
+of its embedder's collection.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -24,75 +28,72 @@ class GalleryItem:
         return list(self.metadata.get("captions") or [])
 
 
-class GalleryReads:
-    """Read methods of :class:`~pictrieve.vectorstore.gallery.Gallery` (mixed in).
+class CollectionReader:
+    """Paged reads of one embedder's Chroma collection; ``collection`` ``None`` is an embedder without
+    images (every read answers empty). Reading never creates or changes anything."""
 
-    Expects ``_get_collection(create=False)``, ``_max_batch()`` and ``location`` on the class.
-    """
-
-    location: str
-
-    def _get_collection(self, *, create: bool) -> Any:  # pragma: no cover - supplied by Gallery
-        raise NotImplementedError
-
-    def _max_batch(self) -> int:  # pragma: no cover - supplied by Gallery
-        raise NotImplementedError
+    def __init__(self, collection: Any | None, location: str, max_batch: Callable[[], int]) -> None:
+        self.collection = collection
+        self.location = location
+        self.max_batch = max_batch
 
     def count(self) -> int:
-        collection = self._get_collection(create=False)
-        return 0 if collection is None else collection.count()
+        return 0 if self.collection is None else self.collection.count()
 
     def ids(self) -> list[str]:
-        """All ids, in the stable order that :meth:`embeddings` with ``ids=None`` uses."""
-        return [id_ for id_, _ in self._scan(include=[])]
+        return [id_ for id_, _ in self.scan(include=[])]
 
     def get(self, ids: Sequence[str]) -> list[GalleryItem]:
-        """Items for ``ids``, in the same order; unknown ids raise ``KeyError``."""
-        found = self._get_by_ids(ids, include=["metadatas"])
+        found = self.get_by_ids(ids, include=["metadatas"])
         return [_item(id_, found[id_]["metadata"]) for id_ in ids]
 
     def items(self) -> Iterator[GalleryItem]:
-        """Every stored item, in :meth:`ids` order."""
-        for id_, record in self._scan(include=["metadatas"]):
+        for id_, record in self.scan(include=["metadatas"]):
             yield _item(id_, record["metadata"])
 
     def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray:
-        """Stored vectors as ``(n, dim)`` float32: for ``ids`` in order, or all in :meth:`ids` order."""
         if ids is None:
-            rows = [record["embedding"] for _, record in self._scan(include=["embeddings"])]
+            rows = [record["embedding"] for _, record in self.scan(include=["embeddings"])]
         else:
-            found = self._get_by_ids(ids, include=["embeddings"])
+            found = self.get_by_ids(ids, include=["embeddings"])
             rows = [found[id_]["embedding"] for id_ in ids]
         if not rows:
-            return np.zeros((0, int(self._stored_dim() or 0)), dtype=np.float32)
+            return np.zeros((0, int(self.dim or 0)), dtype=np.float32)
         return np.asarray(rows, dtype=np.float32)
 
-    def captions(self, id_: str) -> list[str]:
-        return self.get([id_])[0].captions
+    def metadata_of(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Stored metadata of those ``ids`` that are stored, by id (unknown ids are left out)."""
+        if self.collection is None or self.collection.count() == 0:
+            return {}
+        found: dict[str, dict[str, Any]] = {}
+        step = self.max_batch()
+        for start in range(0, len(ids), step):
+            batch = self.collection.get(ids=list(ids[start : start + step]), include=["metadatas"])
+            found.update({id_: meta for id_, meta in zip(batch["ids"], batch["metadatas"])})
+        return found
 
-    def _stored_dim(self) -> int | None:
-        collection = self._get_collection(create=False)
-        return None if collection is None else (collection.metadata or {}).get("dim")
+    @property
+    def dim(self) -> int | None:
+        """The stored vectors' dimension (``None``: no collection, or an older one that did not record it)."""
+        return None if self.collection is None else (self.collection.metadata or {}).get("dim")
 
-    def _scan(self, include: list[str], page: int = SCAN_PAGE) -> Iterator[tuple[str, dict[str, Any]]]:
-        collection = self._get_collection(create=False)
-        if collection is None:
+    def scan(self, include: list[str], page: int = SCAN_PAGE) -> Iterator[tuple[str, dict[str, Any]]]:
+        if self.collection is None:
             return
         offset = 0
         while True:
-            batch = collection.get(limit=page, offset=offset, include=include)
+            batch = self.collection.get(limit=page, offset=offset, include=include)
             if not batch["ids"]:
                 return
             yield from _records(batch, include)
             offset += len(batch["ids"])
 
-    def _get_by_ids(self, ids: Sequence[str], include: list[str]) -> dict[str, dict[str, Any]]:
-        collection = self._get_collection(create=False)
+    def get_by_ids(self, ids: Sequence[str], include: list[str]) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
-        if collection is not None:
-            step = self._max_batch()
+        if self.collection is not None:
+            step = self.max_batch()
             for start in range(0, len(ids), step):
-                batch = collection.get(ids=list(ids[start : start + step]), include=include)
+                batch = self.collection.get(ids=list(ids[start : start + step]), include=include)
                 found.update(_records(batch, include))
         missing = [id_ for id_ in ids if id_ not in found]
         if missing:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 from PIL import Image
 
-from pictrieve.vectorstore.chroma_store import COLLECTION_PREFIX, write_lock
+from pictrieve.vectorstore.chroma_store import COLLECTION_PREFIX
 from pictrieve.vectorstore.errors import GalleryError
 
 if TYPE_CHECKING:
@@ -184,18 +184,24 @@ class TileIndex:
         self._collection: Any = None
 
     def collection(self, *, create: bool = False, settings: TilingSettings | None = None) -> Any:
+        """The tile collection. Reading creates nothing (``None`` when there is none); with ``create``
+        a missing one is made (with the database), recording ``settings``."""
         if self._collection is None:
-            client = self.gallery._client if not create else self.gallery.client
-            if client is None:
-                return None
-            if self.name in {c.name for c in client.list_collections()}:
-                self._collection = client.get_collection(self.name, embedding_function=None)
-            elif create:
-                hnsw = {"ef_search": 200, **self.gallery.hnsw, "space": "cosine"}
-                self._collection = client.create_collection(
-                    self.name, embedding_function=None, configuration={"hnsw": hnsw},
-                    metadata={"embedder": self.gallery.embedder_name, "tiling": _settings_key(settings)},
-                )
+            if not create:
+                return self._existing() if self.gallery.exists() else None
+            with self.gallery.writing():
+                if self._existing() is None:
+                    hnsw = {"ef_search": 200, **self.gallery.hnsw, "space": "cosine"}
+                    self._collection = self.gallery.client.create_collection(
+                        self.name, embedding_function=None, configuration={"hnsw": hnsw},
+                        metadata={"embedder": self.gallery.embedder_name, "tiling": _settings_key(settings)},
+                    )
+        return self._collection
+
+    def _existing(self) -> Any:
+        client = self.gallery.client
+        if self.name in {c.name for c in client.list_collections()}:
+            self._collection = client.get_collection(self.name, embedding_function=None)
         return self._collection
 
     def exists(self) -> bool:
@@ -282,7 +288,7 @@ def index_tiles(
     done = [index.tiled_ids() for index in indexes]
     todo = [item for item in items if any(item.id not in d for d in done)]
     report.skipped = len(items) - len(todo)
-    with write_lock(gallery.location):
+    with gallery.writing():
         collections = [index.collection(create=True, settings=settings) for index in indexes]
         for start in tqdm(range(0, len(todo), batch_size), desc="tiling", unit="batch", disable=not progress):
             batch = todo[start : start + batch_size]
