@@ -103,3 +103,67 @@ def test_a_port_taken_before_the_server_binds_it_is_retried(tmp_path, monkeypatc
 def test_unreachable_server_is_a_clear_error():
     with pytest.raises(GalleryError, match="cannot reach the Chroma server.*chroma run"):
         Gallery.open(f"http://127.0.0.1:{_free_port()}", "offline")
+
+
+def test_reading_a_missing_gallery_creates_no_collection(chroma_server, photo_folder, tiny_clip_embedder):
+    from pictrieve.vectorstore.gallery import EmptyGalleryError
+    from pictrieve.vectorstore.tiles import TileIndex
+
+    gallery = Gallery.open(chroma_server, tiny_clip_embedder)
+    assert gallery.count() == 0 and gallery.ids() == [] and gallery.embeddings().shape[0] == 0
+    assert gallery.embedder_names == [] and gallery.default_embedder is None and gallery.get_json("x") is None
+    assert gallery.sync(dry_run=True) == [] and len(gallery.plan_index(photo_folder).todo) == 6
+    assert not TileIndex(gallery).exists() and TileIndex(gallery).tiled_ids() == set()
+    with pytest.raises(EmptyGalleryError):
+        gallery.search_text("a red square")
+    with pytest.raises(EmptyGalleryError):
+        Gallery.open(chroma_server, tiny_clip_embedder, create=False)
+    assert gallery.client.list_collections() == []
+
+    gallery.add(photo_folder / "a", progress=False)
+    names = {c.name for c in gallery.client.list_collections()}
+    other = Gallery.open(chroma_server, create=False).with_embedder("open_clip:never-indexed/random")
+    with pytest.raises(EmptyGalleryError):
+        other.collection  # noqa: B018 - the property is the read under test
+    assert other.count() == 0 and {c.name for c in gallery.client.list_collections()} == names
+
+
+def test_a_plan_written_by_another_process_stores_what_add_stores(chroma_server, photo_folder, tiny_clip_embedder,
+                                                                  tmp_path):
+    """What a distributed index does: the driver plans and creates the collection, a worker process
+    holding only the server's address and the embedder's name writes precomputed vectors, and the
+    gallery then holds what Gallery.add stores; planning again finds every file unchanged."""
+    import json
+
+    import numpy as np
+
+    from pictrieve.vectorstore.indexing import list_images, prepare_file, start_index
+
+    name = tiny_clip_embedder.name
+    driver = Gallery.open(chroma_server, tiny_clip_embedder)
+    with driver.writing():
+        plan = start_index([driver], list_images(photo_folder))
+    driver.create()
+    prepared = [prepare_file(f, {name: tiny_clip_embedder}) for f in plan.todo]
+    np.save(tmp_path / "vectors.npy", tiny_clip_embedder.embed_preprocessed([p.inputs[name] for p in prepared]))
+    (tmp_path / "records.json").write_text(json.dumps({"ids": [p.id for p in prepared],
+                                                       "metadatas": [p.metadata for p in prepared]}))
+    worker = (
+        "import json, sys, numpy as np\n"
+        "from pictrieve.vectorstore.gallery import Gallery\n"
+        "location, name, folder = sys.argv[1:]\n"
+        "records = json.load(open(folder + '/records.json'))\n"
+        "view = Gallery.open(location, name, create=False)\n"
+        "print(view.upsert(records['ids'], np.load(folder + '/vectors.npy'), records['metadatas']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", worker, chroma_server, name, str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "6", done.stderr
+
+    replanned = Gallery.open(chroma_server, create=False).plan_index(photo_folder)
+    assert replanned.todo == [] and replanned.unchanged == 6 and driver.default_embedder == name
+    reference = Gallery.open(tmp_path / "reference", tiny_clip_embedder)
+    reference.add(photo_folder, progress=False)
+    ids = sorted(reference.ids())
+    np.testing.assert_allclose(driver.embeddings(ids), reference.embeddings(ids), atol=1e-5)
+    assert [item.metadata for item in driver.get(ids)] == [item.metadata for item in reference.get(ids)]

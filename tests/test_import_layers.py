@@ -124,3 +124,44 @@ def test_the_checks_see_imports():
     assert "pictrieve.agents.method" in edges["pictrieve.graphs.registry"]
     lazy = graph(top_level_only=False)
     assert "pictrieve.tools.retrieval_metrics" in lazy["pictrieve.tools.embedders.trained"]
+
+
+def gallery_private_names() -> set[str]:
+    """``Gallery``'s private names: its ``_methods`` and the ``self._attributes`` that gallery.py uses."""
+    tree = ast.parse((ROOT / "vectorstore" / "gallery.py").read_text(encoding="utf-8"))
+    gallery = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Gallery")
+    names = {node.name for node in ast.walk(gallery) if isinstance(node, ast.FunctionDef)}
+    names |= {node.attr for node in ast.walk(gallery)
+              if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"}
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def private_accesses(source: str, names: set[str]) -> list[str]:
+    """``x._name`` (``x`` not ``self``/``cls``) and ``getattr(x, "_name")`` for the names in ``names``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in names and not (
+                isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}):
+            found.append(ast.unparse(node))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in {"getattr", "setattr", "hasattr", "delattr"} and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant) and node.args[1].value in names):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_nothing_outside_gallery_py_touches_a_private_gallery_name():
+    """Indexing, tiles, sync and everyone else write through the public API (issue 21): a change inside
+    Gallery cannot break another module. Scans every Python file of the repository, tests included."""
+    names = gallery_private_names()
+    assert {"_get_collection", "_client", "_embedder"} <= names  # the reader sees what it must
+    assert sorted(private_accesses("view._get_collection(create=True)\nself._client\ngetattr(g, '_client')", names)) == [
+        "getattr(g, '_client')", "view._get_collection"]
+    touched = [
+        f"{path.relative_to(ROOT)}: {access}"
+        for path in sorted(ROOT.rglob("*.py"))
+        if path != ROOT / "vectorstore" / "gallery.py" and not any(p.startswith(".") for p in path.relative_to(ROOT).parts)
+        and path.relative_to(ROOT).parts[0] not in {"build", "dist"}
+        for access in private_accesses(path.read_text(encoding="utf-8"), names)
+    ]
+    assert not touched, "private Gallery names used outside vectorstore/gallery.py:\n" + "\n".join(touched)
