@@ -52,6 +52,46 @@ def legacy_collection_name(embedder_name: str) -> str | None:
     return collection_name_for(old) if old else None
 
 
+def find_collection(client: Any, embedder_name: str, *, adopt_renamed: bool = False, location: str = "") -> Any | None:
+    """The collection holding ``embedder_name``'s vectors, or ``None``. Reads only, unless ``adopt_renamed``.
+
+    An older gallery may hold the vectors of a model since renamed (:data:`RENAMED_EMBEDDERS`): under
+    the old name's collection (found here when asked for by the new name), or under this name while
+    it meant the older model. A writer (``adopt_renamed``) moves the latter to the model's new name,
+    keeping the vectors and freeing this name for the model it names now; a reader gets ``None``
+    (:func:`renamed_holder` says where the vectors are).
+    """
+    existing = {c.name for c in client.list_collections()}
+    name = collection_name_for(embedder_name)
+    if name in existing:
+        collection = client.get_collection(name, embedding_function=None)
+        holder = current_embedder_name(collection.metadata or {})
+        if holder == embedder_name:
+            return collection
+        if not adopt_renamed:
+            return None
+        meta = {**(collection.metadata or {}), "embedder": holder, MODEL_KEY: "-"}
+        collection.modify(name=collection_name_for(holder), metadata=meta)
+        logger.warning("gallery %s: the %r vectors of an earlier version are kept as %r; indexing with the new %r",
+                       location, embedder_name, holder, embedder_name)
+        return find_collection(client, embedder_name, adopt_renamed=True, location=location)
+    legacy = legacy_collection_name(embedder_name)
+    if legacy in existing:
+        collection = client.get_collection(legacy, embedding_function=None)
+        if current_embedder_name(collection.metadata or {}) == embedder_name:
+            return collection
+    return None
+
+
+def renamed_holder(client: Any, embedder_name: str) -> str | None:
+    """The new name of an older model whose vectors sit under ``embedder_name``'s collection, if any."""
+    name = collection_name_for(embedder_name)
+    if name not in {c.name for c in client.list_collections()}:
+        return None
+    holder = current_embedder_name(client.get_collection(name, embedding_function=None).metadata or {})
+    return holder if holder != embedder_name else None
+
+
 def is_server(location: str) -> bool:
     return str(location).startswith(("http://", "https://"))
 

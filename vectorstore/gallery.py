@@ -11,23 +11,15 @@ the cosine similarity. A :class:`Gallery` object is a view of the database throu
 Reading never creates anything: opening, counting, searching, listing or planning a gallery that
 does not exist yet leaves no folder behind and no collection on a server. Writes create what they
 need: :meth:`Gallery.add` (indexing files), :meth:`Gallery.upsert` (precomputed vectors, from any
-process), :meth:`Gallery.update_metadata`, :meth:`Gallery.delete`, :meth:`Gallery.put_json`,
-:meth:`Gallery.set_default_embedder`, and :meth:`Gallery.create` (the database and this embedder's
-collection, empty). Writers to an embedded gallery take turns through its write lock
+process), :meth:`Gallery.put_json`, :meth:`Gallery.set_default_embedder`, :meth:`Gallery.create`
+(the database and this embedder's collection, empty), and the :attr:`Gallery.collection` handle of
+a gallery opened with ``create=True``; :meth:`Gallery.update_metadata` and :meth:`Gallery.delete`
+change only what is there. Writers to an embedded gallery take turns through its write lock
 (:meth:`Gallery.writing`); a server serialises writes itself, so processes on other machines write
 to it directly, holding only its ``http://`` location and the embedder's name.
 
-Indexing in parts, e.g. with workers elsewhere (see :mod:`~pictrieve.vectorstore.indexing`)::
-
-    views = gallery.views(["offline", "open_clip:ViT-B-32/laion2b_s34b_b79k"])
-    with gallery.writing():
-        plan = start_index(views, list_images(["photos/"]))   # default recorded, captions refreshed
-    for view in views:
-        view.create()                                           # collections exist before workers write
-    # any process: Gallery.open(location, embedder, create=False) per embedder, then
-    with BatchWriter(worker_views, batch_size=32) as writer:
-        for planned in my_share_of(plan.todo):
-            writer.add(prepare_file(planned, {v.embedder_name: v.embedder for v in worker_views}))
+Indexing can be split into steps that other processes or machines share (plan, prepare, embed,
+write precomputed vectors): see :mod:`~pictrieve.vectorstore.indexing`.
 
 The parts live in short modules: ``chroma_store`` (connecting, naming, the write lock), ``records``
 (the small JSON records), ``reading`` (ids, items, vectors), ``indexing`` (adding files), ``errors``;
@@ -80,9 +72,11 @@ from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
     legacy_collection_name,
     connect,
     embedder_collections,
+    find_collection,
     is_server,
     path_id,
     read_record,
+    renamed_holder,
     write_lock,
     write_record,
 )
@@ -284,44 +278,20 @@ class Gallery:
         return collection
 
     def _get_collection(self, *, create: bool) -> Any:
-        if self._collection is not None or self._client is None:
-            return self._collection
-        existing = {c.name for c in self._client.list_collections()}
-        legacy = legacy_collection_name(self.embedder_name)
-        if self.collection_name in existing:
-            collection = self._client.get_collection(self.collection_name, embedding_function=None)
-            holder = current_embedder_name(collection.metadata or {})
-            if holder == self.embedder_name:
-                self._collection = collection
-            elif create:  # an older gallery's vectors of a model since renamed: keep them under its new name
-                meta = {**(collection.metadata or {}), "embedder": holder, MODEL_KEY: "-"}
-                collection.modify(name=collection_name_for(holder), metadata=meta)
-                logger.warning("gallery %s: the %r vectors of an earlier version are kept as %r; indexing with the new %r",
-                               self.location, self.embedder_name, holder, self.embedder_name)
-                return self._get_collection(create=True)
-            # else: no images for this embedder; _empty_error() says where the older vectors are
-        elif legacy in existing and current_embedder_name(
-            self._client.get_collection(legacy, embedding_function=None).metadata or {}
-        ) == self.embedder_name:
-            self._collection = self._client.get_collection(legacy, embedding_function=None)
-        elif create:
-            embedder = self.embedder
-            self._collection = self._client.create_collection(
-                self.collection_name,
-                embedding_function=None,
-                configuration={"hnsw": {**DEFAULT_HNSW, **self.hnsw, "space": "cosine"}},
-                metadata={"embedder": self.embedder_name, "dim": int(embedder.dim),
-                          MODEL_KEY: str(getattr(embedder, "fingerprint", None) or "-")},
-            )
+        """This embedder's collection (``None``: none yet); with ``create`` a missing one is made."""
+        if self._collection is None and self._client is not None:
+            self._collection = find_collection(self._client, self.embedder_name, adopt_renamed=create,
+                                               location=self.location)
+            if self._collection is None and create:
+                embedder = self.embedder
+                self._collection = self._client.create_collection(
+                    self.collection_name,
+                    embedding_function=None,
+                    configuration={"hnsw": {**DEFAULT_HNSW, **self.hnsw, "space": "cosine"}},
+                    metadata={"embedder": self.embedder_name, "dim": int(embedder.dim),
+                              MODEL_KEY: str(getattr(embedder, "fingerprint", None) or "-")},
+                )
         return self._collection
-
-    def _renamed_holder(self) -> str | None:
-        """The new name of an older model whose vectors sit under this embedder's name, if any."""
-        if self._client is None or self.collection_name not in {c.name for c in self._client.list_collections()}:
-            return None
-        meta = self._client.get_collection(self.collection_name, embedding_function=None).metadata or {}
-        holder = current_embedder_name(meta)
-        return holder if holder != self.embedder_name else None
 
     def _renamed_error(self, holder: str | None) -> EmbedderChangedError:
         return EmbedderChangedError(
@@ -463,7 +433,7 @@ class Gallery:
                 for ids, dists in zip(result["ids"], result["distances"])]
 
     def _empty_error(self) -> EmptyGalleryError | EmbedderChangedError:
-        holder = self._renamed_holder()
+        holder = None if self._client is None else renamed_holder(self._client, self.embedder_name)
         if holder:
             return self._renamed_error(holder)
         return EmptyGalleryError(
