@@ -108,8 +108,7 @@ class Gallery:
         self._client = client
         self.hnsw = dict(hnsw or {})
         self.location = str(location)
-        self.create_on_write_handle = bool(create)
-        """Whether :attr:`collection` creates a missing collection (``Gallery.open(..., create=...)``)."""
+        self._creates_collection = bool(create)  # whether the `collection` handle creates a missing one
         self._embedder = embedder if not isinstance(embedder, str) else None
         self.embedder_name = check_embedder_name(embedder) if isinstance(embedder, str) else embedder.name
         self.collection_name = collection_name_for(self.embedder_name)
@@ -161,7 +160,7 @@ class Gallery:
 
     def with_embedder(self, embedder: Embedder | str) -> "Gallery":
         """A view of the same database through another embedder's collection (ids are shared)."""
-        return type(self)(self._client, self.location, embedder, self.hnsw, create=self.create_on_write_handle)
+        return type(self)(self._client, self.location, embedder, self.hnsw, create=self._creates_collection)
 
     def views(self, embedders: Sequence[Embedder | str] | None = None) -> list["Gallery"]:
         """This view, then a view through each other embedder in ``embedders`` (one per name): the
@@ -269,7 +268,7 @@ class Gallery:
         with ``create=True`` (the default) a missing one is created, with the database; with
         ``create=False`` it raises :class:`EmptyGalleryError` instead. :meth:`upsert` and the other
         write methods also take the write lock."""
-        if self.create_on_write_handle:
+        if self._creates_collection:
             self._connect_for_write()
             return self._get_collection(create=True)
         collection = self._get_collection(create=False)
