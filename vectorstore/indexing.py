@@ -15,7 +15,8 @@ run can be split across processes or machines writing to a ``chroma run`` server
    :class:`IndexPlan` (:func:`plan_index` alone only reads): the :class:`PlannedFile` s to embed, each
    with its id, captions and stored records, plus the counts of unchanged and unreadable files.
 2. Anywhere, for any share of ``plan.todo``: :func:`prepare_file` hashes, decodes once and
-   preprocesses a file for the embedders that need it (raising for an unreadable one), and a
+   preprocesses a file for the embedders that need it (raising for an unreadable one, which
+   :func:`failed_file` turns into the report's entry), and a
    :class:`BatchWriter` over views opened there (``Gallery.open(location, embedder, create=False)``;
    :meth:`Gallery.create` them first) embeds full batches and writes them with :meth:`Gallery.upsert`.
 3. ``plan.report()`` plus the files embedded and failed is the run's :class:`IndexReport`.
@@ -318,8 +319,8 @@ def _embed_and_write(
         prepare = functools.partial(prepare_file, embedders=embedders, max_pixels=max_pixels)
         for seen, (planned, prepared) in enumerate(_prefetch(pool, todo, prepare, window=4 * batch_size), 1):
             bar.update(1)
-            if isinstance(prepared, BaseException):
-                report.failed.append(FailedImage(planned.path, str(prepared)))
+            if isinstance(prepared, FailedImage):
+                report.failed.append(prepared)
                 continue
             if writer.add(prepared):
                 report.indexed += 1
@@ -334,11 +335,18 @@ def _embed_and_write(
     bar.close()
 
 
+def failed_file(planned: PlannedFile, exc: Exception) -> FailedImage:
+    """The report entry of a file :func:`prepare_file` could not read, worded as indexing words it."""
+    message = str(exc) if isinstance(exc, ImageDecodeError) else f"{planned.path}: {exc}"
+    logger.debug("skipped %s", message)
+    return FailedImage(planned.path, message)
+
+
 def _prefetch(
     pool: ThreadPoolExecutor, todo: Sequence[PlannedFile], prepare: Callable[[PlannedFile], PreparedFile],
     window: int,
-) -> Iterator[tuple[PlannedFile, PreparedFile | BaseException]]:
-    """Yield ``(planned, prepare(planned) | exception)`` in order, keeping ``window`` decodes in flight.
+) -> Iterator[tuple[PlannedFile, PreparedFile | FailedImage]]:
+    """Yield ``(planned, prepare(planned) | its failure)`` in order, keeping ``window`` decodes in flight.
 
     Any ``Exception`` from a worker (decode errors, permission errors, a file vanishing) becomes a
     reported failure of that one file, never the end of the run.
@@ -357,9 +365,7 @@ def _prefetch(
         try:
             yield planned, future.result()
         except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
-            message = str(exc) if isinstance(exc, ImageDecodeError) else f"{planned.path}: {exc}"
-            logger.debug("skipped %s", message)
-            yield planned, type(exc)(message) if isinstance(exc, ImageDecodeError) else RuntimeError(message)
+            yield planned, failed_file(planned, exc)
 
 
 def _original_size(path: Path, image: Any) -> tuple[int, int]:
