@@ -1,0 +1,140 @@
+"""The Vision Search Assistant's run settings, its input and output schemas, and the state its nodes share.
+
+:class:`VisionSearchSettings` is the graph's ``context_schema`` (per run: ``context={"answerer": ...}``);
+:class:`VisionSearchInput` and :class:`VisionSearchOutput` are what a caller sends and gets back;
+:class:`VisionSearchState` is what the nodes read and write; :class:`SearchTask` is what one parallel
+searcher gets (through ``Send``).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
+
+from pictrieve.agents.settings import RunSettings, SettingsError, require_positive
+from pictrieve.vectorstore.hits import ImageHit
+
+
+@dataclass
+class VisionSearchSettings(RunSettings):
+    """Run settings of the Vision Search Assistant (defaults after the authors' code, scaled down)."""
+
+    max_regions: int = 3
+    """Regions described at most (best detections first)."""
+    min_score: float = 0.4
+    """Detector box threshold (the authors' Grounding DINO box threshold)."""
+    max_sub_questions: int = 3
+    """Sub-questions the planner may ask (the authors allow up to 10 planning turns)."""
+    search_k: int = 6
+    """Results per search (the authors: DuckDuckGo top 6)."""
+    pages_per_search: int = 2
+    """Pages opened per sub-question (the authors: up to 4)."""
+    page_chars: int = 8192
+    """Characters kept per page (the authors: 8,192)."""
+    answer_context_chars: int = 3500
+    """Characters of findings given to the answer step (the authors: 3,500)."""
+    correlate: bool | None = None
+    """Rewrite each region's description with the others as context (2+ regions). None (default):
+    yes, except with the offline 135M model, whose rewrites are worse than what they replace."""
+    summarize_regions: bool | None = None
+    """One summary of the findings per region before answering (llm answerer). None: yes, except
+    with the offline 135M model."""
+    plan_with_llm: bool | None = None
+    """Ask the LLM for the plan; False uses the rule plan (the question's parts with the photo's
+    labels, and the question per region label). None: the LLM, except the offline 135M model,
+    which rarely writes a usable JSON plan and spends a minute trying."""
+    candidate_k: int = 3
+    """Visual RAG: gallery photos retrieved for a question without an image."""
+    max_plan_turns: int = 3
+    """Planner turns of the chain of search (the authors: 10); each turn may add sub-questions."""
+    max_search_turns: int = 2
+    """Searches per sub-question: the searcher may ask for a follow-up search (the authors: 3 turns)."""
+    answerer: str = "auto"
+    """``llm``, ``extractive`` (quoted sentences of the pages read, no generation) or ``auto``:
+    extractive when the chat model is the offline 135M model, llm otherwise."""
+    evidence_sentences: int = 2
+    """Extractive answerer: sentences quoted at most per part of the question."""
+
+    def validate(self) -> None:
+        for name in ("max_regions", "max_sub_questions", "search_k", "pages_per_search", "page_chars",
+                     "answer_context_chars", "candidate_k", "max_plan_turns", "max_search_turns",
+                     "evidence_sentences"):
+            require_positive(self, name)
+        if self.answerer not in ("auto", "llm", "extractive"):
+            raise SettingsError(f"answerer must be auto, llm or extractive, not {self.answerer!r}")
+
+
+class VisionSearchInput(TypedDict):
+    """A ``question``, about the photo at ``image`` (a path the graph's process can read), or without
+    one about the gallery's best match for the question (visual RAG)."""
+
+    question: str
+    image: NotRequired[str]
+
+
+class VisionSearchOutput(TypedDict, total=False):
+    answer: str
+    """The answer, citing the numbered ``sources`` as ``[n]``."""
+    sources: list[dict[str, Any]]
+    """The pages read: ``{"number", "url", "title"}``, numbered across all searches."""
+    regions: list[dict[str, Any]]
+    """The photo's regions: ``{"label", "score", "box", "description"}`` (box in pixels)."""
+    sub_questions: list[dict[str, Any]]
+    """What the planner asked: ``{"question", "region", "turn", "order"}``."""
+    findings: list[dict[str, Any]]
+    """Each sub-question's search: queries, answer (global source numbers), evidence, sources, error."""
+    region_summaries: list[str]
+    """One summary of the findings per region (llm answerer with 2+ regions)."""
+    hits: list[ImageHit]
+    """The gallery photos retrieved for a question without an image (empty when one was given)."""
+    image: str
+    """The photo the question was answered about."""
+    plan_mode: str
+    """How the plan was made: structured, json, fallback, rules or no search."""
+    plan_turns: int
+    """Planner turns taken."""
+    answerer: str
+    """Who wrote the answer: llm or extractive."""
+    citations: dict[str, Any]
+    """``{"cited", "dropped", "uncited"}``: source numbers cited, citations of unread sources removed."""
+    timings: dict[str, float]
+    """Seconds per node (summed over the parallel searchers)."""
+
+
+def merge_timings(left: dict[str, float] | None, right: dict[str, float] | None) -> dict[str, float]:
+    """Seconds per node, added up when several updates (parallel searchers) time the same node."""
+    out = dict(left or {})
+    for key, value in (right or {}).items():
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+class VisionSearchState(VisionSearchInput, total=False):
+    answer: str
+    sources: list[dict[str, Any]]
+    regions: list[dict[str, Any]]
+    sub_questions: list[dict[str, Any]]
+    findings: list[dict[str, Any]]
+    searched: Annotated[list[dict[str, Any]], operator.add]
+    """Raw findings of the parallel searchers (source numbers local to each); summarize renumbers."""
+    region_summaries: list[str]
+    hits: list[ImageHit]
+    plan_mode: str
+    plan_turns: int
+    answerer: str
+    citations: dict[str, Any]
+    timings: Annotated[dict[str, float], merge_timings]
+
+
+class SearchTask(TypedDict):
+    """What one parallel searcher gets: a sub-question and what is known so far."""
+
+    sub_question: dict[str, Any]
+    order: int
+    known: NotRequired[str]
+    """What earlier turns found (Q&A), for a follow-up sub-question's searcher."""
+    photo: NotRequired[str]
+    """The photo's region labels (the extractive searcher scores sentences against them too)."""
