@@ -144,15 +144,6 @@ def choose(scored: Sequence[Evidence], *, max_sentences: int = 2, min_score: flo
     return chosen
 
 
-def pick_evidence(question: str, pages: Sequence[dict[str, Any]], *, context: str = "",
-                  encode: Callable[[list[str]], np.ndarray], max_sentences: int = 2,
-                  min_score: float = MIN_SCORE) -> list[Evidence]:
-    """The sentences of ``pages`` (dicts with number, title, text) that best answer ``question``."""
-    candidates = [(s, int(p["number"]), str(p.get("title") or "")) for p in pages for s in split_sentences(p["text"])]
-    scored = score_sentences(question, candidates, context=context, encode=encode)
-    return choose(scored, max_sentences=max_sentences, min_score=min_score)
-
-
 def cite(evidence: Sequence[Evidence]) -> str:
     """Quoted sentences, each followed by its source number: ``"... in the 1880s. [1]"``.
 
