@@ -9,7 +9,8 @@ rest on). Per question:
   judgement: a verbose answer that quotes the right sentence passes, a correct paraphrase with
   other words fails.
 - **LLM judge** (``--judge-llm``, default the ``--llm``; ``none`` skips it): yes/no against the
-  reference. With the offline 135M model as judge this verdict is noise; use a real model.
+  reference (:mod:`pictrieve.agents.judge`, rubric ``same_fact``, at temperature 0). With the offline
+  135M model as judge this verdict is noise; use a real model.
 - **citation precision** = cited sources that are required / cited sources (citations of sources
   that were not read are removed by the graph before scoring and counted apart as ``dropped``);
   **source recall** = required sources among the sources read.
@@ -57,14 +58,6 @@ def key_term_match(reference: str, answer: str, *, min_words: float = 0.6) -> bo
     return not ref_words or len(ref_words & words) / len(ref_words) >= min_words
 
 
-def judge(llm: Any, question: str, reference: str, answer: str) -> bool:
-    from pictrieve.agents.vsa.prompts import prompt
-    from pictrieve.agents.vsa.steps import complete
-
-    reply = complete(llm, prompt("judge").format(question=question, reference=reference, answer=answer))
-    return reply.strip().lower().startswith("yes")
-
-
 def score_row(row: dict[str, Any], out: dict[str, Any], verdict: bool | None) -> dict[str, Any]:
     sources = {s["number"]: s["url"] for s in out.get("sources") or []}
     cited = {int(n) for n in re.findall(r"\[(\d+)\]", out.get("answer", "")) if int(n) in sources}
@@ -91,6 +84,7 @@ def score_row(row: dict[str, Any], out: dict[str, Any], verdict: bool | None) ->
 def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, judge_llm: str | None,
              base_url: str | None, limit: int | None, out_path: str | None) -> None:
     """Key-term match, LLM-judge accuracy, citation precision and source recall; cost per node."""
+    from pictrieve.agents.judge import judge_answer
     from pictrieve.graphs.vision_search import build_vision_search_graph
     from pictrieve.tools.chat_models import create_chat_model
 
@@ -108,7 +102,8 @@ def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, ju
         start = time.perf_counter()
         out = graph.invoke({"image": str(Path(root) / row["image"]), "question": row["question"]}, context=context)
         elapsed = time.perf_counter() - start
-        verdict = None if grader is None else judge(grader, row["question"], row["reference"], out["answer"])
+        verdict = None if grader is None else judge_answer(
+            grader, row["question"], row["reference"], out["answer"], rubric="same_fact")[0] == 1.0
         result = score_row(row, out, verdict)
         for node, seconds in (out.get("timings") or {}).items():
             totals[node] += seconds

@@ -6,11 +6,9 @@ SmolLM2) reads what is known about each picture instead: its stored captions, or
 by a captioner. It reasons first, then answers (``### Reasoning: ... ### Answer: ...``), trusting the
 pictures over its memory when they disagree.
 
-The judge follows the Visual-RAG grading rubric the paper uses (our wording): a score in [0, 1],
-partial credit per key feature, -0.5 for a stated feature the reference does not support, 0 for "I
-don't know". Deliberate differences from the authors' code: the judge runs at temperature 0 (their
-calls used the API default, so grades varied between runs), scores are clamped to [0, 1], and image
-parts carry ``detail`` (their code sent a ``quality`` field the API ignores).
+The judge is :mod:`pictrieve.agents.judge` with the Visual-RAG grading rubric the paper uses
+(``judge_answer`` and ``parse_score`` are re-exported here). Deliberate difference from the authors'
+code: image parts carry ``detail`` (their code sent a ``quality`` field the API ignores).
 """
 
 from __future__ import annotations
@@ -20,10 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pictrieve.agents.judge import SCORE, judge_answer, parse_score  # noqa: F401  (the judge: re-exported)
 from pictrieve.vectorstore.hits import ImageHit
 
 _PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
-SCORE = re.compile(r"Score:\s*(-?[0-9]*\.?[0-9]+)")
 
 
 def _prompt(name: str) -> str:
@@ -107,21 +105,3 @@ def answer_from_gallery(gallery: Any, question: str, reader: Any, *, k: int = 3,
     reader's answer from them. Returns ``{"answer", "reasoning", "read_images", "hits"}``."""
     hits = gallery.search_text(question, k=k)
     return {**read_images(question, hits, reader, images=images, captioner=captioner), "hits": hits}
-
-
-def parse_score(reply: str) -> float:
-    """The first ``Score: x`` in a judge's reply, clamped to [0, 1]; 0 when there is none."""
-    match = SCORE.search(reply or "")
-    return 0.0 if not match else min(1.0, max(0.0, float(match.group(1))))
-
-
-def judge_answer(judge: Any, question: str, reference: str | Sequence[str], answer: str) -> tuple[float, str]:
-    """``(score, the judge's reply)`` for ``answer`` against ``reference`` (a list: any item counts)."""
-    from pictrieve.tools.llm_calls import complete
-
-    if not isinstance(reference, str):
-        reference = ", or ".join(reference)  # the authors' join lacked the space after "or"
-    prompt = _prompt("visret_judge.txt").format(question=question, reference=reference, answer=answer)
-    bound = judge.bind(temperature=0) if hasattr(judge, "bind") else judge
-    reply = complete(bound, prompt)
-    return parse_score(reply), reply

@@ -1,4 +1,4 @@
-"""Prompt texts of the Vision Search Assistant (files in :mod:`pictrieve.prompts`) and data fencing."""
+"""Prompt texts of the Vision Search Assistant (``prompts/vsa/<name>.txt``, package data) and data fencing."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ _FENCE = re.compile(r"<<<\s*(END\s+)?(RESULT|FINDINGS)[^>]*>>>", re.IGNORECASE)
 
 @lru_cache(maxsize=None)
 def prompt(name: str) -> str:
-    return resources.files("pictrieve.prompts").joinpath(f"vsa_{name}.txt").read_text(encoding="utf-8")
+    """The text of ``prompts/vsa/<name>.txt`` (``planner``, ``searcher``, ``answer`` ...)."""
+    return resources.files("pictrieve.prompts").joinpath("vsa").joinpath(f"{name}.txt").read_text(encoding="utf-8")
 
 
 def defang(text: str) -> str:
