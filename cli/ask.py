@@ -9,34 +9,6 @@ from typing import Any
 import click
 
 
-def _progress(node: str, update: dict[str, Any]) -> str:
-    if node == "retrieve" and update.get("hits"):
-        return f"retrieved {len(update['hits'])} photos from the gallery; asking about {update['image']}"
-    if node == "regions":
-        return "regions: " + ", ".join(f"{r['label']} ({r['score']:.2f})" for r in update.get("regions", []))
-    if node == "describe":
-        return "descriptions:\n" + "\n".join(f"  {i}. {r['label']}: {r['description']}"
-                                             for i, r in enumerate(update.get("regions", []), 1))
-    if node == "plan":
-        turn = update.get("plan_turns")
-        subs = [s for s in update.get("sub_questions") or [] if s.get("turn") == turn]
-        if not subs:
-            return "plan: done, no more searches"
-        return f"plan turn {turn} ({update.get('plan_mode')}): " + "; ".join(s["question"] for s in subs)
-    if node == "search":
-        finding = update["searched"][0]
-        pages = ", ".join(s["title"] for s in finding["sources"]) or "no pages"
-        queries = " then ".join(repr(q) for q in finding.get("queries") or [finding["question"]])
-        line = f"searched {queries}: read {pages}" + (f" ({finding['error']})" if finding["error"] else "")
-        return f"{line}\n  -> {finding['answer']}"
-    if node == "summarize":
-        return f"summarised findings from {len(update.get('sources') or [])} sources"
-    if node == "answer":
-        dropped = (update.get("citations") or {}).get("dropped")
-        return f"answered ({update.get('answerer')})" + (f"; removed citations of unread sources {dropped}" if dropped else "")
-    return node
-
-
 @click.command("ask")
 @click.argument("image", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.argument("question")
@@ -71,6 +43,7 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     Example (offline):
       pictrieve ask photo.jpg "how many teeth does this animal have?" --search local:examples/vsa-offline/pages -v
     """
+    from pictrieve.agents.vsa.progress import follow_run, step_line
     from pictrieve.graphs.vision_search import build_vision_search_graph
     from pictrieve.tools.chat_models import create_chat_model
     from pictrieve.tools.vlm import create_region_captioner
@@ -96,14 +69,13 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     if max_plan_turns is not None:
         context["max_plan_turns"] = max_plan_turns
     start = time.perf_counter()
-    state: dict[str, Any] = {}
-    for update in graph.stream(inputs, context=context, stream_mode="updates"):
-        for node, change in update.items():
-            if not change:
-                continue
-            state.update({k: v for k, v in change.items() if k != "searched"})
-            if verbose:
-                click.echo(f"[{time.perf_counter() - start:6.1f}s] {_progress(node, change)}", err=True)
+
+    def show(node: str, change: dict[str, Any]) -> None:
+        line = step_line(node, change, detail=True)
+        if line:
+            click.echo(f"[{time.perf_counter() - start:6.1f}s] {line}", err=True)
+
+    state = follow_run(graph.stream(inputs, context=context, stream_mode="updates"), show if verbose else None)
     if as_json:
         out = {k: v for k, v in state.items() if k != "timings"} | {"timings": state.get("timings")}
         out["hits"] = [h.to_json() for h in out.get("hits") or []]

@@ -1,4 +1,5 @@
-"""The Ask tab: the Vision Search Assistant graph run as a job, its updates turned into page steps.
+"""The Ask tab: the Vision Search Assistant graph run as a job, its updates turned into page steps
+(:mod:`pictrieve.agents.vsa.progress`, shared with ``pictrieve ask -v``).
 
 The page gets the answer, the numbered sources (a ``href`` only for http/https URLs: a ``file://``
 page of the offline ``local:`` search or a ``javascript:`` URL is shown as text, never a link) and
@@ -23,53 +24,23 @@ def safe_href(url: str) -> str | None:
     return str(url).strip() if parts.scheme in ("http", "https") and parts.netloc else None
 
 
-def step_line(node: str, update: dict[str, Any]) -> str:
-    """One line of progress for a streamed VSA update (what the page lists while it waits); "" for none."""
-    if node == "retrieve":  # no hits: the photo was given, nothing was searched (no line)
-        hits = update.get("hits") or []
-        return f"found the photo in the gallery ({len(hits)} candidates)" if hits else ""
-    if node == "regions":
-        found = ", ".join(f"{r['label']} ({r['score']:.2f})" for r in update.get("regions") or [])
-        return f"regions: {found or 'none'}"
-    if node == "describe":
-        return f"described {len(update.get('regions') or [])} region(s)"
-    if node == "plan":
-        turn = update.get("plan_turns")
-        subs = [q for q in update.get("sub_questions") or [] if turn is None or q.get("turn", turn) == turn]
-        if not subs:
-            return "plan: no (more) searches"
-        return f"plan turn {turn or 1} ({update.get('plan_mode')}): " + "; ".join(q["question"] for q in subs)
-    if node == "search":
-        finding = (update.get("searched") or [{}])[0]
-        queries = " then ".join(repr(q) for q in finding.get("queries") or [finding.get("question", "")])
-        extra = f" ({finding['error']})" if finding.get("error") else ""
-        return f"searched {queries}: read {len(finding.get('sources') or [])} page(s){extra}"
-    if node == "summarize":
-        return f"collected {len(update.get('sources') or [])} source(s)"
-    if node == "answer":
-        dropped = (update.get("citations") or {}).get("dropped")
-        how = f" ({update['answerer']})" if update.get("answerer") else ""
-        return f"answered{how}" + (f"; removed citations of sources never read: {dropped}" if dropped else "")
-    return node
-
-
 def run_ask(job: Job, graph: Any, question: str, image: str | None, context: dict[str, Any]) -> dict[str, Any]:
     """Stream the graph for ``question`` (about ``image``, or a photo the gallery finds); the page's result."""
+    from pictrieve.agents.vsa.progress import follow_run, step_line
+
     inputs: dict[str, Any] = {"question": question, **({"image": image} if image else {})}
-    state: dict[str, Any] = {}
     if image:
         _keep_photo(job, image)
     job.step("looking at the photo…")
-    for update in job.stream(graph, inputs, context=context):
-        for node, change in update.items():
-            if not change:
-                continue
-            state.update({k: v for k, v in change.items() if k != "searched"})
-            if node == "retrieve" and change.get("image"):
-                _keep_photo(job, change["image"])
-            line = step_line(node, change)
-            if line:
-                job.step(line)
+
+    def show(node: str, change: dict[str, Any]) -> None:
+        if node == "retrieve" and change.get("image"):
+            _keep_photo(job, change["image"])
+        line = step_line(node, change)
+        if line:
+            job.step(line)
+
+    state = follow_run(job.stream(graph, inputs, context=context), show)
     photo = job.view()["images"]
     width, height = (photo[0]["width"] / photo[0]["scale"], photo[0]["height"] / photo[0]["scale"]) if photo else (1, 1)
     regions = [{"number": i, "label": str(r.get("label", "")), "score": float(r.get("score", 0.0)),
