@@ -112,21 +112,13 @@ def merge_timings(left: dict[str, float] | None, right: dict[str, float] | None)
     return out
 
 
-class VisionSearchState(VisionSearchInput, total=False):
-    answer: str
-    sources: list[dict[str, Any]]
-    regions: list[dict[str, Any]]
-    sub_questions: list[dict[str, Any]]
-    findings: list[dict[str, Any]]
+class VisionSearchState(VisionSearchInput, VisionSearchOutput, total=False):
+    """What the nodes share: the input, the output, and the searchers' raw findings."""
+
     searched: Annotated[list[dict[str, Any]], operator.add]
     """Raw findings of the parallel searchers (source numbers local to each); summarize renumbers."""
-    region_summaries: list[str]
-    hits: list[ImageHit]
-    plan_mode: str
-    plan_turns: int
-    answerer: str
-    citations: dict[str, Any]
     timings: Annotated[dict[str, float], merge_timings]
+    """Seconds per node, added up over the parallel searchers."""
 
 
 class SearchTask(TypedDict):
