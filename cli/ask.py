@@ -63,7 +63,6 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     graph = build_vision_search_graph(index, llm=chat, vlm=create_region_captioner(vlm, base_url=vlm_base_url),
                                       detector=detector, search=search)
     inputs: dict[str, Any] = {"question": question, **({"image": image} if image else {})}
-    # A 135M local model cannot write JSON plans or useful rewrites; spare it those steps.
     # with the offline 135M model the graph skips its optional LLM steps (plan, rewrites) by itself
     context: dict[str, Any] = {"answerer": answerer}
     if max_plan_turns is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from pictrieve.agents.vsa.progress import follow_run, step_line
 from pictrieve.tools.images import load_image
 from pictrieve.ui.jobs import Job
 
@@ -26,8 +27,6 @@ def safe_href(url: str) -> str | None:
 
 def run_ask(job: Job, graph: Any, question: str, image: str | None, context: dict[str, Any]) -> dict[str, Any]:
     """Stream the graph for ``question`` (about ``image``, or a photo the gallery finds); the page's result."""
-    from pictrieve.agents.vsa.progress import follow_run, step_line
-
     inputs: dict[str, Any] = {"question": question, **({"image": image} if image else {})}
     if image:
         _keep_photo(job, image)
