@@ -20,7 +20,8 @@ from pictrieve.vectorstore.hits import ImageHit
 
 @dataclass
 class VisionSearchSettings(RunSettings):
-    """Run settings of the Vision Search Assistant (defaults after the authors' code, scaled down)."""
+    """Run settings of :func:`build_vision_search_graph` (defaults after the authors' code, scaled down)."""
+    # (the served context schema's description, shown by Studio: kept as it was before the move)
 
     max_regions: int = 3
     """Regions described at most (best detections first)."""
@@ -67,10 +68,10 @@ class VisionSearchSettings(RunSettings):
             raise SettingsError(f"answerer must be auto, llm or extractive, not {self.answerer!r}")
 
 
+# A ``question``, about the photo at ``image`` (a path the graph's process can read), or without one about the
+# gallery's best match for the question (visual RAG). No docstring: it would become the served input schema's
+# description, which stays as it was.
 class VisionSearchInput(TypedDict):
-    """A ``question``, about the photo at ``image`` (a path the graph's process can read), or without
-    one about the gallery's best match for the question (visual RAG)."""
-
     question: str
     image: NotRequired[str]
 
