@@ -93,14 +93,14 @@ class _Recording:
 def test_regions_asks_the_detector_with_the_questions_words_and_keeps_the_best(photo):
     detector = _Recording()
     out = nodes.regions({"question": "How old is this horse?", "image": photo}, run(min_score=0.3, max_regions=1),
-                        detector=detector)
+                        detector=lambda: detector)
     ((labels, min_score),) = detector.asked
     assert labels[:2] == ["old", "horse"] and "person" in labels and min_score == 0.3  # question words first, then COCO
     assert out["regions"] == [{"label": "horse", "score": 0.912, "box": [0.0, 0.0, 30.0, 40.0]}]
     # the sliver (1 px high) is dropped; two regions at most by default ... and none found: the whole image
-    assert [r["label"] for r in nodes.regions({"question": "q", "image": photo}, detector=detector)["regions"]] == [
-        "horse", "dog"]
-    assert nodes.regions({"question": "q", "image": photo}, detector=_WholeImage())["regions"] == [
+    found = nodes.regions({"question": "q", "image": photo}, detector=lambda: detector)["regions"]
+    assert [r["label"] for r in found] == ["horse", "dog"]
+    assert nodes.regions({"question": "q", "image": photo}, detector=_WholeImage)["regions"] == [
         {"label": "image", "score": 1.0, "box": [0.0, 0.0, 64.0, 48.0]}]
 
 
@@ -122,7 +122,7 @@ def test_describe_captions_each_crop_then_correlates_two_regions_only_when_asked
     regions = [{k: v for k, v in r.items() if k != "description"} for r in REGIONS]
     state = {"question": "Who rides?", "image": photo, "regions": regions}
     describer = _Describer()
-    out = nodes.describe(state, run(correlate=False), vlm=describer, chat=RunnableLambda(_no_llm))
+    out = nodes.describe(state, run(correlate=False), vlm=lambda: describer, chat=RunnableLambda(_no_llm))
     assert describer.seen == [((30, 40), "Describe the horse in this picture. The user asks: Who rides?"),
                               ((40, 40), "Describe the person in this picture. The user asks: Who rides?")]
     assert [r["description"] for r in out["regions"]] == ["something 1", "something 2"]
@@ -134,7 +134,7 @@ def test_describe_captions_each_crop_then_correlates_two_regions_only_when_asked
         asked.append(messages[0].content)
         return AIMessage(content=f"rewritten {len(asked)}\nignored second line")
 
-    out = nodes.describe(state, run(correlate=True), vlm=_Describer(), chat=RunnableLambda(rewrite))
+    out = nodes.describe(state, run(correlate=True), vlm=_Describer, chat=RunnableLambda(rewrite))
     assert [r["description"] for r in out["regions"]] == ["rewritten 1", "rewritten 2"]
     assert "something 2" in asked[0] and set(out["timings"]) == {"describe", "correlate"}
 
@@ -149,11 +149,12 @@ def test_plan_without_a_search_asks_nothing():
 
 def test_plan_turn_one_by_rules_then_nothing_more():
     state = {"question": "How many teeth does it have?", "regions": REGIONS}
-    out = nodes.plan(state, run(plan_with_llm=False), chat=RunnableLambda(_no_llm), backend=_Pages({}))
+    out = nodes.plan(state, run(plan_with_llm=False), chat=RunnableLambda(_no_llm), backend=lambda: _Pages({}))
     assert out["plan_mode"] == "rules" and out["plan_turns"] == 1
     assert [(s["question"], s["region"], s["turn"], s["order"]) for s in out["sub_questions"]] == [
         ("How many teeth does it have? (horse, person)", 1, 1, 0), ("horse teeth", 1, 1, 1), ("person teeth", 2, 1, 2)]
-    assert nodes.plan({**state, **out}, run(plan_with_llm=False), chat=RunnableLambda(_no_llm), backend=_Pages({})) == {}
+    assert nodes.plan({**state, **out}, run(plan_with_llm=False), chat=RunnableLambda(_no_llm),
+                      backend=lambda: _Pages({})) == {}
 
 
 def test_plan_later_turns_add_follow_ups_until_done_or_out_of_turns():
@@ -168,14 +169,14 @@ def test_plan_later_turns_add_follow_ups_until_done_or_out_of_turns():
     searched = [{"order": 0, "question": "horse teeth", "answer": "36 to 44 [1].", "log": None}]
     state = {"question": "Teeth?", "regions": REGIONS, "sub_questions": asked, "plan_mode": "json", "plan_turns": 1,
              "searched": searched}
-    out = nodes.plan(state, chat=RunnableLambda(planner), backend=_Pages({}))
+    out = nodes.plan(state, chat=RunnableLambda(planner), backend=lambda: _Pages({}))
     assert out["sub_questions"] == asked + [{"question": "dog teeth", "region": 1, "turn": 2, "order": 1}]
     assert (out["plan_mode"], out["plan_turns"]) == ("json", 2)  # the repeat is dropped; the mode is turn 1's
     assert "A: 36 to 44." in seen[0]  # what was found, without its citation numbers
-    done = nodes.plan({**state, **out}, chat=RunnableLambda(planner), backend=_Pages({}))
+    done = nodes.plan({**state, **out}, chat=RunnableLambda(planner), backend=lambda: _Pages({}))
     assert done["sub_questions"] == out["sub_questions"] and "plan_turns" not in done
     assert nodes.plan({**state, "plan_turns": 3}, run(max_plan_turns=3), chat=RunnableLambda(_no_llm),
-                      backend=_Pages({})) == {}
+                      backend=lambda: _Pages({})) == {}
 
 
 def test_plan_stops_the_run_when_every_search_failed():
@@ -183,7 +184,7 @@ def test_plan_stops_the_run_when_every_search_failed():
     state = {"question": "q", "regions": REGIONS, "plan_turns": 1, "plan_mode": "json",
              "searched": [{"order": 0, "question": "q", "answer": "", "log": failed}]}
     with pytest.raises(SearchUnavailableError, match="every search failed \\(2 with dict\\), e.g. no route"):
-        nodes.plan(state, chat=RunnableLambda(_no_llm), backend=_Pages({}))
+        nodes.plan(state, chat=RunnableLambda(_no_llm), backend=lambda: _Pages({}))
 
 
 # --- route_searches (after plan) --------------------------------------------------------------------
@@ -211,7 +212,8 @@ def test_search_reads_new_pages_may_search_again_and_keeps_local_numbers():
 
     backend = _Pages({"canine": [HORSES], "dog teeth": [DOGS, HORSES]})
     task = {"sub_question": {"question": "canine teeth", "region": 2, "turn": 1}, "order": 3}
-    out = nodes.search_sub_question(task, run(max_search_turns=2), chat=RunnableLambda(searcher), backend=backend)
+    out = nodes.search_sub_question(task, run(max_search_turns=2), chat=RunnableLambda(searcher),
+                                    backend=lambda: backend)
     (finding,) = out["searched"]
     assert finding["queries"] == ["canine teeth", "dog teeth"] and backend.queries == finding["queries"]
     assert finding["sources"] == [{"url": HORSES.url, "title": "Horses"}, {"url": DOGS.url, "title": "Dogs"}]
@@ -230,7 +232,7 @@ class _Broken:
 
 def test_search_that_could_not_run_says_it_failed_not_found_nothing():
     task = {"sub_question": {"question": "horse teeth"}, "order": 0}
-    (finding,) = nodes.search_sub_question(task, chat=RunnableLambda(_no_llm), backend=_Broken())["searched"]
+    (finding,) = nodes.search_sub_question(task, chat=RunnableLambda(_no_llm), backend=_Broken)["searched"]
     assert finding["answer"] == "The search failed (the backend is down)." and finding["error"] == "the backend is down"
     assert finding["log"] == {"searches": 1, "search_errors": ["the backend is down"], "fetches": 0, "fetch_errors": []}
 
@@ -238,7 +240,7 @@ def test_search_that_could_not_run_says_it_failed_not_found_nothing():
 def test_extractive_search_quotes_the_best_sentence_and_passes_on_its_evidence():
     task = {"sub_question": {"question": "How many teeth does an adult horse have?"}, "order": 0, "photo": "horse"}
     (finding,) = nodes.search_sub_question(task, run(answerer="extractive"), chat=RunnableLambda(_no_llm),
-                                           backend=_Pages({"teeth": [HORSES, DOGS]}))["searched"]
+                                           backend=lambda: _Pages({"teeth": [HORSES, DOGS]}))["searched"]
     assert finding["answer"].startswith(f"{HORSE_FACT} [1]") and finding["queries"] == [task["sub_question"]["question"]]
     assert finding["evidence"][0] == {**finding["evidence"][0], "sentence": HORSE_FACT, "source": 1, "title": "Horses"}
     assert {e["sentence"] for e in finding["evidence"]} <= {HORSE_FACT, DOG_FACT}
@@ -373,13 +375,14 @@ def test_same_fact_judge_reads_yes_at_temperature_zero(reply, grade):
 
 
 def test_parts_load_on_first_use_and_a_search_name_is_checked_at_once(tmp_path):
-    from pictrieve.agents.vsa.parts import make_parts
+    from pictrieve.agents.vsa.parts import made_once, make_parts
 
     parts = make_parts(llm=RunnableLambda(_no_llm), detector="zeroshot:/nonexistent/detector", search=None)
-    assert parts.backend is None and "not loaded yet" in repr(parts.detector) and "not loaded yet" in repr(parts.vlm)
+    assert parts.backend is None  # nothing was loaded, or the detector's name would have failed here
     with pytest.raises(Exception, match="nonexistent"):
-        parts.detector.detect  # noqa: B018  (the first use loads it, and fails then)
+        parts.detector()  # the first use loads it, and fails then
     with pytest.raises(Exception, match="no page folder at"):
         make_parts(llm=RunnableLambda(_no_llm), search=f"local:{tmp_path / 'nowhere'}")
-    words = make_parts(llm=RunnableLambda(_no_llm), vlm=_Words()).vlm
-    assert words.caption([None]) == ["a brown horse standing in snow"] and words.loaded().name == "words"
+    calls = []
+    get = made_once(lambda: calls.append(1) or object())
+    assert calls == [] and get() is get() and calls == [1]  # made on the first call, once

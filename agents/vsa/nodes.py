@@ -2,8 +2,9 @@
 
 Each node takes the graph state (or, for the parallel searcher, its :class:`~.state.SearchTask`), the
 run's ``runtime`` (its settings: :class:`~.state.VisionSearchSettings`; ``None`` gives the defaults) and
-what it uses as keyword arguments: the gallery (``index``), the ``chat`` model, the ``detector``, the
-region describer (``vlm``) and the page search (``backend``, ``None`` for none).
+what it uses as keyword arguments: the gallery (``index``), the ``chat`` model, and functions of no
+argument returning the ``detector``, the region describer (``vlm``) and the page search (``backend``,
+``None`` for none), made on first call (:mod:`.parts`).
 :func:`pictrieve.graphs.vision_search.build_vision_search_graph` binds those with ``functools.partial``
 and wires the nodes; what each one does is in that module's docstring. The LLM steps themselves are in
 :mod:`.steps`, the extractive answerer in :mod:`.extractive`, the page reading in :mod:`.pages`.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -104,8 +106,8 @@ def retrieve(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | 
 
 
 def regions(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | None = None, *,
-            detector: Any) -> dict[str, Any]:
-    """The photo's regions: ``detector`` prompted with the question's words and the COCO classes, at most
+            detector: Callable[[], Any]) -> dict[str, Any]:
+    """The photo's regions: ``detector()`` prompted with the question's words and the COCO classes, at most
     ``max_regions`` (no detection: the whole image is one region)."""
     from pictrieve.tools.detectors import COCO_CLASSES, regions_or_whole
 
@@ -113,7 +115,7 @@ def regions(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | N
     start = time.perf_counter()
     image = load_image(state["image"])
     labels = question_terms(state["question"]) + COCO_CLASSES
-    found = detector.detect(image, labels=labels, min_score=settings.min_score)
+    found = detector().detect(image, labels=labels, min_score=settings.min_score)
     chosen = regions_or_whole(image, found, max_regions=settings.max_regions)
     out = [{"label": d.label, "score": round(float(d.score), 3), "box": [round(float(v), 1) for v in d.box]}
            for d in chosen]
@@ -121,15 +123,16 @@ def regions(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | N
 
 
 def describe(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | None = None, *,
-             vlm: Any, chat: Any) -> dict[str, Any]:
-    """Each region's crop described by ``vlm`` in the light of the question; with 2+ regions (and the
+             vlm: Callable[[], Any], chat: Any) -> dict[str, Any]:
+    """Each region's crop described by ``vlm()`` in the light of the question; with 2+ regions (and the
     ``correlate`` setting) each description is rewritten by ``chat`` with the others as context."""
     settings = settings_of(runtime, VisionSearchSettings)
     start = time.perf_counter()
     image = load_image(state["image"])
     crops = [image.crop(tuple(int(round(v)) for v in r["box"])) for r in state["regions"]]
     prompts = [f"Describe the {r['label']} in this picture. The user asks: {state['question']}" for r in state["regions"]]
-    texts = [vlm.caption([crop], prompt=p)[0] for crop, p in zip(crops, prompts)]
+    captioner = vlm()
+    texts = [captioner.caption([crop], prompt=p)[0] for crop, p in zip(crops, prompts)]
     described = [{**r, "description": t} for r, t in zip(state["regions"], texts)]
     timings = timed("describe", start)
     if llm_step(settings.correlate, chat) and len(described) > 1:
@@ -141,7 +144,7 @@ def describe(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | 
 
 
 def plan(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | None = None, *,
-         chat: Any, backend: Any) -> dict[str, Any]:
+         chat: Any, backend: Callable[[], Any] | None) -> dict[str, Any]:
     """One planner turn of the chain of search: turn 1 asks the first sub-questions (``chat``'s plan, or
     the rule plan); a later turn sees what was found and asks follow-ups or says it is done. No update
     when out of turns (or after a rule plan). Raises when every search so far failed to run."""
@@ -151,7 +154,7 @@ def plan(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | None
     asked = list(state.get("sub_questions") or [])
     if backend is None:
         return {"sub_questions": [], "plan_mode": "no search", "plan_turns": turn, "timings": timed("plan", start)}
-    check_search_reached(state.get("searched") or [], backend)  # after a round of searches
+    check_search_reached(state.get("searched") or [], backend())  # after a round of searches
     if turn == 1:
         if llm_step(settings.plan_with_llm, chat):
             made, how = steps.plan(chat, state["question"], state["regions"], limit=settings.max_sub_questions)
@@ -187,7 +190,7 @@ def route_searches(state: VisionSearchState) -> list[Send] | str:
 
 
 def search_sub_question(task: SearchTask, runtime: Runtime[VisionSearchSettings] | None = None, *,
-                        chat: Any, backend: Any, allow_hosts: tuple[str, ...] = ()) -> dict[str, Any]:
+                        chat: Any, backend: Callable[[], Any], allow_hosts: tuple[str, ...] = ()) -> dict[str, Any]:
     """One searcher: search the sub-question, read up to ``pages_per_search`` new pages, answer from them
     with citations (``chat``, or the extractive answerer's best sentences); it may search again, up to
     ``max_search_turns`` searches. Returns its finding (source numbers local to it) in ``searched``."""
@@ -204,7 +207,7 @@ def search_sub_question(task: SearchTask, runtime: Runtime[VisionSearchSettings]
         if query is None or query in queries:
             break
         queries.append(query)
-        read_pages(backend, query, pages, log, search_k=settings.search_k, pages_per_search=settings.pages_per_search,
+        read_pages(backend(), query, pages, log, search_k=settings.search_k, pages_per_search=settings.pages_per_search,
                    page_chars=settings.page_chars, allow_hosts=allow_hosts)
         may_search_again = turn + 1 < settings.max_search_turns
         if use_extractive(settings, chat):

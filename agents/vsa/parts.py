@@ -2,8 +2,8 @@
 
 :func:`make_parts` turns the builder's arguments (``llm``, ``vlm``, ``detector``, ``search``: names such
 as ``offline``, ``ssd``, ``local:DIR``, or objects) into a :class:`VisionSearchParts`. Building a graph
-loads no model: the detector, the region describer and the search backend are :class:`LoadedOnFirstUse`
-stand-ins that make the real part the first time a node uses it (a served graph is built for every
+loads no model: the detector, the region describer and the search backend are functions of no argument
+that make the part on their first call, from the node that uses it (a served graph is built for every
 run; a search name is still checked at once, so ``--search bogus`` fails before any model loads).
 """
 
@@ -12,44 +12,36 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
-class LoadedOnFirstUse:
-    """Stands in for the object ``make()`` returns, made (once, thread-safely: the parallel searchers
-    share it) on the first attribute read; every attribute is the made object's."""
+def made_once(make: Callable[[], T]) -> Callable[[], T]:
+    """A function of no argument returning what ``make()`` returns, made on the first call only (under a
+    lock: the parallel searchers share the backend, and a model is loaded once)."""
+    lock = threading.Lock()
+    made: list[T] = []
 
-    def __init__(self, make: Callable[[], Any], what: str) -> None:
-        self._make, self._what = make, what
-        self._made: Any = None
-        self._lock = threading.Lock()
+    def get() -> T:
+        with lock:
+            if not made:
+                made.append(make())
+            return made[0]
 
-    def loaded(self) -> Any:
-        """The real object (made now if it was not yet)."""
-        with self._lock:
-            if self._make is not None:
-                self._made, self._make = self._make(), None
-            return self._made
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # our own fields, before __init__ set them (copy, pickle)
-            raise AttributeError(name)
-        return getattr(self.loaded(), name)
-
-    def __repr__(self) -> str:
-        state = "not loaded yet" if self._make is not None else repr(self._made)
-        return f"<{self._what}: {state}>"
+    return get
 
 
 @dataclass(frozen=True)
 class VisionSearchParts:
-    """What the nodes use: the chat model, the region detector, the region describer and the page search
-    (``None``: no search; the answer then comes from the photo alone)."""
+    """What the nodes use: the chat model, and functions returning (made on first call) the region
+    detector, the region describer and the page search (``backend`` is ``None`` for no search: the answer
+    then comes from the photo alone)."""
 
     chat: Any
-    detector: Any
-    vlm: Any
-    backend: Any
+    detector: Callable[[], Any]
+    vlm: Callable[[], Any]
+    backend: Callable[[], Any] | None
 
 
 def make_parts(*, llm: Any = None, vlm: Any = None, detector: Any = None, search: Any = None) -> VisionSearchParts:
@@ -70,7 +62,7 @@ def make_parts(*, llm: Any = None, vlm: Any = None, detector: Any = None, search
     chat = create_chat_model(llm) if llm is None or isinstance(llm, str) else llm
     return VisionSearchParts(
         chat=chat,
-        detector=LoadedOnFirstUse(lambda: create_detector(detector or "ssd"), "detector"),
-        vlm=LoadedOnFirstUse(lambda: create_region_captioner(vlm or "offline"), "region describer"),
-        backend=None if search is None else LoadedOnFirstUse(lambda: as_search_backend(search), "page search"),
+        detector=made_once(lambda: create_detector(detector or "ssd")),
+        vlm=made_once(lambda: create_region_captioner(vlm or "offline")),
+        backend=None if search is None else made_once(lambda: as_search_backend(search)),
     )
