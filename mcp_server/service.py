@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pictrieve.agents.vsa.progress import follow_run, step_line
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import get_method
 from pictrieve.graphs.vision_search_tools import gallery_image_lookup
@@ -164,12 +165,14 @@ class PictrieveService:
         question = _text(question, "the question", "ask something about the photo")
         with self._image(image) as path:
             progress("looking at the photo (the first question loads the detector and describer)")
-            state: dict[str, Any] = {}
-            for update in self.graph("vsa").stream({"image": path, "question": question}, stream_mode="updates"):
-                for node, change in update.items():
-                    if change:
-                        state.update({key: value for key, value in change.items() if key != "searched"})
-                        progress(f"{node} done")
+
+            def show(node: str, change: dict[str, Any]) -> None:
+                line = step_line(node, change)
+                if line:
+                    progress(line)
+
+            updates = self.graph("vsa").stream({"image": path, "question": question}, stream_mode="updates")
+            state = follow_run(updates, show)  # the steps as `pictrieve ask -v` and the web page show them
         cited = set((state.get("citations") or {}).get("cited") or [])
         sources = [{"number": int(s["number"]), "title": str(s.get("title") or s.get("url") or ""),
                     "url": str(s.get("url") or ""), "cited": state.get("citations") is None or int(s["number"]) in cited}

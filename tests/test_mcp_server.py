@@ -110,9 +110,17 @@ async def check_search_images_returns_the_galleries_hits_and_their_photos(sessio
 
 
 async def check_ask_about_image_cites_the_right_page(session, served):
+    progress = []
+
+    async def on_progress(step, total, message):
+        progress.append(message)
+
     result = await session.call_tool("ask_about_image", {"image": served.ids["a brown horse in a field"],
-                                                         "question": "How many teeth does an adult horse have?"})
+                                                         "question": "How many teeth does an adult horse have?"},
+                                     progress_callback=on_progress)
     assert not result.isError, result.content
+    # each step as `pictrieve ask -v` and the web page word it (agents/vsa/progress.py)
+    assert any(m.startswith("regions: ") for m in progress) and progress[-1].startswith("answered"), progress
     answer = result.structuredContent
     cited = [s for s in answer["sources"] if s["cited"]]
     assert cited and all(s["url"].endswith("horses.md") for s in cited), answer
