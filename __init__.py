@@ -24,13 +24,13 @@ _LAZY = {
     "ImageHit": "pictrieve.vectorstore.hits",
     "SearchHit": "pictrieve.vectorstore.gallery",
     "GalleryRetriever": "pictrieve.vectorstore.retriever",
-    "create_embedder": "pictrieve.tools.embedders.factory",
-    "Embedder": "pictrieve.tools.embedders.base",
+    "create_embedder": "pictrieve.tools.models.embedders.factory",
+    "Embedder": "pictrieve.tools.models.embedders.base",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pictrieve.tools.embedders.base import Embedder
-    from pictrieve.tools.embedders.factory import create_embedder
+    from pictrieve.tools.models.embedders.base import Embedder
+    from pictrieve.tools.models.embedders.factory import create_embedder
     from pictrieve.vectorstore.gallery import Gallery, SearchHit
     from pictrieve.vectorstore.hits import ImageHit
     from pictrieve.vectorstore.retriever import GalleryRetriever

@@ -1,7 +1,7 @@
 """What the methods that search with guide pictures share (VisRet, NEEDLE).
 
 - :class:`Guide`: one guide picture in a graph's state. Guides travel as file paths
-  (:mod:`pictrieve.tools.guide_images` keeps generated pictures on disk; found ones are used where they
+  (:mod:`pictrieve.tools.models.guide_images` keeps generated pictures on disk; found ones are used where they
   are), so the state stays JSON and a checkpointer can resume a run in another process;
 - :func:`as_visualizers`: the builders' ``visualizers`` argument (one visualizer or several, objects or
   names such as ``exemplar:DIR``) as a list of visualizer objects;
@@ -44,7 +44,7 @@ def as_visualizers(value: Any) -> list[Any]:
         return []
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         value = [value]
-    from pictrieve.tools.visualizers import create_visualizer
+    from pictrieve.tools.models.visualizers import create_visualizer
 
     return [create_visualizer(v) if isinstance(v, str) else v for v in value]
 
@@ -54,7 +54,7 @@ def guides_from(visualizer: Any, prompt: str, n: int, *, seed: int, start: int =
     """Up to ``n`` pictures of ``prompt`` by ``visualizer`` (none of the paths in ``exclude``), as new
     guides numbered ``g<start>``, ``g<start+1>``, ... A failing visualizer raises: the caller decides
     whether the search goes on without it."""
-    from pictrieve.tools.guide_images import guide_paths
+    from pictrieve.tools.models.guide_images import guide_paths
 
     paths = guide_paths(visualizer, prompt, n, seed=seed, exclude=exclude, cache_dir=cache_dir)
     return [

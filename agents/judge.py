@@ -59,8 +59,8 @@ def judge_answer(judge: Any, question: str, reference: str | Sequence[str], answ
                  rubric: str = "visual_rag") -> tuple[float, str]:
     """``(grade in [0, 1], the judge's reply)`` for ``answer`` against ``reference`` (a list: any item
     counts) by the chat model ``judge`` with one of :data:`RUBRICS`. A failed call raises
-    :class:`~pictrieve.tools.llm_calls.ModelCallError`."""
-    from pictrieve.tools.llm_calls import complete
+    :class:`~pictrieve.tools.models.llm_calls.ModelCallError`."""
+    from pictrieve.tools.models.llm_calls import complete
 
     try:
         chosen = RUBRICS[rubric]

@@ -19,7 +19,7 @@ import time
 
 CHILD = """
 import sys
-from pictrieve.tools.visualizers import create_visualizer
+from pictrieve.tools.models.visualizers import create_visualizer
 visualizer = create_visualizer("exemplar:" + sys.argv[1], progress=False)
 print(len(visualizer.caption_vectors), visualizer.best_matches("a dog runs on the beach", 1)[0][0].name)
 """

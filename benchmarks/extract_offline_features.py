@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from pictrieve.tools.imagenet_classifier import load_efficientnet_lite0, preprocess_image
-from pictrieve.tools.embedders.trained import squash_pixels
+from pictrieve.tools.models.imagenet_classifier import load_efficientnet_lite0, preprocess_image
+from pictrieve.tools.models.embedders.trained import squash_pixels
 
 
 def letterbox_pixels(image: Image.Image) -> torch.Tensor:
@@ -64,7 +64,7 @@ def extract(model, out: Path, name: str, root: Path, mode: str, flip: bool) -> N
 
 
 def captions(out: Path, name: str, root: Path) -> None:
-    from pictrieve.tools.sentence_encoder import SentenceEncoder
+    from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
     if (out / f"{name}-captions.npz").exists():
         return

@@ -4,7 +4,7 @@ PlugIR's offline questioner asks about the terms of the candidates' descriptions
 without captions those come from a describer. This compares, on a captioned folder whose captions
 the describers never see:
 
-- ``tags``: the zero-shot tags (:mod:`pictrieve.tools.image_tags`), top 1..5, from the gallery's
+- ``tags``: the zero-shot tags (:mod:`pictrieve.tools.models.image_tags`), top 1..5, from the gallery's
   stored vectors;
 - ``imagenet``: the terms of the ``offline`` captioner's line (the ImageNet classes, 0.05 or more,
   the offline embedder's classifier sees: "a photo of a Vizsla (0.36) or a Malinois (0.13)");
@@ -38,8 +38,8 @@ def main() -> None:
     from pictrieve.agents.plugir.caption_terms import caption_terms
     from pictrieve.agents.plugir.simulated_user import CaptionUser
     from pictrieve.evaluation.interactive import open_eval_gallery
-    from pictrieve.tools.captioners import create_captioner
-    from pictrieve.tools.image_tags import ZeroShotTagger
+    from pictrieve.tools.models.captioners import create_captioner
+    from pictrieve.tools.models.image_tags import ZeroShotTagger
     from pictrieve.vectorstore.gallery import path_id
 
     gallery, captions = open_eval_gallery(args.folder, args.embedder, args.gallery, limit=args.limit)

@@ -115,7 +115,7 @@ def measure(store: Path, queries: int, seed: int, reference: str | None) -> dict
     report["needle_fusion_and_hits_part"] = percentiles(needle_fuse[3:])
     report["visret_3_guides"] = percentiles(visret[3:])
     if reference:
-        from pictrieve.tools.visualizers import create_visualizer
+        from pictrieve.tools.models.visualizers import create_visualizer
 
         visualizer = create_visualizer(f"exemplar:{reference}")
         prompts = ["a dog runs on the beach", "two children play in the snow", "a man rides a bike up a hill",

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.evaluation.retrieval import retrieval_metrics
-from pictrieve.tools.embedders.factory import create_embedder
+from pictrieve.tools.models.embedders.factory import create_embedder
 
 
 def load_dataset(folder: Path, limit: int | None = None) -> tuple[list[Image.Image], list[str], np.ndarray]:

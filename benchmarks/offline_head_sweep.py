@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from pictrieve.evaluation.retrieval import retrieval_metrics
-from pictrieve.tools.embedders.base import l2_normalize
-from pictrieve.tools.embedders.trained import HeadTraining, ProjectionHead, train_head
+from pictrieve.tools.models.embedders.base import l2_normalize
+from pictrieve.tools.models.embedders.trained import HeadTraining, ProjectionHead, train_head
 
 BASE = HeadTraining(epochs=60, dropout=0.2, feature_noise=0.1, all_captions=False)  # the defaults before this sweep
 CONFIGS: dict[str, dict] = {
@@ -69,7 +69,7 @@ def load(cache: Path, flips: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 def label_bridge(logits: np.ndarray) -> np.ndarray:
     """``offline-labels``' image vectors from ImageNet logits ``(n, views, 1000)`` (views averaged)."""
-    from pictrieve.tools.embedders.offline import OfflineEmbedder
+    from pictrieve.tools.models.embedders.offline import OfflineEmbedder
 
     bridge = OfflineEmbedder("", device="cpu")
     z = logits / bridge.recipe.temperature

@@ -51,7 +51,7 @@ def main() -> None:
     gallery, captions = open_eval_gallery(folder, args.embedder, args.gallery)
     ids = gallery.ids()
     if args.uncaptioned:
-        from pictrieve.tools.image_tags import ZeroShotTagger
+        from pictrieve.tools.models.image_tags import ZeroShotTagger
 
         texts = ZeroShotTagger(gallery.embedder).describe_vectors(gallery.embeddings(ids))
         description_of = dict(zip(ids, texts))

@@ -119,7 +119,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("pictrieve").setLevel(logging.ERROR)
 
-    from pictrieve.tools.embedders.factory import create_embedder
+    from pictrieve.tools.models.embedders.factory import create_embedder
 
     centres = np.random.default_rng(0).normal(size=(2000, DIM)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)

@@ -1,4 +1,4 @@
-"""Train the head shipped as ``tools/embedders/weights/flickr8k_head.npz`` and measure it on flickr8k-dev.
+"""Train the head shipped as ``tools/models/embedders/weights/flickr8k_head.npz`` and measure it on flickr8k-dev.
 
 Features are extracted once and cached outside the repository (``--cache``, default
 /work/cache-offline, made by ``extract_offline_features.py``): EfficientNet-Lite0 pooled features
@@ -13,7 +13,7 @@ preprocessing (squash / letterbox / centre crop, with and without the mirrored v
 alone and the ensemble, and ``offline-labels`` (the previous default) for comparison.
 
     OMP_NUM_THREADS=1 nice python benchmarks/train_offline_head.py --config e25-all-captions-reg-bs128 --label-weight 0.25 \\
-        --all-rows --out tools/embedders/weights/flickr8k_head.npz --report-dev
+        --all-rows --out tools/models/embedders/weights/flickr8k_head.npz --report-dev
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from offline_head_sweep import BASE, CONFIGS, head_vectors, label_bridge, load, score
-from pictrieve.tools.embedders.base import l2_normalize
-from pictrieve.tools.embedders.trained import ProjectionHead, train_head
+from pictrieve.tools.models.embedders.base import l2_normalize
+from pictrieve.tools.models.embedders.trained import ProjectionHead, train_head
 
 
 def dev_views(cache: Path, mode: str, flips: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -47,7 +47,7 @@ def train_head(args: argparse.Namespace) -> None:
     """The shipped recipe on flickr8k-train's non-dev rows; the dev rows only report held-out R@10."""
     from dataclasses import replace
 
-    from pictrieve.tools.embedders.trained import HeadTraining, folder_training_data, train_head as fit
+    from pictrieve.tools.models.embedders.trained import HeadTraining, folder_training_data, train_head as fit
 
     features, captions, rows = folder_training_data(args.train)
     splits = np.array([r.get("split", "") for r in rows])
@@ -83,7 +83,7 @@ def collect_rankings(args: argparse.Namespace) -> None:
 
     from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
     from pictrieve.evaluation.generative import reference_overlap, sample_queries
-    from pictrieve.tools.visualizers import create_visualizer
+    from pictrieve.tools.models.visualizers import create_visualizer
 
     folder = CaptionedFolder.load(args.folder, split=args.split)
     visualizer = create_visualizer(args.visualizer)

@@ -45,11 +45,11 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     """
     from pictrieve.agents.vsa.progress import follow_run, step_line
     from pictrieve.graphs.vision_search import build_vision_search_graph
-    from pictrieve.tools.chat_models import create_chat_model
-    from pictrieve.tools.vlm import create_region_captioner
+    from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.vlm import create_region_captioner
 
     if image is not None:
-        from pictrieve.tools.images import load_image
+        from pictrieve.tools.core.images import load_image
 
         load_image(image)  # a bad photo is one line (ImageDecodeError), before any model loads
     index = None

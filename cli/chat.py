@@ -17,7 +17,7 @@ import click
 
 
 def default_checkpoint_path() -> Path:
-    from pictrieve.tools.pypi_assets import cache_root
+    from pictrieve.tools.core.pypi_assets import cache_root
 
     return cache_root() / "chat-sessions.sqlite"
 

@@ -67,7 +67,7 @@ def error_line(exc: BaseException) -> str:
 def friendly_errors() -> Iterator[None]:
     """Print one ``error:`` line for pictrieve errors, missing files and a torch/torchvision mismatch;
     the full traceback with -vv."""
-    from pictrieve.tools.torch_stack import torch_stack_error
+    from pictrieve.tools.core.torch_stack import torch_stack_error
 
     try:
         yield

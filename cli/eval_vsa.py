@@ -86,7 +86,7 @@ def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, ju
     """Key-term match, LLM-judge accuracy, citation precision and source recall; cost per node."""
     from pictrieve.agents.judge import judge_answer
     from pictrieve.graphs.vision_search import build_vision_search_graph
-    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.models.chat_models import create_chat_model
 
     rows = [json.loads(line) for line in Path(questions).read_text().splitlines() if line.strip()][:limit]
     offline = {"max_tokens": 160, "temperature": 0.0}

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from pictrieve.cli.method_search import PLAIN, method_options, run_method
-from pictrieve.tools.images import load_image
+from pictrieve.tools.core.images import load_image
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
 from pictrieve.vectorstore.hits import ImageHit

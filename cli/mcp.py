@@ -97,17 +97,17 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
 def _check_names(llm: str, base_url: str | None, vlm: str, vlm_base_url: str | None, search: str | None,
                  visualizer: str | None) -> None:
     """Refuse a misspelt model, search or visualizer now, not at the first tool call (cheap: nothing loads)."""
-    from pictrieve.tools.chat_models import create_chat_model
-    from pictrieve.tools.vlm import create_region_captioner
+    from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.vlm import create_region_captioner
 
     create_chat_model(llm, base_url=base_url)  # models load on first use; the name is checked here
     create_region_captioner(vlm, base_url=vlm_base_url)
     if search:
-        from pictrieve.tools.web_search import check_search_name
+        from pictrieve.tools.web.search import check_search_name
 
         check_search_name(search)
     if visualizer:
-        from pictrieve.tools.visualizers import VISUALIZERS
+        from pictrieve.tools.models.visualizers import VISUALIZERS
 
         VISUALIZERS.check(visualizer)
 

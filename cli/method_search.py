@@ -156,7 +156,7 @@ def _needs(spec: Any, *, visualizers: tuple[str, ...], llm: str | None, base_url
     if llm:
         if "llm" not in needs:
             raise click.UsageError(f"--llm does not apply to --method {name} (it uses no chat model)")
-        from pictrieve.tools.chat_models import create_chat_model
+        from pictrieve.tools.models.chat_models import create_chat_model
 
         kwargs["llm"] = create_chat_model(llm, base_url=base_url)
     if qc2_model:

@@ -43,8 +43,8 @@ def quality() -> None:
 def annotate(gallery: str, scorers: tuple[str, ...], captioner: str | None, batch_size: int, as_json: bool) -> None:
     """Store caption relevance and quality scores as gallery metadata (resumes if interrupted)."""
     from pictrieve.agents.qc2.annotation import annotate_gallery
-    from pictrieve.tools.captioners import create_captioner
-    from pictrieve.tools.quality_scorers import create_quality_scorer, default_quality_scorer_name
+    from pictrieve.tools.models.captioners import create_captioner
+    from pictrieve.tools.models.quality_scorers import create_quality_scorer, default_quality_scorer_name
     from pictrieve.vectorstore.gallery import Gallery
 
     store = Gallery.open(gallery, create=False)
@@ -128,7 +128,7 @@ def train(gallery: str | None, captions_from: str | None, split: str, images: in
     started = time.perf_counter()
     from pictrieve.agents.qc2.pipeline import default_model_dir, train_on_gallery
     from pictrieve.agents.qc2.training import QC2TrainConfig
-    from pictrieve.tools.time_budget import TimeBudget
+    from pictrieve.tools.core.time_budget import TimeBudget
 
     if threads:
         import torch

@@ -48,7 +48,7 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
     import uvicorn
 
     from pictrieve.cli.chat import default_checkpoint_path
-    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.models.chat_models import create_chat_model
     from pictrieve.ui.app import create_app
     from pictrieve.vectorstore.gallery import Gallery
 
@@ -58,7 +58,7 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
                                f"index with it first: pictrieve index PHOTOS --gallery {gallery} -e {image_embedder}")
     chat_model = create_chat_model(llm, base_url=base_url)
     state = state_dir or default_checkpoint_path().parent / "ui"
-    from pictrieve.tools.vlm import create_region_captioner
+    from pictrieve.tools.models.vlm import create_region_captioner
 
     app = create_app(opened, llm=chat_model, state_dir=state, plugir_extras={"captioner": captioner},
                      ask_extras={"search": search, "detector": detector,

@@ -56,9 +56,9 @@ VIEWS = ("search", "chat", "steer", "visualize", "needle", "ask")
 
 def build(workdir: Path, views: tuple[str, ...] = VIEWS):
     from pictrieve.cli.demo import copy_sample_photos
-    from pictrieve.tools.chat_models import create_chat_model
-    from pictrieve.tools.visualizers import create_visualizer
-    from pictrieve.tools.vlm import create_region_captioner
+    from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.visualizers import create_visualizer
+    from pictrieve.tools.models.vlm import create_region_captioner
     from pictrieve.ui.app import create_app
     from pictrieve.vectorstore.gallery import Gallery
 

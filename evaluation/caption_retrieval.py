@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pictrieve.evaluation.datasets import CaptionedFolder
-from pictrieve.tools.embedders.base import Embedder
+from pictrieve.tools.models.embedders.base import Embedder
 
 
 def load_captioned_folder(folder: str | os.PathLike) -> dict[Path, list[str]]:

@@ -9,7 +9,7 @@ weight down (:mod:`pictrieve.evaluation.needle_trust`).
 
 The family is registered in the embedder registry when :mod:`pictrieve.evaluation` is imported (every
 ``pictrieve eval`` command does), so evaluation galleries can index and reopen it by name, while the
-factory's own list of models (:mod:`pictrieve.tools.embedders.factory`) does not advertise it.
+factory's own list of models (:mod:`pictrieve.tools.models.embedders.factory`) does not advertise it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from pictrieve.tools.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
 
 RANDOM_PROJECTION = "random-projection"
 THUMBNAIL_SIDE = 8
@@ -69,7 +69,7 @@ def build_random_projection(spec: str, device: str | None = None) -> RandomProje
 
 def register_controls() -> None:
     """Make ``random-projection:SEED`` buildable by name (idempotent)."""
-    from pictrieve.tools.embedders.factory import EMBEDDERS
+    from pictrieve.tools.models.embedders.factory import EMBEDDERS
 
     if RANDOM_PROJECTION not in EMBEDDERS:
         EMBEDDERS.register(RANDOM_PROJECTION, build_random_projection,

@@ -135,9 +135,9 @@ def eval_gallery(
     ``cache_dir``: the folder holding cached evaluation galleries (default: ``eval-galleries`` under
     the pictrieve cache, ``PICTRIEVE_CACHE``); the gallery inside it is still keyed by content.
     ``location``: an exact gallery folder instead (no keying; the caller owns it). ``budget``: a
-    :class:`~pictrieve.tools.time_budget.TimeBudget` that may stop indexing part-way (see ``Gallery.add``)."""
-    from pictrieve.tools.embedders.factory import create_embedder, default_embedder_name
-    from pictrieve.tools.pypi_assets import cache_root
+    :class:`~pictrieve.tools.core.time_budget.TimeBudget` that may stop indexing part-way (see ``Gallery.add``)."""
+    from pictrieve.tools.models.embedders.factory import create_embedder, default_embedder_name
+    from pictrieve.tools.core.pypi_assets import cache_root
     from pictrieve.vectorstore.gallery import Gallery
 
     folder = folder if isinstance(folder, CaptionedFolder) else CaptionedFolder.load(folder)

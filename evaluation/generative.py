@@ -244,7 +244,7 @@ def evaluate_generative(
     from pictrieve.graphs.checkpoints import memory_checkpointer
     from pictrieve.graphs.registry import get_method
 
-    from pictrieve.tools.visualizers import create_visualizer
+    from pictrieve.tools.models.visualizers import create_visualizer
 
     folder = folder if isinstance(folder, CaptionedFolder) else CaptionedFolder.load(folder)
     visualizers = [create_visualizer(v) if isinstance(v, str) else v for v in visualizers]

@@ -28,7 +28,7 @@ import numpy as np
 from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer, CaptionUser
 from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
 from pictrieve.evaluation.ranking import ExactRanker
-from pictrieve.tools.seeding import torch_seeded
+from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.graphs.interactive_retrieval import ARMS, PlugIRSettings, build_plugir_graph
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def evaluate_interactive(
     ``recall@10`` (lists over rounds 0..T), ``seconds_per_round``, ``node_seconds_per_round``
     and ``user_seconds_per_round``; ``dialogues[arm]`` holds each target's turns, queries and ranks.
     """
-    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.models.chat_models import create_chat_model
     from pictrieve.vectorstore.gallery import path_id
 
     if user not in USERS:

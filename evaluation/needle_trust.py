@@ -206,7 +206,7 @@ def run_trust_experiment(
     from pictrieve.evaluation.generative import sample_queries
     from pictrieve.graphs.checkpoints import memory_checkpointer
     from pictrieve.graphs.needle import build_needle_graph
-    from pictrieve.tools.visualizers import create_visualizer
+    from pictrieve.tools.models.visualizers import create_visualizer
     from pictrieve.vectorstore.gallery import path_id
 
     folder = folder if isinstance(folder, CaptionedFolder) else CaptionedFolder.load(folder)

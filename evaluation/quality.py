@@ -48,7 +48,7 @@ from pictrieve.agents.qc2.training import QC2TrainConfig, TrainReport
 from pictrieve.evaluation.caption_retrieval import load_captioned_folder
 from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
 from pictrieve.evaluation.ranking import ExactRanker
-from pictrieve.tools.quality_scorers import QualityScorer, create_quality_scorer, default_quality_scorer_name
+from pictrieve.tools.models.quality_scorers import QualityScorer, create_quality_scorer, default_quality_scorer_name
 from pictrieve.vectorstore.gallery import Gallery
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ def prepare_caption_galleries(
     kept out of training for the level-usage check (``None`` or 0: no held-out check). The training
     gallery lives in ``work/train-gallery``, the held-out one in ``work/heldout-gallery``.
     Returns ``(training gallery, held-out gallery or None, quality score key)``. ``budget`` (a
-    :class:`~pictrieve.tools.time_budget.TimeBudget`) may stop indexing or annotating part-way; then
+    :class:`~pictrieve.tools.core.time_budget.TimeBudget`) may stop indexing or annotating part-way; then
     ``budget.should_stop()`` is true afterwards and the galleries are not complete yet.
     """
     work = Path(work)
@@ -233,12 +233,12 @@ def train_from_captions(
     and the levels are cut at the training captions' own quantiles (recorded in the model). The model
     is saved to ``out`` without a gallery fingerprint, so any gallery can use it. ``work`` (default
     ``<out>.work``) keeps the galleries and the checkpoint, so an interrupted run resumes.
-    ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget`) or ``max_seconds`` covers the
+    ``budget`` (a :class:`~pictrieve.tools.core.time_budget.TimeBudget`) or ``max_seconds`` covers the
     preparation (indexing and annotating stop part-way and resume) and the training; stopped while
     preparing, it returns ``(None, a report with stopped_early, None)``. Returns ``train_on_gallery``'s
     ``(model, report, directory)``.
     """
-    from pictrieve.tools.time_budget import TimeBudget
+    from pictrieve.tools.core.time_budget import TimeBudget
 
     budget = budget if budget is not None else TimeBudget(max_seconds)
     work = Path(work) if work is not None else Path(f"{out}.work")
@@ -304,7 +304,7 @@ def evaluate_quality_control(
     (:func:`train_from_captions`), so the searched gallery is never trained on. ``qc2_model``: use
     this already trained QC2 model (e.g. from ``pictrieve quality train --captions-from``) as is.
     """
-    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
+    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
 
     unknown = set(methods) - set(METHODS)
     if unknown:

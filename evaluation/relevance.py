@@ -39,7 +39,7 @@ class CaptionJudge:
     def __init__(self, captions: Mapping[str, Sequence[str]], threshold: float = MATCH_THRESHOLD,
                  encoder: Any = None) -> None:
         if encoder is None:
-            from pictrieve.tools.sentence_encoder import SentenceEncoder
+            from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
             encoder = SentenceEncoder()
         self.captions = {id_: list(texts) for id_, texts in captions.items()}
@@ -88,7 +88,7 @@ def choose_threshold(captions: Sequence[Sequence[str]], encoder: Any = None) -> 
     shown photo). Returns ``threshold``, ``tpr``, ``fpr``, ``j`` and the pair counts.
     """
     if encoder is None:
-        from pictrieve.tools.sentence_encoder import SentenceEncoder
+        from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
         encoder = SentenceEncoder()
     photos = [list(texts) for texts in captions if len(texts) >= 2]

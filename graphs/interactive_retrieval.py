@@ -106,7 +106,7 @@ def build_plugir_graph(
         index: the :class:`~pictrieve.vectorstore.gallery.Gallery` searched (or anything with
             ``embedder``, ``search_vector``, ``embeddings`` and ``count``).
         llm: a LangChain chat model or a name for
-            :func:`pictrieve.tools.chat_models.create_chat_model` (default: the offline model).
+            :func:`pictrieve.tools.models.chat_models.create_chat_model` (default: the offline model).
         answerer: ``(question, state) -> answer``; when given the graph never interrupts
             (simulated user). Without it, ``ask`` pauses with ``interrupt()``.
         checkpointer: a LangGraph checkpointer, or a path to a SQLite file
@@ -117,7 +117,7 @@ def build_plugir_graph(
             a callable or a name, see :func:`resolve_captioner` (``"auto"`` is what the CLI uses).
         base_url: the endpoint of an OpenAI-compatible ``llm`` named by a string.
     """
-    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.models.chat_models import create_chat_model
 
     gallery = index
     # Made on first use: the offline questioner never needs a language model.

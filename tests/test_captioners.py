@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from pictrieve.tools.captioners import (
+from pictrieve.tools.models.captioners import (
     CAPTIONERS,
     BlipCaptioner,
     CaptionerUnavailableError,
@@ -14,8 +14,8 @@ from pictrieve.tools.captioners import (
     caption_files,
     create_captioner,
 )
-from pictrieve.tools.protocols import Captioner
-from pictrieve.tools.registry import UnknownNameError
+from pictrieve.tools.models.protocols import Captioner
+from pictrieve.tools.core.registry import UnknownNameError
 
 
 class SeeingEmbedder:

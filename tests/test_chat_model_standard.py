@@ -14,8 +14,8 @@ import pytest
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 from langchain_tests.unit_tests import ChatModelUnitTests
 
-from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
-from pictrieve.tools.chat_models import LocalChatModel
+from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
+from pictrieve.tools.models.chat_models import LocalChatModel
 from qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
 from test_chat_models import private_cache, tiny_chat_checkpoint  # noqa: F401  (fixtures)
 

@@ -15,7 +15,7 @@ import pytest
 from langchain_core.messages import AIMessageChunk, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
-from pictrieve.tools.chat_models import LocalChatModel, _cut_at_stop, _visible_reply
+from pictrieve.tools.models.chat_models import LocalChatModel, _cut_at_stop, _visible_reply
 from qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
 from test_chat_models import private_cache, tiny_chat_checkpoint  # noqa: F401  (fixtures)
 
@@ -34,7 +34,7 @@ def _streamed(chunks: list[AIMessageChunk]) -> str:
 @contextmanager
 def counting_forward_passes(model_name: str):
     """Count the shared model's forward passes (a hook on the real module) and the threads they run on."""
-    from pictrieve.tools.causal_lm import shared_causal_lm
+    from pictrieve.tools.models.causal_lm import shared_causal_lm
 
     model, _ = shared_causal_lm(model_name, "cpu")
     calls: list[threading.Thread] = []
@@ -112,7 +112,7 @@ def test_the_event_loop_runs_while_a_token_is_being_generated(chat):
     """The second forward pass waits until another coroutine on the loop lets it go: if the stream
     blocked the loop while waiting for a token, that coroutine could not run and the pass would wait
     out its (generous) bound."""
-    from pictrieve.tools.causal_lm import shared_causal_lm
+    from pictrieve.tools.models.causal_lm import shared_causal_lm
 
     model, _ = shared_causal_lm(chat.model_name, "cpu")
     reached, release, waited_out = threading.Event(), threading.Event(), []
@@ -181,7 +181,7 @@ def test_leaving_an_async_stream_stops_the_generation(tiny_chat_checkpoint):  # 
 
 
 def test_a_failing_model_is_raised_by_the_stream_not_an_empty_reply(tmp_path):
-    from pictrieve.tools.causal_lm import ModelUnavailableError
+    from pictrieve.tools.models.causal_lm import ModelUnavailableError
 
     chat = LocalChatModel(model_name=str(tmp_path / "no-such-checkpoint"), device="cpu")
     with pytest.raises(ModelUnavailableError):

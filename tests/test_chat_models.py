@@ -17,7 +17,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from pictrieve.tools.chat_models import (
+from pictrieve.tools.models.chat_models import (
     CHAT_MODELS,
     ChatModelUnavailableError,
     LocalChatModel,
@@ -27,7 +27,7 @@ from pictrieve.tools.chat_models import (
     _to_chat_dicts,
     create_chat_model,
 )
-from pictrieve.tools.registry import UnknownNameError
+from pictrieve.tools.core.registry import UnknownNameError
 
 IMAGE_BLOCK = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 CHAT_TEMPLATE = (
@@ -115,7 +115,7 @@ def test_the_offline_model_is_recognised_however_it_arrives():
     minutes a round and did not help), and the server and the page hand it objects, not names."""
     from pictrieve.graphs.interactive_retrieval import default_arm
     from pictrieve.graphs.serving import llm_for
-    from pictrieve.tools.chat_models import is_offline_chat_model
+    from pictrieve.tools.models.chat_models import is_offline_chat_model
 
     offline = create_chat_model("offline")
     assert all(is_offline_chat_model(m) for m in (None, " Offline ", "smollm2", offline, offline.bind(temperature=0.0),
@@ -277,7 +277,7 @@ def test_model_loading_bars_only_when_asked(tiny_chat_checkpoint, capfd):
 
     import transformers.utils.logging as hf_logging
 
-    from pictrieve.tools.causal_lm import load_causal_lm
+    from pictrieve.tools.models.causal_lm import load_causal_lm
 
     enabled_before = hf_logging.is_progress_bar_enabled()
     pictrieve_logger = logging.getLogger("pictrieve")

@@ -110,7 +110,7 @@ def test_two_sibling_links_to_a_parent_folder_are_walked_once(tmp_path):
     make_photo(photos / "sub" / "deep.png", seed=2)
     (photos / "sub" / "up1").symlink_to(photos, target_is_directory=True)
     (photos / "sub" / "up2").symlink_to(photos, target_is_directory=True)
-    code = ("import sys; from pictrieve.tools.images import iter_image_files; "
+    code = ("import sys; from pictrieve.tools.core.images import iter_image_files; "
             "print(*iter_image_files(sys.argv[1]), sep='\\n')")
     try:
         walked = subprocess.run([sys.executable, "-c", code, str(photos)], capture_output=True, text=True, timeout=60)
@@ -214,7 +214,7 @@ def test_images_above_the_pixel_cap_are_refused_before_decoding(tmp_path, tiny_c
 def test_the_pixel_cap_is_per_call_and_bounds_memory(tmp_path):
     from PIL import Image
 
-    from pictrieve.tools.images import ImageDecodeError, load_image
+    from pictrieve.tools.core.images import ImageDecodeError, load_image
 
     big = tmp_path / "big.jpg"
     Image.new("RGB", (4000, 3000), (200, 10, 10)).save(big, quality=80)

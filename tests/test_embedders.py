@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pictrieve.tools.embedders.base import Embedder
-from pictrieve.tools.embedders.factory import UnknownEmbedderError, create_embedder
-from pictrieve.tools.embedders.open_clip import parse_open_clip_spec
+from pictrieve.tools.models.embedders.base import Embedder
+from pictrieve.tools.models.embedders.factory import UnknownEmbedderError, create_embedder
+from pictrieve.tools.models.embedders.open_clip import parse_open_clip_spec
 
 
 def test_unknown_embedder_names_the_known_families():

@@ -30,7 +30,7 @@ def test_opening_never_writes(tmp_path, photo_folder, tiny_clip_embedder):
 def test_importing_images_leaves_pillow_settings_alone():
     code = (
         "from PIL import Image; before = Image.MAX_IMAGE_PIXELS; "
-        "import pictrieve.tools.images, pictrieve.vectorstore.gallery; "
+        "import pictrieve.tools.core.images, pictrieve.vectorstore.gallery; "
         "assert Image.MAX_IMAGE_PIXELS == before, Image.MAX_IMAGE_PIXELS"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from plugir_fakes import FakeGallery  # noqa: E402
 
 from pictrieve.agents.plugir.caption_terms import caption_terms  # noqa: E402
-from pictrieve.tools.captioners import CaptionerUnavailableError, create_captioner  # noqa: E402
-from pictrieve.tools.image_tags import TagVocabulary, ZeroShotTagger, default_vocabulary  # noqa: E402
+from pictrieve.tools.models.captioners import CaptionerUnavailableError, create_captioner  # noqa: E402
+from pictrieve.tools.models.image_tags import TagVocabulary, ZeroShotTagger, default_vocabulary  # noqa: E402
 
 
 class WordSpace:

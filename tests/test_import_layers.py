@@ -123,7 +123,7 @@ def test_the_checks_see_imports():
     assert "pictrieve.agents.method" in edges["pictrieve.agents.search"]
     assert "pictrieve.agents.method" in edges["pictrieve.graphs.registry"]
     lazy = graph(top_level_only=False)
-    assert "pictrieve.tools.retrieval_metrics" in lazy["pictrieve.tools.embedders.trained"]
+    assert "pictrieve.tools.retrieval_metrics" in lazy["pictrieve.tools.models.embedders.trained"]
 
 
 def gallery_private_names() -> set[str]:

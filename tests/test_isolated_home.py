@@ -13,7 +13,7 @@ from isolated_home import HomeGuard
 
 
 def test_the_session_and_the_processes_it_starts_write_into_the_session_folder():
-    script = ("import os, pathlib; from pictrieve.tools.pypi_assets import cache_root; "
+    script = ("import os, pathlib; from pictrieve.tools.core.pypi_assets import cache_root; "
               "print(pathlib.Path.home(), cache_root(), os.environ['XDG_CACHE_HOME'], os.environ['MPLCONFIGDIR'])")
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     for where in child.stdout.split():

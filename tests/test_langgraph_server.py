@@ -40,7 +40,7 @@ def _train_tiny_qc2(gallery, tmp_path_factory) -> None:
     from pictrieve.agents.qc2.annotation import annotate_gallery
     from pictrieve.agents.qc2.pipeline import train_on_gallery
     from pictrieve.agents.qc2.training import QC2TrainConfig
-    from pictrieve.tools.quality_scorers import create_quality_scorer
+    from pictrieve.tools.models.quality_scorers import create_quality_scorer
 
     annotate_gallery(gallery, [create_quality_scorer("brisque")], progress=False)
     checkpoint = build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"))

@@ -70,7 +70,7 @@ def builder_kwargs(tiny_gallery, tmp_path_factory):
         from pictrieve.agents.qc2.annotation import annotate_gallery
         from pictrieve.agents.qc2.pipeline import train_on_gallery
         from pictrieve.agents.qc2.training import QC2TrainConfig
-        from pictrieve.tools.quality_scorers import create_quality_scorer
+        from pictrieve.tools.models.quality_scorers import create_quality_scorer
 
         annotate_gallery(tiny_gallery, [create_quality_scorer("brisque")], progress=False)
         checkpoint = _tiny_checkpoint(tmp_path_factory)

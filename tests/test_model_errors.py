@@ -60,8 +60,8 @@ def assert_one_line_naming(result: subprocess.CompletedProcess, model: str, url:
 
 @pytest.mark.parametrize("case", ["401", "404", "closed"])
 def test_a_failed_call_is_one_line_naming_model_endpoint_and_cause(case, endpoints):
-    from pictrieve.tools.chat_models import create_chat_model
-    from pictrieve.tools.llm_calls import ModelCallError, complete
+    from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.llm_calls import ModelCallError, complete
 
     llm = create_chat_model("openai:fake-model", base_url=endpoints[case])
     with pytest.raises(ModelCallError) as failed:
@@ -75,8 +75,8 @@ def test_a_failed_call_is_one_line_naming_model_endpoint_and_cause(case, endpoin
 def test_openai_models_retry_a_failing_endpoint_once():
     """The openai client's default is two retries with backoff; across an agent's many calls that made a
     dead endpoint take minutes to surface. An endpoint failing with HTTP 500 is asked twice in all."""
-    from pictrieve.tools.chat_models import create_chat_model
-    from pictrieve.tools.llm_calls import ModelCallError, complete
+    from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.llm_calls import ModelCallError, complete
 
     with OpenAIFake(status=500) as fake:
         with pytest.raises(ModelCallError, match="the endpoint failed"):
@@ -88,8 +88,8 @@ def test_a_batch_with_one_failed_call_raises_instead_of_an_empty_reply():
     """PlugIR's filter asks in batches; one failed call must not become an empty answer."""
     from langchain_core.messages import HumanMessage
 
-    from pictrieve.tools.chat_models import create_chat_model
-    from pictrieve.tools.llm_calls import ModelCallError, complete_batch
+    from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.llm_calls import ModelCallError, complete_batch
 
     with OpenAIFake(status=401) as fake:
         llm = create_chat_model("openai:fake-model", base_url=fake.base_url)

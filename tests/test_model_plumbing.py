@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from pictrieve.tools.devices import DeviceUnavailableError, pick_device
-from pictrieve.tools.embedders.factory import (
+from pictrieve.tools.core.devices import DeviceUnavailableError, pick_device
+from pictrieve.tools.models.embedders.factory import (
     EMBEDDERS,
     UnknownEmbedderError,
     available_embedders,
@@ -18,17 +18,17 @@ from pictrieve.tools.embedders.factory import (
     create_embedder,
     register_embedder,
 )
-from pictrieve.tools.model_cache import forget_shared_models, is_shared, shared_model
-from pictrieve.tools.object_detector import (
+from pictrieve.tools.core.model_cache import forget_shared_models, is_shared, shared_model
+from pictrieve.tools.models.object_detector import (
     DETECTORS,
     ObjectDetector,
     UnknownDetectorError,
     available_detectors,
     create_detector,
 )
-from pictrieve.tools.protocols import Detector
-from pictrieve.tools.registry import UnknownNameError
-from pictrieve.tools.seeding import torch_seeded
+from pictrieve.tools.models.protocols import Detector
+from pictrieve.tools.core.registry import UnknownNameError
+from pictrieve.tools.core.seeding import torch_seeded
 
 def _lazy_builder(spec, device=None):
     return ("lazy", spec, device)
@@ -72,7 +72,7 @@ def test_detectors_registry_and_protocol():
 def test_offline_detector_follows_the_protocol():
     from PIL import Image
 
-    from pictrieve.tools.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
+    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
 
     try:
         SSD_MOBILENET_V2_COCO.paths(download=False)

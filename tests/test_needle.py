@@ -19,7 +19,7 @@ from pictrieve.agents.needle.anomaly import screen_guides
 from pictrieve.agents.needle.trust import TRUST_RECORD, TrustTable, feedback_loss, load_trust
 from pictrieve.graphs.needle import NeedleSettings, build_needle_graph, refine_query
 from pictrieve.graphs.settings import SettingsError
-from pictrieve.tools.guide_images import guide_paths
+from pictrieve.tools.models.guide_images import guide_paths
 from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.tiles import TileIndex, TilingSettings, index_tiles, smart_tiles
 
@@ -344,8 +344,8 @@ def test_a_failing_visualizer_contributes_no_guides_and_none_at_all_is_a_clear_e
 def test_efficientnet_features_embed_images_only(flickr_dir):
     from PIL import ImageOps
 
-    from pictrieve.tools.embedders.factory import create_embedder
-    from pictrieve.tools.embedders.image_features import ImageOnlyEmbedderError
+    from pictrieve.tools.models.embedders.factory import create_embedder
+    from pictrieve.tools.models.embedders.image_features import ImageOnlyEmbedderError
 
     embedder = create_embedder("efficientnet-lite0")
     paths = sorted((flickr_dir / "images").glob("*.jpg"))[:3]

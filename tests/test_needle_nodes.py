@@ -37,7 +37,7 @@ from pictrieve.agents.needle.nodes import (  # noqa: E402
 from pictrieve.agents.needle.trust import TRUST_RECORD, TrustTable, load_trust, save_trust  # noqa: E402
 from pictrieve.graphs.needle import build_needle_graph  # noqa: E402
 from pictrieve.graphs.settings import SettingsError  # noqa: E402
-from pictrieve.tools.visualizers import create_visualizer  # noqa: E402
+from pictrieve.tools.models.visualizers import create_visualizer  # noqa: E402
 
 EFFNET = "efficientnet-lite0"
 

@@ -147,7 +147,7 @@ def test_split_queries_gives_disjoint_seeded_photos():
 def test_random_projection_control_is_deterministic_and_registered():
     from PIL import Image
 
-    from pictrieve.tools.embedders.factory import create_embedder
+    from pictrieve.tools.models.embedders.factory import create_embedder
 
     control = create_embedder("random-projection:3")
     assert isinstance(control, RandomProjectionEmbedder) and control.name == "random-projection:3"

@@ -12,12 +12,12 @@ import torch
 from PIL import Image
 
 from pictrieve.evaluation.retrieval import retrieval_metrics
-from pictrieve.tools.embedders.base import Embedder
-from pictrieve.tools.embedders.factory import create_embedder
-from pictrieve.tools.embedders.offline import OfflineEmbedder, class_embeddings_cache_path, count_phrase
-from pictrieve.tools.model_cache import forget_shared_models, is_shared
+from pictrieve.tools.models.embedders.base import Embedder
+from pictrieve.tools.models.embedders.factory import create_embedder
+from pictrieve.tools.models.embedders.offline import OfflineEmbedder, class_embeddings_cache_path, count_phrase
+from pictrieve.tools.core.model_cache import forget_shared_models, is_shared
 from conftest import USER_CACHE  # only read (already-fetched detector files); tests cache under tmp
-from pictrieve.tools.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError, cache_root
+from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError, cache_root
 
 skimage_data = pytest.importorskip("skimage.data")
 
@@ -126,8 +126,8 @@ def test_class_embeddings_are_cached_on_disk_by_model_content(offline, private_c
     assert np.load(path).shape == (1000, 384)
     # The key follows the sentence model's file content and the template.
     assert class_embeddings_cache_path("a picture of a {}.") != path
-    import pictrieve.tools.embedders.offline as offline_module
-    from pictrieve.tools.sentence_encoder import minilm_model_dir
+    import pictrieve.tools.models.embedders.offline as offline_module
+    from pictrieve.tools.models.sentence_encoder import minilm_model_dir
 
     copy = private_cache / "minilm-copy"
     copy.mkdir()
@@ -199,7 +199,7 @@ def test_offline_labels_retrieves_flickr8k_captions(offline, flickr_dir):
 
 def test_sentence_encoder_pads_without_changing_vectors():
     """A text's vector is the same alone and in a batch padded to a much longer text."""
-    from pictrieve.tools.sentence_encoder import SentenceEncoder
+    from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
     encoder = SentenceEncoder()
     short = "a dog runs on the grass"
@@ -216,7 +216,7 @@ def test_sentence_encoder_equals_sentence_transformers():
     """The numpy MiniLM gives sentence-transformers' vectors (float32 rounding), long texts too."""
     from sentence_transformers import SentenceTransformer
 
-    from pictrieve.tools.sentence_encoder import SentenceEncoder, minilm_model_dir
+    from pictrieve.tools.models.sentence_encoder import SentenceEncoder, minilm_model_dir
 
     texts = ["a dog running on grass", "A photo of a golden retriever.", "x", "Über café naïve",
              "two children play on the sandy beach near the ocean while a man watches", "word " * 400]

@@ -239,7 +239,7 @@ class _NoLLM:
 
 
 def test_offline_arm_finds_the_target_without_any_language_model(monkeypatch):
-    import pictrieve.tools.chat_models as chat_models
+    import pictrieve.tools.models.chat_models as chat_models
 
     monkeypatch.setattr(chat_models, "create_chat_model", _NoLLM())
     gallery = make_gallery()  # "a <colour> dog running in the <place>" x 6 colours x 5 places
@@ -260,7 +260,7 @@ def test_offline_arm_finds_the_target_without_any_language_model(monkeypatch):
 @pytest.mark.parametrize("named_model", [False, True])
 def test_a_run_naming_no_questioner_asks_offline_questions_only_with_the_bundled_model(monkeypatch, named_model):
     """A served graph gets no context: with the bundled model it must not ask the 135M model's questions."""
-    import pictrieve.tools.chat_models as chat_models
+    import pictrieve.tools.models.chat_models as chat_models
     from plugir_fakes import ScriptedChatModel
 
     gallery = FakeGallery([f"a {c} dog in the {p}" for c in ["red", "blue"] for p in ["snow", "park", "beach"]])

@@ -62,7 +62,7 @@ def test_the_wheel_holds_the_data_files(wheel):
     assert {f"pictrieve/{p}" for p in prompts} <= set(names)
     statics = {f"pictrieve/ui/static/{p.name}" for p in (ROOT / "ui" / "static").iterdir() if p.is_file()}
     assert statics <= set(names)
-    assert any(n.startswith("pictrieve/tools/embedders/weights/") and n.endswith(".npz") for n in names)
+    assert any(n.startswith("pictrieve/tools/models/embedders/weights/") and n.endswith(".npz") for n in names)
 
 
 def test_prompts_are_packaged_as_data():
@@ -73,10 +73,10 @@ def test_prompts_are_packaged_as_data():
 
 def test_the_offline_head_is_packaged_as_data():
     """The default embedder needs its trained head: an install without it cannot embed photos."""
-    from pictrieve.tools.embedders.trained import PACKAGED_HEAD
+    from pictrieve.tools.models.embedders.trained import PACKAGED_HEAD
 
-    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["pictrieve.tools.embedders"]
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["pictrieve.tools.models.embedders"]
     relative = PACKAGED_HEAD.relative_to(PACKAGED_HEAD.parents[1])  # weights/flickr8k_head.npz
-    shipped = ROOT / "tools" / "embedders" / relative
+    shipped = ROOT / "tools" / "models" / "embedders" / relative
     assert shipped.is_file() and shipped.stat().st_size < 8_000_000
     assert any(relative.match(pattern) for pattern in patterns), patterns

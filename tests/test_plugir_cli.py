@@ -21,7 +21,7 @@ def fakes(monkeypatch, tmp_path, photo_folder, tiny_clip_embedder):
 
     gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
     gallery.add(photo_folder, progress=False)
-    monkeypatch.setattr("pictrieve.tools.chat_models.create_chat_model",
+    monkeypatch.setattr("pictrieve.tools.models.chat_models.create_chat_model",
                         lambda *a, **k: ScriptedChatModel(questions=QUESTIONS))
     return gallery
 
@@ -67,7 +67,7 @@ def test_the_bundled_model_gets_the_offline_questioner_and_is_never_loaded(fakes
     def no_llm(*args, **kwargs):
         raise AssertionError("the offline arm must not load a language model")
 
-    monkeypatch.setattr("pictrieve.tools.chat_models.create_chat_model", no_llm)
+    monkeypatch.setattr("pictrieve.tools.models.chat_models.create_chat_model", no_llm)
     result = run(["a dog in the snow", "--arm", "auto", "--rounds", "2"], "yes\nno\n", tmp_path)
     assert result.exit_code == 0, result.output
     assert "Q1: " in result.output and "Q2: " in result.output and "Question budget spent" in result.output
@@ -75,7 +75,7 @@ def test_the_bundled_model_gets_the_offline_questioner_and_is_never_loaded(fakes
 
 
 def test_a_missing_gallery_is_one_clear_line(tmp_path, monkeypatch):
-    monkeypatch.setattr("pictrieve.tools.chat_models.create_chat_model",
+    monkeypatch.setattr("pictrieve.tools.models.chat_models.create_chat_model",
                         lambda *a, **k: ScriptedChatModel(questions=QUESTIONS))
     result = CliRunner().invoke(chat, ["-g", str(tmp_path / "nowhere"), "a dog"], input="")
     assert result.exit_code != 0
@@ -102,7 +102,7 @@ def test_eval_interactive_writes_the_plot_and_the_dialogues(tmp_path, tiny_clip_
     from conftest import make_photo
     from pictrieve.cli.eval_interactive import interactive
 
-    monkeypatch.setattr("pictrieve.tools.chat_models.create_chat_model",
+    monkeypatch.setattr("pictrieve.tools.models.chat_models.create_chat_model",
                         lambda *a, **k: ScriptedChatModel(questions=QUESTIONS))
     folder = tmp_path / "set"
     lines = []

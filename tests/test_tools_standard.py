@@ -26,7 +26,7 @@ from PIL import Image
 
 from conftest import make_photo
 from pictrieve.graphs.vision_search_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
-from pictrieve.tools.chat_models import LocalChatModel
+from pictrieve.tools.models.chat_models import LocalChatModel
 from qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
 from test_chat_models import tiny_chat_checkpoint  # noqa: F401  (fixture)
 from test_vsa import pages, tiny_owlvit_detector  # noqa: F401  (fixture: the example pages, searched offline)
@@ -126,7 +126,7 @@ class TestAskAboutImageToolStandard(_StandardToolSuite):
     @pytest.fixture(autouse=True)
     def _tool(self, tiny_chat, vlm_endpoint, pages, tmp_path_factory):  # noqa: F811
         from pictrieve.graphs.vision_search import build_vision_search_graph
-        from pictrieve.tools.vlm import create_region_captioner
+        from pictrieve.tools.models.vlm import create_region_captioner
 
         self.photo = make_photo(tmp_path_factory.mktemp("ask-photo") / "horse.png", seed=7, size=(96, 80))
         graph = build_vision_search_graph(

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from pictrieve.tools.embedders.factory import EMBEDDERS, create_embedder
-from pictrieve.tools.embedders.trained import (
+from pictrieve.tools.models.embedders.factory import EMBEDDERS, create_embedder
+from pictrieve.tools.models.embedders.trained import (
     PACKAGED_HEAD, HeadFileError, HeadTraining, ProjectionHead, TrainedEmbedder, caption_recall_at_10, train_head,
 )
 
@@ -140,7 +140,7 @@ def test_packaged_head_finds_the_right_photo_far_better_than_a_random_head(defau
 
 
 def test_offline_detect_points_to_its_new_name():
-    from pictrieve.tools.embedders.factory import UnknownEmbedderError
+    from pictrieve.tools.models.embedders.factory import UnknownEmbedderError
 
     with pytest.raises(UnknownEmbedderError, match="offline-labels:detect"):
         create_embedder("offline:detect")

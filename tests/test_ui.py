@@ -150,7 +150,7 @@ def test_errors_are_one_readable_line(client):
 
 
 def test_chat_with_the_offline_model_asks_offline_questions_without_loading_it(gallery, tmp_path, monkeypatch):
-    import pictrieve.tools.chat_models as chat_models
+    import pictrieve.tools.models.chat_models as chat_models
 
     def no_llm(*args, **kwargs):
         raise AssertionError("the offline chat must not load a language model")
@@ -171,7 +171,7 @@ def test_page_chat_with_the_offline_model_object_asks_offline_questions_at_once(
     import httpx
 
     from pictrieve.graphs.interactive_retrieval import build_plugir_graph, sqlite_checkpointer
-    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.models.chat_models import create_chat_model
 
     app = create_app(gallery, llm=create_chat_model("offline"), state_dir=tmp_path / "state",
                      plugir_extras={"captioner": None})

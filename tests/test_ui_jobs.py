@@ -83,7 +83,7 @@ class GatedVisualizer:
 
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
-        # Pictures are cached by visualizer settings (tools/guide_images.py): each gated visualizer has its
+        # Pictures are cached by visualizer settings (tools/models/guide_images.py): each gated visualizer has its
         # own, so a later test's request reaches its gate instead of an earlier test's cached pictures.
         self.settings_key = uuid.uuid4().hex
 

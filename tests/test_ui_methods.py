@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FLICKR8K_DEV  # noqa: E402
 from test_ui import browser, finished, page, serve  # noqa: E402,F401  (the headless Chromium fixtures, helpers)
 
-from pictrieve.tools.object_detector import Detection  # noqa: E402
-from pictrieve.tools.web_search import SearchResult  # noqa: E402
+from pictrieve.tools.models.object_detector import Detection  # noqa: E402
+from pictrieve.tools.web.search import SearchResult  # noqa: E402
 from pictrieve.ui.app import create_app  # noqa: E402
 
 PAGES = Path(__file__).resolve().parents[1] / "examples" / "vsa-offline" / "pages"
@@ -73,7 +73,7 @@ def gallery(tmp_path_factory, tiny_clip_name, cache):
 @pytest.fixture(scope="module")
 def exemplar(tmp_path_factory, cache):
     """The offline visualizer over flickr8k-dev photos that are not in the gallery (absolute paths)."""
-    from pictrieve.tools.visualizers import create_visualizer
+    from pictrieve.tools.models.visualizers import create_visualizer
 
     folder = tmp_path_factory.mktemp("exemplars")
     items = dev_items()[-EXEMPLARS:]

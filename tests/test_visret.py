@@ -192,7 +192,7 @@ class _RecordingChat:
     def invoke(self, messages):
         from langchain_core.messages import AIMessage
 
-        from pictrieve.tools.chat_models import UnsupportedContentError
+        from pictrieve.tools.models.chat_models import UnsupportedContentError
 
         if self.refuse_images and any(isinstance(m.content, list) for m in messages):
             raise UnsupportedContentError("text only")

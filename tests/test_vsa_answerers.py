@@ -15,8 +15,8 @@ from langchain_core.runnables import RunnableLambda
 from PIL import Image
 
 from pictrieve.agents.vsa import extractive, steps
-from pictrieve.tools.protocols import Detection
-from pictrieve.tools.web_search import SearchResult
+from pictrieve.tools.models.protocols import Detection
+from pictrieve.tools.web.search import SearchResult
 
 HORSE_FACT = "An adult horse has 36 to 44 teeth."
 DOG_FACT = "An adult dog has 42 teeth."
@@ -114,7 +114,7 @@ scent receptors.
 
 
 def test_hard_wrapped_pages_are_split_into_whole_sentences(tmp_path, monkeypatch):
-    from pictrieve.tools.local_pages import LocalPages
+    from pictrieve.tools.web.local_pages import LocalPages
 
     monkeypatch.setenv("PICTRIEVE_PAGES_DB", str(tmp_path / "db"))
     pages = tmp_path / "pages"
@@ -152,7 +152,7 @@ def test_sentences_never_end_at_an_abbreviation_or_start_as_a_fragment():
 
 
 def test_unwrap_paragraphs_follows_markdown_blocks():
-    from pictrieve.tools.page_text import unwrap_paragraphs
+    from pictrieve.tools.web.page_text import unwrap_paragraphs
 
     text = ("Title\n=====\n\nA two-\nwheeled machine\nspread fast.  \nA hard break.\n\n"
             "- first item\n  wrapped\n- second item\n1. one\n2. two\n\n```\ncode  stays\n```\n> quoted\n| a | b |")
@@ -225,7 +225,7 @@ class _Boat(_OneHorse):
 
 def test_auto_answerer_is_extractive_only_for_the_offline_small_model():
     from pictrieve.graphs.vision_search import is_offline_small_model
-    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.models.chat_models import create_chat_model
 
     assert is_offline_small_model(create_chat_model("offline"))  # builds the wrapper; loads no weights
     assert not is_offline_small_model(create_chat_model("local:/some/other/checkpoint"))
@@ -346,7 +346,7 @@ def test_searcher_may_search_again_once(photo):
 def test_with_the_offline_small_model_the_default_path_never_calls_it(photo, monkeypatch):
     """auto answerer + the optional LLM steps' None defaults: plan by rules, no rewrites, no summaries,
     extractive answer; the 135M model is not called at all (it would spend a minute and answer worse)."""
-    from pictrieve.tools.chat_models import LocalChatModel, create_chat_model
+    from pictrieve.tools.models.chat_models import LocalChatModel, create_chat_model
 
     def refuse(self, *args, **kwargs):
         raise AssertionError("the offline 135M model was called")
@@ -411,7 +411,7 @@ def test_web_results_are_fetched_through_the_guard_and_cited_by_url(photo):
 
 
 def test_regions_are_clipped_to_the_photo_and_slivers_dropped():
-    from pictrieve.tools.detectors import regions_or_whole
+    from pictrieve.tools.models.detectors import regions_or_whole
 
     image = Image.new("RGB", (80, 60))
     found = [Detection("dog", 0.99, (-38.0, -2.8, 41.9, 2.9)),  # 2.9 px high once clipped: a sliver
@@ -430,7 +430,7 @@ def test_when_every_search_fails_the_graph_says_so_in_one_line(photo, monkeypatc
     pytest.importorskip("ddgs")
     from openai_fake import dead_endpoint
 
-    from pictrieve.tools.web_search import SearchUnavailableError
+    from pictrieve.tools.web.search import SearchUnavailableError
 
     with dead_endpoint() as url:
         monkeypatch.setenv("DDGS_PROXY", url.removesuffix("/v1"))
@@ -447,7 +447,7 @@ def test_when_every_page_fetch_fails_the_graph_says_so(photo):
     snippets that says nothing about the failure."""
     from openai_fake import dead_endpoint
 
-    from pictrieve.tools.web_search import SearchUnavailableError
+    from pictrieve.tools.web.search import SearchUnavailableError
 
     with dead_endpoint() as url:
         dead = url.removesuffix("/v1")

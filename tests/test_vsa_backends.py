@@ -11,8 +11,8 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from PIL import Image
 
-from pictrieve.tools import web_search
-from pictrieve.tools.web_search import DDGSearch, SearchUnavailableError, as_search_backend
+from pictrieve.tools.web import search as web_search
+from pictrieve.tools.web.search import DDGSearch, SearchUnavailableError, as_search_backend
 
 
 class _Limited:
@@ -58,7 +58,7 @@ def test_unknown_backend_is_one_clear_error():
 
 
 def test_vlm_sends_the_image_and_prompt_to_an_openai_compatible_endpoint():
-    from pictrieve.tools.vlm import create_vlm
+    from pictrieve.tools.models.vlm import create_vlm
 
     seen = {}
 

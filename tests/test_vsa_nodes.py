@@ -20,9 +20,9 @@ from test_vsa_answerers import DOG_FACT, DOGS, HORSE_FACT, HORSES, _no_llm, _Pag
 from pictrieve.agents.settings import SettingsError
 from pictrieve.agents.vsa import nodes
 from pictrieve.agents.vsa.state import VisionSearchSettings
-from pictrieve.tools.images import ImageDecodeError
-from pictrieve.tools.protocols import Detection
-from pictrieve.tools.web_search import SearchUnavailableError
+from pictrieve.tools.core.images import ImageDecodeError
+from pictrieve.tools.models.protocols import Detection
+from pictrieve.tools.web.search import SearchUnavailableError
 
 
 def run(**settings) -> Runtime:
@@ -314,7 +314,7 @@ def test_extractive_answer_quotes_each_part_from_the_searchers_evidence():
 def test_following_the_stream_gives_what_invoke_gives(photo):
     from pictrieve.agents.vsa.progress import follow_run, step_line
     from pictrieve.graphs.vision_search import build_vision_search_graph
-    from pictrieve.tools.web_search import SEARCH_BACKENDS
+    from pictrieve.tools.web.search import SEARCH_BACKENDS
 
     graph = build_vision_search_graph(None, llm=_scripted([]), vlm=_Words(), detector=_WholeImage(),
                                       search=SEARCH_BACKENDS.create(f"local:{PAGES}"))

@@ -56,7 +56,7 @@ class _TextReader:
     def invoke(self, messages):
         from langchain_core.messages import AIMessage
 
-        from pictrieve.tools.chat_models import UnsupportedContentError
+        from pictrieve.tools.models.chat_models import UnsupportedContentError
 
         if isinstance(messages[-1].content, list):
             raise UnsupportedContentError("text only")

@@ -14,7 +14,7 @@ resolve their ``image`` arguments here, so both follow one rule:
 
 Every refusal is one line that names no file content; a path outside the allowed folders is refused
 before anything is read, with the same words whether or not the file exists. What is accepted is then
-decoded once by the guarded loader (:func:`pictrieve.tools.images.load_image`: header pixel cap, full
+decoded once by the guarded loader (:func:`pictrieve.tools.core.images.load_image`: header pixel cap, full
 decode), so a bad image is refused before any model loads.
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.images import load_image
+from pictrieve.tools.core.images import load_image
 
 DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
 """Largest image file or decoded base64 image accepted (the web page's upload cap)."""

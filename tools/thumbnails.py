@@ -1,7 +1,7 @@
 """Small JPEG copies of photos, for showing found photos to a model that sees images (MCP tools, LangChain
 tool messages).
 
-Each photo is decoded by the guarded loader (:func:`pictrieve.tools.images.load_image`: the pixel cap, JPEG
+Each photo is decoded by the guarded loader (:func:`pictrieve.tools.core.images.load_image`: the pixel cap, JPEG
 draft decoding at the size needed), scaled so its longest side is at most ``max_side`` pixels and encoded as
 JPEG. Recent results are kept in memory, keyed by the file's path, size and modification time, so showing the
 same photos again costs nothing and a changed file is read afresh.
@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 from PIL import Image
 
-from pictrieve.tools.images import load_image
+from pictrieve.tools.core.images import load_image
 
 MAX_SIDE = 512
 """Longest side of a thumbnail, in pixels."""
@@ -31,7 +31,7 @@ _lock = threading.Lock()
 def jpeg_thumbnail(path: str | os.PathLike, *, max_side: int = MAX_SIDE, quality: int = JPEG_QUALITY) -> bytes:
     """JPEG bytes of the photo at ``path``, its longest side at most ``max_side`` pixels (never enlarged).
 
-    Raises :class:`~pictrieve.tools.images.ImageDecodeError` (one line) for a file that does not decode,
+    Raises :class:`~pictrieve.tools.core.images.ImageDecodeError` (one line) for a file that does not decode,
     ``OSError`` for one that cannot be read.
     """
     stat = os.stat(path)

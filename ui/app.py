@@ -173,7 +173,7 @@ def create_app(
         with lock:  # built once (the exemplar visualizer loads a sentence model and encodes captions)
             if "made" not in visualizers:
                 if isinstance(visualizer, str):
-                    from pictrieve.tools.visualizers import create_visualizer
+                    from pictrieve.tools.models.visualizers import create_visualizer
 
                     visualizers["made"] = create_visualizer(visualizer)
                 else:
@@ -549,7 +549,7 @@ def _visualizer_about(visualizer: Any) -> str:
         return ""
     if not isinstance(visualizer, str):
         return "generated images" if getattr(visualizer, "generates", True) else "found photos, not generated"
-    from pictrieve.tools.visualizers import VISUALIZERS
+    from pictrieve.tools.models.visualizers import VISUALIZERS
 
     family = visualizer.partition(":")[0]
     return next((e.description for e in VISUALIZERS.entries() if e.family == family), "")
@@ -563,7 +563,7 @@ def _search_name(search: Any) -> str | None:
 
 def _save_upload(upload: Any, limit: int, folder: Path) -> Path:
     """Read an upload (at most ``limit`` bytes), decode it with the indexer's guarded loader, save a PNG."""
-    from pictrieve.tools.images import load_image
+    from pictrieve.tools.core.images import load_image
 
     data = upload.file.read(limit + 1)
     if len(data) > limit:

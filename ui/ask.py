@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pictrieve.agents.vsa.progress import follow_run, step_line
-from pictrieve.tools.images import load_image
+from pictrieve.tools.core.images import load_image
 from pictrieve.ui.jobs import Job
 
 

@@ -43,7 +43,7 @@ def guide_label(guide: dict[str, Any], number: int) -> str:
 
 def keep_guides(job: Job, guides: list[dict[str, Any]]) -> None:
     """Give the job each guide picture (read from its file) for the page to show, and say what they are."""
-    from pictrieve.tools.images import load_image
+    from pictrieve.tools.core.images import load_image
 
     for number, guide in enumerate(guides, 1):
         job.keep_image(f"guide{number}", load_image(guide["path"]), label=guide_label(guide, number),

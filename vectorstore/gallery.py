@@ -37,9 +37,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from PIL import Image
 
-from pictrieve.tools.embedders.base import Embedder
-from pictrieve.tools.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
-from pictrieve.tools.images import load_image
+from pictrieve.tools.models.embedders.base import Embedder
+from pictrieve.tools.models.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
+from pictrieve.tools.core.images import load_image
 from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     AmbiguousEmbedderError,
     DimensionMismatchError,
@@ -457,8 +457,8 @@ class Gallery:
 
         ``embedders`` indexes with several embedders at once (each image decoded once per batch);
         default: this view's embedder. The first index records this view's embedder as the default.
-        ``max_pixels`` caps the size of images decoded (see :func:`~pictrieve.tools.images.load_image`).
-        ``budget``: a :class:`~pictrieve.tools.time_budget.TimeBudget` that stops indexing part-way
+        ``max_pixels`` caps the size of images decoded (see :func:`~pictrieve.tools.core.images.load_image`).
+        ``budget``: a :class:`~pictrieve.tools.core.time_budget.TimeBudget` that stops indexing part-way
         (``report.stopped_early``; a re-run goes on).
         """
         return index_sources(

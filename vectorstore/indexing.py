@@ -33,13 +33,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from pictrieve.tools.images import ImageDecodeError, file_sha256, iter_image_files, load_image
+from pictrieve.tools.core.images import ImageDecodeError, file_sha256, iter_image_files, load_image
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import path_id
 
 if TYPE_CHECKING:
-    from pictrieve.tools.embedders.base import Embedder
-    from pictrieve.tools.time_budget import TimeBudget
+    from pictrieve.tools.models.embedders.base import Embedder
+    from pictrieve.tools.core.time_budget import TimeBudget
     from pictrieve.vectorstore.gallery import Gallery
 
 logger = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def index_sources(
     """Index images from folders, globs or files into every gallery view in ``targets``.
 
     ``targets`` are views of one database (one per embedder, see :meth:`Gallery.views`).
-    ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget`) is checked after every file;
+    ``budget`` (a :class:`~pictrieve.tools.core.time_budget.TimeBudget`) is checked after every file;
     when it says stop, the files embedded so far are written and ``report.stopped_early`` is set.
     """
     listing = list_images(sources)
@@ -229,7 +229,7 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
                  max_pixels: int | None = None) -> PreparedFile:
     """Hash the file, decode it once (only when some embedder needs a new vector) and preprocess it
     for each embedder in ``planned.embedders`` (``embedders`` maps their names to models). Raises
-    :class:`~pictrieve.tools.images.ImageDecodeError` or ``OSError`` for a file that cannot be read."""
+    :class:`~pictrieve.tools.core.images.ImageDecodeError` or ``OSError`` for a file that cannot be read."""
     path = Path(planned.path)
     stat = path.stat()
     digest = file_sha256(path)
@@ -370,7 +370,7 @@ def _prefetch(
 
 def _original_size(path: Path, image: Any) -> tuple[int, int]:
     """The file's own size (a draft-mode JPEG decodes smaller than the file says)."""
-    from pictrieve.tools.images import image_size
+    from pictrieve.tools.core.images import image_size
 
     if image.width >= DRAFT_SIZE[0] or image.height >= DRAFT_SIZE[1]:
         return image_size(path)

@@ -268,7 +268,7 @@ def index_tiles(
     embedder the gallery holds). Resumable: images already tiled for an embedder are skipped."""
     from tqdm.auto import tqdm
 
-    from pictrieve.tools.images import ImageDecodeError, load_image
+    from pictrieve.tools.core.images import ImageDecodeError, load_image
 
     settings = settings or TilingSettings()
     names = list(embedders or gallery.embedder_names)

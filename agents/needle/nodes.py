@@ -148,7 +148,7 @@ class NeedleGallery(GalleryViews):
 
     def embed(self, embedder: str, guides: list[Guide]) -> np.ndarray:
         """The guides' pictures embedded by ``embedder``, ``(len(guides), dim)`` (each picture once)."""
-        from pictrieve.tools.images import load_image
+        from pictrieve.tools.core.images import load_image
 
         todo = [g for g in guides if (embedder, g["path"]) not in self._vectors]
         if todo:

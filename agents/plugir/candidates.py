@@ -40,9 +40,9 @@ def resolve_captioner(choice: Captioner | str | None, gallery: GalleryLike) -> C
     """The captioner PlugIR uses for candidates without a stored caption.
 
     ``None`` or ``"none"``: none (file names stand in); ``"auto"``: zero-shot tags in the gallery's
-    own text-image space (``tags``, :mod:`pictrieve.tools.image_tags`), read from the candidates'
+    own text-image space (``tags``, :mod:`pictrieve.tools.models.image_tags`), read from the candidates'
     stored vectors; any other string: a captioner name for
-    :func:`pictrieve.tools.captioners.create_captioner` (``"tags"``, ``"offline"``, ``"blip:<model>"``);
+    :func:`pictrieve.tools.models.captioners.create_captioner` (``"tags"``, ``"offline"``, ``"blip:<model>"``);
     a callable (paths -> captions) is used as is. A captioner with ``describe_vectors`` is given the
     stored image vectors instead of the files.
     """
@@ -50,7 +50,7 @@ def resolve_captioner(choice: Captioner | str | None, gallery: GalleryLike) -> C
         return choice
     if choice == "none":
         return None
-    from pictrieve.tools.captioners import caption_files, create_captioner
+    from pictrieve.tools.models.captioners import caption_files, create_captioner
 
     captioner = create_captioner("tags" if choice == "auto" else choice, embedder=gallery.embedder)
     return captioner if hasattr(captioner, "describe_vectors") else caption_files(captioner)

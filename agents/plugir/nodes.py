@@ -59,7 +59,7 @@ from pictrieve.agents.plugir.settings import MAX_REASKS, PlugIRSettings
 from pictrieve.agents.plugir.simulated_user import Answerer
 from pictrieve.agents.plugir.state import PlugIRState, Timing
 from pictrieve.agents.settings import settings_of
-from pictrieve.tools.llm_calls import note_fallback
+from pictrieve.tools.models.llm_calls import note_fallback
 from pictrieve.vectorstore.hits import ImageHit, as_hit
 
 logger = logging.getLogger(__name__)

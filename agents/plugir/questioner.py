@@ -18,7 +18,7 @@ from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Pyt
 from langchain_core.language_models.chat_models import BaseChatModel
 
 from pictrieve.agents.plugir.chat_prompts import render_prompt
-from pictrieve.tools.llm_calls import sample_replies
+from pictrieve.tools.models.llm_calls import sample_replies
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def generate_questions(
     avoid: Sequence[str] = (),
 ) -> list[str]:
     """Up to ``n`` distinct, well-formed questions (possibly fewer; a failed model call raises
-    :class:`~pictrieve.tools.llm_calls.ModelCallError`).
+    :class:`~pictrieve.tools.models.llm_calls.ModelCallError`).
 
     ``candidates`` (captions from retrieval context extraction) selects the grounded prompt;
     ``None`` or empty selects the baseline. Questions equal to one in ``avoid`` or already in

@@ -16,7 +16,7 @@ from typing import Sequence
 from langchain_core.language_models.chat_models import BaseChatModel
 
 from pictrieve.agents.plugir.chat_prompts import render_prompt
-from pictrieve.tools.llm_calls import complete, note_fallback
+from pictrieve.tools.models.llm_calls import complete, note_fallback
 from pictrieve.agents.plugir.questioner import Turn
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def reformulate(
     """One caption-style sentence carrying the description and the dialogue.
 
     Falls back to the concatenated dialogue (logged) when the model's reply is unusable; a failed
-    call raises :class:`~pictrieve.tools.llm_calls.ModelCallError`.
+    call raises :class:`~pictrieve.tools.models.llm_calls.ModelCallError`.
     """
     if not dialogue:
         return description

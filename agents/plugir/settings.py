@@ -36,7 +36,7 @@ def default_arm(llm: Any) -> str:
     """The arm a person gets when they name none: ``offline`` with the bundled offline model, whose
     questions did not help and take minutes per round on a CPU (BENCHMARKS.md, PlugIR), else the
     paper's full method ``cr+rce+f``."""
-    from pictrieve.tools.chat_models import is_offline_chat_model
+    from pictrieve.tools.models.chat_models import is_offline_chat_model
 
     return "offline" if is_offline_chat_model(llm) else "cr+rce+f"
 

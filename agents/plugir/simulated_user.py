@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from langchain_core.language_models.chat_models import BaseChatModel
 
 from pictrieve.agents.plugir.chat_prompts import render_prompt
-from pictrieve.tools.llm_calls import complete
+from pictrieve.tools.models.llm_calls import complete
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,6 @@ class CaptionUser:
 @lru_cache(maxsize=1)
 def _shared_encoder():
     """One all-MiniLM-L6-v2 per process for every caption user (loading it takes about a second)."""
-    from pictrieve.tools.sentence_encoder import SentenceEncoder
+    from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
     return SentenceEncoder()

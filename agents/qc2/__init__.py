@@ -19,7 +19,7 @@ quality levels ("Relevance: High, Quality: Low, Query: ..."), turns a short quer
 Python entry points::
 
     from pictrieve.vectorstore.gallery import Gallery
-    from pictrieve.tools.quality_scorers import create_quality_scorer
+    from pictrieve.tools.models.quality_scorers import create_quality_scorer
     from pictrieve.agents.qc2.annotation import annotate_gallery
     from pictrieve.agents.qc2.pipeline import train_on_gallery
     from pictrieve.graphs.quality_retrieval import quality_search

@@ -26,9 +26,9 @@ from pictrieve.agents.qc2.levels import AxisLevels
 from pictrieve.agents.qc2.bundle import gallery_fingerprint
 from pictrieve.agents.qc2.errors import QC2ModelError
 from pictrieve.agents.qc2.prompt_format import QC2Example
-from pictrieve.tools.captioners import Captioner
-from pictrieve.tools.quality_scorers import QUALITY_SCORERS, BrisqueScorer, LaionAestheticScorer, QualityScorer
-from pictrieve.tools.time_budget import TimeBudget
+from pictrieve.tools.models.captioners import Captioner
+from pictrieve.tools.models.quality_scorers import QUALITY_SCORERS, BrisqueScorer, LaionAestheticScorer, QualityScorer
+from pictrieve.tools.core.time_budget import TimeBudget
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def _batches(items: Sequence[Any], size: int, desc: str, progress: bool, budget:
 
 
 def _load_images(items: Sequence[Any], report: AnnotationReport) -> tuple[list[Any], list[Image.Image]]:
-    from pictrieve.tools.images import load_image
+    from pictrieve.tools.core.images import load_image
 
     kept, images = [], []
     for item in items:

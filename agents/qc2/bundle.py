@@ -84,7 +84,7 @@ class QC2Model:
             "allowed_token_ids": self.allowed_token_ids,
             "training": self.training,
         }
-        from pictrieve.tools.files import atomic_write_text
+        from pictrieve.tools.core.files import atomic_write_text
 
         atomic_write_text(directory / BUNDLE_FILE, json.dumps(meta, indent=1))
         return directory
@@ -107,7 +107,7 @@ def load_qc2_model(directory: str | Path, *, fingerprint: str | None = None, dev
     A model trained on a separate captioned collection (``pictrieve quality train --captions-from``)
     has no fingerprint: it is meant for any gallery, and its levels are those of its training captions.
     """
-    from pictrieve.tools.causal_lm import load_causal_lm
+    from pictrieve.tools.models.causal_lm import load_causal_lm
 
     directory = Path(directory)
     meta = read_bundle_info(directory)
@@ -120,7 +120,7 @@ def load_qc2_model(directory: str | Path, *, fingerprint: str | None = None, dev
     if meta["weights"] == ADAPTER_DIR:
         from peft import PeftModel
 
-        from pictrieve.tools.loading import quiet_peft_wrapping
+        from pictrieve.tools.core.loading import quiet_peft_wrapping
 
         base, tokenizer = load_causal_lm(meta["base_model"], device=device or "cpu")
         with quiet_peft_wrapping():

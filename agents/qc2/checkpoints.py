@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pictrieve.tools.files import atomic_write_bytes
-from pictrieve.tools.time_budget import TimeBudget
+from pictrieve.tools.core.files import atomic_write_bytes
+from pictrieve.tools.core.time_budget import TimeBudget
 
 logger = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ def complete_queries(
     batch_size: int = 32,
 ) -> list[list[str]]:
     """``samples`` completions for each request; each starts with the request's query verbatim."""
-    from pictrieve.tools.seeding import torch_seeded
+    from pictrieve.tools.core.seeding import torch_seeded
 
     settings = settings or SamplingSettings()
     prompts = [prompt_ids(tokenizer, r, axes) for r in requests]

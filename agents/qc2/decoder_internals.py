@@ -93,7 +93,7 @@ def _trunk_states(parts: dict[str, Any], encoded, indices: Sequence[int], split:
 def _cache_trunk(parts: dict[str, Any], encoded, split: int, progress: bool, batch_size: int = 64,
                  budget: Any = None):
     """:func:`_trunk_states` of every example (in memory), computed in order of length; ``None`` when
-    ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget`) ran out first."""
+    ``budget`` (a :class:`~pictrieve.tools.core.time_budget.TimeBudget`) ran out first."""
     from tqdm.auto import tqdm
 
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))

@@ -65,7 +65,7 @@ def train_on_gallery(
     ``portable``: the model is for searching *other* galleries (its training gallery is a separate
     captioned collection): it is saved without the gallery fingerprint, so any gallery may load it,
     and it records where it was trained. ``checkpoint_dir`` / ``checkpoint_every`` / ``max_seconds`` or
-    ``budget`` (a :class:`~pictrieve.tools.time_budget.TimeBudget` that also covers loading the model):
+    ``budget`` (a :class:`~pictrieve.tools.core.time_budget.TimeBudget` that also covers loading the model):
     resumable training (see :func:`train_completion_model`); a run stopped before its first training
     step saves no model (``directory`` is None). The level-usage check runs after every
     epoch on ``probe_size`` of the training captions (in-sample) and, with ``heldout`` (another
@@ -73,8 +73,8 @@ def train_on_gallery(
     captions with levels assigned by the training thresholds; results land in ``report.probe_losses``.
     """
     from pictrieve.agents.qc2.level_check import level_variants, sample_examples
-    from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
-    from pictrieve.tools.time_budget import TimeBudget
+    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
+    from pictrieve.tools.core.time_budget import TimeBudget
 
     budget = budget if budget is not None else TimeBudget(max_seconds)
     base_model = base_model or OFFLINE_DEFAULT_LM

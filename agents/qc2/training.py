@@ -64,7 +64,7 @@ from pictrieve.agents.qc2.prompt_format import (  # noqa: F401
     format_instruction,
     normalize_query,
 )
-from pictrieve.tools.time_budget import TimeBudget
+from pictrieve.tools.core.time_budget import TimeBudget
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def train_completion_model(
     opposite or random levels); they are never trained on, and their results go to
     ``report.probe_losses``.
     """
-    from pictrieve.tools.seeding import torch_seeded
+    from pictrieve.tools.core.seeding import torch_seeded
 
     config = config or QC2TrainConfig()
     if budget is None:
@@ -397,7 +397,7 @@ def _prepare_trainable(model: Any, config: QC2TrainConfig) -> Any:
             layers_to_transform=top,
             task_type="CAUSAL_LM",
         )
-        from pictrieve.tools.loading import quiet_peft_wrapping
+        from pictrieve.tools.core.loading import quiet_peft_wrapping
 
         with quiet_peft_wrapping():
             return get_peft_model(model, lora)

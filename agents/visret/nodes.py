@@ -5,7 +5,7 @@ gallery's views, the reader) as keyword arguments, so it runs and is tested with
 :func:`pictrieve.graphs.visret.build_visret_graph` binds them and wires the nodes.
 
 - ``rewrite`` asks the LLM for a visualization prompt (the query itself without an LLM);
-- ``visualize`` asks the visualizer (:mod:`pictrieve.tools.visualizers`) for ``guides`` pictures, kept as
+- ``visualize`` asks the visualizer (:mod:`pictrieve.tools.models.visualizers`) for ``guides`` pictures, kept as
   file paths in the state (:mod:`pictrieve.agents.guided`);
 - ``retrieve`` ranks the gallery by each guide (image-to-image) and fuses the rankings by reciprocal rank
   fusion with constant ``rrf_k`` (1, as in the authors' code), together with the text query's own ranking
@@ -137,11 +137,11 @@ def rewrite_prompt_template() -> str:
 def visualization_prompt(query: str, llm: Any = None) -> str:
     """The text to visualize for ``query``: the LLM's rewrite, or the query itself without an LLM
     (or when its reply holds no line to use; logged). A failed call raises
-    :class:`~pictrieve.tools.llm_calls.ModelCallError`: a search must not quietly go on without
+    :class:`~pictrieve.tools.models.llm_calls.ModelCallError`: a search must not quietly go on without
     the model it was asked to use."""
     if llm is None:
         return query
-    from pictrieve.tools.llm_calls import complete, note_fallback
+    from pictrieve.tools.models.llm_calls import complete, note_fallback
 
     reply = complete(llm, rewrite_prompt_template().format(query=query))
     lines = [line.strip() for line in reply.splitlines() if line.strip()]

@@ -68,7 +68,7 @@ def reader_messages(question: str, hits: Sequence[ImageHit], *, images: bool,
 
 
 def _data_url(path: str) -> str | None:
-    from pictrieve.tools.vlm import image_data_url
+    from pictrieve.tools.models.vlm import image_data_url
 
     try:
         return image_data_url(path)
@@ -83,8 +83,8 @@ def read_images(question: str, hits: Sequence[ImageHit], reader: Any, *, images:
     ``images``: send the pictures (``None``: try, and fall back to descriptions when the model
     refuses image content). Returns ``{"answer", "reasoning", "read_images"}``.
     """
-    from pictrieve.tools.chat_models import UnsupportedContentError
-    from pictrieve.tools.llm_calls import complete
+    from pictrieve.tools.models.chat_models import UnsupportedContentError
+    from pictrieve.tools.models.llm_calls import complete
 
     if images is not False:
         try:

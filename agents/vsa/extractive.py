@@ -63,7 +63,7 @@ def split_sentences(text: str) -> list[str]:
     """Whole sentences of ``text``, paragraph by paragraph (headings, fragments and pieces under four words dropped).
 
     Page text comes one paragraph per line (trafilatura's HTML; plain text and Markdown unwrapped by
-    :func:`pictrieve.tools.page_text.unwrap_paragraphs`), so sentences are split inside a line, never
+    :func:`pictrieve.tools.web.page_text.unwrap_paragraphs`), so sentences are split inside a line, never
     at its end. A line that still starts in lower case continues the line before when that one has
     no end mark (a source we could not unwrap), and is otherwise a fragment whose start we never
     saw: it is dropped, so that no answer quotes "domesticated, more than 15,000 years ago."

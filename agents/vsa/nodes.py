@@ -26,7 +26,7 @@ from pictrieve.agents.vsa import extractive, steps
 from pictrieve.agents.vsa.pages import check_search_reached, read_pages, search_log
 from pictrieve.agents.vsa.state import SearchTask, VisionSearchSettings, VisionSearchState, merge_timings
 from pictrieve.agents.vsa.steps import question_terms
-from pictrieve.tools.images import load_image
+from pictrieve.tools.core.images import load_image
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +42,8 @@ _CITE = re.compile(r"\s?\[\d+\]")
 
 def is_offline_small_model(chat: Any) -> bool:
     """True for the offline SmolLM2-135M chat model object (too small to write grounded answers), also
-    inside LangChain wrappers (:func:`pictrieve.tools.chat_models.is_offline_chat_model`)."""
-    from pictrieve.tools.chat_models import is_offline_chat_model
+    inside LangChain wrappers (:func:`pictrieve.tools.models.chat_models.is_offline_chat_model`)."""
+    from pictrieve.tools.models.chat_models import is_offline_chat_model
 
     return chat is not None and not isinstance(chat, str) and is_offline_chat_model(chat)
 
@@ -78,7 +78,7 @@ def known_so_far(searched: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 def sentence_encoder() -> Any:
     """The shared MiniLM sentence encoder (loaded once per process)."""
-    from pictrieve.tools.local_pages import shared_encoder
+    from pictrieve.tools.web.local_pages import shared_encoder
 
     return shared_encoder()
 
@@ -109,7 +109,7 @@ def regions(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | N
             detector: Callable[[], Any]) -> dict[str, Any]:
     """The photo's regions: ``detector()`` prompted with the question's words and the COCO classes, at most
     ``max_regions`` (no detection: the whole image is one region)."""
-    from pictrieve.tools.detectors import COCO_CLASSES, regions_or_whole
+    from pictrieve.tools.models.detectors import COCO_CLASSES, regions_or_whole
 
     settings = settings_of(runtime, VisionSearchSettings)
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 from one that found nothing.
 
 :func:`read_pages` runs one search and opens its new pages (web URLs through the fetch guard of
-:mod:`pictrieve.tools.web_fetch`); a :func:`search_log` counts what was tried and keeps what failed, and
+:mod:`pictrieve.tools.web.fetch`); a :func:`search_log` counts what was tried and keeps what failed, and
 :func:`check_search_reached` stops the run when every search, or every page fetch, failed.
 """
 
@@ -31,7 +31,7 @@ def read_pages(backend: Any, query: str, pages: list[dict[str, Any]], log: dict[
     guard (``allow_hosts`` exempts hosts: tests with a loopback server only), its snippet standing in
     when the fetch fails or is refused. ``log`` counts the searches and fetches and keeps what failed.
     """
-    from pictrieve.tools.web_fetch import FetchError, fetch_page
+    from pictrieve.tools.web.fetch import FetchError, fetch_page
 
     log["searches"] += 1
     try:
@@ -67,13 +67,13 @@ def read_pages(backend: Any, query: str, pages: list[dict[str, Any]], log: dict[
 
 
 def check_search_reached(findings: list[dict[str, Any]], backend: Any) -> None:
-    """Raise :class:`~pictrieve.tools.web_search.SearchUnavailableError` when every search so far failed
+    """Raise :class:`~pictrieve.tools.web.search.SearchUnavailableError` when every search so far failed
     (no network, a dead backend), or every page fetch did.
 
     A failed search is not a search that found nothing: answering "the search found nothing" would
     hide the failure. Some failures among successes stay in each finding's ``error``.
     """
-    from pictrieve.tools.web_search import OFFLINE_SEARCH_HINT, SearchUnavailableError
+    from pictrieve.tools.web.search import OFFLINE_SEARCH_HINT, SearchUnavailableError
 
     logs = [f["log"] for f in findings if f.get("log")]
     searches = sum(log["searches"] for log in logs)

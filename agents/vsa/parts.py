@@ -47,15 +47,15 @@ class VisionSearchParts:
 def make_parts(*, llm: Any = None, vlm: Any = None, detector: Any = None, search: Any = None) -> VisionSearchParts:
     """The parts from names or objects (defaults: the offline chat model, the offline describer, SSD).
 
-    ``llm``: a chat model or a name for :func:`~pictrieve.tools.chat_models.create_chat_model`.
-    ``vlm``: a Captioner or a name for :func:`~pictrieve.tools.vlm.create_region_captioner`.
+    ``llm``: a chat model or a name for :func:`~pictrieve.tools.models.chat_models.create_chat_model`.
+    ``vlm``: a Captioner or a name for :func:`~pictrieve.tools.models.vlm.create_region_captioner`.
     ``detector``: a Detector or a registry name. ``search``: ``ddgs``, ``local:DIR``, a SearchBackend or
     a LangChain retriever/tool, or None.
     """
-    from pictrieve.tools.chat_models import create_chat_model
-    from pictrieve.tools.detectors import create_detector
-    from pictrieve.tools.vlm import create_region_captioner
-    from pictrieve.tools.web_search import as_search_backend, check_search_name
+    from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.detectors import create_detector
+    from pictrieve.tools.models.vlm import create_region_captioner
+    from pictrieve.tools.web.search import as_search_backend, check_search_name
 
     if isinstance(search, str):
         check_search_name(search)  # now, not after the detector and the describer have loaded

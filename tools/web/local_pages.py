@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.web_fetch import extract_text
-from pictrieve.tools.web_search import SearchResult
+from pictrieve.tools.web.fetch import extract_text
+from pictrieve.tools.web.search import SearchResult
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def shared_encoder() -> SerialEncoder:
 def _load_encoder() -> Any:
     global _ENCODER
     if _ENCODER is None:
-        from pictrieve.tools.sentence_encoder import SentenceEncoder
+        from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
         _ENCODER = SerialEncoder(SentenceEncoder(device="cpu"))
     return _ENCODER
@@ -120,7 +120,7 @@ class LocalPages:
     def _default_client() -> Any:
         import chromadb
 
-        from pictrieve.tools.pypi_assets import cache_root
+        from pictrieve.tools.core.pypi_assets import cache_root
 
         path = Path(os.environ.get("PICTRIEVE_PAGES_DB") or cache_root() / "local-pages")
         path.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@
   default 50 steps and guidance, a known mistake its later generator service fixed).
 - ``openai:<model>``: the images API through the ``openai`` SDK (``base_url`` for compatible servers;
   the key from ``api_key`` or ``$OPENAI_API_KEY``). The API takes no seed, so repeated calls differ;
-  :mod:`pictrieve.tools.guide_images` keeps the first answer on disk.
+  :mod:`pictrieve.tools.models.guide_images` keeps the first answer on disk.
 - ``tiny-random``: a real Stable Diffusion pipeline (UNet, VAE, CLIP text encoder, tokenizer,
   scheduler) built locally from tiny configs with random weights. Its pictures are noise and mean
   nothing; it exists so tests and cost benchmarks run the real diffusers code path offline.
@@ -29,8 +29,8 @@ from typing import Any
 
 from PIL import Image
 
-from pictrieve.tools.devices import pick_device
-from pictrieve.tools.visualizers import VisualizerUnavailableError
+from pictrieve.tools.core.devices import pick_device
+from pictrieve.tools.models.visualizers import VisualizerUnavailableError
 
 logger = logging.getLogger(__name__)
 

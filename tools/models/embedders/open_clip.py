@@ -23,9 +23,9 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.devices import pick_device
-from pictrieve.tools.embedders.base import EmbedderBase
-from pictrieve.tools.seeding import torch_seeded
+from pictrieve.tools.core.devices import pick_device
+from pictrieve.tools.models.embedders.base import EmbedderBase
+from pictrieve.tools.core.seeding import torch_seeded
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class EmbedderWeightsUnavailableError(PictrieveError, RuntimeError):
 
 
 class OpenCLIPEmbedder(EmbedderBase):
-    """An open_clip model behind the :class:`~pictrieve.tools.embedders.base.Embedder` protocol."""
+    """An open_clip model behind the :class:`~pictrieve.tools.models.embedders.base.Embedder` protocol."""
 
     def __init__(
         self,

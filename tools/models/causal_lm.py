@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.devices import pick_device
-from pictrieve.tools.loading import quiet_model_loading
-from pictrieve.tools.model_cache import shared_model
-from pictrieve.tools.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
+from pictrieve.tools.core.devices import pick_device
+from pictrieve.tools.core.loading import quiet_model_loading
+from pictrieve.tools.core.model_cache import shared_model
+from pictrieve.tools.core.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF, cache_root
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def load_causal_lm(name: str = OFFLINE_DEFAULT_LM, *, device: str | None = None)
 
 
 def shared_causal_lm(name: str = OFFLINE_DEFAULT_LM, device: str | None = None) -> tuple[Any, Any]:
-    """A cached ``(model, tokenizer)`` for inference only (:mod:`~pictrieve.tools.model_cache`)."""
+    """A cached ``(model, tokenizer)`` for inference only (:mod:`~pictrieve.tools.core.model_cache`)."""
     device = pick_device(device)
     return shared_model(("causal-lm", name, device), lambda: load_causal_lm(name, device=device))
 

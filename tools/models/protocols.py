@@ -1,8 +1,8 @@
 """The interfaces of the model families that graphs call, so any backend can stand behind a node.
 
-Each family has one protocol here, one :class:`~pictrieve.tools.registry.Registry` of named builders
+Each family has one protocol here, one :class:`~pictrieve.tools.core.registry.Registry` of named builders
 (in the family's own module), and a ``name`` attribute that rebuilds the same thing from its
-registry. Embedders have their own protocol in :mod:`pictrieve.tools.embedders.base`; chat models
+registry. Embedders have their own protocol in :mod:`pictrieve.tools.models.embedders.base`; chat models
 are LangChain ``BaseChatModel`` s.
 
 - :class:`Detector`: regions of an image (Vision Search Assistant; NEEDLE tiling may use it).
@@ -18,7 +18,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 from PIL import Image
 
-from pictrieve.tools.object_detector import Detection
+from pictrieve.tools.models.object_detector import Detection
 
 ImageInput = Image.Image | str | os.PathLike
 """A decoded image or the path of an image file."""

@@ -27,10 +27,10 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.downloads import DownloadError, download_verified
-from pictrieve.tools.files import atomic_write_bytes
-from pictrieve.tools.pypi_assets import cache_root
-from pictrieve.tools.registry import Registry, UnknownNameError
+from pictrieve.tools.core.downloads import DownloadError, download_verified
+from pictrieve.tools.core.files import atomic_write_bytes
+from pictrieve.tools.core.pypi_assets import cache_root
+from pictrieve.tools.core.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class LaionAestheticScorer:
 
     def score_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         if self._embedder is None:
-            from pictrieve.tools.embedders.factory import create_embedder
+            from pictrieve.tools.models.embedders.factory import create_embedder
 
             self._embedder = create_embedder(LAION_CLIP_EMBEDDER)
         if getattr(self._embedder, "dim", None) != LAION_EMBEDDING_DIM:

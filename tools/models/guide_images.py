@@ -24,13 +24,13 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from pictrieve.tools.files import atomic_write_bytes, atomic_write_text
+from pictrieve.tools.core.files import atomic_write_bytes, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
 
 def guide_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    from pictrieve.tools.pypi_assets import cache_root
+    from pictrieve.tools.core.pypi_assets import cache_root
 
     return Path(cache_dir) if cache_dir is not None else cache_root() / "guides"
 

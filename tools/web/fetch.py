@@ -91,9 +91,9 @@ def check_url(url: str, *, allow_hosts: Iterable[str] = ()) -> str:
 
 def extract_text(body: str, content_type: str, url: str = "") -> tuple[str, str]:
     """(title, readable text) of a page, one paragraph per line: trafilatura for HTML; plain text and
-    Markdown with hard-wrapped paragraphs joined (:func:`~pictrieve.tools.page_text.unwrap_paragraphs`)."""
+    Markdown with hard-wrapped paragraphs joined (:func:`~pictrieve.tools.web.page_text.unwrap_paragraphs`)."""
     if "html" not in content_type and "xml" not in content_type:
-        from pictrieve.tools.page_text import unwrap_paragraphs
+        from pictrieve.tools.web.page_text import unwrap_paragraphs
 
         text = unwrap_paragraphs(body)
         first = text.splitlines()[0] if text else ""

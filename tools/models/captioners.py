@@ -1,13 +1,13 @@
 """Captioners: models that describe images in words, for galleries without human captions.
 
-Every captioner implements :class:`pictrieve.tools.protocols.Captioner`:
+Every captioner implements :class:`pictrieve.tools.models.protocols.Captioner`:
 ``captioner.caption(images_or_paths, prompt=None) -> list[str]`` (decoded images and file paths may
 be mixed) and has a ``name`` that :func:`create_captioner` rebuilds it from. Calling the captioner
 (``captioner(images_or_paths)``) is the same as ``caption`` without a prompt. PlugIR shows captions
 of retrieval candidates to its questioner, QC2 trains on captions, and the Vision Search Assistant
 describes regions, so all need one when a gallery has no ``captions.jsonl`` or ``NAME.txt`` sidecars.
 
-Names, resolved by the :data:`CAPTIONERS` :class:`~pictrieve.tools.registry.Registry`:
+Names, resolved by the :data:`CAPTIONERS` :class:`~pictrieve.tools.core.registry.Registry`:
 
 - ``offline``: what the offline embedder's vision models say ("a photo of a golden retriever (0.62)
   or a Labrador retriever (0.20)"). Works without internet, but names ImageNet classes, not scenes
@@ -16,7 +16,7 @@ Names, resolved by the :data:`CAPTIONERS` :class:`~pictrieve.tools.registry.Regi
 - ``tags`` (``tags:<k>``): the everyday words (things, actions) whose text embeddings are closest
   to the image in a text-image embedder's space ("a photo that may show a bench, some grass;
   someone sitting"); works offline with any text-image embedder, see
-  :mod:`pictrieve.tools.image_tags`. Needs ``embedder=``.
+  :mod:`pictrieve.tools.models.image_tags`. Needs ``embedder=``.
 - ``blip:<hub id or local folder>`` (``blip`` alone: :data:`DEFAULT_BLIP`): a BLIP captioning
   model through transformers, downloaded once where the network allows. A bare hub id or folder
   (``Salesforce/blip-image-captioning-base``, ``./my-blip``) means the same.
@@ -34,8 +34,8 @@ from typing import Any, Sequence
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.protocols import Captioner, ImageInput
-from pictrieve.tools.registry import Registry, UnknownNameError
+from pictrieve.tools.models.protocols import Captioner, ImageInput
+from pictrieve.tools.core.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -115,8 +115,8 @@ class BlipCaptioner(CaptionerBase):
 
     def __init__(self, model_id: str = DEFAULT_BLIP, *, device: str | None = None,
                  max_new_tokens: int = 30) -> None:
-        from pictrieve.tools.devices import pick_device
-        from pictrieve.tools.model_cache import shared_model
+        from pictrieve.tools.core.devices import pick_device
+        from pictrieve.tools.core.model_cache import shared_model
 
         self.model_id = model_id or DEFAULT_BLIP
         self.device = pick_device(device)
@@ -138,7 +138,7 @@ class BlipCaptioner(CaptionerBase):
 def _load_blip(model_id: str, device: str) -> tuple[Any, Any]:
     from transformers import BlipForConditionalGeneration, BlipProcessor
 
-    from pictrieve.tools.loading import quiet_model_loading
+    from pictrieve.tools.core.loading import quiet_model_loading
 
     try:
         with quiet_model_loading():
@@ -164,8 +164,8 @@ def build_blip_captioner(spec: str = "", *, device: str | None = None, max_new_t
 
 
 def build_tags_captioner(spec: str = "", *, embedder: Any = None, **_: Any) -> Any:
-    """Registry builder for ``tags`` / ``tags:<k>`` (:class:`pictrieve.tools.image_tags.ZeroShotTagger`)."""
-    from pictrieve.tools.image_tags import DEFAULT_TAGS_PER_IMAGE, ZeroShotTagger
+    """Registry builder for ``tags`` / ``tags:<k>`` (:class:`pictrieve.tools.models.image_tags.ZeroShotTagger`)."""
+    from pictrieve.tools.models.image_tags import DEFAULT_TAGS_PER_IMAGE, ZeroShotTagger
 
     if spec and not spec.isdigit():
         raise CaptionerUnavailableError(f"'tags:{spec}': the part after 'tags:' is a number of tags, e.g. 'tags:4'")
@@ -196,7 +196,7 @@ def caption_files(captioner: Any):
     captioners took paths themselves: a :class:`Captioner` can be passed directly)."""
     if hasattr(captioner, "caption"):
         return lambda paths: captioner.caption(list(paths))
-    from pictrieve.tools.images import load_image
+    from pictrieve.tools.core.images import load_image
 
     return lambda paths: captioner([load_image(path) for path in paths])
 
@@ -204,6 +204,6 @@ def caption_files(captioner: Any):
 def _as_image(item: ImageInput) -> Image.Image:
     if isinstance(item, Image.Image):
         return item
-    from pictrieve.tools.images import load_image
+    from pictrieve.tools.core.images import load_image
 
     return load_image(item)

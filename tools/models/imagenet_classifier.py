@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pictrieve.tools.devices import pick_device
+from pictrieve.tools.core.devices import pick_device
 
 logger = logging.getLogger(__name__)
 

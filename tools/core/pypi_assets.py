@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.downloads import DownloadError, download_verified
-from pictrieve.tools.files import atomic_write_bytes
+from pictrieve.tools.core.downloads import DownloadError, download_verified
+from pictrieve.tools.core.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -4,13 +4,13 @@ A backend answers ``search(query, k) -> list[SearchResult]``. Backends:
 
 - ``ddgs``: DuckDuckGo through the ``ddgs`` package (or the older ``duckduckgo_search``), with
   exponential backoff on its frequent rate-limit errors and then one clear error;
-- ``local:<folder>``: the offline backend (:mod:`pictrieve.tools.local_pages`), a folder of pages
+- ``local:<folder>``: the offline backend (:mod:`pictrieve.tools.web.local_pages`), a folder of pages
   indexed with all-MiniLM-L6-v2 in Chroma;
 - any LangChain ``BaseRetriever`` or ``BaseTool`` the application already has:
   :func:`as_search_backend` wraps it.
 
 Results carrying ``text`` (local pages, retrievers) need no fetching; web results carry a URL the
-searcher opens through :func:`pictrieve.tools.web_fetch.fetch_page`.
+searcher opens through :func:`pictrieve.tools.web.fetch.fetch_page`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.registry import Registry, UnknownNameError
+from pictrieve.tools.core.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def _ddgs(spec: str, **kwargs: Any) -> DDGSearch:
 
 
 def _local_folder(spec: str) -> Any:
-    from pictrieve.tools.local_pages import page_folder
+    from pictrieve.tools.web.local_pages import page_folder
 
     if not spec:
         raise UnknownSearchBackendError("the local search backend needs a folder: local:DIR")
@@ -187,7 +187,7 @@ def _local_folder(spec: str) -> Any:
 
 
 def _local(spec: str, **kwargs: Any) -> Any:
-    from pictrieve.tools.local_pages import LocalPages
+    from pictrieve.tools.web.local_pages import LocalPages
 
     return LocalPages(_local_folder(spec), **kwargs)
 

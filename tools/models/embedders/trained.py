@@ -14,7 +14,7 @@ straight into the all-MiniLM-L6-v2 sentence space with a small head trained on c
   learned temperature on flickr8k-train (``benchmarks/train_offline_head.py``; recipe and numbers in
   ``benchmarks/trained_embedder.md``): Recall@10 0.76 on flickr8k-dev against 0.42 for ``offline-labels``.
 
-Names: ``offline`` (the head shipped in ``tools/embedders/weights/``) or ``trained:/path/head.npz``
+Names: ``offline`` (the head shipped in ``tools/models/embedders/weights/``) or ``trained:/path/head.npz``
 (a head written by ``pictrieve train-embedder``; ``trained`` alone is the packaged head under another name).
 """
 
@@ -31,11 +31,11 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.devices import pick_device
-from pictrieve.tools.embedders.base import EmbedderBase, l2_normalize
-from pictrieve.tools.embedders.image_features import PackagedBackbone
-from pictrieve.tools.model_cache import shared_model
-from pictrieve.tools.sentence_encoder import SentenceEncoder, _gelu
+from pictrieve.tools.core.devices import pick_device
+from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.models.embedders.image_features import PackagedBackbone
+from pictrieve.tools.core.model_cache import shared_model
+from pictrieve.tools.models.sentence_encoder import SentenceEncoder, _gelu
 
 if TYPE_CHECKING:
     import torch
@@ -166,7 +166,7 @@ class TrainedEmbedder(PackagedBackbone, EmbedderBase):
     def labels(self):
         """The ``offline-labels`` embedder: the label bridge of the ensemble, and :meth:`describe`."""
         if self._labels is None:
-            from pictrieve.tools.embedders.offline import OfflineEmbedder
+            from pictrieve.tools.models.embedders.offline import OfflineEmbedder
 
             self._labels = OfflineEmbedder("", self._requested_device)
         return self._labels
@@ -208,7 +208,7 @@ def build_trained_embedder(spec: str, device: str | None = None) -> TrainedEmbed
 
 def build_default_offline_embedder(spec: str, device: str | None = None) -> TrainedEmbedder:
     """Factory hook for ``offline``: the packaged head (no spec)."""
-    from pictrieve.tools.embedders.factory import UnknownEmbedderError
+    from pictrieve.tools.models.embedders.factory import UnknownEmbedderError
 
     spec = spec.strip()
     if spec == "detect":
@@ -373,7 +373,7 @@ def folder_training_data(
     import torch
     from tqdm.auto import tqdm
 
-    from pictrieve.tools.imagenet_classifier import ImageNetClassifier
+    from pictrieve.tools.models.imagenet_classifier import ImageNetClassifier
 
     root = Path(root)
     listing = root / "captions.jsonl"

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from PIL import Image
 
-from pictrieve.tools.protocols import ImageInput
+from pictrieve.tools.models.protocols import ImageInput
 
 DEFAULT_PROMPT = "Describe this image in two sentences."
 
@@ -39,7 +39,7 @@ class ChatVLMCaptioner:
     def caption(self, images: Sequence[ImageInput], *, prompt: str | None = None) -> list[str]:
         from langchain_core.messages import HumanMessage
 
-        from pictrieve.tools.llm_calls import complete
+        from pictrieve.tools.models.llm_calls import complete
 
         out = []
         for image in images:
@@ -53,7 +53,7 @@ class ChatVLMCaptioner:
 
 def create_vlm(model: str, *, base_url: str | None = None, temperature: float = 0.2, **kwargs: Any) -> ChatVLMCaptioner:
     """A VLM captioner for ``model`` served at ``base_url`` (an OpenAI-compatible ``/v1`` endpoint)."""
-    from pictrieve.tools.chat_models import create_chat_model
+    from pictrieve.tools.models.chat_models import create_chat_model
 
     chat = create_chat_model(f"openai:{model}", base_url=base_url, temperature=temperature, **kwargs)
     return ChatVLMCaptioner(chat, name=f"openai:{model}")
@@ -69,7 +69,7 @@ class OfflineRegionCaptioner:
 
     def caption(self, images: Sequence[ImageInput], *, prompt: str | None = None) -> list[str]:
         if self.embedder is None:
-            from pictrieve.tools.embedders.factory import create_embedder
+            from pictrieve.tools.models.embedders.factory import create_embedder
 
             self.embedder = create_embedder("offline")
         pictures = [im if isinstance(im, Image.Image) else Image.open(os.fspath(im)) for im in images]
@@ -85,6 +85,6 @@ def create_region_captioner(name: str | Any = "offline", *, base_url: str | None
     family, _, spec = name.partition(":")
     if family == "openai" and spec:
         return create_vlm(spec, base_url=base_url)
-    from pictrieve.tools.captioners import CaptionerUnavailableError
+    from pictrieve.tools.models.captioners import CaptionerUnavailableError
 
     raise CaptionerUnavailableError(f"unknown VLM {name!r}: use 'offline' or 'openai:<model>' with --vlm-base-url")

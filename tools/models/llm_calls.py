@@ -14,7 +14,7 @@ their chat model through this module, so they share one policy:
   reply per process, not once per round.
 
 Sampling settings (temperature, top_p, max_tokens, stop) are passed per call, LangChain style, and are
-honoured by ``ChatOpenAI`` and :class:`pictrieve.tools.chat_models.LocalChatModel` alike.
+honoured by ``ChatOpenAI`` and :class:`pictrieve.tools.models.chat_models.LocalChatModel` alike.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def describe_model(llm: Any) -> tuple[str, str]:
     if endpoint is None and hasattr(llm, "root_client"):
         endpoint = str(getattr(llm.root_client, "base_url", "") or "") or None
     if endpoint is None:
-        from pictrieve.tools.chat_models import LocalChatModel
+        from pictrieve.tools.models.chat_models import LocalChatModel
 
         endpoint = "this machine (transformers)" if isinstance(llm, LocalChatModel) else "its provider's default endpoint"
     return str(name), str(endpoint)
