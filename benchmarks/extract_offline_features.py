@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from pictrieve.tools.models.embedders.backbone import squash_pixels
 from pictrieve.tools.models.imagenet_classifier import load_efficientnet_lite0, preprocess_image
-from pictrieve.tools.models.embedders.trained import squash_pixels
 
 
 def letterbox_pixels(image: Image.Image) -> torch.Tensor:

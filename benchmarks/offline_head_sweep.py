@@ -24,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from pictrieve.evaluation.head_training import HeadTraining, train_head
 from pictrieve.evaluation.retrieval import retrieval_metrics
 from pictrieve.tools.models.embedders.base import l2_normalize
-from pictrieve.tools.models.embedders.trained import HeadTraining, ProjectionHead, train_head
+from pictrieve.tools.models.embedders.trained import ProjectionHead
 
 BASE = HeadTraining(epochs=60, dropout=0.2, feature_noise=0.1, all_captions=False)  # the defaults before this sweep
 CONFIGS: dict[str, dict] = {

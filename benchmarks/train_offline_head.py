@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from offline_head_sweep import BASE, CONFIGS, head_vectors, label_bridge, load, score
+from pictrieve.evaluation.head_training import train_head
 from pictrieve.tools.models.embedders.base import l2_normalize
-from pictrieve.tools.models.embedders.trained import ProjectionHead, train_head
+from pictrieve.tools.models.embedders.trained import ProjectionHead
 
 
 def dev_views(cache: Path, mode: str, flips: bool) -> tuple[np.ndarray, np.ndarray]:

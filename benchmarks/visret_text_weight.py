@@ -47,7 +47,7 @@ def train_head(args: argparse.Namespace) -> None:
     """The shipped recipe on flickr8k-train's non-dev rows; the dev rows only report held-out R@10."""
     from dataclasses import replace
 
-    from pictrieve.tools.models.embedders.trained import HeadTraining, folder_training_data, train_head as fit
+    from pictrieve.evaluation.head_training import HeadTraining, folder_training_data, train_head as fit
 
     features, captions, rows = folder_training_data(args.train)
     splits = np.array([r.get("split", "") for r in rows])

@@ -61,8 +61,8 @@ def copy_sample_photos(target: Path) -> list[Path]:
 def demo(out: str, embedder: str | None, k: int) -> None:
     """Index sample photos bundled with scikit-image and scikit-learn, run a few queries, and write
     OUT/results.html with the hits of every query."""
-    from pictrieve.vectorstore.contact_sheet import write_contact_sheet
     from pictrieve.tools.models.embedders.factory import default_embedder_name
+    from pictrieve.vectorstore.contact_sheet import write_contact_sheet
     from pictrieve.vectorstore.gallery import Gallery
 
     root = Path(out)

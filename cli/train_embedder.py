@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from pictrieve.tools.models.embedders.trained import HeadTraining
+from pictrieve.evaluation.head_training import HeadTraining
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def train_embedder(folder: Path, out: Path, held_out: float, epochs: int, patien
       pictrieve train-embedder ~/captioned --out ~/heads/mine.npz
       pictrieve index ~/Photos --gallery ./g --embedder trained:~/heads/mine.npz
     """
-    from pictrieve.tools.models.embedders.trained import folder_training_data, train_head
+    from pictrieve.evaluation.head_training import folder_training_data, train_head
 
     features, captions, rows = folder_training_data(folder, device=device)
     splits = np.array([r.get("split", "") for r in rows])

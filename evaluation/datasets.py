@@ -136,8 +136,8 @@ def eval_gallery(
     the pictrieve cache, ``PICTRIEVE_CACHE``); the gallery inside it is still keyed by content.
     ``location``: an exact gallery folder instead (no keying; the caller owns it). ``budget``: a
     :class:`~pictrieve.tools.core.time_budget.TimeBudget` that may stop indexing part-way (see ``Gallery.add``)."""
-    from pictrieve.tools.models.embedders.factory import create_embedder, default_embedder_name
     from pictrieve.tools.core.pypi_assets import cache_root
+    from pictrieve.tools.models.embedders.factory import create_embedder, default_embedder_name
     from pictrieve.vectorstore.gallery import Gallery
 
     folder = folder if isinstance(folder, CaptionedFolder) else CaptionedFolder.load(folder)

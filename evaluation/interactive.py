@@ -28,8 +28,8 @@ import numpy as np
 from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer, CaptionUser
 from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
 from pictrieve.evaluation.ranking import ExactRanker
-from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.graphs.interactive_retrieval import ARMS, PlugIRSettings, build_plugir_graph
+from pictrieve.tools.core.seeding import torch_seeded
 
 logger = logging.getLogger(__name__)
 

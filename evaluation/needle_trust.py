@@ -40,8 +40,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from pictrieve.evaluation.generative import feedback_round, query_metrics, timed_run
-from pictrieve.evaluation.relevance import MATCH_THRESHOLD, CaptionJudge
 from pictrieve.evaluation.paired import paired_bootstrap
+from pictrieve.evaluation.relevance import MATCH_THRESHOLD, CaptionJudge
 
 logger = logging.getLogger(__name__)
 

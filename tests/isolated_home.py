@@ -38,8 +38,8 @@ def isolate(user_cache: Path) -> Path:
 
     ``user_cache`` is where ``pictrieve fetch-models`` put the packaged models (read before this call).
     """
-    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
     from pictrieve.tools.core.pypi_assets import PACKAGED_ASSETS
+    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
 
     session = Path(tempfile.mkdtemp(prefix="pictrieve-tests-"))
     atexit.register(shutil.rmtree, session, ignore_errors=True)

@@ -14,8 +14,8 @@ from pictrieve.tools.models.captioners import (
     caption_files,
     create_captioner,
 )
-from pictrieve.tools.models.protocols import Captioner
 from pictrieve.tools.core.registry import UnknownNameError
+from pictrieve.tools.models.protocols import Captioner
 
 
 class SeeingEmbedder:

@@ -97,8 +97,8 @@ def test_eval_retrieval_on_a_captioned_folder(tmp_path, tiny_clip_name):
     # at their expected rank): a bound like 1 <= median <= 5 could not fail with five images.
     import numpy as np
 
-    from pictrieve.tools.models.embedders.factory import create_embedder
     from pictrieve.tools.core.images import load_image
+    from pictrieve.tools.models.embedders.factory import create_embedder
 
     model = create_embedder(tiny_clip_name)
     images = model.embed_images([load_image(folder / "images" / f"{i}.png") for i in range(5)])

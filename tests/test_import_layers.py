@@ -7,6 +7,10 @@ Read from the source (no module is imported): every ``import pictrieve...`` of e
   folder (``agents/<m>/``) names its graph builder as a ``"module:attribute"`` string, never an import.
 - **No circle**: the imports made when a module loads (top level, outside ``if TYPE_CHECKING``) form no
   cycle, so no module depends on the order in which others are imported.
+- **tools shows its parts**: every module of ``tools`` lives in ``tools/core``, ``tools/models`` or
+  ``tools/web``; imports inside tools go ``web`` -> ``models`` -> ``core`` and never back, and no module of
+  tools reaches itself through others, counting imports inside functions and ``importlib.import_module``
+  of a literal name too (a registry's ``"module:attribute"`` string is a name, not an import).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_INSTALLED = {"tests", "benchmarks", "examples", "docs", "build", "dist"}
+TOOLS_PARTS = {"core": 0, "models": 1, "web": 2}
 LAYERS = {"errors": 0, "tools": 1, "prompts": 1, "vectorstore": 2, "agents": 3, "graphs": 4,
           "evaluation": 5, "ui": 5, "mcp_server": 5, "cli": 6}
 
@@ -53,6 +58,12 @@ def imports(name: str, path: Path, *, top_level_only: bool) -> set[str]:
                     base = ".".join([*parent, *([node.module] if node.module else [])])
                 out.add(base)
                 out.update(f"{base}.{alias.name}" for alias in node.names)
+            if not top_level_only:  # importlib.import_module("pictrieve..."): an import all the same
+                for call in ast.walk(node):
+                    if (isinstance(call, ast.Call) and ast.unparse(call.func).endswith("import_module")
+                            and call.args and isinstance(call.args[0], ast.Constant)
+                            and isinstance(call.args[0].value, str)):
+                        out.add(call.args[0].value)
             if top_level_only:
                 for field in ("body", "orelse", "handlers", "finalbody"):
                     if isinstance(node, (ast.If, ast.Try, ast.With)) or isinstance(node, ast.ExceptHandler):
@@ -96,7 +107,12 @@ def test_no_import_goes_to_a_higher_layer():
 
 
 def test_no_import_circle_when_modules_load():
-    edges = graph(top_level_only=True)
+    cycles = cycles_in(graph(top_level_only=True))
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def cycles_in(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each strongly connected group of modules that has one (empty: no circle)."""
     state: dict[str, int] = {}
     cycles: list[list[str]] = []
 
@@ -114,7 +130,37 @@ def test_no_import_circle_when_modules_load():
     for module in sorted(edges):
         if module not in state:
             walk(module, [])
-    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+    return cycles
+
+
+def tools_part(module: str) -> str | None:
+    """``core``, ``models`` or ``web`` for a module of tools (``""`` for a module outside them)."""
+    parts = module.split(".")
+    if parts[:2] != ["pictrieve", "tools"] or len(parts) == 2:
+        return None
+    return parts[2] if parts[2] in TOOLS_PARTS else ""
+
+
+def tools_graph() -> dict[str, set[str]]:
+    """Imports between modules of tools, lazy ones and ``importlib.import_module`` included."""
+    return {source: {t for t in targets if tools_part(t) is not None}
+            for source, targets in graph(top_level_only=False).items() if tools_part(source) is not None}
+
+
+def test_every_tools_module_is_in_a_part():
+    loose = sorted(m for m in modules() if tools_part(m) == "")
+    assert not loose, f"modules of tools outside core/, models/ and web/: {loose}"
+
+
+def test_tools_parts_import_downward_only():
+    upward = sorted(f"{source} -> {target}" for source, targets in tools_graph().items() for target in targets
+                    if TOOLS_PARTS[tools_part(target)] > TOOLS_PARTS[tools_part(source)])
+    assert not upward, "imports inside tools against web -> models -> core:\n" + "\n".join(upward)
+
+
+def test_no_import_circle_inside_tools_even_through_lazy_imports():
+    cycles = cycles_in(tools_graph())
+    assert not cycles, "import circles inside tools:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
 def test_the_checks_see_imports():
@@ -123,7 +169,9 @@ def test_the_checks_see_imports():
     assert "pictrieve.agents.method" in edges["pictrieve.agents.search"]
     assert "pictrieve.agents.method" in edges["pictrieve.graphs.registry"]
     lazy = graph(top_level_only=False)
-    assert "pictrieve.tools.retrieval_metrics" in lazy["pictrieve.tools.models.embedders.trained"]
+    assert "pictrieve.tools.web.local_pages" in lazy["pictrieve.tools.web.search"]  # inside a function
+    assert "pictrieve.tools.web.local_pages" not in edges["pictrieve.tools.web.search"]
+    assert "pictrieve.evaluation.retrieval" in edges["pictrieve.evaluation.head_training"]
 
 
 def gallery_private_names() -> set[str]:

@@ -19,16 +19,11 @@ from pictrieve.tools.models.embedders.factory import (
     register_embedder,
 )
 from pictrieve.tools.core.model_cache import forget_shared_models, is_shared, shared_model
-from pictrieve.tools.models.object_detector import (
-    DETECTORS,
-    ObjectDetector,
-    UnknownDetectorError,
-    available_detectors,
-    create_detector,
-)
-from pictrieve.tools.models.protocols import Detector
 from pictrieve.tools.core.registry import UnknownNameError
 from pictrieve.tools.core.seeding import torch_seeded
+from pictrieve.tools.models.detectors import DETECTORS, UnknownDetectorError, available_detectors, create_detector
+from pictrieve.tools.models.object_detector import ObjectDetector
+from pictrieve.tools.models.protocols import Detector
 
 def _lazy_builder(spec, device=None):
     return ("lazy", spec, device)

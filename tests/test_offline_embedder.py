@@ -12,10 +12,10 @@ import torch
 from PIL import Image
 
 from pictrieve.evaluation.retrieval import retrieval_metrics
+from pictrieve.tools.core.model_cache import forget_shared_models, is_shared
 from pictrieve.tools.models.embedders.base import Embedder
 from pictrieve.tools.models.embedders.factory import create_embedder
 from pictrieve.tools.models.embedders.offline import OfflineEmbedder, class_embeddings_cache_path, count_phrase
-from pictrieve.tools.core.model_cache import forget_shared_models, is_shared
 from conftest import USER_CACHE  # only read (already-fetched detector files); tests cache under tmp
 from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError, cache_root
 

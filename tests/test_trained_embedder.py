@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from PIL import Image
 
+from pictrieve.evaluation.head_training import HeadTraining, caption_recall_at_10, train_head
 from pictrieve.tools.models.embedders.factory import EMBEDDERS, create_embedder
-from pictrieve.tools.models.embedders.trained import (
-    PACKAGED_HEAD, HeadFileError, HeadTraining, ProjectionHead, TrainedEmbedder, caption_recall_at_10, train_head,
-)
+from pictrieve.tools.models.embedders.trained import PACKAGED_HEAD, HeadFileError, ProjectionHead, TrainedEmbedder
 
 skimage_data = pytest.importorskip("skimage.data")
 
@@ -58,6 +58,25 @@ def test_training_learns_a_synthetic_pairing():
     chance = caption_recall_at_10(_random_head(rng, n_in=d)(features[held].mean(1)), captions[held])
     assert trained > 0.8 > 0.3 > chance, (trained, chance)
     assert head.meta["held_out_recall@10"] == max(h["held_out_recall@10"] for h in history)
+
+
+def test_training_repeats_with_its_seed_and_leaves_the_callers_randomness_alone():
+    """The seed makes the head (initialisation, dropout, noise), and nothing outside training is reseeded."""
+    import torch
+
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(48, 2, 16)).astype(np.float32)
+    captions = rng.normal(size=(48, 2, 384)).astype(np.float32)
+    captions /= np.linalg.norm(captions, axis=-1, keepdims=True)
+    config = HeadTraining(hidden=8, epochs=2, batch_size=16)
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    first, _ = train_head(features, captions, np.arange(40), np.arange(40, 48), config, progress=False)
+    assert torch.equal(torch.rand(4), expected)  # the caller's generator went on where it was
+    again, _ = train_head(features, captions, np.arange(40), np.arange(40, 48), config, progress=False)
+    other, _ = train_head(features, captions, np.arange(40), np.arange(40, 48), replace(config, seed=1), progress=False)
+    assert np.array_equal(first.w1, again.w1) and not np.array_equal(first.w1, other.w1)
 
 
 def test_factory_builds_trained_embedder_from_a_head_file(tmp_path):

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import FLICKR8K_DEV  # noqa: E402
 from test_ui import browser, finished, page, serve  # noqa: E402,F401  (the headless Chromium fixtures, helpers)
 
-from pictrieve.tools.models.object_detector import Detection  # noqa: E402
+from pictrieve.tools.models.protocols import Detection  # noqa: E402
 from pictrieve.tools.web.search import SearchResult  # noqa: E402
 from pictrieve.ui.app import create_app  # noqa: E402
 

@@ -246,9 +246,9 @@ def test_a_page_title_cannot_close_its_fence_either():
 
 # -- detectors ------------------------------------------------------------------------------------
 def test_ssd_detector_on_a_real_photo_follows_the_protocol():
+    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO
     from pictrieve.tools.models.detectors import DETECTORS
     from pictrieve.tools.models.protocols import Detector
-    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO
 
     if not HORSE.is_file():
         pytest.skip("flickr8k-dev not found (set PICTRIEVE_FLICKR8K_DEV)")

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from pictrieve.tools.core.images import ImageDecodeError, load_image
 from pictrieve.tools.core.files import atomic_write_bytes
+from pictrieve.tools.core.images import ImageDecodeError, load_image
 from pictrieve.vectorstore.hits import ImageHit
 
 logger = logging.getLogger(__name__)

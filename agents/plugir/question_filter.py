@@ -18,8 +18,8 @@ import numpy as np
 from langchain_core.language_models.chat_models import BaseChatModel
 
 from pictrieve.agents.plugir.chat_prompts import render_prompt
-from pictrieve.tools.models.llm_calls import complete_batch
 from pictrieve.agents.plugir.retrieval_context import softmax
+from pictrieve.tools.models.llm_calls import complete_batch
 
 logger = logging.getLogger(__name__)
 

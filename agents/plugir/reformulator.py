@@ -16,8 +16,8 @@ from typing import Sequence
 from langchain_core.language_models.chat_models import BaseChatModel
 
 from pictrieve.agents.plugir.chat_prompts import render_prompt
-from pictrieve.tools.models.llm_calls import complete, note_fallback
 from pictrieve.agents.plugir.questioner import Turn
+from pictrieve.tools.models.llm_calls import complete, note_fallback
 
 logger = logging.getLogger(__name__)
 

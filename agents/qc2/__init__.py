@@ -18,11 +18,11 @@ quality levels ("Relevance: High, Quality: Low, Query: ..."), turns a short quer
 
 Python entry points::
 
-    from pictrieve.vectorstore.gallery import Gallery
-    from pictrieve.tools.models.quality_scorers import create_quality_scorer
     from pictrieve.agents.qc2.annotation import annotate_gallery
     from pictrieve.agents.qc2.pipeline import train_on_gallery
     from pictrieve.graphs.quality_retrieval import quality_search
+    from pictrieve.tools.models.quality_scorers import create_quality_scorer
+    from pictrieve.vectorstore.gallery import Gallery
 
     gallery = Gallery.open("my.gallery")
     annotate_gallery(gallery, [create_quality_scorer("brisque")])

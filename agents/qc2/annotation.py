@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from pictrieve.agents.qc2.levels import AxisLevels
 from pictrieve.agents.qc2.bundle import gallery_fingerprint
 from pictrieve.agents.qc2.errors import QC2ModelError
+from pictrieve.agents.qc2.levels import AxisLevels
 from pictrieve.agents.qc2.prompt_format import QC2Example
+from pictrieve.tools.core.time_budget import TimeBudget
 from pictrieve.tools.models.captioners import Captioner
 from pictrieve.tools.models.quality_scorers import QUALITY_SCORERS, BrisqueScorer, LaionAestheticScorer, QualityScorer
-from pictrieve.tools.core.time_budget import TimeBudget
 
 logger = logging.getLogger(__name__)
 

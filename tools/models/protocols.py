@@ -14,16 +14,27 @@ are LangChain ``BaseChatModel`` s.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 from PIL import Image
-
-from pictrieve.tools.models.object_detector import Detection
 
 ImageInput = Image.Image | str | os.PathLike
 """A decoded image or the path of an image file."""
 
 __all__ = ["Captioner", "Detection", "Detector", "ImageInput", "Visualizer"]
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One detected object: its ``label``, confidence ``score`` in [0, 1] and pixel ``box``.
+
+    ``box`` is ``(x0, y0, x1, y1)`` in the coordinates of the image passed to ``detect``.
+    """
+
+    label: str
+    score: float
+    box: tuple[float, float, float, float]
 
 
 @runtime_checkable

@@ -11,24 +11,24 @@ readable text (no fetching needed).
 from __future__ import annotations
 
 import hashlib
-import os
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from pictrieve.errors import PictrieveError
+from pictrieve.tools.core.model_cache import shared_model
+from pictrieve.tools.core.pypi_assets import cache_root
+from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 from pictrieve.tools.web.fetch import extract_text
-from pictrieve.tools.web.search import SearchResult
+from pictrieve.tools.web.results import SearchResult
 
 logger = logging.getLogger(__name__)
 
 PAGE_SUFFIXES = {".html": "text/html", ".htm": "text/html", ".md": "text/markdown", ".markdown": "text/markdown",
                  ".txt": "text/plain"}
 PASSAGE_CHARS = 600
-
-_ENCODER: Any = None
-_ENCODER_LOCK = threading.Lock()
 
 
 class PageFolderError(PictrieveError, ValueError):
@@ -57,18 +57,12 @@ class SerialEncoder:
 
 
 def shared_encoder() -> SerialEncoder:
-    """The process's one all-MiniLM-L6-v2 encoder (loaded once; see :class:`SerialEncoder`)."""
-    with _ENCODER_LOCK:
-        return _load_encoder()
+    """The process's one all-MiniLM-L6-v2 encoder, used serially (see :class:`SerialEncoder`).
 
-
-def _load_encoder() -> Any:
-    global _ENCODER
-    if _ENCODER is None:
-        from pictrieve.tools.models.sentence_encoder import SentenceEncoder
-
-        _ENCODER = SerialEncoder(SentenceEncoder(device="cpu"))
-    return _ENCODER
+    It wraps the shared sentence encoder (the offline embedder's and the exemplar visualizer's), so
+    the weights are loaded once per process whoever asks first.
+    """
+    return shared_model(("serial-sentence-encoder",), lambda: SerialEncoder(shared_model(("sentence-encoder",), SentenceEncoder)))
 
 
 def _passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
@@ -119,8 +113,6 @@ class LocalPages:
     @staticmethod
     def _default_client() -> Any:
         import chromadb
-
-        from pictrieve.tools.core.pypi_assets import cache_root
 
         path = Path(os.environ.get("PICTRIEVE_PAGES_DB") or cache_root() / "local-pages")
         path.mkdir(parents=True, exist_ok=True)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.registry import Registry, UnknownNameError
+from pictrieve.tools.web.results import SearchBackend, SearchResult
 
 logger = logging.getLogger(__name__)
 
@@ -45,25 +45,6 @@ def short_reason(exc: BaseException | None, limit: int = 200) -> str:
         return "no answer"
     text = " ".join(f"{type(exc).__name__}: {exc}".split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """One search result: ``url`` and ``title``, a ``snippet``, and the page ``text`` when known."""
-
-    url: str
-    title: str = ""
-    snippet: str = ""
-    text: str = ""
-    score: float = 0.0
-    metadata: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
-@runtime_checkable
-class SearchBackend(Protocol):
-    name: str
-
-    def search(self, query: str, *, k: int = 6) -> list[SearchResult]: ...
 
 
 class DDGSearch:

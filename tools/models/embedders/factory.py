@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from pictrieve.tools.models.embedders.base import Embedder
 from pictrieve.tools.core.registry import Registry, UnknownNameError
+from pictrieve.tools.models.embedders.base import Embedder
 
 DEFAULT_EMBEDDER = "offline"
 ENV_DEFAULT = "PICTRIEVE_EMBEDDER"

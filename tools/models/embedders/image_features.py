@@ -20,48 +20,15 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.core.devices import pick_device
+from pictrieve.tools.models.embedders.backbone import FEATURE_DIM, PackagedBackbone, pooled_features
 from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
-from pictrieve.tools.core.model_cache import shared_model
 
 if TYPE_CHECKING:
     import torch
 
-    from pictrieve.tools.models.imagenet_classifier import ImageNetClassifier
-
-FEATURE_DIM = 1280
-
 
 class ImageOnlyEmbedderError(PictrieveError, TypeError):
     """A text was given to an embedder that only embeds images."""
-
-
-class PackagedBackbone:
-    """Mixin for embedders built on the packaged EfficientNet-Lite0: the device, chosen on first use
-    (set ``_requested_device``), and the classifier network, loaded once and shared by every embedder
-    of the process on that device."""
-
-    _requested_device: str | None = None
-    _device: str | None = None
-
-    @property
-    def device(self) -> str:
-        if self._device is None:
-            self._device = pick_device(self._requested_device)
-        return self._device
-
-    @property
-    def classifier(self) -> "ImageNetClassifier":
-        """The packaged EfficientNet-Lite0 ImageNet classifier (loaded on first use, shared)."""
-        from pictrieve.tools.models.imagenet_classifier import ImageNetClassifier
-
-        device = self.device
-        return shared_model(("imagenet-classifier", device), lambda: ImageNetClassifier(device))
-
-    @property
-    def backbone(self):
-        """EfficientNet-Lite0 with the packaged weights."""
-        return self.classifier.model
 
 
 class ImageFeatureEmbedder(PackagedBackbone, EmbedderBase):
@@ -87,8 +54,6 @@ class ImageFeatureEmbedder(PackagedBackbone, EmbedderBase):
 
     def embed_preprocessed(self, batch: Sequence["torch.Tensor"]) -> np.ndarray:
         import torch
-
-        from pictrieve.tools.models.embedders.trained import pooled_features
 
         if not batch:
             return np.zeros((0, self.dim), dtype=np.float32)

@@ -45,12 +45,13 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from PIL import Image
 
-from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
-from pictrieve.tools.models.embedders.image_features import PackagedBackbone
 from pictrieve.tools.core.files import atomic_write_bytes
-from pictrieve.tools.models.object_detector import Detection, ObjectDetector, in_pixels
 from pictrieve.tools.core.model_cache import shared_model
 from pictrieve.tools.core.pypi_assets import cache_root, files_fingerprint
+from pictrieve.tools.models.embedders.backbone import PackagedBackbone
+from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.models.object_detector import ObjectDetector, in_pixels
+from pictrieve.tools.models.protocols import Detection
 from pictrieve.tools.models.sentence_encoder import SentenceEncoder, minilm_model_dir
 
 if TYPE_CHECKING:

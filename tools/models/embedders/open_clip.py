@@ -24,8 +24,8 @@ from PIL import Image
 
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.devices import pick_device
-from pictrieve.tools.models.embedders.base import EmbedderBase
 from pictrieve.tools.core.seeding import torch_seeded
+from pictrieve.tools.models.embedders.base import EmbedderBase
 
 logger = logging.getLogger(__name__)
 
