@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import re
-from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -130,9 +129,9 @@ class CaptionUser:
 
 
 
-@lru_cache(maxsize=1)
 def _shared_encoder():
-    """One all-MiniLM-L6-v2 per process for every caption user (loading it takes about a second)."""
+    """The process's one all-MiniLM-L6-v2 (the offline embedder's), shared through the model cache."""
+    from pictrieve.tools.core.model_cache import shared_model
     from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
-    return SentenceEncoder()
+    return shared_model(("sentence-encoder",), SentenceEncoder)
