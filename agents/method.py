@@ -28,12 +28,13 @@ or ``None`` for a method whose gallery is optional), with
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+from pictrieve.tools.core.registry import load_target as load_registered_target
 
 NEEDS: Mapping[str, str] = MappingProxyType({
     "llm": "a chat model (a LangChain BaseChatModel, or a name such as offline or openai:MODEL)",
@@ -60,16 +61,9 @@ class MethodDefinitionError(ValueError):
 
 
 def load_target(target: Any) -> Any:
-    """The object a ``"module:attribute"`` string names (any other value is returned as it is)."""
-    if not isinstance(target, str):
-        return target
-    module, sep, attribute = target.partition(":")
-    if not sep or not module or not attribute:
-        raise MethodDefinitionError(f"{target!r} is not of the form 'module:attribute'")
-    value: Any = importlib.import_module(module)
-    for part in attribute.split("."):
-        value = getattr(value, part)
-    return value
+    """The object a ``"module:attribute"`` string names (any other value is returned as it is);
+    :func:`pictrieve.tools.core.registry.load_target`, with :class:`MethodDefinitionError` for a malformed string."""
+    return load_registered_target(target, error=MethodDefinitionError)
 
 
 @dataclass(frozen=True)

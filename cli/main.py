@@ -6,7 +6,6 @@ answers instantly instead of loading torch.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import click
 
 from pictrieve import __version__
+from pictrieve.tools.core.registry import load_target
 
 COMMANDS = {
     "index": ("pictrieve.cli.gallery_commands:index", "Add photos to a gallery (resumes, skips unchanged files)."),
@@ -61,8 +61,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
             target, _ = self.lazy[name]
-            module, _, attribute = target.partition(":")
-            return getattr(importlib.import_module(module), attribute)
+            return load_target(target)
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

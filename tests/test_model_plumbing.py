@@ -19,7 +19,7 @@ from pictrieve.tools.models.embedders.factory import (
     register_embedder,
 )
 from pictrieve.tools.core.model_cache import forget_shared_models, is_shared, shared_model
-from pictrieve.tools.core.registry import UnknownNameError
+from pictrieve.tools.core.registry import Registry, UnknownNameError, load_target, split_name
 from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.tools.models.detectors import DETECTORS, UnknownDetectorError, available_detectors, create_detector
 from pictrieve.tools.models.object_detector import ObjectDetector
@@ -62,6 +62,28 @@ def test_detectors_registry_and_protocol():
     parameters = inspect.signature(ObjectDetector.detect).parameters
     assert parameters["labels"].kind is inspect.Parameter.KEYWORD_ONLY
     assert parameters["min_score"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_one_loader_reads_every_module_attribute_string():
+    """Registry builders, a method's parts and the CLI's commands are all loaded by ``load_target``:
+    dotted attributes work in a registry as in a method, and a malformed string says what is expected."""
+    from pictrieve.agents.method import MethodDefinitionError
+    from pictrieve.agents.method import load_target as load_method_part
+    from pictrieve.cli.main import cli as cli_group
+
+    assert load_target("pictrieve.tools.core.registry:Registry.create") is Registry.create
+    assert load_target(split_name) is split_name  # anything else passes through
+    things: Registry = Registry("thing")
+    things.register("pair", "pictrieve.tools.core.registry:split_name")
+    things.register("build", "pictrieve.tools.core.registry:Registry.check")
+    assert things.create("pair:a:b") == ("a", "b")
+    assert things.builder_for("build:x")[0] is Registry.check
+    things.register("broken", "pictrieve.tools.core.registry")
+    with pytest.raises(ValueError, match="not of the form 'module:attribute'"):
+        things.create("broken")
+    with pytest.raises(MethodDefinitionError, match="not of the form 'module:attribute'"):
+        load_method_part("pictrieve.graphs.search")
+    assert cli_group.get_command(None, "train-embedder").name == "train-embedder"
 
 
 def test_offline_detector_follows_the_protocol():

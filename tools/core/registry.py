@@ -35,10 +35,7 @@ class Entry:
 
     def load(self) -> Callable[..., Any]:
         """The builder itself, importing its module on first use."""
-        if callable(self.builder):
-            return self.builder
-        module, _, attribute = self.builder.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return load_target(self.builder)
 
 
 class Registry(Generic[T]):
@@ -88,6 +85,25 @@ class Registry(Generic[T]):
         """Build ``name``: ``builder(spec, **kwargs)``."""
         builder, spec = self.builder_for(name)
         return builder(spec, **kwargs)
+
+
+def load_target(target: Any, *, error: type[Exception] = ValueError) -> Any:
+    """The object a ``"module:attribute"`` string names, importing the module (``attribute`` may be
+    dotted: ``"pkg.mod:Class.method"``); any other value is returned as it is.
+
+    The one loader of such strings: registry builders, a method's builder and schemas
+    (:mod:`pictrieve.agents.method`), the command line's subcommands. A string not of that form raises
+    ``error`` (callers pass their own error class).
+    """
+    if not isinstance(target, str):
+        return target
+    module, sep, attribute = target.partition(":")
+    if not sep or not module.strip() or not attribute.strip():
+        raise error(f"{target!r} is not of the form 'module:attribute'")
+    value: Any = importlib.import_module(module.strip())
+    for part in attribute.strip().split("."):
+        value = getattr(value, part)
+    return value
 
 
 def split_name(name: str) -> tuple[str, str]:
