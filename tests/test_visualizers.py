@@ -179,6 +179,21 @@ def test_tiny_random_runs_the_real_diffusers_code_path_reproducibly():
     assert not np.array_equal(np.asarray(first[0]), np.asarray(other[0]))
 
 
+def test_tiny_random_weights_come_from_the_seed_and_leave_the_callers_generator_alone():
+    import torch
+
+    from pictrieve.tools.models.text_to_image import tiny_random_pipeline
+
+    torch.manual_seed(5)
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    first = tiny_random_pipeline(seed=0)
+    assert torch.equal(torch.rand(4), expected)  # building it did not reseed the process
+    again, other = tiny_random_pipeline(seed=0), tiny_random_pipeline(seed=1)
+    weights = [next(p.unet.parameters()).detach() for p in (first, again, other)]
+    assert torch.equal(weights[0], weights[1]) and not torch.equal(weights[0], weights[2])
+
+
 def test_diffusers_loads_a_local_pipeline_folder_through_autopipeline(tiny_pipeline_folder, tmp_path):
     from pictrieve.tools.models.guide_images import guide_paths
 

@@ -30,6 +30,7 @@ from typing import Any
 from PIL import Image
 
 from pictrieve.tools.core.devices import pick_device
+from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.tools.models.visualizers import VisualizerUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -113,28 +114,28 @@ class DiffusersVisualizer:
 def tiny_random_pipeline(seed: int = 0) -> Any:
     """A Stable Diffusion pipeline with tiny layers and random weights, built without any download."""
     try:
-        import torch
         from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
         from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
     except ImportError as exc:
         raise VisualizerUnavailableError(f"the tiny-random visualizer needs diffusers: {_GENERATION_EXTRA}") from exc
 
-    torch.manual_seed(seed)
-    unet = UNet2DConditionModel(
-        sample_size=16, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(16, 32),
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=16, attention_head_dim=4, norm_num_groups=8,
-    )
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16), layers_per_block=1,
-        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"), norm_num_groups=8, sample_size=32,
-    )
-    text_encoder = CLIPTextModel(CLIPTextConfig(
-        vocab_size=_TINY_VOCAB_SIZE, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, max_position_embeddings=77, bos_token_id=_TINY_VOCAB_SIZE - 2,
-        eos_token_id=_TINY_VOCAB_SIZE - 1, pad_token_id=_TINY_VOCAB_SIZE - 1,
-    ))
+    # The random weights come from the seed alone, and the caller's torch generator is left as it was.
+    with torch_seeded(seed):
+        unet = UNet2DConditionModel(
+            sample_size=16, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(16, 32),
+            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=16, attention_head_dim=4, norm_num_groups=8,
+        )
+        vae = AutoencoderKL(
+            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16), layers_per_block=1,
+            down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+            up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"), norm_num_groups=8, sample_size=32,
+        )
+        text_encoder = CLIPTextModel(CLIPTextConfig(
+            vocab_size=_TINY_VOCAB_SIZE, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+            num_attention_heads=2, max_position_embeddings=77, bos_token_id=_TINY_VOCAB_SIZE - 2,
+            eos_token_id=_TINY_VOCAB_SIZE - 1, pad_token_id=_TINY_VOCAB_SIZE - 1,
+        ))
     folder = Path(tempfile.mkdtemp(prefix="pictrieve-tiny-tokenizer-"))
     _write_character_vocab(folder)
     tokenizer = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=77)
