@@ -60,13 +60,6 @@ def in_pixels(detection: Detection, image_size: tuple[int, int]) -> Detection:
     return Detection(detection.label, detection.score, (x0 * width, y0 * height, x1 * width, y1 * height))
 
 
-def relative_area(detection: Detection, image_size: tuple[int, int]) -> float:
-    """Fraction of the image (``(width, height)``) that ``detection.box`` covers."""
-    x0, y0, x1, y1 = detection.box
-    width, height = image_size
-    return max(0.0, x1 - x0) * max(0.0, y1 - y0) / float(max(1, width * height))
-
-
 class ObjectDetector:
     """SSD-MobileNet-v2 COCO detector (OpenCV DNN, CPU; thread-safe through a lock).
 
