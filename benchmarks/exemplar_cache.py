@@ -4,7 +4,7 @@ Each measurement is a new Python process that builds ``exemplar:DIR`` and picks 
 prompt, with its own empty pictrieve cache for the first use; the second process finds the caption
 matrix on disk. Wall seconds include importing pictrieve and loading MiniLM:
 
-    OMP_NUM_THREADS=1 python benchmarks/exemplar_cache.py /work/shared/datasets/flickr8k-train --json
+    OMP_NUM_THREADS=1 python benchmarks/exemplar_cache.py ../shared/datasets/flickr8k-train --json
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ in 32-photo chunks so an interrupted run resumes; and the MiniLM embeddings of t
 every photo (``{train,dev}-captions.npz``, with flickr8k-train's ``split`` column).
 
     PICTRIEVE_FLICKR8K_DEV=../shared/datasets/flickr8k-dev \\
-        nice python benchmarks/extract_offline_features.py --out /work/cache-offline
+        nice python benchmarks/extract_offline_features.py   # into $PICTRIEVE_CACHE/offline-features (--out DIR)
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from pictrieve.tools.core.pypi_assets import cache_root
 from pictrieve.tools.models.embedders.backbone import squash_pixels
 from pictrieve.tools.models.imagenet_classifier import load_efficientnet_lite0, preprocess_image
 
@@ -77,7 +78,7 @@ def captions(out: Path, name: str, root: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("/work/cache-offline"))
+    parser.add_argument("--out", type=Path, default=cache_root() / "offline-features")
     parser.add_argument("--train", type=Path, default=Path("../shared/datasets/flickr8k-train"))
     parser.add_argument("--dev", type=Path, default=Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", "../shared/datasets/flickr8k-dev")))
     args = parser.parse_args()

@@ -13,7 +13,7 @@ Precision: the share of a photo's terms that its five human captions hold (a thi
 compound counts: "ball" in "a tennis ball"), averaged over photos. ``chance``: the share of photos
 whose captions hold a given vocabulary word, averaged over the words (what a random tag scores).
 
-    python benchmarks/image_tags_precision.py ../shared/datasets/flickr8k-dev --gallery /tmp/g-dev
+    python benchmarks/image_tags_precision.py ../shared/datasets/flickr8k-dev --gallery G-DEV
 """
 
 from __future__ import annotations

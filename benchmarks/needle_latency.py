@@ -14,8 +14,8 @@ What is timed is everything between "the guides are embedded" and "the ranked im
 Vectors are synthetic but clustered like image embeddings (see ``search_latency.py``); tiles of an
 image lie near their image. Build once, then measure (the build is long at 100k images):
 
-    python benchmarks/needle_latency.py --images 100000 --store /work/bench-needle --build-only
-    python benchmarks/needle_latency.py --images 100000 --store /work/bench-needle --reference DIR --json
+    python benchmarks/needle_latency.py --images 100000 --store STORE --build-only
+    python benchmarks/needle_latency.py --images 100000 --store STORE --reference DIR --json
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ Photos: flickr8k-train's "dev" rows (the gallery); guides: exemplars from its ot
 file listing them, so no evaluated photo is its own guide). Usage (CPU, resumable)::
 
     python benchmarks/needle_trust_variants.py rankings --gallery-folder ../shared/datasets/flickr8k-train \\
-        --reference /work/h-needle-runs/exemplars-nodev --queries 600 --out /work/h-needle-runs/train-rankings.jsonl
-    python benchmarks/needle_trust_variants.py replay --rankings /work/h-needle-runs/train-rankings.jsonl \\
+        --reference RUNS/exemplars-nodev --queries 600 --out RUNS/train-rankings.jsonl
+    python benchmarks/needle_trust_variants.py replay --rankings RUNS/train-rankings.jsonl \\
         --gallery-folder ../shared/datasets/flickr8k-train --json benchmarks/results/needle/trust-variants-train.json
 
 The replay skips guide screening's dependence on the weights (screening ran with equal weights when

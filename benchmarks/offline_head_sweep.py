@@ -8,7 +8,7 @@ Also scores the ensemble with ``offline-labels`` (today's label bridge: the Imag
 computed from the same squashed photo's logits) at several weights, so the weight is chosen on the
 same held-out rows.
 
-    nice python benchmarks/offline_head_sweep.py --cache /work/cache-offline --out sweep.jsonl [NAME ...]
+    nice python benchmarks/offline_head_sweep.py --out sweep.jsonl [NAME ...]
 
 Each result is one JSON line (configuration, epochs run, held-out metrics); rerunning skips the
 configurations already in ``--out``.
@@ -26,6 +26,7 @@ import numpy as np
 
 from pictrieve.evaluation.head_training import HeadTraining, train_head
 from pictrieve.evaluation.retrieval import retrieval_metrics
+from pictrieve.tools.core.pypi_assets import cache_root
 from pictrieve.tools.models.embedders.base import l2_normalize
 from pictrieve.tools.models.embedders.trained import ProjectionHead
 
@@ -93,7 +94,7 @@ def head_vectors(head: ProjectionHead, feats: np.ndarray) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"configurations to run (default: all): {', '.join(CONFIGS)}")
-    parser.add_argument("--cache", type=Path, default=Path("/work/cache-offline"))
+    parser.add_argument("--cache", type=Path, default=cache_root() / "offline-features")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save-heads", type=Path, default=None, help="folder to keep each trained head in")

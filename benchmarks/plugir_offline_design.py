@@ -9,7 +9,7 @@ them: the packaged ``offline`` head saw all of flickr8k-train (every target is f
 so choices are made with ``offline-labels``.
 
     python benchmarks/plugir_offline_design.py --folder ../shared/datasets/flickr8k-train --split dev \\
-        --limit 500 --embedder offline-labels --gallery /work/cache-h-plugir/g-train-dev500-labels \\
+        --limit 500 --embedder offline-labels --gallery G-TRAIN-DEV500 \\
         --targets 100 --variants '{"deny_weight": 0}' '{"deny_weight": 0.05}' [--uncaptioned]
 """
 

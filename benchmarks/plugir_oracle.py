@@ -9,7 +9,7 @@ each against the description alone, with paired bootstrap intervals, all tie-awa
 
     python benchmarks/plugir_oracle.py ../shared/datasets/flickr8k-dev --targets 100
     python benchmarks/plugir_oracle.py ../shared/datasets/flickr8k-train --split dev --limit 500 \\
-        --embedder offline-labels --gallery /work/cache-h-plugir/g-train-dev500-labels --targets 100
+        --embedder offline-labels --gallery G-TRAIN-DEV500 --targets 100
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Train the head shipped as ``tools/models/embedders/weights/flickr8k_head.npz`` and measure it on flickr8k-dev.
 
 Features are extracted once and cached outside the repository (``--cache``, default
-/work/cache-offline, made by ``extract_offline_features.py``): EfficientNet-Lite0 pooled features
+``$PICTRIEVE_CACHE/offline-features``, made by ``extract_offline_features.py``): EfficientNet-Lite0 pooled features
 and ImageNet logits of every flickr8k-train photo (squashed 224x224, and mirrored) and MiniLM
 embeddings of every caption. The recipe (``--config``, a name from ``offline_head_sweep.py``) and
 the label-bridge weight were chosen there on the ``dev`` split rows of flickr8k-train only. With
@@ -27,6 +27,7 @@ import numpy as np
 
 from offline_head_sweep import BASE, CONFIGS, head_vectors, label_bridge, load, score
 from pictrieve.evaluation.head_training import train_head
+from pictrieve.tools.core.pypi_assets import cache_root
 from pictrieve.tools.models.embedders.base import l2_normalize
 from pictrieve.tools.models.embedders.trained import ProjectionHead
 
@@ -58,7 +59,7 @@ def report_dev(head: ProjectionHead, cache: Path, label_weight: float) -> list[d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache", type=Path, default=Path("/work/cache-offline"))
+    parser.add_argument("--cache", type=Path, default=cache_root() / "offline-features")
     parser.add_argument("--config", default="e25-all-captions-reg-bs128", choices=list(CONFIGS))
     parser.add_argument("--label-weight", type=float, default=0.25, help="weight of the offline-labels vector")
     parser.add_argument("--all-rows", action="store_true", help="train on every flickr8k-train photo, keep the last epoch")

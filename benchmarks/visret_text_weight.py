@@ -18,7 +18,7 @@ offline ``exemplar`` visualizer (BENCHMARKS.md, "VisRet's text weight"):
    before looking). ``report``: text only, guides only and fused at given weights, with paired
    bootstrap intervals against text only, and a per-query file (each row's rank of the target).
 
-    OMP_NUM_THREADS=1 python benchmarks/visret_text_weight.py train-head --out /work/h-visret-runs/head-nodev.npz
+    OMP_NUM_THREADS=1 python benchmarks/visret_text_weight.py train-head --out RUNS/head-nodev.npz
     ...   (the full sequence is in BENCHMARKS.md, "VisRet's text weight")
 """
 
