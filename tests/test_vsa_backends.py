@@ -96,12 +96,12 @@ def test_vlm_sends_the_image_and_prompt_to_an_openai_compatible_endpoint():
 def test_ddgs_distinguishes_found_nothing_from_every_engine_failing(monkeypatch):
     """ddgs raises "No results found." when its engines answered with nothing (an empty result here)
     and the last engine's error when all of them failed (a one-line error naming the cause)."""
-    ddgs = pytest.importorskip("ddgs")
+    exceptions = pytest.importorskip("ddgs.exceptions")  # a submodule: `import ddgs` alone may not load it
     from openai_fake import dead_endpoint
 
     class NothingFound:
         def text(self, *a, **k):
-            raise ddgs.exceptions.DDGSException(web_search.NO_RESULTS)
+            raise exceptions.DDGSException(web_search.NO_RESULTS)
 
     monkeypatch.setattr(DDGSearch, "_client", staticmethod(lambda: NothingFound()))
     assert DDGSearch().search("a query nobody wrote") == []
