@@ -8,6 +8,7 @@ Sessions are checkpointed in SQLite: ``--session ID`` resumes one after a restar
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -102,7 +103,7 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
         click.echo(f"Session {session} (resume later with --session {session})")
         result = _run(graph, {"description": description}, config, context)
 
-    stdin = click.get_text_stream("stdin")
+    stdin = sys.stdin  # click.get_text_stream is deprecated (Click 8.5); CliRunner swaps sys.stdin too
     while True:
         interrupts = result.get("__interrupt__") or []
         if not interrupts:

@@ -86,7 +86,7 @@ class DiffusersVisualizer:
             raise VisualizerUnavailableError(f"the diffusers visualizer needs diffusers: {_GENERATION_EXTRA}") from exc
         dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
         try:
-            pipeline = AutoPipelineForText2Image.from_pretrained(self.model, torch_dtype=dtype)
+            pipeline = AutoPipelineForText2Image.from_pretrained(self.model, **_dtype_option(dtype))
         except (OSError, ValueError) as exc:
             raise VisualizerUnavailableError(
                 f"could not load the diffusers pipeline {self.model!r} ({exc}); give a Hugging Face model id "
@@ -109,6 +109,14 @@ class DiffusersVisualizer:
             options["generator"] = torch.Generator(device="cpu").manual_seed(int(seed))
         with torch.inference_mode():
             return list(self.pipeline(prompt, **options).images)
+
+
+def _dtype_option(dtype: Any) -> dict[str, Any]:
+    """The load-time dtype keyword of the installed diffusers: ``dtype`` where it replaced the deprecated
+    ``torch_dtype`` (following transformers), ``torch_dtype`` for earlier versions, which ignore ``dtype``."""
+    from diffusers.utils import deprecation_utils
+
+    return {"dtype": dtype} if hasattr(deprecation_utils, "_resolve_dtype") else {"torch_dtype": dtype}
 
 
 def tiny_random_pipeline(seed: int = 0) -> Any:
