@@ -128,7 +128,6 @@ class CaptionUser:
         return self.captions[best] if similarities[best] >= self.min_similarity else UNKNOWN
 
 
-
 def _shared_encoder():
     """The process's one all-MiniLM-L6-v2 (the offline embedder's), shared through the model cache."""
     from pictrieve.tools.core.model_cache import shared_model

@@ -55,7 +55,6 @@ class PackagedBackbone:
         return self.classifier.model
 
 
-
 def squash_pixels(image: Image.Image, flip: bool = False) -> "torch.Tensor":
     """The photo resized to 224x224 without keeping its aspect ratio, scaled to [-1, 1]."""
     import torch
