@@ -64,7 +64,7 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
     from pictrieve.mcp_server.http import check_exposure
     from pictrieve.mcp_server.server import create_server
     from pictrieve.mcp_server.service import PictrieveService, ServerSettings
-    from pictrieve.tools.image_inputs import AllowedDirs
+    from pictrieve.tools.core.image_inputs import AllowedDirs
     from pictrieve.vectorstore.gallery import Gallery
 
     if transport == "http":

@@ -11,7 +11,7 @@ blocks: JPEG thumbnails, longest side at most 512 px, so a model that sees image
 arguments instead of a ``ToolCall``, a tool returns the content alone.
 
 ``ask_about_image`` takes its photo as a gallery id (with ``gallery=``), base64 image data, or a file path
-inside ``allowed_dirs`` (none by default: no path is read), the rule of :mod:`pictrieve.tools.image_inputs`
+inside ``allowed_dirs`` (none by default: no path is read), the rule of :mod:`pictrieve.tools.core.image_inputs`
 that the MCP server follows too. Bad input (a blank query, a refused path, data that is not an image)
 comes back to the model as a one-line tool error, never as a crash of the agent.
 """
@@ -29,7 +29,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, ImageLookup, image_argument
+from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, ImageLookup, image_argument
 from pictrieve.vectorstore.hits import ImageHit
 
 IMAGE_ARGUMENT = ("The photo: a gallery id (from image_search results), base64 image data (or a data: URL), "
@@ -75,7 +75,7 @@ def gallery_image_lookup(gallery: Any) -> ImageLookup | None:
 def picture_blocks(hits: Sequence[ImageHit]) -> list[dict[str, Any]]:
     """For each hit a label (``Photo n (id ...)``) and its JPEG thumbnail as a LangChain image block; a photo whose
     file cannot be read gets a line saying so instead."""
-    from pictrieve.tools.thumbnails import jpeg_thumbnail
+    from pictrieve.tools.core.thumbnails import jpeg_thumbnail
 
     blocks: list[dict[str, Any]] = []
     for n, hit in enumerate(hits, start=1):

@@ -150,7 +150,7 @@ def photo_content(hits: Sequence[ImageHit]) -> list[Any]:
     """Each hit's line and JPEG thumbnail as MCP content (a line saying so when its file cannot be read)."""
     import base64
 
-    from pictrieve.tools.thumbnails import jpeg_thumbnail
+    from pictrieve.tools.core.thumbnails import jpeg_thumbnail
 
     blocks: list[Any] = []
     for n, hit in enumerate(hits, start=1):

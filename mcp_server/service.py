@@ -20,7 +20,7 @@ from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import get_method
 from pictrieve.graphs.vision_search_tools import gallery_image_lookup
 from pictrieve.mcp_server.sessions import PhotoSessions
-from pictrieve.tools.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, image_argument
+from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, image_argument
 from pictrieve.vectorstore.hits import ImageHit
 
 log = logging.getLogger(__name__)
