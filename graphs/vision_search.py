@@ -1,9 +1,10 @@
 """Vision Search Assistant: answer a question about a photo from what is in it and what the web says.
 
-Specification: the Vision Search Assistant paper and section 3 of the implementation notes
-(``/work/shared/papers``). This module is the wiring only; the parts are in :mod:`pictrieve.agents.vsa`
-(run settings and schemas in ``state``, the nodes in ``nodes``, the models they use in ``parts``, the
-LLM steps in ``steps``, the extractive answerer in ``extractive``, prompts in ``prompts/vsa/``). The graph::
+Specification: the Vision Search Assistant paper and section 3 of the implementation notes (in the
+papers folder beside the repository, ``../shared/papers``). This module is the wiring only; the parts are
+in :mod:`pictrieve.agents.vsa` (run settings and schemas in ``state``, the nodes in ``nodes``, the models
+they use in ``parts``, the LLM steps in ``steps``, the extractive answerer in ``extractive``, prompts in
+``prompts/vsa/``). The graph::
 
     START -> retrieve -> regions -> describe -> plan -(Send per new sub-question)-> search -> plan ...
                                                     plan -(done or out of turns)-> summarize -> answer -> END
