@@ -5,18 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
-import isolated_home
+from helpers import FLICKR8K_DEV, REPO_ROOT, free_port, make_photo  # noqa: F401  (free_port: for older imports)
+from helpers import isolated_home
 from pictrieve.tools.core.pypi_assets import cache_root
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_HOME = Path.home()
 TINY_CLIP_CONFIG = Path(__file__).parent / "data" / "pictrieve-tiny-clip.json"
 TINY_CLIP = f"open_clip:{TINY_CLIP_CONFIG}/random"
-FLICKR8K_DEV = Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", REPO_ROOT.parent / "shared" / "datasets" / "flickr8k-dev"))
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tests never need the internet: fail fast instead of waiting on a hub that cannot be reached.
@@ -25,7 +22,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Where `pictrieve fetch-models` put the packaged models, read before any test points the cache elsewhere;
 # fixtures only link from it, read-only.
 USER_CACHE = cache_root()
-# Tests never write into the user's home: the session gets its own home and cache (tests/isolated_home.py),
+# Tests never write into the user's home: the session gets its own home and cache (tests/helpers/isolated_home.py),
 # and fails at its end if the real home changed after all.
 SESSION_DIR = isolated_home.isolate(USER_CACHE)
 HOME_GUARD = isolated_home.HomeGuard.start(REAL_HOME, SESSION_DIR / "started",
@@ -63,25 +60,6 @@ def flickr_dir() -> Path:
     if not (FLICKR8K_DEV / "captions.jsonl").is_file():
         pytest.skip(f"flickr8k-dev not found at {FLICKR8K_DEV} (set PICTRIEVE_FLICKR8K_DEV)")
     return FLICKR8K_DEV
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (a server started on it may still race:
-    callers retry with another port when the server fails to bind)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def make_photo(path: Path, seed: int, size: tuple[int, int] = (48, 40)) -> Path:
-    """Write a small random RGB image (distinct content per seed)."""
-    rng = np.random.default_rng(seed)
-    pixels = rng.integers(0, 255, size=(size[1], size[0], 3), dtype=np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(pixels).save(path)
-    return path
 
 
 @pytest.fixture
@@ -131,6 +109,6 @@ def offline_llm(tmp_path, monkeypatch):
 def tiny_checkpoint(tmp_path_factory) -> str:
     """A tiny random causal LM as a local checkpoint (:func:`qc2_fakes.build_tiny_checkpoint`)."""
     pytest.importorskip("transformers")
-    from qc2_fakes import build_tiny_checkpoint
+    from helpers.qc2_fakes import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"))

@@ -16,8 +16,8 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 
-from conftest import make_photo
-from test_cli_faults import one_clear_line as one_line, run
+from helpers import make_photo
+from helpers.cli import one_clear_line as one_line, run
 from pictrieve.tools.core.images import ImageDecodeError, load_image
 
 REASONS = {"empty.jpg": "empty file", "truncated.jpg": "truncated", "text.jpg": "not a readable image"}

@@ -16,8 +16,8 @@ from langchain_tests.unit_tests import ChatModelUnitTests
 
 from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
 from pictrieve.tools.models.chat_models import LocalChatModel
-from qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
-from test_chat_models import private_cache, tiny_chat_checkpoint  # noqa: F401  (fixtures)
+from helpers.qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
+from helpers.chat_checkpoints import private_cache, tiny_chat_checkpoint  # noqa: F401  (fixtures)
 
 
 class _TextOnlyLocalModel:

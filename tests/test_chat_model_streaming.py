@@ -16,8 +16,8 @@ from langchain_core.messages import AIMessageChunk, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from pictrieve.tools.models.chat_models import LocalChatModel, _cut_at_stop, _visible_reply
-from qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
-from test_chat_models import private_cache, tiny_chat_checkpoint  # noqa: F401  (fixtures)
+from helpers.qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
+from helpers.chat_checkpoints import private_cache, tiny_chat_checkpoint  # noqa: F401  (fixtures)
 
 PROMPTS = ["Hello", "say yes", "a dog runs on the grass"]
 

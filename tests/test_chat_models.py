@@ -17,6 +17,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
+from helpers.chat_checkpoints import private_cache, tiny_chat_checkpoint  # noqa: F401  (fixtures; private_cache: autouse)
 from pictrieve.tools.models.chat_models import (
     CHAT_MODELS,
     ChatModelUnavailableError,
@@ -30,47 +31,6 @@ from pictrieve.tools.models.chat_models import (
 from pictrieve.tools.core.registry import UnknownNameError
 
 IMAGE_BLOCK = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
-    "{% if add_generation_prompt %}<s>assistant:{% endif %}"
-)
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    """Whatever a test caches goes to its own temporary folder, never the user's home."""
-    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
-
-
-@pytest.fixture(scope="module")
-def tiny_chat_checkpoint(tmp_path_factory) -> str:
-    """A local checkpoint: random 1-layer Llama, byte-level BPE tokenizer, a chat template."""
-    torch = pytest.importorskip("torch")
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator(
-        ["user: say yes", "assistant: yes no maybe", "a dog runs on the grass"] * 4,
-        trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<s>", "</s>"],
-                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
-    )
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>",
-                                        eos_token="</s>")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    directory = tmp_path_factory.mktemp("tiny-chat")
-    LlamaForCausalLM(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return str(directory)
 
 
 class CountingHandler(BaseCallbackHandler):
@@ -257,6 +217,7 @@ def test_batch_reports_errors_to_each_run(tiny_chat_checkpoint):
 
 
 # -- the real offline model, only when it is already on this machine (conftest.offline_llm) -------------
+
 
 @pytest.mark.slow
 def test_offline_model_honours_per_call_settings(offline_llm):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_photo
+from helpers import make_photo
 
 
 def pictrieve(*args: str, check: bool = True) -> subprocess.CompletedProcess:

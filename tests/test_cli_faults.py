@@ -18,14 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_photo
-
-CLI = [sys.executable, "-m", "pictrieve.cli.main"]
-
-
-def run(*args: str, prefix: list[str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*(prefix or []), *CLI, *args], capture_output=True, text=True, timeout=600,
-                          input=stdin if stdin is not None else "")
+from helpers import make_photo
+from helpers.cli import CLI, one_clear_line, run
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +50,6 @@ def indexed(tmp_path_factory, tiny_clip_name):
     result = run("index", str(root / "photos"), "-g", str(root / "g"), "-e", tiny_clip_name)
     assert result.returncode == 0, result.stderr
     return root
-
-
-def one_clear_line(result: subprocess.CompletedProcess) -> str:
-    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("WARNING ")]
-    assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr
-    return lines[0]
 
 
 # ---------------------------------------------------------------- 1, 5: queries and k

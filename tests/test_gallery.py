@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import make_photo
+from helpers import make_photo
 from pictrieve.vectorstore.gallery import (
     DimensionMismatchError,
     EmptyGalleryError,

@@ -72,7 +72,7 @@ def test_where_filters_and_a_wrong_dimension_vector(tmp_path, photo_folder, tiny
 
 
 def test_glob_sources_and_hidden_files(tmp_path, tiny_clip_embedder):
-    from conftest import make_photo
+    from helpers import make_photo
 
     photos = tmp_path / "photos"
     for name in ("a/one.png", "a/two.jpg", "b/three.png", "a/.hidden.png", ".secret/four.png", "notes.txt"):
@@ -89,7 +89,7 @@ def test_glob_sources_and_hidden_files(tmp_path, tiny_clip_embedder):
 
 
 def test_malformed_caption_lines_are_skipped_not_fatal(tmp_path, tiny_clip_embedder, caplog):
-    from conftest import make_photo
+    from helpers import make_photo
 
     photos = tmp_path / "photos"
     for i in range(4):

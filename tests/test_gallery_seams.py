@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import make_photo
+from helpers import make_photo
 
 from pictrieve.vectorstore.chroma_store import path_id, write_lock
 from pictrieve.vectorstore.gallery import EmptyGalleryError, Gallery, GalleryError

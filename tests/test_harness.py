@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import make_photo
+from helpers import make_photo
 from pictrieve.evaluation.datasets import CaptionedFolder, embedder_fingerprint, eval_gallery
 from pictrieve.evaluation.harness import caption_queries, evaluate_method
 from pictrieve.evaluation.ranking import ExactRanker

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugir_fakes import FakeGallery  # noqa: E402
+from helpers.plugir_fakes import FakeGallery
 
-from pictrieve.agents.plugir.caption_terms import caption_terms  # noqa: E402
-from pictrieve.tools.models.captioners import CaptionerUnavailableError, create_captioner  # noqa: E402
-from pictrieve.tools.models.image_tags import TagVocabulary, ZeroShotTagger, default_vocabulary  # noqa: E402
+from pictrieve.agents.plugir.caption_terms import caption_terms
+from pictrieve.tools.models.captioners import CaptionerUnavailableError, create_captioner
+from pictrieve.tools.models.image_tags import TagVocabulary, ZeroShotTagger, default_vocabulary
 
 
 class WordSpace:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from conftest import REAL_HOME, SESSION_DIR
-from isolated_home import HomeGuard
+from helpers.isolated_home import HomeGuard
 
 
 def test_the_session_and_the_processes_it_starts_write_into_the_session_folder():

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, free_port
+from helpers import REPO_ROOT
+from helpers.langgraph_dev import LANGGRAPH_JSON, serve_repository, stop
+from helpers.vsa_fakes import save_tiny_owlvit
 from pictrieve.graphs.registry import builtin_methods
 from pictrieve.graphs.serving import repository_langgraph_config
 
 pytestmark = pytest.mark.server
-
-LANGGRAPH_JSON = REPO_ROOT / "langgraph.json"
 
 
 def test_langgraph_json_is_what_the_registry_gives():
@@ -35,7 +31,7 @@ def test_langgraph_json_is_what_the_registry_gives():
 
 
 def _train_tiny_qc2(gallery, tmp_path_factory) -> None:
-    from qc2_fakes import build_tiny_checkpoint
+    from helpers.qc2_fakes import build_tiny_checkpoint
 
     from pictrieve.agents.qc2.annotation import annotate_gallery
     from pictrieve.agents.qc2.pipeline import train_on_gallery
@@ -48,37 +44,10 @@ def _train_tiny_qc2(gallery, tmp_path_factory) -> None:
                      config=QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1))
 
 
-def _start(config: Path, env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen, str]:
-    executable = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
-    if not Path(executable).exists():
-        pytest.skip('the `langgraph` command is missing: pip install "pictrieve[serve]"')
-    for _ in range(3):  # a port taken between choosing and binding: try another
-        port = free_port()
-        log = open(cwd / f"langgraph-{port}.log", "w")
-        process = subprocess.Popen(
-            [executable, "dev", "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-             "--no-browser", "--no-reload"],
-            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        import httpx
-
-        while process.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
-                    return process, url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        process.kill()
-        process.wait()
-    pytest.fail(f"langgraph dev did not start; log in {cwd}")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_clip_name):
     """`langgraph dev` serving the repository's langgraph.json over a tiny gallery."""
-    from conftest import make_photo
+    from helpers import make_photo
     from pictrieve.vectorstore.gallery import Gallery
 
     root = tmp_path_factory.mktemp("served")
@@ -92,30 +61,6 @@ def server(tmp_path_factory, tiny_clip_name):
     process, url = serve_repository(root, root / "g.gallery", OPENAI_API_KEY="test-key-for-a-local-fake")
     yield {"url": url, "gallery": gallery, "photos": photos}
     stop(process)
-
-
-def serve_repository(root: Path, gallery: Path, **env: str) -> tuple[subprocess.Popen, str]:
-    """`langgraph dev` serving the repository's langgraph.json over ``gallery``, working in ``root``.
-
-    The repository's own langgraph.json, with its relative paths made absolute so that the server's
-    working directory (where it keeps its state) can be a temporary folder.
-    """
-    spec = json.loads(LANGGRAPH_JSON.read_text())
-    spec["graphs"] = {name: str(REPO_ROOT / target) for name, target in spec["graphs"].items()}
-    spec["dependencies"] = [str(REPO_ROOT)]
-    config = root / "langgraph.json"
-    config.write_text(json.dumps(spec))
-    return _start(config, {**os.environ, "PICTRIEVE_GALLERY": str(gallery), "PICTRIEVE_CACHE": str(root / "cache"),
-                           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1",
-                           **env}, root)
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
 
 
 def test_search_over_the_server_matches_the_library(server):
@@ -148,7 +93,7 @@ def test_plugir_round_pauses_for_the_answer_and_resumes_over_the_server(server, 
     resumes the thread from the server's own checkpointer, and the next round's query uses it."""
     from langgraph_sdk import get_sync_client
 
-    from openai_fake import OpenAIFake
+    from helpers.openai_fake import OpenAIFake
 
     client = get_sync_client(url=server["url"])
     with OpenAIFake(_scripted_replies) as fake:
@@ -213,7 +158,7 @@ def test_needle_pauses_for_result_feedback_and_learns_over_the_server(server):
     interrupt, the marks resume the thread, and the learned trust weights are stored in the gallery."""
     from langgraph_sdk import get_sync_client
 
-    from openai_fake import OpenAIFake
+    from helpers.openai_fake import OpenAIFake
     from pictrieve.agents.needle.trust import load_trust
 
     photos = server["photos"]
@@ -246,25 +191,6 @@ def test_needle_pauses_for_result_feedback_and_learns_over_the_server(server):
     assert "served" in load_trust(server["gallery"]).weights
 
 
-def _save_tiny_owlvit(folder: Path) -> Path:
-    """A tiny random OWL-ViT saved as a folder, loadable as the ``zeroshot:<folder>`` detector."""
-    import torch
-    from transformers import (CLIPTokenizer, OwlViTConfig, OwlViTForObjectDetection, OwlViTImageProcessor,
-                              OwlViTProcessor)
-
-    from test_vsa import _tiny_clip_tokenizer_dir
-
-    layers = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
-    config = OwlViTConfig(text_config={**layers, "vocab_size": 49408, "max_position_embeddings": 16},
-                          vision_config={**layers, "image_size": 32, "patch_size": 8}, projection_dim=16)
-    torch.manual_seed(0)
-    OwlViTForObjectDetection(config).save_pretrained(folder)
-    OwlViTProcessor(image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32},
-                                                         crop_size={"height": 32, "width": 32}),
-                    tokenizer=CLIPTokenizer.from_pretrained(_tiny_clip_tokenizer_dir())).save_pretrained(folder)
-    return folder
-
-
 def _vsa_replies(messages):
     """The fake OpenAI endpoint as VLM, planner, searcher and answerer of the vsa graph (control flow only)."""
     text = " ".join(str(m.get("content", "")) for m in messages)
@@ -287,13 +213,13 @@ def test_vsa_answers_over_the_server_with_checked_numbered_sources(server, tmp_p
     searcher's pages and an answer whose citation of an unread source was removed come back over the SDK."""
     from langgraph_sdk import get_sync_client
 
-    from openai_fake import OpenAIFake
+    from helpers.openai_fake import OpenAIFake
 
     pages = tmp_path / "pages"
     pages.mkdir()
     shutil.copy(REPO_ROOT / "examples" / "vsa-offline" / "pages" / "horses.md", pages / "horses.md")
     shutil.copy(REPO_ROOT / "examples" / "vsa-offline" / "pages" / "dogs.html", pages / "dogs.html")
-    owl = _save_tiny_owlvit(tmp_path / "owl")
+    owl = save_tiny_owlvit(tmp_path / "owl")
     client = get_sync_client(url=server["url"])
     with OpenAIFake(_vsa_replies) as fake:
         assistant = client.assistants.create("vsa", config={"configurable": {

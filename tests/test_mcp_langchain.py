@@ -19,8 +19,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from PIL import Image
 
-from mcp_helpers import MCP_COMMAND, mean_colour, server_env
-from test_mcp_server import TOOLS, served  # noqa: F401  (fixture)
+from helpers.mcp import MCP_COMMAND, TOOLS, mean_colour, served, server_env  # noqa: F401  (fixture: served)
 
 pytestmark = pytest.mark.server
 

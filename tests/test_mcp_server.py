@@ -14,63 +14,20 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import REPO_ROOT
-from mcp_helpers import HttpServer, error_text, image_data, mean_colour, pictures, server_env, stdio_session
+from helpers.mcp import (  # noqa: F401  (fixture: served)
+    COLOURS, SECRET, TOOLS, HttpServer, error_text, image_data, mean_colour, pictures, served, server_env, stdio_session)
 
 pytestmark = pytest.mark.server
 
-PAGES = REPO_ROOT / "examples" / "vsa-offline" / "pages"
-COLOURS = {"a red square": (220, 30, 30), "a green field": (30, 200, 40), "a blue sky": (40, 60, 230),
-           "a brown horse in a field": (120, 80, 40)}
-TOOLS = {"search_images", "search_by_image", "ask_about_image", "ask_gallery", "find_photo", "answer_question",
-         "gallery_info"}
-SECRET = "TOP-SECRET-LINE-7731"
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory, tiny_clip_name):
-    """A gallery of four coloured photos (captioned), an allowed folder, files outside it, and the server's
-    arguments."""
-    from test_vsa import tiny_owlvit_detector
-
-    from pictrieve.vectorstore.gallery import Gallery
-
-    root = tmp_path_factory.mktemp("mcp")
-    rng = np.random.default_rng(0)
-    for i, (caption, colour) in enumerate(COLOURS.items()):
-        pixels = np.clip(np.array(colour) + rng.integers(-6, 7, size=(600, 800, 3)), 0, 255).astype(np.uint8)
-        (root / "photos").mkdir(exist_ok=True)
-        Image.fromarray(pixels).save(root / "photos" / f"{i}.jpg", quality=90)
-        (root / "photos" / f"{i}.txt").write_text(caption + "\n")
-    gallery = Gallery.open(root / "gallery", tiny_clip_name)
-    gallery.add(root / "photos", progress=False)
-    ids = {item.captions[0]: item.id for item in gallery.items()}
-    allowed, outside = root / "allowed", root / "outside"
-    allowed.mkdir()
-    outside.mkdir()
-    Image.new("RGB", (300, 200), COLOURS["a blue sky"]).save(allowed / "inside.png")
-    (allowed / "notes.txt").write_text(f"not a picture {SECRET}\n")
-    (outside / "secret.txt").write_text(f"{SECRET}\n")
-    Image.new("RGB", (30, 20), (1, 2, 3)).save(outside / "photo.png")
-    (allowed / "link.png").symlink_to(outside / "photo.png")  # inside the folder, pointing outside it
-    detector = tiny_owlvit_detector()  # finds nothing at its threshold: the whole photo is the one region
-    detector.model.save_pretrained(root / "owl")
-    detector.processor.save_pretrained(root / "owl")
-    args = ["-g", str(root / "gallery"), "--state-dir", str(root / "state"), "--search", f"local:{PAGES}",
-            "--detector", f"zeroshot:{root / 'owl'}", "--allow-dir", str(allowed), "--max-image-mb", "0.5"]
-    return SimpleNamespace(root=root, gallery=gallery, ids=ids, colour_of={ids[c]: COLOURS[c] for c in COLOURS},
-                           paths={item.id: item.path for item in gallery.items()}, allowed=allowed, outside=outside,
-                           args=args)
-
 
 # --- what every transport must do -------------------------------------------------------------------------
+
 
 async def check_tools_are_listed_with_schemas(session):
     listed = {tool.name: tool for tool in (await session.list_tools()).tools}
@@ -204,6 +161,7 @@ async def exercise(session, served):
 
 # --- stdio --------------------------------------------------------------------------------------------------
 
+
 async def test_over_stdio(served):
     async with stdio_session(served.args) as session:
         await exercise(session, served)
@@ -273,7 +231,7 @@ async def test_resources_serve_the_gallery_and_its_photos_by_id_only(served):
 
 
 async def test_ask_gallery_answers_from_the_best_photos(served):
-    from openai_fake import OpenAIFake
+    from helpers.openai_fake import OpenAIFake
 
     with OpenAIFake(lambda messages: "### Reasoning: picture 1 is red\n### Answer: the red one, picture 1") as fake:
         args = [*served.args, "--llm", "openai:fake-reader", "--base-url", fake.base_url]
@@ -366,6 +324,7 @@ def test_the_stdio_server_writes_nothing_but_protocol_to_stdout(served):
 
 
 # --- streamable HTTP ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def http_server(served):

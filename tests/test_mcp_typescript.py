@@ -16,9 +16,8 @@ import subprocess
 import pytest
 from PIL import Image
 
-from conftest import REPO_ROOT
-from mcp_helpers import MCP_COMMAND, server_env
-from test_mcp_server import TOOLS, served  # noqa: F401  (fixture)
+from helpers import REPO_ROOT
+from helpers.mcp import MCP_COMMAND, TOOLS, served, server_env  # noqa: F401  (fixture: served)
 
 CLIENT = REPO_ROOT / "tests" / "mcp_ts"
 

@@ -1,7 +1,8 @@
 """Every registered method keeps the contract (:mod:`pictrieve.agents.method`): a builder taking the
 gallery first and the rest by keyword (one argument per need), the input/output/context schemas its
 Method names declared on the graph, ``hits`` in every output, no implicit checkpointer, a fixed graph
-shape, and a run on a tiny real gallery that returns ImageHit results.
+shape, and a run on a tiny real gallery that returns ImageHit results. Then the contract's shared pieces: the
+hit type, rank fusion of hits, run settings, the registry.
 
 The shape snapshots are deliberate: an accidental rewiring of a method shows up here. When a change
 to a graph's wiring is intended, update its line below in the same commit.
@@ -10,18 +11,17 @@ to a graph's wiring is intended, update its line below in the same commit.
 from __future__ import annotations
 
 import inspect
-import sys
-from pathlib import Path
+import json
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugir_fakes import ScriptedChatModel  # noqa: E402
+from helpers.galleries import tiny_gallery  # noqa: F401  (fixture)
+from helpers.plugir_fakes import ScriptedChatModel
 
-from pictrieve.graphs.registry import available_methods, get_method  # noqa: E402
-from pictrieve.graphs.settings import RunSettings  # noqa: E402
-from pictrieve.vectorstore.gallery import Gallery  # noqa: E402
-from pictrieve.vectorstore.hits import ImageHit  # noqa: E402
+from pictrieve.graphs.registry import UnknownMethodError, available_methods, get_method
+from pictrieve.graphs.settings import RunSettings, SettingsError
+from pictrieve.vectorstore.fusion import fuse_hits, reciprocal_rank_fusion
+from pictrieve.vectorstore.hits import ImageHit, as_hit
 
 SHAPES = {
     "search": {("__start__", "retrieve"), ("retrieve", "__end__")},
@@ -43,27 +43,14 @@ SHAPES = {
 
 
 @pytest.fixture(scope="module")
-def tiny_gallery(tmp_path_factory, tiny_clip_embedder):
-    from conftest import make_photo
-
-    root = tmp_path_factory.mktemp("contract")
-    for i, caption in enumerate(["a black dog runs", "a brown dog jumps", "two children play", "a man rides a bike"]):
-        make_photo(root / "photos" / f"p{i}.png", seed=i)
-        (root / "photos" / f"p{i}.txt").write_text(caption + "\n")
-    gallery = Gallery.open(root / "g", tiny_clip_embedder)
-    gallery.add(root / "photos", progress=False)
-    return gallery
-
-
-@pytest.fixture(scope="module")
 def builder_kwargs(tiny_gallery, tmp_path_factory):
     """What each method needs besides the gallery, built small and local."""
     kwargs = {"search": {}, "plugir": {"llm": ScriptedChatModel(questions=["Is the dog black?"]),
                                         "answerer": lambda question, state: "yes"}}
     if "vsa" in available_methods():
-        from test_vsa import _WholeImage, _Words
+        from helpers.vsa_fakes import WholeImage, Words
 
-        kwargs["vsa"] = {"llm": ScriptedChatModel(questions=["a dog"]), "vlm": _Words(), "detector": _WholeImage()}
+        kwargs["vsa"] = {"llm": ScriptedChatModel(questions=["a dog"]), "vlm": Words(), "detector": WholeImage()}
     kwargs["visret"] = {"visualizers": [_PhotoGuides(tiny_gallery)], "cache_dir": tmp_path_factory.mktemp("visret-guides")}
     kwargs["needle"] = {"visualizers": [_PhotoGuides(tiny_gallery)], "cache_dir": tmp_path_factory.mktemp("guides")}
     if "qc2" in available_methods():
@@ -95,7 +82,7 @@ class _PhotoGuides:
 
 
 def _tiny_checkpoint(tmp_path_factory):
-    from qc2_fakes import build_tiny_checkpoint
+    from helpers.qc2_fakes import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"))
 
@@ -122,8 +109,6 @@ def test_every_output_carries_hits(name):
 
 @pytest.mark.parametrize("name", available_methods())
 def test_method_describes_itself_as_json(name):
-    import json
-
     method = get_method(name)
     described = json.loads(json.dumps(method.describe()))
     assert described["name"] == name and described["description"] == method.description
@@ -168,3 +153,50 @@ def test_hits_are_in_the_output_even_when_nothing_was_searched(tiny_gallery, bui
     graph = get_method("vsa").build(tiny_gallery, **builder_kwargs["vsa"])
     result = graph.invoke({"question": "what is in this photo?", "image": photo}, context=CONTEXTS["vsa"])
     assert result["hits"] == [] and result["image"] == photo
+
+
+# --- the contract's shared pieces: the hit type, rank fusion of hits, run settings, the registry -------
+
+
+def ranked(*ids):
+    """ImageHits of these ids, ranked in this order."""
+    return [ImageHit(id=i, path=f"/p/{i}.jpg", score=0.5, rank=r) for r, i in enumerate(ids, start=1)]
+
+
+def test_image_hit_is_json_ready_and_round_trips():
+    hit = ImageHit(id="a", path="/p/a.jpg", score=float("nan"), rank=1, captions=["a dog"], metadata={"w": 3})
+    data = json.loads(json.dumps(hit.to_json()))
+    assert data["score"] == 0.0  # JSON has no NaN
+    assert as_hit(data) == hit.model_copy(update={"score": 0.0})
+    assert hit.caption == "a dog" and hit.label == "a dog"
+    with pytest.raises(Exception):
+        hit.rank = 2  # frozen: fusion must copy, never mutate
+
+
+def test_fuse_hits_hand_computed_with_weights_and_k():
+    a, b = ranked("x", "y", "z"), ranked("y", "w")
+    fused = fuse_hits([a, b], rrf_k=1)
+    # x: 1/2; y: 1/3 + 1/2; z: 1/4; w: 1/3
+    assert [(h.id, round(h.score, 6), h.rank) for h in fused] == [
+        ("y", round(1 / 3 + 1 / 2, 6), 1), ("x", 0.5, 2), ("w", round(1 / 3, 6), 3), ("z", 0.25, 4)]
+    weighted = fuse_hits([a, b], weights=[3.0, 1.0], rrf_k=1, k=2)
+    # x: 3/2; y: 3/3 + 1/2 = 1.5 -> tie with x, x seen first
+    assert [(h.id, h.score) for h in weighted] == [("x", 1.5), ("y", 1.5)]
+    assert [h.rank for h in a] == [1, 2, 3] and a[0].score == 0.5  # inputs untouched
+
+
+def test_fusion_counts_a_repeated_id_once_per_ranking_at_its_best_rank():
+    assert reciprocal_rank_fusion([["a", "b", "a"]], k=0) == [("a", 1.0), ("b", 0.5)]
+    with pytest.raises(ValueError, match="weights"):
+        reciprocal_rank_fusion([["a"], ["b"]], weights=[1.0])
+
+
+def test_registry_lists_methods_and_refuses_unknown_names():
+    assert "search" in available_methods()
+    method = get_method("search")
+    settings = method.settings_class()
+    assert settings.coerce({"k": 3}).k == 3
+    with pytest.raises(SettingsError, match="known: k"):
+        settings.coerce({"kk": 3})
+    with pytest.raises(UnknownMethodError, match="known: .*search"):
+        get_method("nope")

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import make_photo  # noqa: E402
-from method_plugins import install_toy, installed_in_process, plugin_env  # noqa: E402
-from test_ui import browser  # noqa: E402,F401  (the headless Chromium fixture)
+from helpers import make_photo
+from helpers.method_plugins import install_toy, installed_in_process, plugin_env
+from helpers.web_page import browser  # noqa: F401  (the headless Chromium fixture)
 
-from pictrieve.graphs.registry import available_methods, refresh_methods, skipped_methods  # noqa: E402
+from pictrieve.graphs.registry import available_methods, refresh_methods, skipped_methods
 
 
 def pictrieve(folder: Path, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
@@ -105,7 +104,7 @@ def test_a_broken_plugin_is_logged_once_and_skipped_in_process(plugins, caplog):
 
 
 def test_a_plugin_cannot_take_a_built_in_name(tmp_path, caplog):
-    from method_plugins import write_distribution
+    from helpers.method_plugins import write_distribution
 
     write_distribution(tmp_path, "shadow-pictrieve-plugin", {"search": "pictrieve.agents.search:METHOD"})
     sys.path.insert(0, str(tmp_path))
@@ -136,7 +135,7 @@ def toy_app(plugins, gallery, tmp_path_factory):
 def test_page_api_runs_the_plugin_as_a_generic_tab(toy_app, gallery):
     from fastapi.testclient import TestClient
 
-    from test_ui import finished
+    from helpers.web_page import finished
 
     client = TestClient(toy_app, raise_server_exceptions=False)
     status = client.get("/api/status").json()
@@ -160,7 +159,7 @@ def test_page_api_runs_the_plugin_as_a_generic_tab(toy_app, gallery):
 
 @pytest.mark.browser
 def test_page_shows_the_plugin_tab_and_runs_it(toy_app, gallery, browser):
-    from test_ui import serve
+    from helpers.web_page import serve
 
     context = browser.new_context(viewport={"width": 1200, "height": 800})
     page = context.new_page()
@@ -198,7 +197,7 @@ def test_langgraph_dev_serves_the_plugin_from_the_written_config(plugins, galler
     started on that file serves it beside the built-ins, and runs it with its settings as context."""
     from langgraph_sdk import get_sync_client
 
-    from test_langgraph_server import _start
+    from helpers.langgraph_dev import start, stop
 
     config = tmp_path / "langgraph.json"
     written = pictrieve(plugins, "serve", "--write-config", str(config), "-g", str(gallery.location))
@@ -207,7 +206,7 @@ def test_langgraph_dev_serves_the_plugin_from_the_written_config(plugins, galler
     assert set(spec["graphs"]) == {*available_methods(), "toy"} and spec["env"]["PICTRIEVE_GALLERY"]
     env = plugin_env(plugins, {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false",
                                "PICTRIEVE_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"})
-    process, url = _start(config, env, tmp_path)
+    process, url = start(config, env, tmp_path)
     try:
         client = get_sync_client(url=url)
         assert {a["graph_id"] for a in client.assistants.search(limit=100)} == {*available_methods(), "toy"}
@@ -221,11 +220,7 @@ def test_langgraph_dev_serves_the_plugin_from_the_written_config(plugins, galler
         labelled = client.runs.wait(None, assistant["assistant_id"], input={"query": "a red square"}, context={"k": 2})
         assert labelled["note"] == "the served toy ranked 2 images for 'a red square'"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process)
 
 
 def test_a_method_registered_later_is_served_by_name(plugins, gallery):

@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from conftest import make_photo
-from openai_fake import OpenAIFake, dead_endpoint
-
-CLI = [sys.executable, "-m", "pictrieve.cli.main"]
-EXPECTED = {  # what each failure's line says (besides the model and the endpoint)
-    "401": "refused the API key",
-    "404": "no such model there",
-    "closed": "could not connect",
-}
+from helpers import make_photo
+from helpers.cli import CLI
+from helpers.openai_fake import EXPECTED_ERRORS, OpenAIFake, dead_endpoint
 
 
 @pytest.fixture()
@@ -67,7 +60,7 @@ def test_a_failed_call_is_one_line_naming_model_endpoint_and_cause(case, endpoin
     with pytest.raises(ModelCallError) as failed:
         complete(llm, "Is it red?")
     message = str(failed.value)
-    assert "\n" not in message and EXPECTED[case] in message
+    assert "\n" not in message and EXPECTED_ERRORS[case] in message
     assert "'fake-model'" in message and endpoints[case] in message
     assert failed.value.reason == {"401": "auth", "404": "not_found", "closed": "connection"}[case]
 
@@ -109,7 +102,7 @@ def test_ask_reports_a_failing_llm_in_one_line(endpoints, photo):
     results = run_side_by_side({case: ["ask", photo, "What is this?", "--llm", "openai:fake-llm", "--base-url", url]
                                 for case, url in endpoints.items()})
     for case, result in results.items():
-        assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED[case])
+        assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED_ERRORS[case])
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +130,7 @@ def test_chat_with_a_failing_llm_stops_at_once_with_one_line(endpoints, captione
          for case, url in endpoints.items()},
         stdin="red\nstop\n")
     for case, result in results.items():
-        assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED[case])
+        assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED_ERRORS[case])
         assert "Q1:" not in result.stdout  # no fallback question was asked
 
 
@@ -147,4 +140,4 @@ def test_visret_search_with_a_failing_llm_reports_it(endpoints, captioned_galler
         {case: ["search", "thing number 2", "-g", gallery, "--method", "visret", "--visualizer", f"exemplar:{photos}",
                 "--llm", "openai:fake-llm", "--base-url", url] for case, url in endpoints.items()})
     for case, result in results.items():
-        assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED[case])
+        assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED_ERRORS[case])

@@ -14,13 +14,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from PIL import Image, ImageDraw
 
+from helpers.needle_fakes import CountingVisualizer, flickr_dir_of, isolated_cache, needle_gallery  # noqa: F401  (fixtures)
 from pictrieve.agents.needle.aggregation import aggregate_rankings, position_score
 from pictrieve.agents.needle.anomaly import screen_guides
 from pictrieve.agents.needle.trust import TRUST_RECORD, TrustTable, feedback_loss, load_trust
 from pictrieve.graphs.needle import NeedleSettings, build_needle_graph, refine_query
 from pictrieve.graphs.settings import SettingsError
 from pictrieve.tools.models.guide_images import guide_paths
-from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.tiles import TileIndex, TilingSettings, index_tiles, smart_tiles
 
 # ------------------------------------------------------------------------------ Eq. 4
@@ -144,23 +144,6 @@ def test_tiling_splits_deeper_where_the_objects_are_and_stops_at_min_size():
 # ------------------------------------------------------------------------------ guide images
 
 
-class CountingVisualizer:
-    """Makes plain coloured pictures and counts calls (a stand-in for a generator)."""
-
-    name = "counting"
-    generates = True
-
-    def __init__(self, fail: bool = False):
-        self.calls = 0
-        self.fail = fail
-
-    def visualize(self, prompt, *, n=1, seed=None):
-        self.calls += 1
-        if self.fail:
-            raise RuntimeError("generator down")
-        return [Image.new("RGB", (32, 32), (seed or 0, 10 * i, 0)) for i in range(n)]
-
-
 def test_generated_guides_are_cached_by_prompt_and_seed(tmp_path):
     visualizer = CountingVisualizer()
     first = guide_paths(visualizer, "a dog", 2, seed=1, cache_dir=tmp_path)
@@ -172,36 +155,6 @@ def test_generated_guides_are_cached_by_prompt_and_seed(tmp_path):
 
 
 # ------------------------------------------------------------------------------ the graph
-
-
-@pytest.fixture(scope="module")
-def needle_gallery(tiny_clip_embedder, tmp_path_factory, flickr_dir):
-    """Twelve real flickr8k-dev photos indexed with two embedders, and a reference folder of six more
-    (for the exemplar visualizer) whose captions are those photos' own."""
-    rows = [json.loads(line) for line in (flickr_dir / "captions.jsonl").read_text().splitlines()[:18]]
-    root = tmp_path_factory.mktemp("needle")
-    photos = root / "photos"
-    photos.mkdir()
-    for row in rows[:12]:
-        (photos / Path(row["image"]).name).symlink_to(flickr_dir / row["image"])
-    reference = root / "reference"
-    reference.mkdir()
-    (reference / "captions.jsonl").write_text("\n".join(
-        json.dumps({"image": str(flickr_dir / row["image"]), "captions": row["captions"]}) for row in rows[:6]
-    ))
-    gallery = Gallery.open(root / "g", tiny_clip_embedder)
-    gallery.add(photos, embedders=["efficientnet-lite0"], progress=False)
-    return gallery, reference, rows
-
-
-@pytest.fixture
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-def flickr_dir_of(reference: Path, row: int) -> Path:
-    return Path(json.loads((reference / "captions.jsonl").read_text().splitlines()[row])["image"])
 
 
 def _path_of(gallery, hit):

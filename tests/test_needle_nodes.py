@@ -4,7 +4,6 @@ learn, and the branches between them; and the trust weights read once per run.""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from PIL import Image, ImageOps
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_needle import CountingVisualizer, flickr_dir_of, isolated_cache, needle_gallery  # noqa: E402,F401  (fixtures)
+from helpers.needle_fakes import CountingVisualizer, flickr_dir_of, isolated_cache, needle_gallery  # noqa: F401  (fixtures)
 
-from pictrieve.agents.needle.aggregation import aggregate_rankings  # noqa: E402
-from pictrieve.agents.needle.nodes import (  # noqa: E402
+from pictrieve.agents.needle.aggregation import aggregate_rankings
+from pictrieve.agents.needle.nodes import (
     NeedleGallery,
     NeedleState,
     after_rank,
@@ -34,10 +32,10 @@ from pictrieve.agents.needle.nodes import (  # noqa: E402
     screen,
     visualize,
 )
-from pictrieve.agents.needle.trust import TRUST_RECORD, TrustTable, load_trust, save_trust  # noqa: E402
-from pictrieve.graphs.needle import build_needle_graph  # noqa: E402
-from pictrieve.graphs.settings import SettingsError  # noqa: E402
-from pictrieve.tools.models.visualizers import create_visualizer  # noqa: E402
+from pictrieve.agents.needle.trust import TRUST_RECORD, TrustTable, load_trust, save_trust
+from pictrieve.graphs.needle import build_needle_graph
+from pictrieve.graphs.settings import SettingsError
+from pictrieve.tools.models.visualizers import create_visualizer
 
 EFFNET = "efficientnet-lite0"
 

@@ -3,19 +3,16 @@ information against hand-computed values, the redundancy rule, answer reading, t
 and the graph's ``offline`` arm running with no language model at all."""
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugir_fakes import FakeGallery, make_gallery  # noqa: E402
+from helpers.plugir_fakes import FakeGallery, make_gallery
 
-from pictrieve.agents.plugir.caption_terms import caption_terms, singular  # noqa: E402
-from pictrieve.agents.plugir.offline_questioner import (  # noqa: E402
+from pictrieve.agents.plugir.caption_terms import caption_terms, singular
+from pictrieve.agents.plugir.offline_questioner import (
     Question,
     answer_adjustments,
     answer_outcomes,
@@ -30,8 +27,8 @@ from pictrieve.agents.plugir.offline_questioner import (  # noqa: E402
     term_phrase,
     vector_evidence,
 )
-from pictrieve.agents.plugir.simulated_user import CaptionUser  # noqa: E402
-from pictrieve.graphs.interactive_retrieval import build_plugir_graph  # noqa: E402
+from pictrieve.agents.plugir.simulated_user import CaptionUser
+from pictrieve.graphs.interactive_retrieval import build_plugir_graph
 
 
 def test_caption_terms_find_things_colours_counts_and_actions():
@@ -261,7 +258,7 @@ def test_offline_arm_finds_the_target_without_any_language_model(monkeypatch):
 def test_a_run_naming_no_questioner_asks_offline_questions_only_with_the_bundled_model(monkeypatch, named_model):
     """A served graph gets no context: with the bundled model it must not ask the 135M model's questions."""
     import pictrieve.tools.models.chat_models as chat_models
-    from plugir_fakes import ScriptedChatModel
+    from helpers.plugir_fakes import ScriptedChatModel
 
     gallery = FakeGallery([f"a {c} dog in the {p}" for c in ["red", "blue"] for p in ["snow", "park", "beach"]])
     if named_model:

@@ -1,16 +1,12 @@
 """`pictrieve chat` line-by-line protocol on a real gallery (tiny random CLIP over a few photos); only the
 chat model is scripted (control flow, not quality)."""
 
-import sys
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugir_fakes import ScriptedChatModel  # noqa: E402
+from helpers.plugir_fakes import ScriptedChatModel
 
-from pictrieve.cli.chat import chat  # noqa: E402
+from pictrieve.cli.chat import chat
 
 QUESTIONS = ["What color is the dog?", "Where is the dog running?", "Is the dog alone?"]
 
@@ -99,7 +95,7 @@ def test_resuming_a_finished_session_says_so(fakes, tmp_path):
 def test_eval_interactive_writes_the_plot_and_the_dialogues(tmp_path, tiny_clip_name, monkeypatch):
     import json
 
-    from conftest import make_photo
+    from helpers import make_photo
     from pictrieve.cli.eval_interactive import interactive
 
     monkeypatch.setattr("pictrieve.tools.models.chat_models.create_chat_model",

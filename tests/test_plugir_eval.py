@@ -4,17 +4,15 @@ Checks bookkeeping only (same targets in every arm, ranks per round, metric shap
 split); retrieval quality is measured by `pictrieve eval interactive` on real photos.
 """
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugir_fakes import ScriptedChatModel, make_gallery  # noqa: E402
+from helpers.plugir_fakes import ScriptedChatModel, make_gallery
 
-from pictrieve.evaluation.bri import bri  # noqa: E402
-from pictrieve.evaluation.interactive import NODES, plot_interactive, run_ablation  # noqa: E402
+from pictrieve.evaluation.bri import bri
+from pictrieve.evaluation.interactive import NODES, plot_interactive, run_ablation
 
 
 def test_run_ablation_bookkeeping(tmp_path):

@@ -4,18 +4,14 @@ These tests check routing, interrupts, checkpoints, budgets and the arm flags; t
 about retrieval quality (the scripted model answers by rote).
 """
 
-import sys
-from pathlib import Path
-
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugir_fakes import ScriptedChatModel, make_gallery  # noqa: E402
+from helpers.plugir_fakes import ScriptedChatModel, make_gallery
 
-from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION  # noqa: E402
-from pictrieve.graphs.interactive_retrieval import (  # noqa: E402
+from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION
+from pictrieve.graphs.interactive_retrieval import (
     ARMS,
     PlugIRSettings,
     build_plugir_graph,

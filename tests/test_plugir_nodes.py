@@ -5,27 +5,25 @@ Control flow and what each node promises; no claim about retrieval quality (the 
 by rote, the gallery's vectors are bags of random word vectors).
 """
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from langgraph.runtime import Runtime
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugir_fakes import ScriptedChatModel, make_gallery  # noqa: E402
+from helpers.plugir_fakes import ScriptedChatModel, make_gallery
 
-from pictrieve.agents.plugir import nodes  # noqa: E402
-from pictrieve.agents.plugir.candidates import (  # noqa: E402
+from pictrieve.agents.plugir import nodes
+from pictrieve.agents.plugir.candidates import (
     CandidateCaptions,
     CandidateVectors,
     CaptionVectors,
 )
-from pictrieve.agents.plugir.offline_questioner import Question  # noqa: E402
-from pictrieve.agents.plugir.question_filter import select_least_disruptive  # noqa: E402
-from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION  # noqa: E402
-from pictrieve.agents.plugir.retrieval_context import cluster_candidates  # noqa: E402
-from pictrieve.agents.plugir.settings import PlugIRSettings  # noqa: E402
+from pictrieve.agents.plugir.offline_questioner import Question
+from pictrieve.agents.plugir.question_filter import select_least_disruptive
+from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION
+from pictrieve.agents.plugir.retrieval_context import cluster_candidates
+from pictrieve.agents.plugir.settings import PlugIRSettings
 
 QUESTIONS = ["What color is the dog?", "Where is the dog running?", "Is the dog alone?",
              "What time of day is it?", "Is the dog wearing a collar?"]

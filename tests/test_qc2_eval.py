@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import make_photo  # noqa: E402
-from qc2_fakes import one_thread  # noqa: E402,F401  (autouse)
+from helpers import make_photo  # noqa: E402
+from helpers.qc2_fakes import one_thread  # noqa: E402,F401  (autouse)
 
 from pictrieve.agents.qc2.levels import AxisLevels  # noqa: E402
 from pictrieve.agents.qc2.training import QC2TrainConfig  # noqa: E402

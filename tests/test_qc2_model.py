@@ -38,9 +38,9 @@ from pictrieve.agents.qc2.training import (  # noqa: E402
     mean_caption_loss,
     train_completion_model,
 )
-from qc2_fakes import AXES, CAPTIONS, LEVELS, one_thread  # noqa: E402,F401  (one_thread: autouse)
-from qc2_fakes import examples as _examples  # noqa: E402
-from qc2_fakes import load_tiny as _load  # noqa: E402
+from helpers.qc2_fakes import AXES, CAPTIONS, LEVELS, one_thread  # noqa: E402,F401  (one_thread: autouse)
+from helpers.qc2_fakes import examples as _examples  # noqa: E402
+from helpers.qc2_fakes import load_tiny as _load  # noqa: E402
 
 
 def test_instruction_and_caption_format():

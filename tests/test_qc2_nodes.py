@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from langgraph.runtime import Runtime  # noqa: E402
-from qc2_fakes import load_tiny, one_thread  # noqa: E402,F401  (one_thread: autouse)
-from test_method_contract import tiny_gallery  # noqa: E402,F401  (a fixture: four captioned photos)
+from helpers.qc2_fakes import load_tiny, one_thread  # noqa: E402,F401  (one_thread: autouse)
+from helpers.galleries import tiny_gallery  # noqa: E402,F401  (a fixture: four captioned photos)
 
 from pictrieve.agents.qc2.bundle import QC2Model  # noqa: E402
 from pictrieve.agents.qc2.completion import CompletionRequest, complete_queries  # noqa: E402

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
-from conftest import make_photo  # noqa: E402
-from qc2_fakes import one_thread  # noqa: E402,F401  (autouse)
+from helpers import make_photo  # noqa: E402
+from helpers.qc2_fakes import one_thread  # noqa: E402,F401  (autouse)
 
 from pictrieve.agents.qc2.annotation import (  # noqa: E402
     annotate_gallery,

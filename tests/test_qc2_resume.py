@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
-from conftest import make_photo  # noqa: E402
-from qc2_fakes import AXES, one_thread  # noqa: E402,F401  (autouse)
-from qc2_fakes import examples as _examples  # noqa: E402
-from qc2_fakes import load_tiny as _load  # noqa: E402
+from helpers import make_photo  # noqa: E402
+from helpers.qc2_fakes import AXES, one_thread  # noqa: E402,F401  (autouse)
+from helpers.qc2_fakes import examples as _examples  # noqa: E402
+from helpers.qc2_fakes import load_tiny as _load  # noqa: E402
 
 from pictrieve.agents.qc2 import checkpoints  # noqa: E402
 from pictrieve.agents.qc2.level_check import level_usage, level_variants, opposite_level, separation  # noqa: E402
@@ -78,7 +78,7 @@ def test_checkpoint_every_steps_and_another_runs_checkpoint_is_not_resumed(tiny_
 
 def _workload(n: int) -> list[QC2Example]:
     """``n`` training captions (the tiny set repeated with every level pair)."""
-    from qc2_fakes import CAPTIONS, LEVELS
+    from helpers.qc2_fakes import CAPTIONS, LEVELS
 
     pairs = [QC2Example(c, lv) for c in CAPTIONS for lv in LEVELS]
     return (pairs * (n // len(pairs) + 1))[:n]

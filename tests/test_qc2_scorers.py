@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFilter
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from pictrieve.tools.models import quality_scorers as qs
 
 LAION_WEIGHTS = REPO_ROOT.parent / "shared" / "models" / "laion-aesthetic-vit-l-14-linear-mse.pth"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from conftest import make_photo
+from helpers import make_photo
 from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.retriever import GalleryRetriever
 

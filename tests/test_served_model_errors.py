@@ -1,6 +1,6 @@
 """A served run whose language model cannot be called fails with the one-line error as the run's error.
 
-The real ``langgraph dev`` (started as tests/test_langgraph_server.py starts it) serves the repository's
+The real ``langgraph dev`` (started by tests/helpers/langgraph_dev.py, as in tests/test_langgraph_server.py) serves the repository's
 graphs over a tiny gallery; the assistants point their model at the OpenAI-compatible fake answering 401
 and at a port where nothing listens.
 """
@@ -11,10 +11,9 @@ import json
 
 import pytest
 
-from conftest import make_photo
-from openai_fake import OpenAIFake, dead_endpoint
-from test_langgraph_server import serve_repository, stop
-from test_model_errors import EXPECTED
+from helpers import make_photo
+from helpers.openai_fake import EXPECTED_ERRORS, OpenAIFake, dead_endpoint
+from helpers.langgraph_dev import serve_repository, stop
 
 pytestmark = pytest.mark.server
 
@@ -52,4 +51,4 @@ def test_a_served_run_reports_a_failing_model_as_its_error(served, case):
     error = joined["__error__"]
     assert error["error"] == "ModelCallError" and client.threads.get(thread["thread_id"])["status"] == "error"
     message = error["message"]
-    assert "\n" not in message and "'fake-llm'" in message and base_url in message and EXPECTED[case] in message
+    assert "\n" not in message and "'fake-llm'" in message and base_url in message and EXPECTED_ERRORS[case] in message

@@ -24,12 +24,12 @@ from langchain_core.messages import ToolCall
 from langchain_tests.integration_tests import ToolsIntegrationTests
 from PIL import Image
 
-from conftest import make_photo
+from helpers import make_photo
 from pictrieve.graphs.vision_search_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
 from pictrieve.tools.models.chat_models import LocalChatModel
-from qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
-from test_chat_models import tiny_chat_checkpoint  # noqa: F401  (fixture)
-from test_vsa import pages, tiny_owlvit_detector  # noqa: F401  (fixture: the example pages, searched offline)
+from helpers.qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
+from helpers.chat_checkpoints import tiny_chat_checkpoint  # noqa: F401  (fixture)
+from helpers.vsa_fakes import pages, tiny_owlvit_detector  # noqa: F401  (fixture: the example pages, searched offline)
 
 CAPTIONS = ["a black dog runs on the grass", "two children on a sandy beach", "a man rides a red bike"]
 
@@ -54,7 +54,7 @@ def tiny_chat(tiny_chat_checkpoint):  # noqa: F811
 
 @pytest.fixture(scope="module")
 def vlm_endpoint():
-    from openai_fake import OpenAIFake
+    from helpers.openai_fake import OpenAIFake
 
     with OpenAIFake(lambda messages: "a brown horse standing in the snow") as fake:
         yield fake

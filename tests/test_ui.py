@@ -7,12 +7,6 @@ scripted chat model (control flow only: no claim about question quality).
 
 from __future__ import annotations
 
-import shutil
-import socket
-import sys
-import threading
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,29 +14,13 @@ import pytest
 fastapi = pytest.importorskip("fastapi", reason="the web page needs the 'ui' extra: pip install -e '.[ui]'")
 from fastapi.testclient import TestClient  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import make_photo  # noqa: E402
-from plugir_fakes import ScriptedChatModel  # noqa: E402
+from helpers import make_photo  # noqa: E402
+from helpers.plugir_fakes import ScriptedChatModel  # noqa: E402
+from helpers.web_page import browser, chat_step, gallery, page, serve  # noqa: E402,F401  (fixtures: browser, gallery, page)
 
 from pictrieve.ui.app import create_app  # noqa: E402
 
-SCRIPT_CAPTION = "<script>window.__pwned = 1</script>a red square"
 SCRIPT_QUESTION = "Is it <img src=x onerror=\"window.__pwned=2\"> red?"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.fixture(scope="module")
-def gallery(tmp_path_factory, tiny_clip_name):
-    from pictrieve.vectorstore.gallery import Gallery
-
-    root = tmp_path_factory.mktemp("ui")
-    photos = root / "photos"
-    for i in range(6):
-        make_photo(photos / f"img{i}.png", seed=i, size=(64, 48))
-    (photos / "img0.txt").write_text(SCRIPT_CAPTION + "\n")
-    opened = Gallery.open(root / "gallery", tiny_clip_name)
-    opened.add([photos])
-    return opened
 
 
 def make_app(gallery, tmp_path, **kwargs):
@@ -53,47 +31,6 @@ def make_app(gallery, tmp_path, **kwargs):
 @pytest.fixture
 def client(gallery, tmp_path):
     return TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
-
-
-def finished(client, started, timeout=180):
-    """Poll a job (``client``: a TestClient, or an httpx.Client on a served page) until it is done."""
-    view = started
-    deadline = time.time() + timeout
-    while not view["done"]:
-        assert time.time() < deadline, f"job still running: {view['steps']}"
-        time.sleep(0.2)
-        view = client.get(f"/api/jobs/{view['id']}").json()
-    return view
-
-
-def chat_step(client, response):
-    """The chat view a chat request's job ends with (start and reply run as jobs)."""
-    started = response.json()
-    assert "error" not in started or not started["error"], started
-    view = finished(client, started)
-    assert not view["error"], view["error"]
-    return view["result"]
-
-
-@contextmanager
-def serve(app):
-    """``app`` on a free loopback port, served by a real uvicorn in a thread; yields its URL."""
-    import uvicorn
-
-    from pictrieve.cli.ui import free_port
-
-    port = free_port("127.0.0.1")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 # --- API, in-process -------------------------------------------------------------------------------
@@ -221,25 +158,6 @@ def served(gallery, tmp_path_factory):
     """The app on a free loopback port, served by uvicorn in a thread."""
     with serve(make_app(gallery, tmp_path_factory.mktemp("served"))) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM:
-        pytest.skip("Chromium not found: install Debian's `chromium` package (.ci/run does as root) to run browser tests")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright (the 'test' extra)")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1200, "height": 800})
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def loaded_images(page, grid: str) -> list[int]:

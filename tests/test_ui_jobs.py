@@ -8,11 +8,9 @@ nobody polls stops by itself, and a page that goes away (headless Chromium) canc
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +19,8 @@ import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from PIL import Image  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugir_fakes import ScriptedChatModel  # noqa: E402
-from test_ui import browser, chat_step, finished, gallery, page, serve  # noqa: E402,F401  (fixtures, helpers)
+from helpers.plugir_fakes import ScriptedChatModel  # noqa: E402
+from helpers.web_page import browser, chat_step, finished, gallery, page, serve  # noqa: E402,F401  (fixtures, helpers)
 
 from pictrieve.ui.app import create_app  # noqa: E402
 

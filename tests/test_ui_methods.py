@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,15 +20,14 @@ from fastapi.testclient import TestClient  # noqa: E402
 from langchain_core.messages import AIMessage  # noqa: E402
 from langchain_core.runnables import RunnableLambda  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import FLICKR8K_DEV  # noqa: E402
-from test_ui import browser, finished, page, serve  # noqa: E402,F401  (the headless Chromium fixtures, helpers)
+from helpers import FLICKR8K_DEV  # noqa: E402
+from helpers.vsa_fakes import PAGES  # noqa: E402
+from helpers.web_page import browser, finished, page, serve  # noqa: E402,F401  (the headless Chromium fixtures, helpers)
 
 from pictrieve.tools.models.protocols import Detection  # noqa: E402
 from pictrieve.tools.web.search import SearchResult  # noqa: E402
 from pictrieve.ui.app import create_app  # noqa: E402
 
-PAGES = Path(__file__).resolve().parents[1] / "examples" / "vsa-offline" / "pages"
 HORSE = "109202756_b97fcdc62c.jpg"
 SCRIPT_ANSWER = 'A horse <img src=x onerror="window.__pwned=3">: adults have 36 to 44 teeth [1].'
 GALLERY_SIZE = 8

@@ -3,57 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
-from PIL import Image
 
+from helpers.visret_fakes import PhotoVisualizer, RecordingChat, gallery, hand_fused, photos  # noqa: F401  (fixtures)
 from pictrieve.graphs.settings import SettingsError
 from pictrieve.graphs.visret import VisRetSettings, build_visret_graph
 from pictrieve.vectorstore.gallery import Gallery
-
-CAPTIONS = ["a black dog runs", "a brown dog jumps", "two children play", "a man rides a bike", "a red square"]
-
-
-@pytest.fixture(scope="module")
-def photos(tmp_path_factory) -> Path:
-    from conftest import make_photo
-
-    root = tmp_path_factory.mktemp("visret") / "photos"
-    lines = []
-    for i, caption in enumerate(CAPTIONS):
-        make_photo(root / f"p{i}.png", seed=i)
-        lines.append(json.dumps({"image": f"p{i}.png", "captions": [caption]}))
-    (root / "captions.jsonl").write_text("\n".join(lines) + "\n")
-    return root
-
-
-@pytest.fixture(scope="module")
-def gallery(photos, tiny_clip_embedder, tmp_path_factory):
-    store = Gallery.open(tmp_path_factory.mktemp("g") / "g", tiny_clip_embedder)
-    store.add(photos, progress=False)
-    return store
-
-
-class PhotoVisualizer:
-    """Finds given gallery photos as the guides, as the exemplar visualizer finds its photos: used where
-    they are, nothing cached (control flow only)."""
-
-    name = "photos"
-    generates = False
-
-    def __init__(self, paths):
-        self.paths = list(paths)
-        self.prompts = []
-
-    def source_paths(self, prompt, n=1):
-        self.prompts.append(prompt)
-        return self.paths[:n]
-
-    def visualize(self, prompt, *, n=1, seed=None):
-        return [Image.open(p).convert("RGB") for p in self.source_paths(prompt, n)]
 
 
 def _id(gallery, path):
@@ -89,24 +47,12 @@ def test_m_limits_guides_and_text_fusion_adds_the_text_ranking(gallery, photos):
     assert [h.score for h in fused] != [h.score for h in plain]
 
 
-def _hand_fused(gallery, guides, query, weight, k=5):
-    """VisRet's fusion computed by hand: 1/(1 + rank) per guide ranking, weight/(1 + rank) for the text's."""
-    scores = {}
-    rankings = [([h.id for h in gallery.search_image(str(g), k=100)], 1.0) for g in guides]
-    if weight:
-        rankings.append(([h.id for h in gallery.search_text(query, k=100)], weight))
-    for ranking, w in rankings:
-        for rank, id_ in enumerate(ranking, start=1):
-            scores[id_] = scores.get(id_, 0.0) + w / (1.0 + rank)
-    return sorted(scores.items(), key=lambda pair: -pair[1])[:k]
-
-
 @pytest.mark.parametrize("weight", [0.0, 0.5, 4.0])
 def test_text_weight_scales_the_text_ranking_in_the_fusion(gallery, photos, weight):
     guides = [photos / "p0.png", photos / "p2.png"]
     graph = build_visret_graph(gallery, visualizers=PhotoVisualizer(guides))
     hits = graph.invoke({"query": "a red square"}, context={"guides": 2, "k": 5, "text_weight": weight})["hits"]
-    expected = _hand_fused(gallery, guides, "a red square", weight)
+    expected = hand_fused(gallery, guides, "a red square", weight)
     assert [h.score for h in hits] == pytest.approx([score for _, score in expected])
     assert {h.id for h in hits} == {id_ for id_, _ in expected}
     if weight == 4.0:  # trusted enough, the text's own best image leads however the guides rank it
@@ -123,7 +69,7 @@ def test_text_weight_default_follows_the_guides_family(gallery, photos):
         visualizer.generates = generates
         hits = build_visret_graph(gallery, visualizers=visualizer).invoke(
             {"query": "a red square"}, context={"guides": 2, "k": 5})["hits"]
-        assert [h.score for h in hits] == pytest.approx([s for _, s in _hand_fused(gallery, guides, "a red square",
+        assert [h.score for h in hits] == pytest.approx([s for _, s in hand_fused(gallery, guides, "a red square",
                                                                                    weight)])
 
 
@@ -179,30 +125,9 @@ def test_cli_search_method_visret(gallery, photos, tmp_path, monkeypatch):
 # ---------------------------------------------------------------------- visual RAG: reader and judge
 
 
-class _RecordingChat:
-    """A chat model stand-in that records the messages and replies with fixed text (control flow only)."""
-
-    def __init__(self, reply, refuse_images=False):
-        self.reply, self.refuse_images, self.calls, self.bound = reply, refuse_images, [], []
-
-    def bind(self, **kwargs):
-        self.bound.append(kwargs)
-        return self
-
-    def invoke(self, messages):
-        from langchain_core.messages import AIMessage
-
-        from pictrieve.tools.models.chat_models import UnsupportedContentError
-
-        if self.refuse_images and any(isinstance(m.content, list) for m in messages):
-            raise UnsupportedContentError("text only")
-        self.calls.append(messages)
-        return AIMessage(self.reply)
-
-
 def test_reader_sends_pictures_to_a_vlm_and_descriptions_to_a_text_model(gallery, photos):
     visualizer = PhotoVisualizer([photos / "p1.png"])
-    vlm = _RecordingChat("### Reasoning: the second picture shows it\n### Answer: **brown**")
+    vlm = RecordingChat("### Reasoning: the second picture shows it\n### Answer: **brown**")
     graph = build_visret_graph(gallery, visualizers=visualizer, reader=vlm)
     out = graph.invoke({"query": "a dog", "question": "What colour is the dog?"}, context={"guides": 1, "reader_k": 2, "text_weight": 0})
     assert out["answer"] == "brown" and out["reasoning"] == "the second picture shows it"
@@ -210,7 +135,7 @@ def test_reader_sends_pictures_to_a_vlm_and_descriptions_to_a_text_model(gallery
     pictures = [part for part in content if part["type"] == "image_url"]
     assert len(pictures) == 2 and pictures[0]["image_url"]["url"].startswith("data:image/png;base64,")
     assert pictures[0]["image_url"]["detail"] == "high"  # the field the API reads (the authors sent "quality")
-    text_only = _RecordingChat("no format at all: black", refuse_images=True)
+    text_only = RecordingChat("no format at all: black", refuse_images=True)
     out = build_visret_graph(gallery, visualizers=visualizer, reader=text_only).invoke(
         {"query": "a dog", "question": "What colour?"}, context={"guides": 1, "reader_k": 1, "text_weight": 0})
     assert out["answer"] == "no format at all: black"
@@ -229,7 +154,7 @@ def test_reader_sends_pictures_to_a_vlm_and_descriptions_to_a_text_model(gallery
 def test_judge_scores_are_parsed_like_the_papers_and_clamped(reply, score):
     from pictrieve.agents.visret.reader import judge_answer
 
-    judge = _RecordingChat(reply)
+    judge = RecordingChat(reply)
     got, raw = judge_answer(judge, "What colour are the wings?", ["red", "crimson"], "They are red.")
     assert got == score and raw == reply
     assert judge.bound == [{"temperature": 0}]  # deterministic grading

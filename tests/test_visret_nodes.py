@@ -3,7 +3,6 @@ retrieve, the branch after it, read; and the builder's one-visualizer rule."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,10 @@ from langgraph.graph import END
 from langgraph.runtime import Runtime
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_visret import PhotoVisualizer, _hand_fused, _RecordingChat, gallery, photos  # noqa: E402,F401  (fixtures)
+from helpers.visret_fakes import PhotoVisualizer, RecordingChat, gallery, hand_fused, photos  # noqa: F401  (fixtures)
 
-from pictrieve.agents.guided import GalleryViews  # noqa: E402
-from pictrieve.agents.visret.nodes import (  # noqa: E402
+from pictrieve.agents.guided import GalleryViews
+from pictrieve.agents.visret.nodes import (
     EXEMPLAR_TEXT_WEIGHT,
     GENERATED_TEXT_WEIGHT,
     after_retrieve,
@@ -26,8 +24,8 @@ from pictrieve.agents.visret.nodes import (  # noqa: E402
     rewrite,
     visualize,
 )
-from pictrieve.graphs.settings import SettingsError  # noqa: E402
-from pictrieve.graphs.visret import build_visret_graph  # noqa: E402
+from pictrieve.graphs.settings import SettingsError
+from pictrieve.graphs.visret import build_visret_graph
 
 
 def settings(**values):
@@ -86,11 +84,11 @@ def test_retrieve_fuses_each_guides_ranking_with_the_text_ranking_at_its_weight(
     for weight in (0.0, 3.0):
         out = retrieve(state, settings(k=5, text_weight=weight), views=views)
         assert [(h.id, pytest.approx(h.score)) for h in out["hits"]] == [
-            (id_, pytest.approx(score)) for id_, score in _hand_fused(gallery, guides, "a red square", weight)]
+            (id_, pytest.approx(score)) for id_, score in hand_fused(gallery, guides, "a red square", weight)]
         assert [g["status"] for g in out["guides"]] == ["used", "used"]
     # Unset, the weight follows the guides' family: found photos here.
     default = retrieve(state, settings(k=5), views=views)["hits"]
-    expected = _hand_fused(gallery, guides, "a red square", EXEMPLAR_TEXT_WEIGHT)
+    expected = hand_fused(gallery, guides, "a red square", EXEMPLAR_TEXT_WEIGHT)
     assert [h.score for h in default] == pytest.approx([score for _, score in expected])
     # No guide at all: the text ranking alone.
     alone = retrieve({"query": "a red square", "guides": []}, settings(k=3, text_weight=0), views=views)["hits"]
@@ -111,7 +109,7 @@ def test_after_retrieve_reads_only_when_asked_a_question():
 
 def test_read_answers_from_the_top_hits_with_the_reader(gallery):
     hits = gallery.search_text("a brown dog jumps", k=3)
-    reader = _RecordingChat("### Reasoning: it is brown\n### Answer: brown")
+    reader = RecordingChat("### Reasoning: it is brown\n### Answer: brown")
     out = read({"question": "What colour is the dog?", "hits": hits}, settings(reader_k=2, reader_images=False),
                reader=reader)
     assert out == {"answer": "brown", "reasoning": "it is brown"}

@@ -34,7 +34,7 @@ def _reference(tmp_path: Path, flickr_dir: Path | None = None) -> Path:
             shutil.copy(flickr_dir / record["image"], root / "images" / Path(record["image"]).name)
             lines.append({"image": f"images/{Path(record['image']).name}", "captions": record["captions"]})
     else:
-        from conftest import make_photo
+        from helpers import make_photo
 
         for i, (name, caps) in enumerate(CAPTIONS.items()):
             make_photo(root / "images" / name, seed=i)
@@ -216,7 +216,7 @@ def test_turbo_models_get_few_steps_and_no_guidance():
 
 
 def test_openai_images_through_the_real_client_against_a_local_fake():
-    from openai_fake import OpenAIFake
+    from helpers.openai_fake import OpenAIFake
 
     with OpenAIFake(lambda messages: "") as fake:
         visualizer = create_visualizer("openai:gpt-image-1", base_url=fake.base_url, size="256x256")

@@ -9,19 +9,17 @@ import http.server
 import json
 import os
 import threading
-from pathlib import Path
-
 import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 from PIL import Image
 
+from helpers import FLICKR8K_DEV as DEV  # the shared default, or $PICTRIEVE_FLICKR8K_DEV
+from helpers.vsa_fakes import PAGES, WholeImage, Words, pages, photo, scripted, tiny_owlvit_detector  # noqa: F401  (fixtures: pages, photo)
 from pictrieve.agents.vsa import steps
 from pictrieve.agents.vsa.prompts import fence_results
 from pictrieve.tools.web.fetch import FetchError, UnsafeURLError, check_url, fetch_page
 
-PAGES = Path(__file__).resolve().parents[1] / "examples" / "vsa-offline" / "pages"
-from conftest import FLICKR8K_DEV as DEV  # noqa: E402  (the shared default, or $PICTRIEVE_FLICKR8K_DEV)
 HORSE = DEV / "images" / "109202756_b97fcdc62c.jpg"
 
 
@@ -97,22 +95,6 @@ def test_content_type_and_size_caps(server):
 
 
 # -- local pages ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def pages(tmp_path_factory):
-    from pictrieve.tools.web.search import SEARCH_BACKENDS
-
-    before = os.environ.get("PICTRIEVE_CACHE")
-    os.environ["PICTRIEVE_CACHE"] = str(tmp_path_factory.mktemp("cache"))  # the page index goes here
-    try:
-        backend = SEARCH_BACKENDS.create(f"local:{PAGES}")
-    finally:
-        if before is None:
-            os.environ.pop("PICTRIEVE_CACHE", None)
-        else:
-            os.environ["PICTRIEVE_CACHE"] = before
-    return backend
-
-
 def test_local_pages_find_the_page_with_the_fact(pages):
     results = pages.search("normal body temperature of a dog", k=3)
     assert results[0].url.endswith("dogs.html") and "38.3" in results[0].text
@@ -140,47 +122,11 @@ def test_unparseable_plan_falls_back_to_rules():
 
 
 # -- graph ----------------------------------------------------------------------------------------
-class _WholeImage:
-    name = "none"
-
-    def detect(self, image, *, labels=None, min_score=None):
-        return []
-
-
-class _Words:
-    name = "words"
-
-    def caption(self, images, *, prompt=None):
-        return ["a brown horse standing in snow"] * len(images)
-
-
-def _scripted(calls):
-    def reply(msgs):
-        text = msgs[0].content
-        calls.append(text)
-        if "JSON only" in text:
-            return AIMessage(content='{"sub_questions": [{"question": "adult horse number of teeth", "region": 1},'
-                                     ' {"question": "dog body temperature", "region": 1}]}')
-        if "Sub-question: adult horse" in text:
-            return AIMessage(content="36 to 44 teeth [1].")
-        if "Sub-question" in text:
-            return AIMessage(content="38.3 to 39.2 C [1].")
-        return AIMessage(content="An adult horse has 36 to 44 teeth [1].")
-    return RunnableLambda(reply)
-
-
-@pytest.fixture()
-def photo(tmp_path):
-    path = tmp_path / "p.jpg"
-    Image.new("RGB", (64, 48), (120, 80, 40)).save(path)
-    return str(path)
-
-
 def test_graph_runs_parallel_searchers_and_numbers_sources_globally(pages, photo):
     from pictrieve.graphs.vision_search import build_vision_search_graph
 
     calls: list[str] = []
-    graph = build_vision_search_graph(None, llm=_scripted(calls), vlm=_Words(), detector=_WholeImage(), search=pages)
+    graph = build_vision_search_graph(None, llm=scripted(calls), vlm=Words(), detector=WholeImage(), search=pages)
     out = graph.invoke({"image": photo, "question": "How many teeth does this animal have?"},
                        context={"pages_per_search": 1})
     assert out["regions"][0]["label"] == "image" and out["regions"][0]["box"] == [0, 0, 64, 48]
@@ -196,7 +142,7 @@ def test_graph_runs_parallel_searchers_and_numbers_sources_globally(pages, photo
 def test_without_search_the_answer_says_nothing_was_found(photo):
     from pictrieve.graphs.vision_search import build_vision_search_graph
 
-    graph = build_vision_search_graph(None, llm=_scripted([]), vlm=_Words(), detector=_WholeImage(), search=None)
+    graph = build_vision_search_graph(None, llm=scripted([]), vlm=Words(), detector=WholeImage(), search=None)
     out = graph.invoke({"image": photo, "question": "What is this?"})
     assert out["sources"] == [] and "found nothing" in out["answer"]
 
@@ -219,7 +165,7 @@ def test_planted_instruction_stays_inside_the_data_fence(tmp_path, photo, monkey
         calls.append(text)
         return AIMessage(content="Horses have 36 to 44 teeth [1].")
 
-    graph = build_vision_search_graph(None, llm=RunnableLambda(reply), vlm=_Words(), detector=_WholeImage(),
+    graph = build_vision_search_graph(None, llm=RunnableLambda(reply), vlm=Words(), detector=WholeImage(),
                                       search=f"local:{folder}")
     out = graph.invoke({"image": photo, "question": "How many teeth?"}, context={"plan_with_llm": False})
     searcher_prompts = [c for c in calls if "Sub-question" in c]
@@ -265,33 +211,6 @@ def test_ssd_detector_on_a_real_photo_follows_the_protocol():
     assert 0 <= x0 < x1 <= image.width and 0 <= y0 < y1 <= image.height
 
 
-def tiny_owlvit_detector():
-    """The zero-shot detector on a tiny random OWL-ViT built from a config (boxes mean nothing)."""
-    from transformers import (CLIPTokenizer, OwlViTConfig, OwlViTForObjectDetection, OwlViTImageProcessor,
-                              OwlViTProcessor)
-
-    from pictrieve.tools.models.detectors import ZeroShotDetector
-
-    pytest.importorskip("transformers")
-    config = OwlViTConfig(
-        text_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                     "vocab_size": 49408, "max_position_embeddings": 16},
-        vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                       "image_size": 32, "patch_size": 8},
-        projection_dim=16,
-    )
-    import torch
-
-    torch.manual_seed(0)
-    model = OwlViTForObjectDetection(config)
-    vocab_dir = _tiny_clip_tokenizer_dir()
-    processor = OwlViTProcessor(
-        image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32}, crop_size={"height": 32, "width": 32}),
-        tokenizer=CLIPTokenizer.from_pretrained(vocab_dir),
-    )
-    return ZeroShotDetector(model=model, processor=processor, box_threshold=0.0)
-
-
 def test_zeroshot_backend_runs_on_a_tiny_random_owlvit():
     from pictrieve.tools.models.protocols import Detector
 
@@ -303,18 +222,6 @@ def test_zeroshot_backend_runs_on_a_tiny_random_owlvit():
     # random weights give random boxes: check they are in pixels of this 80x60 image, not relative
     assert all(len(d.box) == 4 and all(-80 <= v <= 160 for v in d.box) for d in found)
     assert max(max(d.box) for d in found) > 1.5
-
-
-def _tiny_clip_tokenizer_dir() -> str:
-    import json
-    import tempfile
-
-    folder = tempfile.mkdtemp()
-    tokens = ["!", "a", "d", "e", "g", "h", "o", "r", "s", "do", "ho", "dog</w>", "horse</w>", "<|startoftext|>",
-              "<|endoftext|>"] + [c + "</w>" for c in "adeghors"]
-    Path(folder, "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
-    Path(folder, "merges.txt").write_text("#version: 0.2\nd o\nh o\n")
-    return folder
 
 
 # -- evaluation and the CLI -----------------------------------------------------------------------

@@ -14,12 +14,10 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 from PIL import Image
 
+from helpers.vsa_fakes import DOG_FACT, DOGS, HORSE_FACT, HORSES, Pages, no_llm, photo  # noqa: F401  (fixture: photo)
 from pictrieve.agents.vsa import extractive, steps
 from pictrieve.tools.models.protocols import Detection
 from pictrieve.tools.web.search import SearchResult
-
-HORSE_FACT = "An adult horse has 36 to 44 teeth."
-DOG_FACT = "An adult dog has 42 teeth."
 
 
 class _OneHorse:
@@ -36,17 +34,6 @@ class _Words:
         return ["a brown animal standing in a field"] * len(images)
 
 
-def _no_llm(msgs):
-    raise AssertionError("the extractive answerer must not call the chat model")
-
-
-@pytest.fixture()
-def photo(tmp_path):
-    path = tmp_path / "p.jpg"
-    Image.new("RGB", (64, 48), (120, 80, 40)).save(path)
-    return str(path)
-
-
 @pytest.fixture()
 def folder(tmp_path, monkeypatch):
     monkeypatch.setenv("PICTRIEVE_PAGES_DB", str(tmp_path / "pages-db"))
@@ -61,7 +48,7 @@ def folder(tmp_path, monkeypatch):
     return pages
 
 
-def _graph(search, llm=RunnableLambda(_no_llm), **kw):
+def _graph(search, llm=RunnableLambda(no_llm), **kw):
     from pictrieve.graphs.vision_search import build_vision_search_graph
 
     return build_vision_search_graph(None, llm=llm, vlm=_Words(), detector=kw.pop("detector", _OneHorse()),
@@ -210,7 +197,7 @@ def test_each_part_of_a_compound_question_gets_its_sentence(photo):
     boats = SearchResult(url="https://example.org/boats", title="Boats and knots",
                          text="The speed of boats and ships is given in knots. One knot is one nautical mile per hour, "
                               "which is 1.852 kilometres per hour. A kayak is paddled with a double-bladed paddle.")
-    out = _graph(_Pages({"unit": [boats]}), detector=_Boat()).invoke(
+    out = _graph(Pages({"unit": [boats]}), detector=_Boat()).invoke(
         {"image": photo, "question": "In what unit is the speed of the vehicle in this photo measured, "
                                      "and how fast is one unit?"},
         context={"answerer": "extractive", "plan_with_llm": False})
@@ -229,7 +216,7 @@ def test_auto_answerer_is_extractive_only_for_the_offline_small_model():
 
     assert is_offline_small_model(create_chat_model("offline"))  # builds the wrapper; loads no weights
     assert not is_offline_small_model(create_chat_model("local:/some/other/checkpoint"))
-    assert not is_offline_small_model(RunnableLambda(_no_llm))
+    assert not is_offline_small_model(RunnableLambda(no_llm))
 
 
 # -- the citation check --------------------------------------------------------------------------
@@ -239,23 +226,6 @@ def test_citation_check_drops_sources_that_were_not_read():
     assert (cited, dropped) == ([2, 1], [7])
 
 
-class _Pages:
-    """A search backend over a dict: query words -> results (control flow tests only)."""
-
-    name = "dict"
-
-    def __init__(self, table):
-        self.table, self.queries = table, []
-
-    def search(self, query, *, k=6):
-        self.queries.append(query)
-        return [r for key, rs in self.table.items() if key in query.lower() for r in rs][:k]
-
-
-HORSES = SearchResult(url="https://example.org/horses", title="Horses", text=HORSE_FACT)
-DOGS = SearchResult(url="https://example.org/dogs", title="Dogs", text=DOG_FACT)
-
-
 def test_llm_answer_citing_an_unread_source_is_cleaned_and_flagged(photo):
     def reply(msgs):
         text = msgs[0].content
@@ -263,7 +233,7 @@ def test_llm_answer_citing_an_unread_source_is_cleaned_and_flagged(photo):
             return AIMessage(content="36 to 44 [1].")
         return AIMessage(content="An adult horse has 36 to 44 teeth [1][9].")
 
-    out = _graph(_Pages({"teeth": [HORSES]}), llm=RunnableLambda(reply)).invoke(
+    out = _graph(Pages({"teeth": [HORSES]}), llm=RunnableLambda(reply)).invoke(
         {"image": photo, "question": "How many teeth does it have?"}, context={"plan_with_llm": False})
     assert out["answerer"] == "llm"
     assert out["answer"] == "An adult horse has 36 to 44 teeth [1]."
@@ -297,7 +267,7 @@ def _chain_model(calls, *, always_more=False):
 
 def test_planner_asks_follow_up_questions_until_done(photo):
     calls: list[str] = []
-    backend = _Pages({"horse": [HORSES], "dog": [DOGS]})
+    backend = Pages({"horse": [HORSES], "dog": [DOGS]})
     out = _graph(backend, llm=_chain_model(calls)).invoke({"image": photo, "question": "Teeth of this vs a dog?"},
                                                            context={"correlate": False})
     assert [(s["question"], s["turn"]) for s in out["sub_questions"]] == [("horse teeth", 1), ("dog teeth count", 2)]
@@ -312,7 +282,7 @@ def test_planner_asks_follow_up_questions_until_done(photo):
 
 def test_planner_turns_are_capped(photo):
     calls: list[str] = []
-    out = _graph(_Pages({"horse": [HORSES]}), llm=_chain_model(calls, always_more=True)).invoke(
+    out = _graph(Pages({"horse": [HORSES]}), llm=_chain_model(calls, always_more=True)).invoke(
         {"image": photo, "question": "Tell me about this animal"}, context={"correlate": False, "max_plan_turns": 3})
     assert out["plan_turns"] == 3
     assert [s["question"] for s in out["sub_questions"]] == ["horse teeth", "horse fact 1", "horse fact 2"]
@@ -332,7 +302,7 @@ def test_searcher_may_search_again_once(photo):
             return AIMessage(content="42 teeth [2].")
         return AIMessage(content="42 [2].")
 
-    backend = _Pages({"canine": [HORSES], "dog teeth": [DOGS]})
+    backend = Pages({"canine": [HORSES], "dog teeth": [DOGS]})
     out = _graph(backend, llm=RunnableLambda(reply)).invoke(
         {"image": photo, "question": "How many teeth has a canine?"},
         context={"plan_with_llm": False, "max_search_turns": 2, "max_sub_questions": 1})
@@ -358,7 +328,7 @@ def test_with_the_offline_small_model_the_default_path_never_calls_it(photo, mon
             return [Detection(label="horse", score=0.9, box=(0.0, 0.0, 30.0, 40.0)),
                     Detection(label="person", score=0.8, box=(20.0, 0.0, 60.0, 40.0))]
 
-    out = _graph(_Pages({"teeth": [HORSES, DOGS]}), llm=create_chat_model("offline"), detector=_HorseAndPerson()).invoke(
+    out = _graph(Pages({"teeth": [HORSES, DOGS]}), llm=create_chat_model("offline"), detector=_HorseAndPerson()).invoke(
         {"image": photo, "question": "How many teeth does an adult animal like this one have?"})
     assert out["plan_mode"] == "rules" and out["answerer"] == "extractive" and len(out["regions"]) == 2
     assert HORSE_FACT in out["answer"] and out["citations"]["cited"]
@@ -395,7 +365,7 @@ def test_web_results_are_fetched_through_the_guard_and_cited_by_url(photo):
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}"
     try:
-        web = _Pages({"teeth": [SearchResult(url=f"{base}/private", title="Secret", snippet="a snippet about teeth"),
+        web = Pages({"teeth": [SearchResult(url=f"{base}/private", title="Secret", snippet="a snippet about teeth"),
                                 SearchResult(url=f"{base}/horses", title="")]})
         out = _graph(web, fetch_allow_hosts=("127.0.0.1",)).invoke(
             {"image": photo, "question": "How many teeth does an adult horse have?"},
@@ -428,7 +398,7 @@ def test_when_every_search_fails_the_graph_says_so_in_one_line(photo, monkeypatc
     run ends with one line saying what failed and that a folder of pages works offline, instead of
     answering "the search found nothing"."""
     pytest.importorskip("ddgs")
-    from openai_fake import dead_endpoint
+    from helpers.openai_fake import dead_endpoint
 
     from pictrieve.tools.web.search import SearchUnavailableError
 
@@ -445,13 +415,13 @@ def test_when_every_search_fails_the_graph_says_so_in_one_line(photo, monkeypatc
 def test_when_every_page_fetch_fails_the_graph_says_so(photo):
     """Search results whose pages cannot be opened (a dead server): one error, not an answer made of
     snippets that says nothing about the failure."""
-    from openai_fake import dead_endpoint
+    from helpers.openai_fake import dead_endpoint
 
     from pictrieve.tools.web.search import SearchUnavailableError
 
     with dead_endpoint() as url:
         dead = url.removesuffix("/v1")
-        web = _Pages({"teeth": [SearchResult(url=f"{dead}/horses", title="Horses", snippet="horse teeth"),
+        web = Pages({"teeth": [SearchResult(url=f"{dead}/horses", title="Horses", snippet="horse teeth"),
                                 SearchResult(url=f"{dead}/dogs", title="Dogs", snippet="dog teeth")]})
         with pytest.raises(SearchUnavailableError, match="none of the 2 pages the search found could be opened"):
             _graph(web, fetch_allow_hosts=("127.0.0.1",)).invoke(
@@ -461,6 +431,6 @@ def test_when_every_page_fetch_fails_the_graph_says_so(photo):
 
 
 def test_a_search_that_ran_and_found_nothing_still_says_found_nothing(photo):
-    out = _graph(_Pages({})).invoke({"image": photo, "question": "What breed is this dog?"},
+    out = _graph(Pages({})).invoke({"image": photo, "question": "What breed is this dog?"},
                                     context={"answerer": "extractive", "plan_with_llm": False})
     assert "found nothing" in out["answer"] and all(not f["error"] for f in out["findings"])

@@ -97,7 +97,7 @@ def test_ddgs_distinguishes_found_nothing_from_every_engine_failing(monkeypatch)
     """ddgs raises "No results found." when its engines answered with nothing (an empty result here)
     and the last engine's error when all of them failed (a one-line error naming the cause)."""
     exceptions = pytest.importorskip("ddgs.exceptions")  # a submodule: `import ddgs` alone may not load it
-    from openai_fake import dead_endpoint
+    from helpers.openai_fake import dead_endpoint
 
     class NothingFound:
         def text(self, *a, **k):
@@ -122,7 +122,7 @@ def test_ask_with_a_web_search_that_cannot_reach_anything_says_so(tmp_path):
     import sys
 
     pytest.importorskip("ddgs")
-    from openai_fake import dead_endpoint
+    from helpers.openai_fake import dead_endpoint
 
     photo = tmp_path / "dog.png"
     Image.new("RGB", (96, 80), (150, 110, 60)).save(photo)

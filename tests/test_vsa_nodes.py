@@ -13,9 +13,9 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 from langgraph.runtime import Runtime
 from langgraph.types import Send
-from PIL import Image
-from test_vsa import PAGES, _WholeImage, _Words, _scripted
-from test_vsa_answerers import DOG_FACT, DOGS, HORSE_FACT, HORSES, _no_llm, _Pages
+
+from helpers.vsa_fakes import (  # noqa: F401  (fixture: photo)
+    DOG_FACT, DOGS, HORSE_FACT, HORSES, PAGES, Pages, WholeImage, Words, no_llm, photo, scripted)
 
 from pictrieve.agents.settings import SettingsError
 from pictrieve.agents.vsa import nodes
@@ -30,13 +30,6 @@ def run(**settings) -> Runtime:
     return Runtime(context=VisionSearchSettings(**settings))
 
 
-@pytest.fixture()
-def photo(tmp_path):
-    path = tmp_path / "p.jpg"
-    Image.new("RGB", (64, 48), (120, 80, 40)).save(path)
-    return str(path)
-
-
 REGIONS = [{"label": "horse", "score": 0.9, "box": [0.0, 0.0, 30.0, 40.0], "description": "a brown horse"},
            {"label": "person", "score": 0.8, "box": [20.0, 0.0, 60.0, 40.0], "description": "a rider"}]
 
@@ -46,7 +39,7 @@ REGIONS = [{"label": "horse", "score": 0.9, "box": [0.0, 0.0, 30.0, 40.0], "desc
 
 @pytest.fixture(scope="module")
 def gallery(tmp_path_factory, tiny_clip_embedder):
-    from conftest import make_photo
+    from helpers import make_photo
 
     from pictrieve.vectorstore.gallery import Gallery
 
@@ -100,7 +93,7 @@ def test_regions_asks_the_detector_with_the_questions_words_and_keeps_the_best(p
     # the sliver (1 px high) is dropped; two regions at most by default ... and none found: the whole image
     found = nodes.regions({"question": "q", "image": photo}, detector=lambda: detector)["regions"]
     assert [r["label"] for r in found] == ["horse", "dog"]
-    assert nodes.regions({"question": "q", "image": photo}, detector=_WholeImage)["regions"] == [
+    assert nodes.regions({"question": "q", "image": photo}, detector=WholeImage)["regions"] == [
         {"label": "image", "score": 1.0, "box": [0.0, 0.0, 64.0, 48.0]}]
 
 
@@ -122,7 +115,7 @@ def test_describe_captions_each_crop_then_correlates_two_regions_only_when_asked
     regions = [{k: v for k, v in r.items() if k != "description"} for r in REGIONS]
     state = {"question": "Who rides?", "image": photo, "regions": regions}
     describer = _Describer()
-    out = nodes.describe(state, run(correlate=False), vlm=lambda: describer, chat=RunnableLambda(_no_llm))
+    out = nodes.describe(state, run(correlate=False), vlm=lambda: describer, chat=RunnableLambda(no_llm))
     assert describer.seen == [((30, 40), "Describe the horse in this picture. The user asks: Who rides?"),
                               ((40, 40), "Describe the person in this picture. The user asks: Who rides?")]
     assert [r["description"] for r in out["regions"]] == ["something 1", "something 2"]
@@ -143,18 +136,18 @@ def test_describe_captions_each_crop_then_correlates_two_regions_only_when_asked
 
 
 def test_plan_without_a_search_asks_nothing():
-    out = nodes.plan({"question": "q", "regions": REGIONS}, chat=RunnableLambda(_no_llm), backend=None)
+    out = nodes.plan({"question": "q", "regions": REGIONS}, chat=RunnableLambda(no_llm), backend=None)
     assert (out["sub_questions"], out["plan_mode"], out["plan_turns"]) == ([], "no search", 1)
 
 
 def test_plan_turn_one_by_rules_then_nothing_more():
     state = {"question": "How many teeth does it have?", "regions": REGIONS}
-    out = nodes.plan(state, run(plan_with_llm=False), chat=RunnableLambda(_no_llm), backend=lambda: _Pages({}))
+    out = nodes.plan(state, run(plan_with_llm=False), chat=RunnableLambda(no_llm), backend=lambda: Pages({}))
     assert out["plan_mode"] == "rules" and out["plan_turns"] == 1
     assert [(s["question"], s["region"], s["turn"], s["order"]) for s in out["sub_questions"]] == [
         ("How many teeth does it have? (horse, person)", 1, 1, 0), ("horse teeth", 1, 1, 1), ("person teeth", 2, 1, 2)]
-    assert nodes.plan({**state, **out}, run(plan_with_llm=False), chat=RunnableLambda(_no_llm),
-                      backend=lambda: _Pages({})) == {}
+    assert nodes.plan({**state, **out}, run(plan_with_llm=False), chat=RunnableLambda(no_llm),
+                      backend=lambda: Pages({})) == {}
 
 
 def test_plan_later_turns_add_follow_ups_until_done_or_out_of_turns():
@@ -169,14 +162,14 @@ def test_plan_later_turns_add_follow_ups_until_done_or_out_of_turns():
     searched = [{"order": 0, "question": "horse teeth", "answer": "36 to 44 [1].", "log": None}]
     state = {"question": "Teeth?", "regions": REGIONS, "sub_questions": asked, "plan_mode": "json", "plan_turns": 1,
              "searched": searched}
-    out = nodes.plan(state, chat=RunnableLambda(planner), backend=lambda: _Pages({}))
+    out = nodes.plan(state, chat=RunnableLambda(planner), backend=lambda: Pages({}))
     assert out["sub_questions"] == asked + [{"question": "dog teeth", "region": 1, "turn": 2, "order": 1}]
     assert (out["plan_mode"], out["plan_turns"]) == ("json", 2)  # the repeat is dropped; the mode is turn 1's
     assert "A: 36 to 44." in seen[0]  # what was found, without its citation numbers
-    done = nodes.plan({**state, **out}, chat=RunnableLambda(planner), backend=lambda: _Pages({}))
+    done = nodes.plan({**state, **out}, chat=RunnableLambda(planner), backend=lambda: Pages({}))
     assert done["sub_questions"] == out["sub_questions"] and "plan_turns" not in done
-    assert nodes.plan({**state, "plan_turns": 3}, run(max_plan_turns=3), chat=RunnableLambda(_no_llm),
-                      backend=lambda: _Pages({})) == {}
+    assert nodes.plan({**state, "plan_turns": 3}, run(max_plan_turns=3), chat=RunnableLambda(no_llm),
+                      backend=lambda: Pages({})) == {}
 
 
 def test_plan_stops_the_run_when_every_search_failed():
@@ -184,7 +177,7 @@ def test_plan_stops_the_run_when_every_search_failed():
     state = {"question": "q", "regions": REGIONS, "plan_turns": 1, "plan_mode": "json",
              "searched": [{"order": 0, "question": "q", "answer": "", "log": failed}]}
     with pytest.raises(SearchUnavailableError, match="every search failed \\(2 with dict\\), e.g. no route"):
-        nodes.plan(state, chat=RunnableLambda(_no_llm), backend=lambda: _Pages({}))
+        nodes.plan(state, chat=RunnableLambda(no_llm), backend=lambda: Pages({}))
 
 
 # --- route_searches (after plan) --------------------------------------------------------------------
@@ -210,7 +203,7 @@ def test_search_reads_new_pages_may_search_again_and_keeps_local_numbers():
         text = messages[0].content
         return AIMessage(content="SEARCH AGAIN: dog teeth" if "Dogs" not in text else "42 teeth [2].")
 
-    backend = _Pages({"canine": [HORSES], "dog teeth": [DOGS, HORSES]})
+    backend = Pages({"canine": [HORSES], "dog teeth": [DOGS, HORSES]})
     task = {"sub_question": {"question": "canine teeth", "region": 2, "turn": 1}, "order": 3}
     out = nodes.search_sub_question(task, run(max_search_turns=2), chat=RunnableLambda(searcher),
                                     backend=lambda: backend)
@@ -232,15 +225,15 @@ class _Broken:
 
 def test_search_that_could_not_run_says_it_failed_not_found_nothing():
     task = {"sub_question": {"question": "horse teeth"}, "order": 0}
-    (finding,) = nodes.search_sub_question(task, chat=RunnableLambda(_no_llm), backend=_Broken)["searched"]
+    (finding,) = nodes.search_sub_question(task, chat=RunnableLambda(no_llm), backend=_Broken)["searched"]
     assert finding["answer"] == "The search failed (the backend is down)." and finding["error"] == "the backend is down"
     assert finding["log"] == {"searches": 1, "search_errors": ["the backend is down"], "fetches": 0, "fetch_errors": []}
 
 
 def test_extractive_search_quotes_the_best_sentence_and_passes_on_its_evidence():
     task = {"sub_question": {"question": "How many teeth does an adult horse have?"}, "order": 0, "photo": "horse"}
-    (finding,) = nodes.search_sub_question(task, run(answerer="extractive"), chat=RunnableLambda(_no_llm),
-                                           backend=lambda: _Pages({"teeth": [HORSES, DOGS]}))["searched"]
+    (finding,) = nodes.search_sub_question(task, run(answerer="extractive"), chat=RunnableLambda(no_llm),
+                                           backend=lambda: Pages({"teeth": [HORSES, DOGS]}))["searched"]
     assert finding["answer"].startswith(f"{HORSE_FACT} [1]") and finding["queries"] == [task["sub_question"]["question"]]
     assert finding["evidence"][0] == {**finding["evidence"][0], "sentence": HORSE_FACT, "source": 1, "title": "Horses"}
     assert {e["sentence"] for e in finding["evidence"]} <= {HORSE_FACT, DOG_FACT}
@@ -258,7 +251,7 @@ def test_summarize_numbers_sources_once_across_searches_and_renumbers_citations(
          "sources": [{"url": HORSES.url, "title": "Horses"}]},
     ]
     out = nodes.summarize({"question": "q", "regions": REGIONS[:1], "searched": searched},
-                          chat=RunnableLambda(_no_llm))
+                          chat=RunnableLambda(no_llm))
     assert out["sources"] == [{"number": 1, "url": HORSES.url, "title": "Horses"},
                               {"number": 2, "url": DOGS.url, "title": "Dogs"}]
     assert [f["answer"] for f in out["findings"]] == ["36 to 44 [1].", "42 [2], like horses [1]."]  # [3] was never read
@@ -303,7 +296,7 @@ def test_extractive_answer_quotes_each_part_from_the_searchers_evidence():
              "findings": [{"question": "q", "answer": "", "evidence": evidence, "source_numbers": [1, 2]}],
              "sources": [{"number": 1, "url": HORSES.url, "title": "Horses"},
                          {"number": 2, "url": DOGS.url, "title": "Dogs"}]}
-    out = nodes.answer(state, run(answerer="extractive"), chat=RunnableLambda(_no_llm))
+    out = nodes.answer(state, run(answerer="extractive"), chat=RunnableLambda(no_llm))
     assert out["answer"] == f"The photo shows: horse. {HORSE_FACT} [1]" and out["answerer"] == "extractive"
     assert out["citations"]["cited"] == [1]
 
@@ -316,7 +309,7 @@ def test_following_the_stream_gives_what_invoke_gives(photo):
     from pictrieve.graphs.vision_search import build_vision_search_graph
     from pictrieve.tools.web.search import SEARCH_BACKENDS
 
-    graph = build_vision_search_graph(None, llm=_scripted([]), vlm=_Words(), detector=_WholeImage(),
+    graph = build_vision_search_graph(None, llm=scripted([]), vlm=Words(), detector=WholeImage(),
                                       search=SEARCH_BACKENDS.create(f"local:{PAGES}"))
     inputs, context = {"image": photo, "question": "How many teeth does this animal have?"}, {"pages_per_search": 1}
     lines = []
@@ -358,11 +351,11 @@ def test_step_lines_say_what_each_step_did():
 @pytest.mark.parametrize("reply, grade", [("Yes.", 1.0), ("yes, the same fact", 1.0), ("No", 0.0),
                                           ("I think yes", 0.0), ("", 0.0)])
 def test_same_fact_judge_reads_yes_at_temperature_zero(reply, grade):
-    from test_visret import _RecordingChat
+    from helpers.visret_fakes import RecordingChat
 
     from pictrieve.agents.judge import judge_answer
 
-    judge = _RecordingChat(reply)
+    judge = RecordingChat(reply)
     got, raw = judge_answer(judge, "How many teeth?", "36 to 44.", "It has 36 to 44 teeth [1].", rubric="same_fact")
     assert (got, raw) == (grade, reply) and judge.bound == [{"temperature": 0}]
     prompt = judge.calls[0][0].content
@@ -377,12 +370,12 @@ def test_same_fact_judge_reads_yes_at_temperature_zero(reply, grade):
 def test_parts_load_on_first_use_and_a_search_name_is_checked_at_once(tmp_path):
     from pictrieve.agents.vsa.parts import made_once, make_parts
 
-    parts = make_parts(llm=RunnableLambda(_no_llm), detector="zeroshot:/nonexistent/detector", search=None)
+    parts = make_parts(llm=RunnableLambda(no_llm), detector="zeroshot:/nonexistent/detector", search=None)
     assert parts.backend is None  # nothing was loaded, or the detector's name would have failed here
     with pytest.raises(Exception, match="nonexistent"):
         parts.detector()  # the first use loads it, and fails then
     with pytest.raises(Exception, match="no page folder at"):
-        make_parts(llm=RunnableLambda(_no_llm), search=f"local:{tmp_path / 'nowhere'}")
+        make_parts(llm=RunnableLambda(no_llm), search=f"local:{tmp_path / 'nowhere'}")
     calls = []
     get = made_once(lambda: calls.append(1) or object())
     assert calls == [] and get() is get() and calls == [1]  # made on the first call, once

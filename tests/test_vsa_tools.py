@@ -128,10 +128,10 @@ def test_a_blank_query_is_a_tool_error_the_agent_reads():
 def _vsa_tool(**kwargs):
     from langchain_core.messages import AIMessage
     from langchain_core.runnables import RunnableLambda
-    from test_vsa import _WholeImage, _Words
+    from helpers.vsa_fakes import WholeImage, Words
 
-    return ask_about_image_tool(llm=RunnableLambda(lambda m: AIMessage(content="A brown horse.")), vlm=_Words(),
-                                detector=_WholeImage(), search=None, **kwargs)
+    return ask_about_image_tool(llm=RunnableLambda(lambda m: AIMessage(content="A brown horse.")), vlm=Words(),
+                                detector=WholeImage(), search=None, **kwargs)
 
 
 def test_ask_about_image_runs_the_real_graph(tmp_path):

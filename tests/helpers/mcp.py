@@ -16,12 +16,15 @@ import time
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, AsyncIterator
 
 import numpy as np
+import pytest
 from PIL import Image
 
-from conftest import free_port
+from helpers import free_port
+from helpers.vsa_fakes import PAGES, save_tiny_owlvit
 
 MCP_COMMAND = [sys.executable, "-m", "pictrieve.cli.main", "mcp"]
 CALL_TIMEOUT = timedelta(seconds=600)
@@ -108,6 +111,7 @@ class HttpServer:
 
 # --- what comes back --------------------------------------------------------------------------------------
 
+
 def pictures(result: Any) -> list[Image.Image]:
     """The image content of a tool result, decoded (each checked to be a JPEG)."""
     out = []
@@ -137,3 +141,44 @@ def image_data(image: Image.Image, fmt: str = "PNG") -> str:
     out = io.BytesIO()
     image.save(out, format=fmt)
     return base64.b64encode(out.getvalue()).decode("ascii")
+
+
+# --- the gallery and folders a served `pictrieve mcp` works on (Python and TypeScript clients alike) ---
+
+COLOURS = {"a red square": (220, 30, 30), "a green field": (30, 200, 40), "a blue sky": (40, 60, 230),
+           "a brown horse in a field": (120, 80, 40)}
+TOOLS = {"search_images", "search_by_image", "ask_about_image", "ask_gallery", "find_photo", "answer_question",
+         "gallery_info"}
+SECRET = "TOP-SECRET-LINE-7731"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_clip_name):
+    """A gallery of four coloured photos (captioned), an allowed folder, files outside it, and the server's
+    arguments."""
+    from pictrieve.vectorstore.gallery import Gallery
+
+    root = tmp_path_factory.mktemp("mcp")
+    rng = np.random.default_rng(0)
+    for i, (caption, colour) in enumerate(COLOURS.items()):
+        pixels = np.clip(np.array(colour) + rng.integers(-6, 7, size=(600, 800, 3)), 0, 255).astype(np.uint8)
+        (root / "photos").mkdir(exist_ok=True)
+        Image.fromarray(pixels).save(root / "photos" / f"{i}.jpg", quality=90)
+        (root / "photos" / f"{i}.txt").write_text(caption + "\n")
+    gallery = Gallery.open(root / "gallery", tiny_clip_name)
+    gallery.add(root / "photos", progress=False)
+    ids = {item.captions[0]: item.id for item in gallery.items()}
+    allowed, outside = root / "allowed", root / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    Image.new("RGB", (300, 200), COLOURS["a blue sky"]).save(allowed / "inside.png")
+    (allowed / "notes.txt").write_text(f"not a picture {SECRET}\n")
+    (outside / "secret.txt").write_text(f"{SECRET}\n")
+    Image.new("RGB", (30, 20), (1, 2, 3)).save(outside / "photo.png")
+    (allowed / "link.png").symlink_to(outside / "photo.png")  # inside the folder, pointing outside it
+    save_tiny_owlvit(root / "owl")  # finds nothing at its threshold: the whole photo is the one region
+    args = ["-g", str(root / "gallery"), "--state-dir", str(root / "state"), "--search", f"local:{PAGES}",
+            "--detector", f"zeroshot:{root / 'owl'}", "--allow-dir", str(allowed), "--max-image-mb", "0.5"]
+    return SimpleNamespace(root=root, gallery=gallery, ids=ids, colour_of={ids[c]: COLOURS[c] for c in COLOURS},
+                           paths={item.id: item.path for item in gallery.items()}, allowed=allowed, outside=outside,
+                           args=args)

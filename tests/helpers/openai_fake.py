@@ -120,10 +120,16 @@ def _error_body(status: int, model: str) -> dict[str, Any]:
     return {"error": {"message": message.format(model=model), "type": kind, "param": None, "code": code}}
 
 
-
 @contextmanager
 def dead_endpoint() -> Iterator[str]:
     """A base URL whose port is bound but not listening: every connection is refused at once."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+EXPECTED_ERRORS = {  # what pictrieve's one-line error says of each failing endpoint (besides model and URL)
+    "401": "refused the API key",
+    "404": "no such model there",
+    "closed": "could not connect",
+}

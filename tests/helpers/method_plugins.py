@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-TOY_SOURCE = Path(__file__).parent / "data" / "toy_pictrieve_method"
+TOY_SOURCE = Path(__file__).parents[1] / "data" / "toy_pictrieve_method"
 
 
 def write_distribution(folder: Path, name: str, entry_points: dict[str, str]) -> Path:

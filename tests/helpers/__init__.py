@@ -1,0 +1,50 @@
+"""What several test modules share, in one place: plain functions, fakes and fixtures that tests import.
+
+``tests/`` is on ``sys.path`` while pytest runs (it holds the root ``conftest.py`` and no ``__init__.py``:
+pytest's default import mode puts it there), so a test module imports ``from helpers.<module> import ...``.
+Fixtures that only some modules use live here and are imported by those modules (pytest registers an
+imported fixture in the importing module); fixtures every module may use live in ``tests/conftest.py``.
+No test module imports another test module: what two of them share moves here.
+
+- this module: the repository's paths, small random photos, a free port
+- ``isolated_home``: the session's own home and caches (started by conftest), and the guard on the real home
+- ``plugir_fakes``, ``qc2_fakes``, ``vsa_fakes``, ``visret_fakes``, ``needle_fakes``: each method's stand-ins
+  and shared fixtures (control flow only, never a quality claim)
+- ``galleries``: small real galleries built with the tiny random CLIP model
+- ``chat_checkpoints``: a tiny local chat-model checkpoint and a private cache
+- ``openai_fake``: a local OpenAI-compatible endpoint and a dead one
+- ``cli``: the ``pictrieve`` command in a subprocess
+- ``langgraph_dev``: the real ``langgraph dev`` started and stopped
+- ``web_page``: the web page served by uvicorn, driven in headless Chromium
+- ``mcp``: ``pictrieve mcp`` started for real, with the official MCP client
+- ``method_plugins``: method plugins installed the way pip would
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FLICKR8K_DEV = Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", REPO_ROOT.parent / "shared" / "datasets" / "flickr8k-dev"))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (a server started on it may still race:
+    callers retry with another port when the server fails to bind)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def make_photo(path: Path, seed: int, size: tuple[int, int] = (48, 40)) -> Path:
+    """Write a small random RGB image (distinct content per seed)."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 255, size=(size[1], size[0], 3), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(path)
+    return path

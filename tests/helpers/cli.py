@@ -1,0 +1,21 @@
+"""The ``pictrieve`` command as a user runs it, in a subprocess of this Python, and what its errors must look like."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CLI = [sys.executable, "-m", "pictrieve.cli.main"]
+
+
+def run(*args: str, prefix: list[str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``pictrieve ARGS`` (after ``prefix``, e.g. a setpriv command), its output captured, ``stdin`` fed."""
+    return subprocess.run([*(prefix or []), *CLI, *args], capture_output=True, text=True, timeout=600,
+                          input=stdin if stdin is not None else "")
+
+
+def one_clear_line(result: subprocess.CompletedProcess) -> str:
+    """The one line a failed command printed (warnings aside), asserting there is one and no traceback."""
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("WARNING ")]
+    assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr
+    return lines[0]
