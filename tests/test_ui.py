@@ -64,6 +64,18 @@ def test_static_files_only_by_exact_name(client):
         assert response.status_code == 404 and b"import" not in response.content
 
 
+def test_a_refused_request_is_answered_without_raising_to_the_server(gallery, tmp_path):
+    """A refused request (empty query, bad k, unknown method) is answered with its reason and goes no
+    further: raised on to the server (a TestClient that raises server exceptions), uvicorn logged a
+    traceback for each and closed the client's connection."""
+    strict = TestClient(make_app(gallery, tmp_path))  # raise_server_exceptions=True
+    empty = strict.post("/api/search", json={"query": " "})
+    assert empty.status_code == 400 and "type what you are looking for" in empty.json()["error"]
+    assert strict.post("/api/search", json={"query": "a dog", "k": "many"}).status_code == 400
+    assert strict.post("/api/methods/nosuch/run", json={"input": {}}).status_code == 400
+    assert strict.post("/api/needle/nosuch/nostage", json={}).status_code == 404  # SessionNotFound
+
+
 def test_upload_search_decodes_with_the_guarded_loader(client, tmp_path):
     photo = make_photo(tmp_path / "q.png", seed=3, size=(64, 48))
     hits = client.post("/api/search", files={"image": ("q.png", photo.read_bytes(), "image/png")}).json()["hits"]

@@ -144,15 +144,24 @@ def create_app(
                 graphs["plugir"] = build_graph("plugir", checkpointer=sqlite_checkpointer(state_dir / "chat.sqlite"))
             return graphs["plugir"]
 
-    @app.exception_handler(Exception)
-    async def readable_error(request: Request, exc: Exception) -> JSONResponse:
+    async def refused(request: Request, exc: Exception) -> JSONResponse:
+        """A request that cannot be served as given: 400 (404 for a NEEDLE session that is gone)."""
         from pictrieve.ui.needle import SessionNotFound
 
         if isinstance(exc, SessionNotFound):
             return JSONResponse({"error": str(exc)}, status_code=404)
-        if isinstance(exc, (PictrieveError, KeyError, ValueError)):
-            message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-            return JSONResponse({"error": message or type(exc).__name__}, status_code=400)
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        return JSONResponse({"error": message or type(exc).__name__}, status_code=400)
+
+    # Each refused kind by name: Starlette answers these and carries on. A handler registered only for
+    # `Exception` answers too, but then re-raises every error to the server (its ServerErrorMiddleware),
+    # so uvicorn logged a traceback for each empty query and closed the connection: a client reusing it
+    # got a dropped connection (benchmarks/load_search.py, tests/test_load_search.py).
+    for kind in (PictrieveError, KeyError, ValueError):
+        app.add_exception_handler(kind, refused)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         log.exception("ui request %s failed", request.url.path)
         return JSONResponse({"error": f"internal error ({type(exc).__name__}); see the server log"},
                             status_code=500)
