@@ -83,3 +83,16 @@ def test_a_well_formed_answer_is_not_an_error():
     body = {"hits": [{"id": "a", "path": "/a", "rank": 1, "score": 0.5}, {"id": "b", "path": "/b", "rank": 2,
                                                                          "score": 0.5}]}
     assert load_search.check_response(200, body, expected_hits=2) == (None, 2)
+
+
+def test_an_unreachable_server_counts_as_errors():
+    """No server on the port: every request (and probe) fails to connect, and each is counted."""
+    import asyncio
+
+    from conftest import free_port
+
+    result = asyncio.run(load_search.run_load("ui", f"http://127.0.0.1:{free_port()}", QUERIES, clients=2,
+                                              seconds=0.5, k=K, expected_hits=K))
+    summary = result.summary()
+    assert summary["requests"] == summary["errors"] == len(result.samples) >= 2
+    assert all(s.status == 0 and "ConnectError" in s.error for s in result.samples)
