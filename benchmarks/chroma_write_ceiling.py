@@ -6,8 +6,9 @@ collection per configuration, configured as a gallery's (cosine HNSW, pictrieve'
 with metadata shaped like a gallery record's (path, size, mtime, content hash). Each writer makes its
 vectors and connects before a common start; the clock runs from the start until the last writer's last
 ``add`` returned (each writer also notes its own CPU time per batch: what the client spends encoding
-the request, apart from waiting for the server). After that, the script times the first query (Chroma may still be folding the
-write-ahead log into the index) and checks that the collection holds every vector once.
+the request, apart from waiting for the server). After that, the script times the first query (Chroma
+may still be folding the write-ahead log into the index) and checks that the collection holds every
+vector once.
 
 This is what the Ray index path (issue 22) writes through: workers embed, the server stores. Compare
 the rates here with a worker's embedding rate to see how many workers one server can take.
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for s in (run["summary"] for run in runs):
         print(f"| {s['writers']} | {s['vectors']} | {s['seconds']} | {s['vectors_per_s']} | "
-              f"{s['batch_p50_ms']} / {s['batch_p95_ms']} | {s['writer_cpu_per_batch_ms']} ms | {s['first_query_after_s']} s |")
+              f"{s['batch_p50_ms']} / {s['batch_p95_ms']} | {s['writer_cpu_per_batch_ms']} ms | "
+              f"{s['first_query_after_s']} s |")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         with open(args.out / "batches.csv", "w", newline="") as handle:

@@ -273,13 +273,23 @@ def run_all(targets: dict[str, str], queries: list[str], client_counts: list[int
             seen = log_file.stat().st_size if log_file else 0
             result = asyncio.run(run_load(target, url, queries, clients, seconds, k, expected_hits))
             if log_file:
-                time.sleep(0.5)  # the last runs' log lines
-                with open(log_file, encoding="utf-8", errors="replace") as handle:
-                    handle.seek(seen)
-                    result.server_runs = server_runs(handle.read())
+                result.server_runs = read_server_runs(log_file, seen, sum(s.error is None for s in result.samples))
             log.info("%s", result.summary())
             results.append(result)
     return results
+
+
+def read_server_runs(log_file: Path, offset: int, expected: int, wait_s: float = 10.0) -> list[dict[str, float]]:
+    """The runs logged after ``offset``, waiting up to ``wait_s`` for the ``expected`` ones (the server
+    may write a run's line just after its answer went out)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with open(log_file, encoding="utf-8", errors="replace") as handle:
+            handle.seek(offset)
+            runs = server_runs(handle.read())
+        if len(runs) >= expected or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.2)
 
 
 @dataclass
@@ -348,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--ui-url", help="a running `pictrieve ui` (else one is started)")
     parser.add_argument("--langgraph-url", help="a running `langgraph dev` (else one is started)")
-    parser.add_argument("--queries", type=Path, required=True, help="captions.jsonl, or a text file of one query a line")
+    parser.add_argument("--queries", type=Path, required=True, help="captions.jsonl, or one query a line")
     parser.add_argument("--clients", default="1,16", help="client counts, one run each (default 1,16)")
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("-k", type=int, default=10)

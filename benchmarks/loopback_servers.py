@@ -60,13 +60,14 @@ def start_server(name: str, command: Callable[[int], list[str]], ready_path: str
                  env: dict[str, str] | None = None, wait_s: float = 240, attempts: int = 3) -> Server:
     """Start ``command(port)`` on a free loopback port and wait until ``ready_path`` answers 200. A port
     taken between choosing and binding makes the server exit: then another port is tried."""
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}  # log lines as they happen
     for _ in range(attempts):
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         log_path = workdir / f"{name}-{port}.log"
         with open(log_path, "w") as log_file:
-            process = subprocess.Popen(command(port), cwd=workdir, env={**os.environ, **(env or {})},
-                                       stdout=log_file, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(command(port), cwd=workdir, env=environment, stdout=log_file,
+                                       stderr=subprocess.STDOUT)
         server = Server(name, process, url, log_path)
         deadline = time.monotonic() + wait_s
         while process.poll() is None and time.monotonic() < deadline:
