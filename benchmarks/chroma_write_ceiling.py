@@ -38,8 +38,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loopback_servers import start_chroma  # noqa: E402
+from loopback_servers import start_chroma  # beside this script, on its sys.path
 
 log = logging.getLogger("chroma_write_ceiling")
 DIM = 512

@@ -50,8 +50,7 @@ from typing import Any, Iterator
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loopback_servers import Server, start_chroma, start_langgraph, start_ui  # noqa: E402
+from loopback_servers import Server, start_chroma, start_langgraph, start_ui  # beside this script, on its sys.path
 
 log = logging.getLogger("load_search")
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -32,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DIM = 512
 

@@ -4,15 +4,14 @@ thresholds: every request must come back well-formed, and a refused request must
 
 from __future__ import annotations
 
-import sys
 from contextlib import ExitStack
 
 import pytest
 
-from conftest import REPO_ROOT, make_photo
+from helpers import free_port, make_photo
+from helpers.benchmark_scripts import benchmark_script
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import load_search  # noqa: E402
+load_search = benchmark_script("load_search", "loopback_servers")
 
 pytestmark = pytest.mark.server
 
@@ -88,8 +87,6 @@ def test_a_well_formed_answer_is_not_an_error():
 def test_an_unreachable_server_counts_as_errors():
     """No server on the port: every request (and probe) fails to connect, and each is counted."""
     import asyncio
-
-    from conftest import free_port
 
     result = asyncio.run(load_search.run_load("ui", f"http://127.0.0.1:{free_port()}", QUERIES, clients=2,
                                               seconds=0.5, k=K, expected_hits=K))

@@ -18,6 +18,7 @@ No test module imports another test module: what two of them share moves here.
 - ``web_page``: the web page served by uvicorn, driven in headless Chromium
 - ``mcp``: ``pictrieve mcp`` started for real, with the official MCP client
 - ``method_plugins``: method plugins installed the way pip would
+- ``benchmark_scripts``: the scripts of ``benchmarks/`` imported as modules
 """
 
 from __future__ import annotations
