@@ -32,11 +32,13 @@ def serve(gallery: str | None, llm: str | None, base_url: str | None, host: str,
     """
     from pictrieve.graphs.serving import ENV_BASE_URL, ENV_GALLERY, ENV_LLM, langgraph_config
 
+    # A gallery folder is passed as an absolute path: the server runs in another folder (below), and a
+    # written config may be used from anywhere.
+    if gallery and "://" not in gallery:
+        gallery = os.path.abspath(os.path.expanduser(gallery))
     env = {**({ENV_GALLERY: gallery} if gallery else {}), **({ENV_LLM: llm} if llm else {}),
            **({ENV_BASE_URL: base_url} if base_url else {})}
     if write_config:
-        if gallery and "://" not in gallery:  # the config may be used from another folder
-            env[ENV_GALLERY] = os.path.abspath(gallery)
         Path(write_config).write_text(json.dumps(langgraph_config(env), indent=2) + "\n")
         click.echo(f"wrote {write_config}: {', '.join(langgraph_config()['graphs'])}")
         return

@@ -78,6 +78,39 @@ def test_search_over_the_server_matches_the_library(server):
     assert by_image["hits"][0]["path"] == target
 
 
+def test_pictrieve_serve_takes_a_gallery_relative_to_the_folder_it_is_run_in(server):
+    """`pictrieve serve -g ./my.gallery`, typed in the folder holding the gallery (the README's form): the
+    server runs in a folder of its own, and still searches that gallery."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from langgraph_sdk import get_sync_client
+
+    from helpers import free_port
+    from helpers.langgraph_dev import answers
+
+    folder = Path(server["gallery"].location).parent
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pictrieve.cli.main", "serve", "-g", "g.gallery", "--port", str(port)],
+        cwd=folder, env={**os.environ, "PICTRIEVE_CACHE": str(folder / "cache"), "LANGSMITH_TRACING": "false",
+                         "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert answers(process, url), "pictrieve serve did not start"
+        result = get_sync_client(url=url).runs.wait(None, "search", input={"query": "a red square"}, context={"k": 2})
+        assert [hit["id"] for hit in result["hits"]] == [h.id for h in server["gallery"].search_text("a red square", k=2)]
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)  # pictrieve serve and the langgraph dev it started
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
 def _scripted_replies(messages):
     """What the fake OpenAI endpoint says, by the kind of PlugIR prompt it receives (control flow only)."""
     system = str(messages[0].get("content", "")) if messages else ""

@@ -35,19 +35,26 @@ def start(config: Path, env: dict[str, str], cwd: Path) -> tuple[subprocess.Pope
              "--no-browser", "--no-reload"],
             cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        import httpx
-
-        while process.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
-                    return process, url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        if answers(process, url):
+            return process, url
         process.kill()
         process.wait()
     pytest.fail(f"langgraph dev did not start; log in {cwd}")
+
+
+def answers(process: subprocess.Popen, url: str, seconds: float = 180) -> bool:
+    """Whether the server ``process`` started answers ``url``/ok within ``seconds`` (False if it exits)."""
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False
 
 
 def serve_repository(root: Path, gallery: Path, **env: str) -> tuple[subprocess.Popen, str]:
