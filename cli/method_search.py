@@ -17,6 +17,7 @@ Plain search (the default) is the command's own: it searches the gallery directl
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import click
@@ -129,13 +130,34 @@ def run_method(store: Any, method: str, query: str | None, *, k: int, visualizer
         inputs["topic"] = topic
     graph = spec.build(store, checkpointer=memory_checkpointer(), **kwargs)
     config = {"configurable": {"thread_id": "cli"}}
-    result = graph.invoke(inputs, config, context=context)
+    result = run_showing_steps(graph, inputs, config, context)
     while result.get("__interrupt__"):
         request = result["__interrupt__"][0].value
-        result = graph.invoke(Command(resume=_ask(method, request)), config, context=context)
+        result = run_showing_steps(graph, Command(resume=_ask(method, request)), config, context)
     if result.get("weights"):
         click.echo("trust weights: " + json.dumps({n: round(w, 3) for n, w in result["weights"].items()}), err=True)
     return result["hits"]
+
+
+def run_showing_steps(graph: Any, value: Any, config: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """Run ``graph`` (compiled with a checkpointer) to its end or next pause, printing each step to stderr
+    as it starts, with the seconds since the run began: a step that loads a model or encodes a folder
+    for a while says so instead of leaving the terminal silent. Returns the state, with
+    ``__interrupt__`` holding the pending interrupts when the graph paused."""
+    start = time.perf_counter()
+    shown = ""
+    for event in graph.stream(value, config, context=context, stream_mode="tasks"):
+        name = event.get("name", "")
+        if "result" in event or "error" in event or name == shown:  # a finish, or parallel copies of one step
+            continue
+        click.echo(f"[{time.perf_counter() - start:6.1f}s] {name}...", err=True)
+        shown = name
+    snapshot = graph.get_state(config)
+    result: dict[str, Any] = dict(snapshot.values)
+    pending = [item for task in snapshot.tasks for item in getattr(task, "interrupts", ()) or ()]
+    if pending:
+        result["__interrupt__"] = pending
+    return result
 
 
 def _needs(spec: Any, *, visualizers: tuple[str, ...], llm: str | None, base_url: str | None,

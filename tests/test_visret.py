@@ -114,7 +114,11 @@ def test_cli_search_method_visret(gallery, photos, tmp_path, monkeypatch):
     args = ["search", "a man riding a bicycle", "-g", str(gallery.location), "-k", "2", "--json"]
     result = runner.invoke(cli, args + ["--method", "visret", "--visualizer", f"exemplar:{photos}"])
     assert result.exit_code == 0, result.output
-    hits = json.loads(result.stdout)["hits"]  # stderr carries the progress bars
+    hits = json.loads(result.stdout)["hits"]  # stderr carries the progress
+    # Each step is announced as it starts, so a slow one (a model loading) never leaves the terminal silent.
+    steps = set(build_visret_graph(gallery, visualizers=f"exemplar:{photos}").get_graph().nodes) - {"__start__", "__end__"}
+    announced = {line.split("] ", 1)[1].removesuffix("...") for line in result.stderr.splitlines() if line.endswith("...")}
+    assert {"rewrite", "visualize", "retrieve"} <= announced <= steps, result.stderr  # `read` runs for a question
     expected = build_visret_graph(gallery, visualizers=f"exemplar:{photos}").invoke(
         {"query": "a man riding a bicycle"}, context={"k": 2})["hits"]
     assert [h["id"] for h in hits] == [h.id for h in expected] and len(hits) == 2
