@@ -27,7 +27,8 @@ import click
 @click.option("--max-plan-turns", type=int, default=None,
               help="Planner turns of the chain of search (default 3; a rule plan has one).")
 @click.option("--gallery", default=None, help="Visual RAG: with no IMAGE, find the photo in this gallery.")
-@click.option("-v", "--verbose", is_flag=True, help="Show progress per step.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also show what each step found (region descriptions, pages read, their answers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 def ask(image: str | None, question: str, search: str | None, llm: str, base_url: str | None, vlm: str,
         vlm_base_url: str | None, detector: str, answerer: str, max_plan_turns: int | None, gallery: str | None,
@@ -70,11 +71,12 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     start = time.perf_counter()
 
     def show(node: str, change: dict[str, Any]) -> None:
-        line = step_line(node, change, detail=True)
+        line = step_line(node, change, detail=verbose)
         if line:
             click.echo(f"[{time.perf_counter() - start:6.1f}s] {line}", err=True)
 
-    state = follow_run(graph.stream(inputs, context=context, stream_mode="updates"), show if verbose else None)
+    # Each step is one line on stderr as it finishes, -v or not: a run takes tens of seconds on a CPU.
+    state = follow_run(graph.stream(inputs, context=context, stream_mode="updates"), show)
     if as_json:
         out = {k: v for k, v in state.items() if k != "timings"} | {"timings": state.get("timings")}
         out["hits"] = [h.to_json() for h in out.get("hits") or []]

@@ -8,6 +8,7 @@ real ``pictrieve`` in subprocesses, the three endpoints of one command side by s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from contextlib import ExitStack
 from pathlib import Path
@@ -103,6 +104,19 @@ def test_ask_reports_a_failing_llm_in_one_line(endpoints, photo):
                                 for case, url in endpoints.items()})
     for case, result in results.items():
         assert_one_line_naming(result, "fake-llm", endpoints[case], EXPECTED_ERRORS[case])
+
+
+def test_ask_shows_each_step_without_being_asked(photo):
+    """Without -v, `pictrieve ask` still prints a line per step on stderr as it finishes (it ran for 27 s
+    without a word on a loaded machine); the answer alone is on stdout."""
+    with OpenAIFake(lambda messages: "A small brown square.") as fake:
+        result = subprocess.run([*CLI, "ask", photo, "What is this?", "--llm", "openai:fake-llm", "--base-url",
+                                 fake.base_url, "--vlm", "openai:fake-vlm", "--vlm-base-url", fake.base_url],
+                                capture_output=True, text=True, timeout=600, env={**os.environ, "OPENAI_API_KEY": "test"})
+    assert result.returncode == 0, result.stderr
+    steps = [line.split("] ", 1)[1] for line in result.stderr.splitlines() if line.startswith("[")]
+    assert any(s.startswith("regions:") for s in steps) and any(s.startswith("answered") for s in steps), result.stderr
+    assert "A small brown square." in result.stdout and "regions:" not in result.stdout
 
 
 @pytest.fixture(scope="module")
