@@ -186,6 +186,13 @@ def sync(gallery: str, embedder: str | None, dry_run: bool, yes: bool, allow_mis
         click.echo(json.dumps({"removed": removed, "dry_run": dry_run}, indent=2))
     else:
         _print_removed(removed, dry_run=dry_run)
+    if dry_run and not allow_missing_folders:
+        from pictrieve.vectorstore.syncing import gone_folders
+
+        folders = gone_folders(removed)
+        if folders:  # the preview must not promise what the real sync refuses
+            click.echo(f"note: whole folders are gone ({', '.join(folders)}; an unplugged drive?): sync refuses to "
+                       "remove their images until they are reconnected, or with --allow-missing-folders", err=True)
 
 
 def _guarded_sync(store: Gallery, *, yes: bool, allow_missing_folders: bool) -> list[str]:

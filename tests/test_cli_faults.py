@@ -228,6 +228,8 @@ def test_sync_refuses_a_missing_folder_previews_lists_and_asks(tmp_path, tiny_cl
     assert refused.returncode != 0 and str(photos) in refused.stderr and "nothing removed" in refused.stderr
     preview = json.loads(run("sync", "-g", gallery, "--dry-run", "--json").stdout)
     assert preview["dry_run"] and len(preview["removed"]) == 5
+    listed = run("sync", "-g", gallery, "--dry-run")  # says that the real sync will refuse
+    assert "would remove 5" in listed.stdout and str(photos) in listed.stderr and "refuses" in listed.stderr
     assert run("info", "-g", gallery, "--json").stdout.count('"images": 5') == 1
 
     (tmp_path / "drive" / "moved").rename(photos)
