@@ -218,3 +218,19 @@ def test_a_file_that_cannot_be_read_is_reported_not_fatal(tmp_path, photo_folder
     report = Gallery.open(tmp_path / "g", tiny_clip_embedder).add(photo_folder, progress=False)
     assert [f.path for f in report.failed] == [str(locked)] and "Permission denied" in report.failed[0].error
     assert report.indexed == report.total - 1 == 5
+
+
+def test_indexing_shows_the_model_loading_before_the_first_image(tmp_path, tiny_clip_name, capfd):
+    """A bar names the embedder while it loads, before the indexing bar, for a new gallery and for a
+    reopened one (a CLIP model takes tens of seconds to load on a CPU: the terminal sat silent)."""
+    import re
+
+    for i in range(3):
+        make_photo(tmp_path / "a" / f"{i}.png", seed=i)
+        make_photo(tmp_path / "b" / f"{i}.png", seed=10 + i)
+    Gallery.open(tmp_path / "g", tiny_clip_name).add(tmp_path / "a")
+    Gallery.open(tmp_path / "g").add(tmp_path / "b")  # reopened: its embedder is made on first use
+    err = capfd.readouterr().err
+    order = [m.group(0) for m in re.finditer(rf"loading {re.escape(tiny_clip_name)}|indexing", err)]
+    collapsed = [word for i, word in enumerate(order) if i == 0 or word != order[i - 1]]
+    assert collapsed == [f"loading {tiny_clip_name}", "indexing"] * 2, err

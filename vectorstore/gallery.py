@@ -228,6 +228,11 @@ class Gallery:
         return self._embedder
 
     @property
+    def embedder_loaded(self) -> bool:
+        """Whether :attr:`embedder` is made already (reading it then costs nothing)."""
+        return self._embedder is not None
+
+    @property
     def embedder_names(self) -> list[str]:
         """Every embedder with a collection in this gallery, sorted by name."""
         if self._client is None:

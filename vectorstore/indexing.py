@@ -202,14 +202,28 @@ def index_sources(
                          total=len(listing.failed)).report()
     first = targets[0]
     if not first.exists():
-        for target in targets:  # load every model before anything is created on disk
-            target.embedder
+        load_embedders(targets, progress)  # every model before anything is created on disk
     with first.writing():
         plan = start_index(targets, listing)
         report = plan.report()
         if plan.todo:
             _embed_and_write(targets, plan.todo, report, batch_size, workers, progress, max_pixels, budget)
     return report
+
+
+def load_embedders(targets: Sequence["Gallery"], progress: bool = True) -> None:
+    """Make every view's embedder now, with a bar over the models still to load: a CLIP model takes
+    tens of seconds to load on a CPU, which left the terminal silent before the first image."""
+    from tqdm.auto import tqdm
+
+    waiting = [target for target in targets if not target.embedder_loaded]
+    if not waiting:
+        return
+    names = ", ".join(target.embedder_name for target in waiting)
+    with tqdm(total=len(waiting), unit="model", desc=f"loading {names}", disable=not progress) as bar:
+        for target in waiting:
+            target.embedder
+            bar.update(1)
 
 
 @dataclass
@@ -312,6 +326,7 @@ def _embed_and_write(
 ) -> None:
     from tqdm.auto import tqdm
 
+    load_embedders(targets, progress)
     embedders = {target.embedder_name: target.embedder for target in targets}
     writer = BatchWriter(targets, batch_size)
     bar = tqdm(total=len(todo), unit="img", desc="indexing", disable=not progress)
