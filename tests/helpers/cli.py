@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 CLI = [sys.executable, "-m", "pictrieve.cli.main"]
+PROGRESS_BAR = re.compile(r"\d+/\d+ \[\d")
+"""A tqdm bar's counter and clock (``0/1 [00:01<?``): progress a command shows, not an error line."""
 
 
 def run(*args: str, prefix: list[str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -15,7 +18,9 @@ def run(*args: str, prefix: list[str] | None = None, stdin: str | None = None) -
 
 
 def one_clear_line(result: subprocess.CompletedProcess) -> str:
-    """The one line a failed command printed (warnings aside), asserting there is one and no traceback."""
-    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("WARNING ")]
+    """The one line a failed command printed (warnings and progress bars aside), asserting there is one
+    and no traceback."""
+    lines = [line for line in result.stderr.splitlines()
+             if line.strip() and not line.startswith("WARNING ") and not PROGRESS_BAR.search(line)]
     assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr
     return lines[0]
