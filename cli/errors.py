@@ -7,6 +7,7 @@ error type gets the matching command-line hint, so the CLI user reads the flag t
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 from contextlib import contextmanager
 from typing import Iterator
@@ -19,22 +20,28 @@ EXIT_USER_ERROR = 2
 
 
 def cli_hint(exc: BaseException) -> str | None:
-    """The command-line advice for a library error, or ``None``."""
+    """The command-line advice for a library error, or ``None``.
+
+    A hint names the gallery the error is about when the error knows it (``GalleryError.location``,
+    quoted for the shell), and the placeholder ``GALLERY`` otherwise.
+    """
     from pictrieve.vectorstore import errors as gallery_errors
 
+    location = getattr(exc, "location", None)
+    gallery = shlex.quote(location) if location else "GALLERY"
     hints: list[tuple[type[BaseException], str]] = [
         (gallery_errors.EmptyGalleryError,
-         "index photos first with `pictrieve index PHOTOS --gallery GALLERY`, or pick another of the "
-         "gallery's embedders with --embedder (see `pictrieve info --gallery GALLERY`)"),
+         f"index photos first with `pictrieve index PHOTOS --gallery {gallery}`, or pick another of the "
+         f"gallery's embedders with --embedder (see `pictrieve info --gallery {gallery}`)"),
         (gallery_errors.DimensionMismatchError,
          "choose the embedder the gallery was built with (--embedder; `pictrieve info` lists them)"),
         (gallery_errors.GalleryPermissionError, "pass a --gallery location you can write to"),
         (gallery_errors.GalleryBusyError, "wait for the other `pictrieve` command to finish"),
         (gallery_errors.MissingFoldersError,
-         "reconnect them, or if they are gone for good, check with `pictrieve sync --gallery GALLERY "
+         f"reconnect them, or if they are gone for good, check with `pictrieve sync --gallery {gallery} "
          "--dry-run` and pass --allow-missing-folders"),
         (gallery_errors.LargeRemovalError,
-         "check with `pictrieve sync --gallery GALLERY --dry-run`, then confirm with --yes"),
+         f"check with `pictrieve sync --gallery {gallery} --dry-run`, then confirm with --yes"),
     ]
     for error_type, hint in hints:
         if isinstance(exc, error_type):
@@ -47,7 +54,7 @@ def cli_hint(exc: BaseException) -> str | None:
         if cls.__name__ in by_name:
             return by_name[cls.__name__]
     if isinstance(exc, gallery_errors.GalleryError) and str(exc).startswith("no gallery at"):
-        return "create it with `pictrieve index PHOTOS --gallery GALLERY`"
+        return f"create it with `pictrieve index PHOTOS --gallery {gallery}`"
     return None
 
 

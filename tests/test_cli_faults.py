@@ -216,6 +216,27 @@ def test_the_pixel_cap_is_per_call_and_bounds_memory(tmp_path):
 # ---------------------------------------------------------------- 8: sync
 
 
+def test_the_command_line_hint_names_the_gallery_the_error_is_about(tmp_path):
+    """A refusal's hint is a command to copy: it names the gallery (quoted for the shell), and says
+    GALLERY only where the error does not know which."""
+    from pictrieve.cli.errors import error_line
+    from pictrieve.vectorstore.gallery import gallery_contents
+    from pictrieve.vectorstore.errors import GalleryError, MissingFoldersError
+    from pictrieve.vectorstore.syncing import check_removal
+
+    location = str(tmp_path / "my photos.gallery")
+    with pytest.raises(MissingFoldersError) as refused:
+        check_removal([str(tmp_path / "gone" / "a.jpg")], 10, location=location)
+    line = error_line(refused.value)
+    assert f"pictrieve sync --gallery '{location}' --dry-run" in line and "GALLERY" not in line
+    assert "allow_missing_folders=True" not in line  # the Python advice is replaced by the flag
+
+    with pytest.raises(GalleryError) as missing:
+        gallery_contents(location)  # what `pictrieve info` reads
+    assert f"pictrieve index PHOTOS --gallery '{location}'" in error_line(missing.value)
+    assert "--gallery GALLERY" in error_line(GalleryError("no gallery at somewhere"))
+
+
 def test_sync_refuses_a_missing_folder_previews_lists_and_asks(tmp_path, tiny_clip_name):
     photos = tmp_path / "drive" / "photos"
     for i in range(5):
@@ -226,6 +247,7 @@ def test_sync_refuses_a_missing_folder_previews_lists_and_asks(tmp_path, tiny_cl
     photos.rename(tmp_path / "drive" / "moved")  # the drive is unplugged
     refused = run("sync", "-g", gallery)
     assert refused.returncode != 0 and str(photos) in refused.stderr and "nothing removed" in refused.stderr
+    assert f"pictrieve sync --gallery {gallery} --dry-run" in refused.stderr  # the hint names this gallery
     preview = json.loads(run("sync", "-g", gallery, "--dry-run", "--json").stdout)
     assert preview["dry_run"] and len(preview["removed"]) == 5
     listed = run("sync", "-g", gallery, "--dry-run")  # says that the real sync will refuse
@@ -427,7 +449,7 @@ def test_a_second_writer_waits_for_the_gallery_lock(tmp_path, tiny_clip_embedder
     import fcntl
 
     from pictrieve.vectorstore.chroma_store import LOCK_FILE
-    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.gallery import gallery_contents
 
     make_photo(tmp_path / "photos" / "x.png", seed=1)
     gallery = tmp_path / "g"

@@ -6,7 +6,16 @@ from pictrieve.errors import PictrieveError
 
 
 class GalleryError(PictrieveError, RuntimeError):
-    """Base class for gallery errors; messages say what to do."""
+    """Base class for gallery errors; messages say what to do.
+
+    ``location`` (optional) is the gallery the error is about, as it was given (a folder or a URL), so
+    that a command-line hint can name it instead of a placeholder.
+    """
+
+    def __init__(self, problem: str = "", *args: object, fix: str | None = None,
+                 location: str | None = None) -> None:
+        super().__init__(problem, *args, fix=fix)
+        self.location = location
 
 
 class EmptyGalleryError(GalleryError):

@@ -146,6 +146,7 @@ class Gallery:
             raise GalleryError(
                 f"no gallery at {Path(location).expanduser()}",
                 fix=f"create one with Gallery.open({location!r}).add(PHOTOS)",
+                location=str(location),
             )
         if embedder is None:
             embedder = (_stored_default(client) if client is not None else None) or default_embedder_name()
@@ -155,6 +156,7 @@ class Gallery:
                 f"gallery {location} has no images for embedder {gallery.embedder_name!r} "
                 f"(it holds: {', '.join(gallery.embedder_names) or 'nothing'})",
                 fix="pass embedder=... to Gallery.open, or index images with this embedder via gallery.add(PHOTOS)",
+                location=str(location),
             )
         return gallery
 
@@ -187,6 +189,7 @@ class Gallery:
             raise GalleryError(
                 f"no gallery at {Path(self.location).expanduser()}",
                 fix=f"create one with Gallery.open({self.location!r}).add(PHOTOS), or .create()",
+                location=str(self.location),
             )
         return self._client
 
@@ -443,6 +446,7 @@ class Gallery:
         return EmptyGalleryError(
             f"gallery {self.location} has no images for embedder {self.embedder_name!r}",
             fix="add some with gallery.add(PHOTOS) first",
+            location=str(self.location),
         )
 
     # ------------------------------------------------------------------ writing
@@ -553,7 +557,8 @@ class Gallery:
         gone = self.missing_files()
         if not dry_run:
             check_removal([item.path for item in gone], self.count(),
-                          allow_missing_folders=allow_missing_folders, allow_large=allow_large)
+                          allow_missing_folders=allow_missing_folders, allow_large=allow_large,
+                          location=str(self.location))
             self.delete([item.id for item in gone])
         return [item.path for item in gone]
 
@@ -570,7 +575,7 @@ def gallery_contents(location: str | os.PathLike) -> list[dict[str, Any]]:
     """``[{"embedder", "dim", "images", "collection", "default"}]`` for each embedder in a gallery."""
     client = connect(str(location), create=False)
     if client is None:
-        raise GalleryError(f"no gallery at {Path(location).expanduser()}")
+        raise GalleryError(f"no gallery at {Path(location).expanduser()}", location=str(location))
     default = _stored_default(client)
     return [
         {**row, "default": row["embedder"] == default} for row in embedder_collections(client)

@@ -32,8 +32,9 @@ def gone_folders(paths: Sequence[str]) -> list[str]:
 
 
 def check_removal(missing: Sequence[str], total: int, *, allow_missing_folders: bool = False,
-                  allow_large: bool = False) -> None:
-    """Raise unless removing the ``missing`` paths from a gallery of ``total`` images is safe."""
+                  allow_large: bool = False, location: str | None = None) -> None:
+    """Raise unless removing the ``missing`` paths from a gallery of ``total`` images is safe
+    (``location``, the gallery's, is carried by the error for the command line's hint)."""
     if not missing:
         return
     folders = gone_folders(missing)
@@ -43,9 +44,11 @@ def check_removal(missing: Sequence[str], total: int, *, allow_missing_folders: 
             "(unplugged drive?); nothing removed",
             fix="reconnect them, or if they are gone for good, check with sync(dry_run=True) and pass "
             "allow_missing_folders=True",
+            location=location,
         )
     if not allow_large and len(missing) > SYNC_CONFIRM_SHARE * max(1, total):
         raise LargeRemovalError(
             f"sync would remove {len(missing)} of {total} images whose files are gone; nothing removed",
             fix="check with sync(dry_run=True), then pass allow_large=True",
+            location=location,
         )
