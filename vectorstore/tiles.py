@@ -255,6 +255,124 @@ def _settings_key(settings: TilingSettings | None) -> str:
     return ",".join(f"{key}={values[key]}" for key in sorted(values))
 
 
+@dataclass
+class TileTarget:
+    """An image that some embedders hold no tiles of yet: what a tiling worker (a thread here, or a
+    process on another machine) needs to know about it. Picklable."""
+
+    id: str
+    path: str
+    embedders: list[str]
+    """Names of the embedders that still need its tiles."""
+
+
+@dataclass
+class TilePlan:
+    """What :func:`index_tiles` must do, found without a model and without writing."""
+
+    embedders: list[str]
+    settings: TilingSettings
+    todo: list[TileTarget] = field(default_factory=list)
+    images: int = 0
+    skipped: int = 0
+    """Images whose tiles every embedder has."""
+
+    def report(self) -> TileReport:
+        """The report of a run that has tiled nothing yet (merge the tiled batches into it)."""
+        return TileReport(images=self.images, skipped=self.skipped)
+
+
+def plan_tiles(
+    gallery: "Gallery", embedders: Sequence[str] | None = None, settings: TilingSettings | None = None,
+    *, limit: int | None = None,
+) -> TilePlan:
+    """Which images of ``gallery`` (the first ``limit``) each embedder (default: every embedder the
+    gallery holds) still needs tiles of. Raises :class:`TileSettingsMismatchError` when tiles were
+    stored with other settings. Reads only."""
+    settings = settings or TilingSettings()
+    names = list(embedders or gallery.embedder_names)
+    if not names:
+        raise GalleryError(f"gallery {gallery.location} has no images yet; index some before tiling")
+    indexes = [TileIndex(gallery.with_embedder(name)) for name in names]
+    for index in indexes:
+        stored = index.settings_key()
+        if stored is not None and stored != _settings_key(settings):
+            raise TileSettingsMismatchError(
+                f"tiles of {index.gallery.embedder_name!r} in {gallery.location} were made with other settings "
+                f"({stored}); keep those settings, or delete collection {index.name!r} to tile again"
+            )
+    items = list(indexes[0].gallery.items())[:limit]
+    done = [index.tiled_ids() for index in indexes]
+    plan = TilePlan(embedders=names, settings=settings, images=len(items))
+    for item in items:
+        missing = [name for name, tiled in zip(names, done) if item.id not in tiled]
+        if missing:
+            plan.todo.append(TileTarget(item.id, item.path, missing))
+    plan.skipped = len(items) - len(plan.todo)
+    return plan
+
+
+def create_tile_collections(gallery: "Gallery", plan: TilePlan) -> list[Any]:
+    """The tile collection of each embedder of ``plan``, created (with its settings) where missing:
+    the driver of a distributed run calls it before its workers start writing."""
+    with gallery.writing():
+        return [TileIndex(gallery.with_embedder(name)).collection(create=True, settings=plan.settings)
+                for name in plan.embedders]
+
+
+def tile_images(
+    views: Sequence["Gallery"], collections: Sequence[Any], targets: Sequence[TileTarget], settings: TilingSettings,
+) -> TileReport:
+    """Tile ``targets`` once and, for each view (one per embedder) that needs an image's tiles, embed
+    its tiles and write them to that view's tile ``collections`` entry; return what was done (only
+    ``tiled``, ``tiles`` and ``failed`` are filled). Unreadable images are reported, not fatal."""
+    from pictrieve.tools.core.images import ImageDecodeError, load_image
+
+    report = TileReport()
+    crops: list[tuple[str, int, Box, Image.Image]] = []
+    readable: list[TileTarget] = []
+    for target in targets:
+        try:
+            image = load_image(target.path)
+        except (ImageDecodeError, OSError) as exc:
+            report.failed.append((target.path, str(exc)))
+            continue
+        readable.append(target)
+        boxes = [b for b in smart_tiles(image, settings) if b != (0, 0, *image.size)]
+        crops.extend((target.id, n, box, image.crop(box)) for n, box in enumerate(boxes, start=1))
+    for view, collection in zip(views, collections):
+        name = view.embedder_name
+        whole = [target for target in readable if name in target.embedders]
+        if not whole:
+            continue
+        wanted_ids = {target.id for target in whole}
+        wanted = [c for c in crops if c[0] in wanted_ids]
+        ids = [f"{target.id}#0" for target in whole] + [f"{c[0]}#{c[1]}" for c in wanted]
+        vectors = [view.embeddings([target.id for target in whole])]
+        if wanted:
+            vectors.append(view.embedder.embed_preprocessed([view.embedder.preprocess(c[3]) for c in wanted]))
+        metadatas = [{"parent": target.id, "tile": 0, "box": ""} for target in whole] + [
+            {"parent": c[0], "tile": c[1], "box": ",".join(map(str, c[2]))} for c in wanted
+        ]
+        # Tile rows go in before the whole-image rows that mark an image as done.
+        order = list(range(len(whole), len(ids))) + list(range(len(whole)))
+        stacked = np.concatenate(vectors)
+        collection.upsert(ids=[ids[i] for i in order], embeddings=stacked[order],
+                          metadatas=[metadatas[i] for i in order])
+        report.tiled[name] = len(whole)
+        report.tiles[name] = len(ids)
+    return report
+
+
+def merge_tile_reports(total: TileReport, part: TileReport) -> None:
+    """Add the per-embedder counts and failures of ``part`` (one batch) to ``total``."""
+    for name, count in part.tiled.items():
+        total.tiled[name] = total.tiled.get(name, 0) + count
+    for name, count in part.tiles.items():
+        total.tiles[name] = total.tiles.get(name, 0) + count
+    total.failed.extend(part.failed)
+
+
 def index_tiles(
     gallery: "Gallery",
     embedders: Sequence[str] | None = None,
@@ -265,63 +383,19 @@ def index_tiles(
     limit: int | None = None,
 ) -> TileReport:
     """Tile every image of ``gallery`` and embed the tiles with each of ``embedders`` (default: every
-    embedder the gallery holds). Resumable: images already tiled for an embedder are skipped."""
+    embedder the gallery holds). Resumable: images already tiled for an embedder are skipped.
+
+    In steps (what a distributed run shares out): :func:`plan_tiles`, :func:`create_tile_collections`,
+    then :func:`tile_images` on any share of ``plan.todo``, with :func:`merge_tile_reports`.
+    """
     from tqdm.auto import tqdm
 
-    from pictrieve.tools.core.images import ImageDecodeError, load_image
-
-    settings = settings or TilingSettings()
-    names = list(embedders or gallery.embedder_names)
-    if not names:
-        raise GalleryError(f"gallery {gallery.location} has no images yet; index some before tiling")
-    views = [gallery.with_embedder(name) for name in names]
-    indexes = [TileIndex(view) for view in views]
-    for index in indexes:
-        stored = index.settings_key()
-        if stored is not None and stored != _settings_key(settings):
-            raise TileSettingsMismatchError(
-                f"tiles of {index.gallery.embedder_name!r} in {gallery.location} were made with other settings "
-                f"({stored}); keep those settings, or delete collection {index.name!r} to tile again"
-            )
-    items = list(views[0].items())[:limit]
-    report = TileReport(images=len(items))
-    done = [index.tiled_ids() for index in indexes]
-    todo = [item for item in items if any(item.id not in d for d in done)]
-    report.skipped = len(items) - len(todo)
+    plan = plan_tiles(gallery, embedders, settings, limit=limit)
+    report = plan.report()
+    views = [gallery.with_embedder(name) for name in plan.embedders]
     with gallery.writing():
-        collections = [index.collection(create=True, settings=settings) for index in indexes]
-        for start in tqdm(range(0, len(todo), batch_size), desc="tiling", unit="batch", disable=not progress):
-            batch = todo[start : start + batch_size]
-            crops: list[tuple[str, int, Box, Image.Image]] = []
-            failed_before = len(report.failed)
-            for item in batch:
-                try:
-                    image = load_image(item.path)
-                except (ImageDecodeError, OSError) as exc:
-                    report.failed.append((item.path, str(exc)))
-                    continue
-                boxes = [b for b in smart_tiles(image, settings) if b != (0, 0, *image.size)]
-                crops.extend((item.id, n, box, image.crop(box)) for n, box in enumerate(boxes, start=1))
-            unreadable = {path for path, _ in report.failed[failed_before:]}
-            readable = [item for item in batch if item.path not in unreadable]
-            for view, collection, tiled in zip(views, collections, done):
-                wanted = [c for c in crops if c[0] not in tiled]
-                whole = [item for item in readable if item.id not in tiled]
-                if not whole:
-                    continue
-                ids = [f"{item.id}#0" for item in whole] + [f"{c[0]}#{c[1]}" for c in wanted]
-                vectors = [view.embeddings([item.id for item in whole])]
-                if wanted:
-                    vectors.append(view.embedder.embed_preprocessed([view.embedder.preprocess(c[3]) for c in wanted]))
-                metadatas = [{"parent": item.id, "tile": 0, "box": ""} for item in whole] + [
-                    {"parent": c[0], "tile": c[1], "box": ",".join(map(str, c[2]))} for c in wanted
-                ]
-                # Tile rows go in before the whole-image rows that mark an image as done.
-                order = list(range(len(whole), len(ids))) + list(range(len(whole)))
-                stacked = np.concatenate(vectors)
-                collection.upsert(ids=[ids[i] for i in order], embeddings=stacked[order],
-                                  metadatas=[metadatas[i] for i in order])
-                name = view.embedder_name
-                report.tiled[name] = report.tiled.get(name, 0) + len(whole)
-                report.tiles[name] = report.tiles.get(name, 0) + len(ids)
+        collections = create_tile_collections(gallery, plan)
+        for start in tqdm(range(0, len(plan.todo), batch_size), desc="tiling", unit="batch", disable=not progress):
+            part = tile_images(views, collections, plan.todo[start : start + batch_size], plan.settings)
+            merge_tile_reports(report, part)
     return report
