@@ -1,0 +1,73 @@
+"""The Ray Data pipeline both distributed jobs run: work items in, a callable-class actor pool, rows out.
+
+Each work item is one row (``{"id": ..., "job": JSON}``); rows travel in blocks of ``batch_size``, and a
+block is one call of the worker class (``map_batches``): one model call per embedder and one write to
+the Chroma server. Ray restarts a worker whose process dies and runs its unfinished batches again on a
+live one (Ray Data's default ``max_restarts``/``max_task_retries``); since every write is an upsert of path-hash ids, a
+batch done twice leaves one record per photo. The driver reads the workers' result rows as they come.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Iterator, Mapping, Sequence
+
+from pictrieve.errors import PictrieveError, causes
+from pictrieve.vectorstore.distributed.cluster import WorkerShape, require_ray
+
+logger = logging.getLogger(__name__)
+
+
+class DistributedJobError(PictrieveError, RuntimeError):
+    """A distributed job stopped; the batches finished before that are stored."""
+
+
+def run_pipeline(
+    items: Sequence[Mapping[str, Any]], worker_class: type, worker_args: Mapping[str, Any], shape: WorkerShape,
+) -> Iterator[dict[str, Any]]:
+    """Run ``worker_class(**worker_args)`` as a pool of ``shape.workers`` actors over ``items`` in
+    batches of ``shape.batch_size``; yield every row the workers return, as soon as its batch is done.
+
+    A pictrieve error raised inside a worker (an embedder whose weights differ from the stored ones)
+    comes back as itself; any other failure becomes a :class:`DistributedJobError`.
+    """
+    ray = require_ray()
+    from ray.data import ActorPoolStrategy
+
+    blocks = max(1, math.ceil(len(items) / shape.batch_size))
+    dataset = ray.data.from_items(list(items), override_num_blocks=blocks).map_batches(
+        worker_class,
+        fn_constructor_kwargs=dict(worker_args),
+        batch_size=shape.batch_size,
+        batch_format="numpy",
+        compute=ActorPoolStrategy(size=min(shape.workers, blocks)),  # no idle actor loading models
+        num_cpus=shape.cpus,
+        num_gpus=shape.gpus or None,
+        # Ray Data's actor pools restart a dead actor and retry its tasks by default (since Ray 2.4;
+        # max_restarts=-1, max_task_retries=-1): the fault tolerance the module docstring relies on.
+    )
+    try:
+        for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+            columns = list(batch)
+            for values in zip(*(batch[name] for name in columns)):
+                yield {name: _plain(value) for name, value in zip(columns, values)}
+    except Exception as exc:  # noqa: BLE001 - Ray wraps a worker's error in its own types
+        ours = next((cause for cause in causes(exc) if isinstance(cause, PictrieveError)), None)
+        if ours is not None:
+            raise ours from exc
+        raise DistributedJobError(
+            f"the Ray job stopped: {_root_message(exc)}; every batch finished before that is stored, so running "
+            "the same command again goes on from there"
+        ) from exc
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
+
+
+def _root_message(exc: BaseException) -> str:
+    """The innermost cause's message, on one line (Ray's own messages span pages)."""
+    root = list(causes(exc))[-1]
+    lines = [line.strip() for line in str(root).splitlines() if line.strip()]
+    return f"{type(root).__name__}: {lines[-1] if lines else ''}"[:400]
