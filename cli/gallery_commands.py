@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from pictrieve.cli.method_search import PLAIN, method_options, run_method
+from pictrieve.cli.ray_engine import engine_options, ray_options, say
 from pictrieve.tools.core.images import load_image
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
@@ -45,7 +46,7 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1),
               help="Images per model call and per commit.")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1),
-              help="Threads decoding images beside the model.")
+              help="Threads decoding images beside the model (--engine local).")
 @click.option("--max-pixels", type=click.IntRange(min=1), default=None, metavar="N",
               help="Refuse images larger than N pixels before decoding (default 180000000, "
               "or PICTRIEVE_MAX_IMAGE_PIXELS).")
@@ -54,18 +55,34 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
 @yes_option
 @allow_missing_folders_option
 @json_option
+@engine_options
 def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], batch_size: int,
           workers: int, max_pixels: int | None, prune: bool, yes: bool, allow_missing_folders: bool,
-          as_json: bool) -> None:
+          as_json: bool, engine: str, **ray_settings: Any) -> None:
     """Add PHOTOS (folders, files or quoted globs) to a gallery.
 
     Safe to interrupt and re-run: finished batches are kept, unchanged files are skipped, and
     unreadable files are listed at the end. Captions are read from captions.jsonl or NAME.txt.
+
+    With --engine ray a Ray Data pool of workers (on this machine, or a cluster's machines with
+    --ray-address) embeds the photos and writes them to the --gallery http:// server; every
+    worker must read the photos at the same paths (a shared filesystem).
     """
     names = _embedder_list(embedders)
+    options = ray_options(engine, batch_size, ray_settings)
+    if options is not None:
+        from pictrieve.vectorstore.distributed.cluster import check_server_gallery
+
+        check_server_gallery(gallery)  # before anything else: a folder gallery is refused in one line
     store = Gallery.open(gallery, names[0] if names else None)
-    report = store.add(list(sources), embedders=names, batch_size=batch_size, workers=workers,
-                       progress=not as_json, max_pixels=max_pixels)
+    if options is not None:
+        from pictrieve.vectorstore.distributed.index_job import index_on_ray
+
+        report = index_on_ray(store, list(sources), options, embedders=names, max_pixels=max_pixels,
+                              progress=not as_json, say=say)
+    else:
+        report = store.add(list(sources), embedders=names, batch_size=batch_size, workers=workers,
+                           progress=not as_json, max_pixels=max_pixels)
     removed: list[str] = []
     refused: SyncRefusedError | None = None
     if prune and store.exists():
