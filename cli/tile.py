@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import click
 
+from typing import Any
+
 from pictrieve.cli.gallery_commands import gallery_option
+from pictrieve.cli.ray_engine import engine_options, ray_options, say
 from pictrieve.vectorstore.tiles import TilingSettings
 
 
@@ -18,19 +21,31 @@ from pictrieve.vectorstore.tiles import TilingSettings
               show_default=True, help="Smallest tile side, as a fraction of the image's short side.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Tile only the first N images.")
+@engine_options
 def tile(gallery: str, embedders: tuple[str, ...], max_objects: int, min_fraction: float, batch_size: int,
-         limit: int | None) -> None:
+         limit: int | None, engine: str, **ray_settings: Any) -> None:
     """Split every image of the gallery into tiles (NEEDLE's smart tiling) and embed them.
 
     An image then matches a guide picture by its best tile, so small objects are found. Costs one
-    embedding per tile (a few per image); an interrupted run resumes where it stopped.
+    embedding per tile (a few per image); an interrupted run resumes where it stopped. With
+    --engine ray the tiles are made by a Ray Data pool of workers (see `pictrieve index --help`).
     """
     from pictrieve.vectorstore.gallery import Gallery
     from pictrieve.vectorstore.tiles import index_tiles
 
+    options = ray_options(engine, batch_size, ray_settings)
+    if options is not None:
+        from pictrieve.vectorstore.distributed.cluster import check_server_gallery
+
+        check_server_gallery(gallery)
     store = Gallery.open(gallery, create=False)
     settings = TilingSettings(max_objects=max_objects, min_fraction=min_fraction)
-    report = index_tiles(store, list(embedders) or None, settings, batch_size=batch_size, limit=limit)
+    if options is not None:
+        from pictrieve.vectorstore.distributed.tile_job import tile_on_ray
+
+        report = tile_on_ray(store, options, list(embedders) or None, settings, limit=limit, say=say)
+    else:
+        report = index_tiles(store, list(embedders) or None, settings, batch_size=batch_size, limit=limit)
     for name in sorted(report.tiles):
         click.echo(f"{name}: tiled {report.tiled[name]} images into {report.tiles[name]} tiles (whole images included)")
     click.echo(f"{report.skipped} of {report.images} images already tiled")
