@@ -21,6 +21,7 @@ import contextlib
 import logging
 import math
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -146,9 +147,11 @@ def worker_shape(options: RayOptions, cluster: ClusterInfo) -> WorkerShape:
 
 
 def local_temp_dir() -> str:
-    """Where a local instance keeps its session files and sockets: a short per-user folder under the
-    system's temp folder (Ray's sockets need a short path), not the home folder."""
-    return str(Path(tempfile.gettempdir()) / f"pictrieve-ray-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
+    """Where a local instance keeps its session files and sockets: ``RAY_TMPDIR`` when set (as for Ray
+    itself), else a short per-user folder under the system's temp folder (Ray's sockets need a short
+    path), never the home folder."""
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    return os.environ.get("RAY_TMPDIR") or str(Path(tempfile.gettempdir()) / f"pictrieve-ray-{user}")
 
 
 @contextlib.contextmanager
@@ -158,6 +161,13 @@ def ray_cluster(address: str | None = None, *, say: Callable[[str], None] = logg
     A process already connected to Ray (a notebook, a test) keeps its connection, and it is left open.
     """
     ray = require_ray()
+    # Ray prints its workers' and raylets' lines on the driver's stdout; they go to stderr, so that a
+    # command's stdout (``--json``) holds its result only.
+    with contextlib.redirect_stdout(sys.stderr):
+        yield from _connected(ray, address, say)
+
+
+def _connected(ray: ModuleType, address: str | None, say: Callable[[str], None]) -> Iterator[ClusterInfo]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     owned = not ray.is_initialized()
     started = time.monotonic()
