@@ -1,0 +1,398 @@
+"""``pictrieve index/tile --engine ray`` against a real ``chroma run`` server and real Ray (issue 22).
+
+Nothing of Ray or Chroma is mocked: the commands run as a user runs them, in their own processes.
+One test lets the command start its own local Ray instance; the others share a two-node Ray cluster
+on this machine (``ray start --head`` and a second ``ray start --address``, each with one CPU, its
+own temp folder and ports), stopped by the PIDs the fixture started. Ray rewrites ``127.0.0.1`` to
+the machine's network address (``resolve_ip_for_localhost``), so the nodes use ``127.0.0.2``: still
+loopback. The cluster requires Ray's token, given as Ray documents it (``RAY_AUTH_MODE=token``,
+``RAY_AUTH_TOKEN``).
+
+A worker is held in the middle of a batch without any fake: the photo folder holds a named pipe
+(``zz-hold.jpg``, listed last); a worker that reads it blocks until the test opens the pipe's other
+end, which the test does without writing, so the worker stays in the middle of that batch while the
+others finish. The test then kills the driver, or ``kill -9`` the worker found through Ray's state
+API, and puts a real photo where the pipe was.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import free_port, make_photo
+
+# Ray itself is imported only after `ray_env` set the token: Ray reads its authentication mode once.
+pytestmark = [pytest.mark.server,
+              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs pictrieve[scale] (Ray)")]
+
+CLI = [sys.executable, "-m", "pictrieve.cli.main"]
+NODE_IP = "127.0.0.2"
+PHOTOS = 40
+HOLD = "zz-hold.jpg"
+INDEX_WORKER = "MapWorker(MapBatches(IndexWorker))"
+
+
+def wait_for(condition, timeout: float = 120.0, what: str = "the condition"):
+    """Poll ``condition`` until it returns something true (generous bound: the machine may be loaded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"gave up waiting {timeout:.0f} s for {what}")
+
+
+@pytest.fixture(scope="module")
+def ray_env():
+    """The environment of every Ray process the module starts: a token of our own, one thread each."""
+    keys = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED", "RAY_TMPDIR")
+    saved = {key: os.environ.get(key) for key in keys}
+    temp = tempfile.mkdtemp(prefix="ptray-", dir="/tmp")  # a local instance's session files; short for sockets
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32), RAY_USAGE_STATS_ENABLED="0",
+                      RAY_TMPDIR=temp)
+    yield dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    shutil.rmtree(temp, ignore_errors=True)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+class RayNode:
+    """One ``ray start --block`` process and the node's processes it starts."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        import psutil
+
+        self.temp = tempfile.mkdtemp(prefix="ptray-", dir="/tmp")  # Ray's socket paths must stay short
+        ports = ["--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--metrics-export-port",
+                 "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port"]
+        command = [str(Path(sys.executable).with_name("ray")), "start", *args, "--num-cpus", "1",
+                   "--node-ip-address", NODE_IP, "--temp-dir", self.temp, "--disable-usage-stats",
+                   "--object-store-memory", str(100 * 1024**2), "--block"]
+        for flag in ports:
+            command += [flag, str(free_port())]
+        self.log = log
+        self.process = subprocess.Popen(command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        self.psutil = psutil
+
+    def stop(self) -> None:
+        """Kill the node's processes, found from the PID we started (Ray's own SIGTERM path drains
+        for up to 30 s, which tells a test nothing)."""
+        try:
+            started = self.psutil.Process(self.process.pid).children(recursive=True)
+        except self.psutil.NoSuchProcess:
+            started = []
+        for process in [*started, self.psutil.Process(self.process.pid)]:
+            try:
+                process.kill()
+            except self.psutil.NoSuchProcess:
+                pass
+        self.process.wait(timeout=60)
+        self.psutil.wait_procs(started, timeout=30)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(ray_env, tmp_path_factory):
+    """A head and a second node, one CPU each, on this machine; yields the head's address."""
+    logs = tmp_path_factory.mktemp("ray-logs")
+    port, dashboard = free_port(), free_port()
+    head = RayNode(["--head", "--port", str(port), "--ray-client-server-port", str(free_port()),
+                    "--include-dashboard", "true", "--dashboard-host", NODE_IP, "--dashboard-port", str(dashboard)],
+                   ray_env, logs / "head.log")
+    nodes = [head]
+    try:
+        address = f"{NODE_IP}:{port}"
+        nodes.append(RayNode(["--address", address], ray_env, logs / "second.log"))
+        state_api = f"http://{NODE_IP}:{dashboard}"
+
+        def both_alive():
+            from ray.util.state import list_nodes
+
+            for node in nodes:
+                if node.process.poll() is not None:
+                    pytest.fail(f"ray start exited: {node.log.read_text()[-2000:]}")
+            try:
+                return len(list_nodes(address=state_api, filters=[("state", "=", "ALIVE")], timeout=5)) == 2
+            except Exception as exc:  # noqa: BLE001 - the head's state API is not up yet
+                print(f"state API not ready: {exc!r}"[:300])
+                return False
+
+        wait_for(both_alive, 180, "two Ray nodes")
+        yield {"address": address, "state_api": state_api}
+    finally:
+        for node in reversed(nodes):
+            node.stop()
+
+
+@pytest.fixture
+def photos(flickr_dir, tmp_path) -> Path:
+    """40 flickr8k-dev photos (links, never copies) and their captions."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    names = sorted(p.name for p in (flickr_dir / "images").glob("*.jpg"))[:PHOTOS]
+    for name in names:
+        (folder / name).symlink_to(flickr_dir / "images" / name)
+    rows = [json.loads(line) for line in (flickr_dir / "captions.jsonl").read_text().splitlines() if line.strip()]
+    kept = [{"image": Path(row["image"]).name, "captions": row["captions"]} for row in rows
+            if Path(row["image"]).name in set(names)]
+    (folder / "captions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in kept))
+    return folder
+
+
+def index_command(folder: Path, gallery: str, embedder: str, *extra: str) -> list[str]:
+    return [*CLI, "index", str(folder), "--gallery", gallery, "-e", embedder, "--json", *extra]
+
+
+def run_cli(command: list[str], env: dict[str, str], timeout: float = 400) -> dict:
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def stored_count(gallery_location: str, embedder: str) -> int:
+    """Records stored so far (0 before the job has created the collection)."""
+    from pictrieve.vectorstore.errors import GalleryError
+
+    try:
+        return stored(gallery_location, embedder).count()
+    except GalleryError:
+        return 0
+
+
+def stored(gallery_location: str, embedder: str):
+    from pictrieve.vectorstore.gallery import Gallery
+
+    return Gallery.open(gallery_location, embedder, create=False)
+
+
+def assert_same_as_local(remote, local) -> None:
+    """Same ids, metadata and vectors (within 1e-5), and the same top 10 for text and image queries."""
+    ids = sorted(local.ids())
+    assert sorted(remote.ids()) == ids
+    assert np.abs(remote.embeddings(ids) - local.embeddings(ids)).max() <= 1e-5
+    assert [item.metadata for item in remote.get(ids)] == [item.metadata for item in local.get(ids)]
+    queries = ["a dog runs on the grass", "children playing", "a man on a bike"]
+    for query in queries:
+        assert [hit.id for hit in remote.search_text(query, k=10)] == [hit.id for hit in local.search_text(query, k=10)]
+    picture = local.get(ids[:1])[0].path
+    assert [hit.id for hit in remote.search_image(picture, k=10)] == [hit.id for hit in local.search_image(picture, k=10)]
+
+
+def test_a_local_ray_instance_stores_what_local_indexing_stores(photos, chroma_server, tiny_clip_name,
+                                                                   tmp_path, ray_env):
+    """No --ray-address: the command starts a Ray instance sized to this machine and stops it."""
+    from pictrieve.vectorstore.gallery import Gallery
+
+    local = Gallery.open(tmp_path / "local", tiny_clip_name)
+    expected = local.add(photos, batch_size=8, progress=False).to_dict()
+    report = run_cli(index_command(photos, chroma_server, tiny_clip_name, "--engine", "ray",
+                                   "--ray-workers", "2", "--batch-size", "8"), ray_env)
+    assert report == expected and report["indexed"] == PHOTOS
+    assert_same_as_local(stored(chroma_server, tiny_clip_name), local)
+    again = run_cli(index_command(photos, chroma_server, tiny_clip_name, "--engine", "ray"), ray_env)
+    assert again == {**expected, "indexed": 0, "unchanged": PHOTOS}
+
+
+def test_two_nodes_share_the_job_and_bad_files_are_reported(photos, chroma_server, tiny_clip_name, tmp_path,
+                                                             two_nodes, ray_env):
+    from ray.util.state import list_actors, list_tasks
+
+    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.tiles import TileIndex, index_tiles
+
+    (photos / "broken.jpg").write_bytes(b"not a jpeg at all")
+    (photos / "empty.jpg").write_bytes(b"")
+    local = Gallery.open(tmp_path / "local", tiny_clip_name)
+    expected = local.add(photos, batch_size=4, progress=False).to_dict()
+    assert len(expected["failed"]) == 2
+    report = run_cli(index_command(photos, chroma_server, tiny_clip_name, "--engine", "ray", "--ray-address",
+                                   two_nodes["address"], "--ray-workers", "2", "--batch-size", "4"), ray_env)
+    assert report == expected  # the same counts, and the bad files with the same reasons
+    remote = stored(chroma_server, tiny_clip_name)
+    assert_same_as_local(remote, local)
+
+    workers = list_actors(address=two_nodes["state_api"], filters=[("class_name", "=", INDEX_WORKER)], detail=True)
+    assert len({actor.node_id for actor in workers}) == 2, workers
+
+    ours = {actor.actor_id for actor in workers}
+    seen: list = []
+
+    def batches_on_both_nodes():  # task events reach the state API a moment after the tasks end
+        tasks = list_tasks(address=two_nodes["state_api"], detail=True, limit=10_000)
+        seen[:] = [(task.name, task.state, task.node_id) for task in tasks if task.actor_id in ours]
+        return len({node for name, state, node in seen if name.endswith(".submit") and state == "FINISHED"}) == 2
+
+    if not any(batches_on_both_nodes() or time.sleep(1) for _ in range(60)):
+        pytest.fail(f"the state API does not show finished batches on both nodes: {seen}")
+
+    # NEEDLE's tiles on the same cluster: the same tile records as local tiling
+    tiled = subprocess.run([*CLI, "tile", "--gallery", chroma_server, "--engine", "ray", "--ray-address",
+                            two_nodes["address"], "--ray-workers", "2", "--batch-size", "8"],
+                           capture_output=True, text=True, env=ray_env, timeout=400)
+    assert tiled.returncode == 0, tiled.stderr[-3000:]
+    local_report = index_tiles(local, progress=False)
+    assert f"tiled {PHOTOS} images into {local_report.tiles[tiny_clip_name]} tiles" in tiled.stdout
+    ours, theirs = TileIndex(remote).collection(), TileIndex(local).collection()
+    mine, reference = (c.get(include=["embeddings", "metadatas"]) for c in (ours, theirs))
+    order = np.argsort(mine["ids"]), np.argsort(reference["ids"])
+    assert sorted(mine["ids"]) == sorted(reference["ids"])
+    assert np.abs(np.asarray(mine["embeddings"])[order[0]] - np.asarray(reference["embeddings"])[order[1]]).max() <= 1e-5
+
+
+def hold_a_worker(folder: Path) -> Path:
+    """Add the named pipe that holds the worker reading it (see the module docstring)."""
+    pipe = folder / HOLD
+    os.mkfifo(pipe)
+    return pipe
+
+
+def open_when_read(pipe: Path, driver: subprocess.Popen) -> int:
+    """Wait until a worker opens ``pipe`` for reading; return our (writing) end, kept open so it waits on."""
+    def opened():
+        if driver.poll() is not None:
+            pytest.fail(f"the job ended before reaching the pipe: {driver.stderr.read()[-3000:]}")
+        try:
+            return os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: nobody reads it yet
+                raise
+            return None
+
+    return wait_for(opened, 240, "a Ray worker to read the pipe")
+
+
+def start_job(photos: Path, chroma_server: str, embedder: str, address: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(index_command(photos, chroma_server, embedder, "--engine", "ray", "--ray-address", address,
+                                          "--ray-workers", "2", "--batch-size", "4"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def assert_one_record_per_photo(chroma_server: str, embedder: str, folder: Path) -> None:
+    from pictrieve.vectorstore.chroma_store import path_id
+    from pictrieve.vectorstore.indexing import list_images
+
+    paths = list_images(folder).paths
+    gallery = stored(chroma_server, embedder)
+    assert gallery.count() == len(paths) == PHOTOS + 1
+    assert sorted(gallery.ids()) == sorted(path_id(path) for path in paths)
+    assert sorted(item.path for item in gallery.items()) == sorted(str(path) for path in paths)
+
+
+def test_a_killed_job_resumes_where_it_stopped(photos, chroma_server, tiny_clip_name, two_nodes, ray_env):
+    pipe = hold_a_worker(photos)
+    driver = start_job(photos, chroma_server, tiny_clip_name, two_nodes["address"], ray_env)
+    writer = open_when_read(pipe, driver)
+    try:
+        written = wait_for(lambda: stored_count(chroma_server, tiny_clip_name), 240, "a first batch to be stored")
+        driver.kill()  # the driver process, as a person's Ctrl-\ or a lost login would
+        driver.communicate(timeout=60)
+    finally:
+        os.close(writer)
+    os.replace(make_photo(photos.parent / "late.jpg", seed=7, size=(64, 48)), pipe)
+    assert 0 < written < PHOTOS + 1
+    report = run_cli(index_command(photos, chroma_server, tiny_clip_name, "--engine", "ray", "--ray-address",
+                                   two_nodes["address"], "--ray-workers", "2", "--batch-size", "4"), ray_env)
+    assert report["failed"] == [] and report["indexed"] + report["unchanged"] == PHOTOS + 1
+    assert report["unchanged"] >= written  # what the killed job stored is kept, not embedded again
+    assert_one_record_per_photo(chroma_server, tiny_clip_name, photos)
+
+
+def test_kill_9_of_a_worker_loses_and_duplicates_nothing(photos, chroma_server, tiny_clip_name, two_nodes, ray_env):
+    from ray.util.state import list_actors
+
+    pipe = hold_a_worker(photos)
+    driver = start_job(photos, chroma_server, tiny_clip_name, two_nodes["address"], ray_env)
+    writer = open_when_read(pipe, driver)
+    try:
+        def holder():  # the worker, found through Ray's state API, whose process has the pipe open
+            actors = list_actors(address=two_nodes["state_api"], detail=True,
+                                 filters=[("class_name", "=", INDEX_WORKER), ("state", "=", "ALIVE")])
+            for actor in actors:
+                try:
+                    links = [os.readlink(entry) for entry in Path(f"/proc/{actor.pid}/fd").iterdir()]
+                except OSError:
+                    continue
+                if str(pipe) in links:
+                    return actor.pid
+            return None
+
+        pid = wait_for(holder, 60, "the worker holding the pipe")
+        os.replace(make_photo(photos.parent / "late.jpg", seed=7, size=(64, 48)), pipe)  # what the retry reads
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(writer)
+    out, err = driver.communicate(timeout=400)
+    if driver.returncode == 0:  # Ray restarted the worker and ran its batch again
+        assert out.strip().startswith("{"), out[:3000]
+        report = json.loads(out)
+        assert report["failed"] == [] and report["indexed"] == PHOTOS + 1, report
+    else:  # the job stopped: the same command finishes it
+        assert "the Ray job stopped" in err and "running the same command again" in err, err[-3000:]
+        run_cli(index_command(photos, chroma_server, tiny_clip_name, "--engine", "ray", "--ray-address",
+                              two_nodes["address"]), ray_env)
+    assert_one_record_per_photo(chroma_server, tiny_clip_name, photos)
+
+
+def test_a_gallery_folder_is_refused_in_one_line(photos, tmp_path):
+    done = subprocess.run([*CLI, "index", str(photos), "--gallery", str(tmp_path / "g"), "--engine", "ray"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and not (tmp_path / "g").exists()
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Chroma server" in lines[0] and "cannot write into a local folder" in lines[0]
+
+
+def test_without_ray_the_command_says_how_to_install_it(photos, chroma_server):
+    code = ("import sys; sys.modules['ray'] = None; from pictrieve.cli.main import main; "
+            "sys.argv = ['pictrieve', *sys.argv[1:]]; main()")
+    done = subprocess.run([sys.executable, "-c", code, "index", str(photos), "--gallery", chroma_server,
+                           "--engine", "ray"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install \"pictrieve[scale]\"" in lines[0]
+    assert stored_nothing(chroma_server)
+
+
+def stored_nothing(location: str) -> bool:
+    from pictrieve.vectorstore.chroma_store import connect
+
+    return connect(location, create=False).list_collections() == []
+
+
+def test_ray_options_need_the_ray_engine(photos, tmp_path):
+    done = subprocess.run([*CLI, "index", str(photos), "--gallery", str(tmp_path / "g"), "--ray-workers", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--ray-workers only apply with --engine ray" in done.stderr
+
+
+def test_the_worker_pool_fits_the_cluster():
+    from pictrieve.vectorstore.distributed.cluster import ClusterInfo, RayClusterError, RayOptions, worker_shape
+
+    machine = ClusterInfo(address="local", local=True, cpus=8, gpus=0, nodes=1)
+    assert (worker_shape(RayOptions(), machine).workers, worker_shape(RayOptions(), machine).cpus) == (8, 1)
+    split = worker_shape(RayOptions(workers=2), machine)  # a local instance splits its cores
+    assert (split.workers, split.cpus, split.threads) == (2, 4, 4)
+    cluster = ClusterInfo(address="head:6379", local=False, cpus=16, gpus=4, nodes=2)
+    gpu = worker_shape(RayOptions(gpus_per_worker=0.5), cluster)
+    assert (gpu.workers, gpu.gpus, gpu.cpus) == (8, 0.5, 1)
+    with pytest.raises(RayClusterError, match="do not fit"):
+        worker_shape(RayOptions(workers=20), cluster)
+    with pytest.raises(RayClusterError, match="has 0"):
+        worker_shape(RayOptions(gpus_per_worker=1), machine)
