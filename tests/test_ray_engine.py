@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import free_port, make_photo
+from helpers import free_port, make_photo
+from helpers.chroma import chroma_server  # noqa: F401 - a fixture
 
 # Ray itself is imported only after `ray_env` set the token: Ray reads its authentication mode once.
 pytestmark = [pytest.mark.server,
