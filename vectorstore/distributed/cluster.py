@@ -135,7 +135,8 @@ def worker_shape(options: RayOptions, cluster: ClusterInfo) -> WorkerShape:
         )
     cpus = options.cpus_per_worker
     if cpus is None:
-        cpus = max(1, math.floor(cluster.cpus / options.workers)) if cluster.local and options.workers and not gpus else 1
+        split = cluster.local and options.workers and not gpus
+        cpus = max(1, math.floor(cluster.cpus / options.workers)) if split else 1
     workers = options.workers or max(1, math.floor(cluster.gpus / gpus) if gpus else math.floor(cluster.cpus / cpus))
     if workers * cpus > cluster.cpus + 1e-9 or workers * gpus > cluster.gpus + 1e-9:
         raise RayClusterError(

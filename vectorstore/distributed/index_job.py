@@ -61,7 +61,8 @@ class IndexWorker:
     returns ``{"id", "path", "status", "error"}`` columns, one row per file of the batch.
     """
 
-    def __init__(self, location: str, embedders: Sequence[str], threads: int = 1, max_pixels: int | None = None) -> None:
+    def __init__(self, location: str, embedders: Sequence[str], threads: int = 1,
+                 max_pixels: int | None = None) -> None:
         from pictrieve.vectorstore.gallery import Gallery
 
         set_torch_threads(threads)

@@ -3,8 +3,9 @@
 Each work item is one row (``{"id": ..., "job": JSON}``); rows travel in blocks of ``batch_size``, and a
 block is one call of the worker class (``map_batches``): one model call per embedder and one write to
 the Chroma server. Ray restarts a worker whose process dies and runs its unfinished batches again on a
-live one (Ray Data's default ``max_restarts``/``max_task_retries``); since every write is an upsert of path-hash ids, a
-batch done twice leaves one record per photo. The driver reads the workers' result rows as they come.
+live one (``max_restarts``/``max_task_retries`` of -1, Ray Data's defaults); since every write is an
+upsert of path-hash ids, a batch done twice leaves one record per photo. The driver reads the workers'
+result rows as they come.
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ def run_pipeline(
         compute=ActorPoolStrategy(size=min(shape.workers, blocks)),  # no idle actor loading models
         num_cpus=shape.cpus,
         num_gpus=shape.gpus or None,
-        # Ray Data's actor pools restart a dead actor and retry its tasks by default (since Ray 2.4;
-        # max_restarts=-1, max_task_retries=-1): the fault tolerance the module docstring relies on.
+        # A dead worker is restarted and its batches run again on a live one: Ray Data's defaults for
+        # actor pools, stated here because the module's fault tolerance rests on them.
+        max_restarts=-1,
+        max_task_retries=-1,
+        # Two batches at a time in each worker: one is read and decoded (threads) while the model embeds
+        # the other, as local indexing overlaps them; a GPU is not left idle while photos are decoded.
+        max_concurrency=2,
     )
     try:
         for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
