@@ -194,7 +194,8 @@ def assert_same_as_local(remote, local) -> None:
     for query in queries:
         assert [hit.id for hit in remote.search_text(query, k=10)] == [hit.id for hit in local.search_text(query, k=10)]
     picture = local.get(ids[:1])[0].path
-    assert [hit.id for hit in remote.search_image(picture, k=10)] == [hit.id for hit in local.search_image(picture, k=10)]
+    assert [hit.id for hit in remote.search_image(picture, k=10)] == [
+        hit.id for hit in local.search_image(picture, k=10)]
 
 
 def test_a_local_ray_instance_stores_what_local_indexing_stores(photos, chroma_server, tiny_clip_name,
@@ -255,7 +256,8 @@ def test_two_nodes_share_the_job_and_bad_files_are_reported(photos, chroma_serve
     mine, reference = (c.get(include=["embeddings", "metadatas"]) for c in (ours, theirs))
     order = np.argsort(mine["ids"]), np.argsort(reference["ids"])
     assert sorted(mine["ids"]) == sorted(reference["ids"])
-    assert np.abs(np.asarray(mine["embeddings"])[order[0]] - np.asarray(reference["embeddings"])[order[1]]).max() <= 1e-5
+    difference = np.asarray(mine["embeddings"])[order[0]] - np.asarray(reference["embeddings"])[order[1]]
+    assert np.abs(difference).max() <= 1e-5
 
 
 def hold_a_worker(folder: Path) -> Path:
@@ -341,14 +343,11 @@ def test_kill_9_of_a_worker_loses_and_duplicates_nothing(photos, chroma_server, 
     finally:
         os.close(writer)
     out, err = driver.communicate(timeout=400)
-    if driver.returncode == 0:  # Ray restarted the worker and ran its batch again
-        assert out.strip().startswith("{"), out[:3000]
-        report = json.loads(out)
-        assert report["failed"] == [] and report["indexed"] == PHOTOS + 1, report
-    else:  # the job stopped: the same command finishes it
-        assert "the Ray job stopped" in err and "running the same command again" in err, err[-3000:]
-        run_cli(index_command(photos, chroma_server, tiny_clip_name, "--engine", "ray", "--ray-address",
-                              two_nodes["address"]), ray_env)
+    # Ray restarts the worker and runs its batch again (Ray Data's actor pools retry by default), so the
+    # job itself finishes; the issue would accept a re-run, but we promise more in the README.
+    assert driver.returncode == 0, err[-3000:]
+    report = json.loads(out)
+    assert report["failed"] == [] and report["indexed"] == PHOTOS + 1, report
     assert_one_record_per_photo(chroma_server, tiny_clip_name, photos)
 
 
