@@ -34,6 +34,7 @@ from pictrieve.vectorstore.indexing import (
     Sources,
     failed_file,
     list_images,
+    load_embedders,
     prepare_file,
     start_index,
 )
@@ -120,6 +121,9 @@ def index_on_ray(
     report = plan.report()
     if not plan.todo:
         return report
+    stored = set(gallery.embedder_names)
+    # A new collection records its model's dimension and fingerprint, so the driver loads that model once.
+    load_embedders([view for view in views if view.embedder_name not in stored], progress)
     for view in views:  # before any worker writes: no two workers race to create a collection
         view.create()
     with ray_cluster(options.address, say=say) as cluster:
