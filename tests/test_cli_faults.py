@@ -449,7 +449,7 @@ def test_a_second_writer_waits_for_the_gallery_lock(tmp_path, tiny_clip_embedder
     import fcntl
 
     from pictrieve.vectorstore.chroma_store import LOCK_FILE
-    from pictrieve.vectorstore.gallery import gallery_contents
+    from pictrieve.vectorstore.gallery import Gallery
 
     make_photo(tmp_path / "photos" / "x.png", seed=1)
     gallery = tmp_path / "g"
