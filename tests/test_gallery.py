@@ -220,6 +220,35 @@ def test_a_file_that_cannot_be_read_is_reported_not_fatal(tmp_path, photo_folder
     assert report.indexed == report.total - 1 == 5
 
 
+def test_the_indexing_bar_moves_while_a_batch_embeds(tmp_path, tiny_clip_name, capfd):
+    """A full batch embeds a few images a call, each call noted on the bar ('embedded N'), and stores
+    the same vectors as one call per batch (a batch of 32 on a CPU sat 13 s silent behind the bar)."""
+    import re
+
+    import numpy as np
+
+    from pictrieve.vectorstore.indexing import EMBED_PROGRESS_STEP
+
+    count = 2 * EMBED_PROGRESS_STEP + 3
+    for i in range(count):
+        make_photo(tmp_path / "photos" / f"{i}.png", seed=i)
+    shown = Gallery.open(tmp_path / "shown", tiny_clip_name)
+    shown.add(tmp_path / "photos", batch_size=count)  # one batch, embedded in three calls
+    notes = [int(n) for n in re.findall(r"embedded (\d+)", capfd.readouterr().err)]
+    assert sorted(set(notes)) == [EMBED_PROGRESS_STEP, 2 * EMBED_PROGRESS_STEP, count], notes
+
+    quiet = Gallery.open(tmp_path / "quiet", tiny_clip_name)
+    quiet.add(tmp_path / "photos", batch_size=count, progress=False)  # one call for the batch
+    ids = sorted(shown.collection.get()["ids"])
+    assert len(ids) == count and ids == sorted(quiet.collection.get()["ids"])
+    stored = []
+    for gallery in (shown, quiet):
+        got = gallery.collection.get(ids=ids, include=["embeddings"])
+        by_id = dict(zip(got["ids"], got["embeddings"]))
+        stored.append(np.asarray([by_id[id_] for id_ in ids]))
+    assert np.abs(stored[0] - stored[1]).max() < 1e-5
+
+
 def test_indexing_shows_the_model_loading_before_the_first_image(tmp_path, tiny_clip_name, capfd):
     """A bar names the embedder while it loads, before the indexing bar, for a new gallery and for a
     reopened one (a CLIP model takes tens of seconds to load on a CPU: the terminal sat silent)."""

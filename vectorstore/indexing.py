@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from pictrieve.tools.core.images import ImageDecodeError, file_sha256, iter_image_files, load_image
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import path_id
@@ -47,6 +49,10 @@ logger = logging.getLogger(__name__)
 DRAFT_SIZE = (1024, 1024)
 """JPEGs larger than this are decoded at a reduced scale (1/2, 1/4, 1/8), never below this size:
 embedders look at a few hundred pixels, and full-size decoding of a 50 MP photo costs 150 MB."""
+
+EMBED_PROGRESS_STEP = 8
+"""While a batch embeds, the indexing bar moves every this many images: a batch of 32 on a CPU took up to
+13 s in one model call, a silent wait behind a bar that had already counted the batch's files."""
 
 
 @dataclass
@@ -276,11 +282,14 @@ class BatchWriter:
     (:meth:`Gallery.upsert`), so an interrupted run keeps what it embedded; a touched file's metadata
     is refreshed at once (:meth:`Gallery.update_metadata`). ``views`` are gallery views, one per
     embedder, each able to embed (``view.embedder``). Use it in a ``with`` block, or call :meth:`flush`.
+    ``on_embedded(n)``, when given, is called as each few images of a batch are embedded (progress).
     """
 
-    def __init__(self, views: Sequence["Gallery"], batch_size: int = 32) -> None:
+    def __init__(self, views: Sequence["Gallery"], batch_size: int = 32,
+                 on_embedded: Callable[[int], None] | None = None) -> None:
         self.views = {view.embedder_name: view for view in views}
         self.batch_size = max(1, int(batch_size))
+        self.on_embedded = on_embedded
         self._batches: dict[str, list[tuple[str, Any, dict[str, Any]]]] = {name: [] for name in self.views}
 
     def add(self, prepared: PreparedFile) -> bool:
@@ -302,7 +311,15 @@ class BatchWriter:
 
     def _write(self, name: str) -> None:
         view, batch = self.views[name], self._batches[name]
-        vectors = view.embedder.embed_preprocessed([tensor for _, tensor, _ in batch])
+        tensors = [tensor for _, tensor, _ in batch]
+        if self.on_embedded is None:
+            vectors = view.embedder.embed_preprocessed(tensors)
+        else:  # a few images a call, so that a person sees a batch move (a CPU embeds ~2-20 a second)
+            parts = []
+            for start in range(0, len(tensors), EMBED_PROGRESS_STEP):
+                parts.append(view.embedder.embed_preprocessed(tensors[start:start + EMBED_PROGRESS_STEP]))
+                self.on_embedded(len(parts[-1]))
+            vectors = np.concatenate(parts)
         view.upsert([id_ for id_, _, _ in batch], vectors, [meta for _, _, meta in batch])
         self._batches[name] = []
 
@@ -328,8 +345,15 @@ def _embed_and_write(
 
     load_embedders(targets, progress)
     embedders = {target.embedder_name: target.embedder for target in targets}
-    writer = BatchWriter(targets, batch_size)
     bar = tqdm(total=len(todo), unit="img", desc="indexing", disable=not progress)
+    embedded = 0
+
+    def show_embedded(count: int) -> None:  # the bar counts files read; its note, images embedded
+        nonlocal embedded
+        embedded += count
+        bar.set_postfix_str(f"embedded {embedded}")
+
+    writer = BatchWriter(targets, batch_size, on_embedded=show_embedded if progress else None)
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
         prepare = functools.partial(prepare_file, embedders=embedders, max_pixels=max_pixels)
         for seen, (planned, prepared) in enumerate(_prefetch(pool, todo, prepare, window=4 * batch_size), 1):
