@@ -220,22 +220,30 @@ def test_a_file_that_cannot_be_read_is_reported_not_fatal(tmp_path, photo_folder
     assert report.indexed == report.total - 1 == 5
 
 
-def test_the_indexing_bar_moves_while_a_batch_embeds(tmp_path, tiny_clip_name, capfd):
+def test_the_indexing_bar_moves_while_a_batch_embeds(tmp_path, tiny_clip_name, capfd, monkeypatch):
     """A full batch embeds a few images a call, each call noted on the bar ('embedded N'), and stores
-    the same vectors as one call per batch (a batch of 32 on a CPU sat 13 s silent behind the bar)."""
+    the same vectors as one call per batch (a batch of 32 on a CPU sat 13 s silent behind the bar).
+    A slow call keeps the step; a quick one (a GPU) doubles it."""
     import re
 
     import numpy as np
 
-    from pictrieve.vectorstore.indexing import EMBED_PROGRESS_STEP
+    from pictrieve.vectorstore import indexing
 
-    count = 2 * EMBED_PROGRESS_STEP + 3
+    step = indexing.EMBED_PROGRESS_STEP
+    count = 2 * step + 3
     for i in range(count):
         make_photo(tmp_path / "photos" / f"{i}.png", seed=i)
-    shown = Gallery.open(tmp_path / "shown", tiny_clip_name)
-    shown.add(tmp_path / "photos", batch_size=count)  # one batch, embedded in three calls
-    notes = [int(n) for n in re.findall(r"embedded (\d+)", capfd.readouterr().err)]
-    assert sorted(set(notes)) == [EMBED_PROGRESS_STEP, 2 * EMBED_PROGRESS_STEP, count], notes
+
+    def notes_when(quick_call_s: float, name: str) -> tuple[list[int], Gallery]:
+        monkeypatch.setattr(indexing, "EMBED_QUICK_CALL_S", quick_call_s)
+        gallery = Gallery.open(tmp_path / name, tiny_clip_name)
+        gallery.add(tmp_path / "photos", batch_size=count)  # one batch
+        return sorted({int(n) for n in re.findall(r"embedded (\d+)", capfd.readouterr().err)}), gallery
+
+    assert notes_when(0.0, "slow")[0] == [step, 2 * step, count]  # every call counts as slow: 8, 8, 3
+    notes, shown = notes_when(float("inf"), "quick")  # every call is quick: 8, then the 11 left
+    assert notes == [step, count]
 
     quiet = Gallery.open(tmp_path / "quiet", tiny_clip_name)
     quiet.add(tmp_path / "photos", batch_size=count, progress=False)  # one call for the batch

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -51,8 +52,10 @@ DRAFT_SIZE = (1024, 1024)
 embedders look at a few hundred pixels, and full-size decoding of a 50 MP photo costs 150 MB."""
 
 EMBED_PROGRESS_STEP = 8
-"""While a batch embeds, the indexing bar moves every this many images: a batch of 32 on a CPU took up to
-13 s in one model call, a silent wait behind a bar that had already counted the batch's files."""
+"""While a batch embeds, the indexing bar moves every this many images at first: a batch of 32 on a CPU took
+up to 13 s in one model call, a silent wait behind a bar that had already counted the batch's files."""
+EMBED_QUICK_CALL_S = 1.0
+"""A model call faster than this doubles the step, so that a GPU is not held to small calls for progress."""
 
 
 @dataclass
@@ -314,11 +317,16 @@ class BatchWriter:
         tensors = [tensor for _, tensor, _ in batch]
         if self.on_embedded is None:
             vectors = view.embedder.embed_preprocessed(tensors)
-        else:  # a few images a call, so that a person sees a batch move (a CPU embeds ~2-20 a second)
-            parts = []
-            for start in range(0, len(tensors), EMBED_PROGRESS_STEP):
-                parts.append(view.embedder.embed_preprocessed(tensors[start:start + EMBED_PROGRESS_STEP]))
+        else:  # a few images a call, so that a person sees a batch move (a CPU embeds ~2-20 a second);
+            # calls that come back quickly (a GPU) double the step, so a fast device soon embeds whole batches
+            parts, start, step = [], 0, EMBED_PROGRESS_STEP
+            while start < len(tensors):
+                began = time.perf_counter()
+                parts.append(view.embedder.embed_preprocessed(tensors[start:start + step]))
+                start += len(parts[-1])
                 self.on_embedded(len(parts[-1]))
+                if time.perf_counter() - began < EMBED_QUICK_CALL_S:
+                    step *= 2
             vectors = np.concatenate(parts)
         view.upsert([id_ for id_, _, _ in batch], vectors, [meta for _, _, meta in batch])
         self._batches[name] = []
