@@ -23,42 +23,15 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_chroma(data: Path) -> tuple[subprocess.Popen, str]:
-    executable = shutil.which("chroma") or str(Path(sys.executable).with_name("chroma"))
-    for _ in range(5):
-        url = f"http://127.0.0.1:{free_port()}"
-        process = subprocess.Popen([executable, "run", "--path", str(data), "--host", "127.0.0.1",
-                                    "--port", url.rsplit(":", 1)[1]],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while process.poll() is None and time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1):
-                    return process, url
-            except OSError:
-                time.sleep(0.3)
-        process.kill()
-        process.wait()
-    raise SystemExit("chroma run did not start")
+from loopback_servers import start_chroma  # beside this script, on its sys.path
 
 
 class CountWatcher(threading.Thread):
@@ -96,7 +69,8 @@ def load_average() -> list[float]:
 def run_arm(name: str, photos: Path, embedder: str, cores: int, workers: int | None, batch_size: int,
             total: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as scratch:
-        server, url = start_chroma(Path(scratch) / "chroma")
+        chroma = start_chroma(Path(scratch) / "chroma", Path(scratch))
+        url = chroma.url
         command = [sys.executable, "-m", "pictrieve.cli.main", "index", str(photos), "--gallery", url,
                    "-e", embedder, "--batch-size", str(batch_size), "--json"]
         env = dict(os.environ, OMP_NUM_THREADS=str(cores), MKL_NUM_THREADS=str(cores))
@@ -111,8 +85,7 @@ def run_arm(name: str, photos: Path, embedder: str, cores: int, workers: int | N
             wall = time.monotonic() - started
         finally:
             watcher.stop.set()
-            server.terminate()
-            server.wait(timeout=30)
+            chroma.stop()
     if done.returncode != 0:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
     report = json.loads(done.stdout)
