@@ -469,3 +469,17 @@ def test_a_second_writer_waits_for_the_gallery_lock(tmp_path, tiny_clip_embedder
     err = log.read_text()
     assert still_waiting and "is busy" in err and count_while_held == 1, err
     assert waiting.returncode == 0 and "indexed 1, unchanged 1" in out, err
+
+
+def test_sync_asks_above_a_fifth_not_at_it(tmp_path):
+    """The guard's boundary: removing exactly a fifth (1 of 5) goes through; more (2 of 5) is refused
+    until allowed. Files in a folder that still exists, so only the share decides."""
+    from pictrieve.vectorstore.errors import LargeRemovalError
+    from pictrieve.vectorstore.syncing import check_removal
+
+    gone = [str(tmp_path / f"{i}.jpg") for i in range(2)]
+    check_removal(gone[:1], 5)  # a fifth: no question asked
+    with pytest.raises(LargeRemovalError):
+        check_removal(gone, 5)
+    check_removal(gone, 5, allow_large=True)
+    check_removal(gone, 10)  # the same two are a fifth of ten

@@ -42,3 +42,19 @@ def test_the_guard_lists_what_changed_under_a_home_and_nothing_else(tmp_path):
     assert guard.changes() == [str(home / ".config" / "tool" / "settings"), str(home / "gone"),
                                str(home / "kept" / "read.txt")]
     assert HomeGuard.start(Path("/"), tmp_path / "again") is None
+
+
+def test_the_guard_sees_a_change_of_mode_or_name_alone(tmp_path):
+    """chmod and rename leave a file's contents and mtime alone and change only its ctime: both count."""
+    home = tmp_path / "home"
+    (home / "keys").mkdir(parents=True)
+    (home / "keys" / "secret").write_text("old")
+    os.chmod(home / "keys" / "secret", 0o644)
+    (home / "notes").mkdir()
+    (home / "notes" / "before.txt").write_text("old")
+    time.sleep(0.05)  # file times tick coarsely: the session starts after the files above were written
+    guard = HomeGuard.start(home, tmp_path / "started")
+    assert guard.changes() == []
+    os.chmod(home / "keys" / "secret", 0o600)
+    (home / "notes" / "before.txt").rename(home / "notes" / "after.txt")
+    assert guard.changes() == [str(home / "keys" / "secret"), str(home / "notes" / "after.txt")]

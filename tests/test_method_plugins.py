@@ -251,3 +251,20 @@ def test_a_method_registered_later_is_served_by_name(plugins, gallery):
         finally:
             unregister_method("os")
     assert "os" not in available_methods()
+
+
+def test_unregistering_a_method_removes_it_at_once():
+    """A method added in the program and removed again is gone from the loaded registry straight away
+    (not only after something else refreshes it)."""
+    import dataclasses
+
+    from pictrieve.graphs.registry import get_method, register_method, unregister_method
+
+    available_methods()  # the registry is loaded before the method comes and goes
+    register_method(dataclasses.replace(get_method("search"), name="short_lived"))
+    try:
+        assert "short_lived" in available_methods()
+    finally:
+        unregister_method("short_lived")
+    assert "short_lived" not in available_methods()
+    assert "search" in available_methods()

@@ -130,6 +130,18 @@ def test_share_loss_divides_eq5_by_what_the_embedder_ranked_of_the_shown_page():
         feedback_losses(rankings, marked, loss="share")
 
 
+def test_an_embedder_absent_from_a_round_keeps_what_it_learned():
+    """A topic's weights for an embedder that did not rank this query (a gallery view not searched this
+    time) survive the round: only the embedders that ranked are charged, and the absent one's share
+    is renormalised, not reset to uniform."""
+    table = TrustTable(weights={"t": {"a": 0.5, "b": 0.3, "kept": 0.2}})
+    table.update("t", {"a": [["x", "y"]], "b": [["y", "z"]]}, ["x"], eta=0.5)
+    after = table.for_topic("t", ["a", "b", "kept"])
+    assert set(table.weights["t"]) == {"a", "b", "kept"}
+    assert after["kept"] / after["b"] == pytest.approx(0.2 / 0.3)  # neither was charged: same ratio
+    assert after["a"] / after["b"] == pytest.approx(0.5 * 0.5 / 0.3)  # a ranked the marked x first
+
+
 # ------------------------------------------------------------------------------ the experiment
 
 
