@@ -571,8 +571,9 @@ def _search_name(search: Any) -> str | None:
 
 
 def _save_upload(upload: Any, limit: int, folder: Path) -> Path:
-    """Read an upload (at most ``limit`` bytes), decode it with the indexer's guarded loader, save a PNG."""
-    from pictrieve.tools.core.images import load_image
+    """Read an upload (at most ``limit`` bytes), decode it within a service's memory budget (a JPEG reduced,
+    other formats above the pixel budget refused from the header), save a PNG."""
+    from pictrieve.tools.core.images import load_service_image
 
     data = upload.file.read(limit + 1)
     if len(data) > limit:
@@ -581,7 +582,7 @@ def _save_upload(upload: Any, limit: int, folder: Path) -> Path:
     raw = folder / "upload"
     raw.write_bytes(data)
     try:
-        image = load_image(raw)  # raises ImageDecodeError (a readable one-liner) for non-images
+        image = load_service_image(raw)  # raises ImageDecodeError (a readable one-liner) for non-images
     except PictrieveError as exc:
         raise UIError(str(exc).replace(str(raw), "the uploaded file")) from exc  # no server paths on the page
     path = folder / "query.png"

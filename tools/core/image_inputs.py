@@ -13,9 +13,12 @@ resolve their ``image`` arguments here, so both follow one rule:
   allowed folder (the default) no path is read at all.
 
 Every refusal is one line that names no file content; a path outside the allowed folders is refused
-before anything is read, with the same words whether or not the file exists. What is accepted is then
-decoded once by the guarded loader (:func:`pictrieve.tools.core.images.load_image`: header pixel cap, full
-decode), so a bad image is refused before any model loads.
+before anything is read, with the same words whether or not the file exists. A value that is none of the
+three says what each reading found (an unknown id or short base64 is not answered as a path). What is
+accepted is then decoded once within a service's memory budget
+(:func:`pictrieve.tools.core.images.load_service_image`: a JPEG decoded reduced, any other format above the
+pixel budget refused from its header), so a bad or oversized image is refused before any model loads, and a
+large one reaches the graph as a reduced copy.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.core.images import load_image
+from pictrieve.tools.core.images import image_size, load_service_image
 
 DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
 """Largest image file or decoded base64 image accepted (the web page's upload cap)."""
@@ -136,49 +139,93 @@ def image_argument(
     lookup_id: ImageLookup | None = None,
     allowed: AllowedDirs = AllowedDirs(),
     max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    max_pixels: int | None = None,
 ) -> Iterator[str]:
-    """The file of the image ``value`` names (a gallery id, base64 data, or an allowed path), checked to decode.
+    """The file of the image ``value`` names (a gallery id, base64 data, or an allowed path), checked to decode
+    within a service's memory budget (:func:`~pictrieve.tools.core.images.load_service_image`; ``max_pixels``:
+    its pixel budget, default the server's).
 
-    Yields a path that stays valid inside the ``with`` block (base64 data is written to a temporary folder
-    removed afterwards). Raises :class:`ImageInputError` with one line for anything that cannot be used.
+    Yields a path that stays valid inside the ``with`` block: the file itself, or, for base64 data and for a
+    picture larger than the models need, a copy in a temporary folder removed afterwards (reduced, so the
+    graph's own decodes of it are cheap too). Raises :class:`ImageInputError` with one line for anything
+    that cannot be used; a value that is none of the three says what each try found.
     """
     text = str(value or "").strip()
     if not text:
         raise ImageInputError("the image is blank: pass a gallery id, base64 image data, or an allowed file path")
+    with tempfile.TemporaryDirectory(prefix="pictrieve-image-") as folder:
+        source, shown = _source_file(text, lookup_id, allowed, max_bytes, Path(folder))
+        yield _decoded_within_budget(source, shown, Path(folder), max_pixels)
+
+
+def _source_file(text: str, lookup_id: ImageLookup | None, allowed: AllowedDirs, max_bytes: int,
+                 folder: Path) -> tuple[Path, str]:
+    """The file ``text`` names and how to name it to the caller: a gallery photo, the data written to
+    ``folder``, or an allowed path (checked before anything is read)."""
     found = lookup_id(text) if lookup_id is not None and len(text) < MIN_BASE64_CHARS and _is_name(text) else None
     if found is not None:
         if not Path(found).is_file():
             raise ImageInputError(f"the file of gallery image {text} is gone (run `pictrieve sync` on the gallery)")
-        yield found
-        return
+        return Path(found), f"gallery image {text}"
     if looks_like_image_data(text):
-        data = decode_image_data(text, max_bytes=max_bytes)
-        with tempfile.TemporaryDirectory(prefix="pictrieve-image-") as folder:
-            path = Path(folder) / "image"
-            path.write_bytes(data)
-            _check_decodes(path, shown="the image data")
-            yield str(path)
-        return
+        path = folder / "data"
+        path.write_bytes(decode_image_data(text, max_bytes=max_bytes))
+        return path, "the image data"
     if GALLERY_ID.match(text):
         raise ImageInputError(f"no image with id {text} in this gallery (ids come from search results)")
-    real = allowed.resolve(text)
+    try:
+        real = allowed.resolve(text)
+    except PathNotAllowedError as refused:
+        if _plainly_a_path(text):
+            raise
+        raise ImageInputError(_none_of_the_three(text, allowed, refused)) from None
     if not real.is_file():
+        if not _plainly_a_path(text):
+            raise ImageInputError(_none_of_the_three(text, allowed, None))
         raise ImageInputError(f"no image file at {text}")
     if real.stat().st_size > max_bytes:
         raise ImageInputError(f"the image file is larger than {_size(max_bytes)}; use a smaller one")
-    _check_decodes(real, shown=text)
-    yield str(real)
+    return real, text
+
+
+def _decoded_within_budget(source: Path, shown: str, folder: Path, max_pixels: int | None) -> str:
+    """``source`` when it decodes within the budget at its own size, else a reduced PNG copy in ``folder``."""
+    try:
+        image = load_service_image(source, max_pixels=max_pixels)
+        if image.size == image_size(source):
+            return str(source)
+    except PictrieveError as exc:  # ImageDecodeError: one line, naming the file as the caller knows it
+        raise ImageInputError(str(exc).replace(str(source), shown)) from None
+    reduced = folder / "reduced.png"
+    image.save(reduced, format="PNG", compress_level=1)
+    return str(reduced)
+
+
+def _plainly_a_path(text: str) -> bool:
+    """Whether ``text`` can only be a file path: it holds a character no id or base64 has (a dot, a
+    backslash) or starts like a path (``~``, ``.``)."""
+    return text.startswith(("~", ".")) or any(c in text for c in ".\\")
+
+
+def _none_of_the_three(text: str, allowed: AllowedDirs, refused: PathNotAllowedError | None) -> str:
+    """What each of the three readings of ``text`` found, for a value that is no id, no data and no path."""
+    shown = text if len(text) <= 40 else text[:39] + "…"
+    if _BASE64.match(text):
+        data = f"too short to be base64 image data (at least {MIN_BASE64_CHARS} characters)"
+    else:
+        data = "not base64 image data or a data:image/...;base64 URL"
+    if refused is None:
+        path = f"no file of that name in the folders this server may read ({allowed.describe()})"
+    elif not allowed:
+        path = "not a file path this server may read (it reads none: its operator can allow folders with --allow-dir)"
+    else:
+        path = f"not a file path inside the folders this server may read ({allowed.describe()})"
+    return (f"the image {shown!r} is no gallery id of this gallery (ids come from search results), {data}, and "
+            f"{path}")
 
 
 def _is_name(text: str) -> bool:
     return "/" not in text and "\\" not in text and not text.startswith("~")
-
-
-def _check_decodes(path: Path, *, shown: str) -> None:
-    try:
-        load_image(path)
-    except PictrieveError as exc:  # ImageDecodeError: one line, naming the file as the caller knows it
-        raise ImageInputError(str(exc).replace(str(path), shown)) from None
 
 
 def _size(n: int) -> str:

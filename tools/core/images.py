@@ -8,6 +8,13 @@ Decompression bombs (a few kilobytes that decode to gigapixels) are refused from
 before any pixel is decoded, above a per-call pixel cap (``max_pixels``, default
 :data:`DEFAULT_MAX_PIXELS`, or the ``PICTRIEVE_MAX_IMAGE_PIXELS`` variable). Nothing here changes
 Pillow's process-wide settings.
+
+That cap is the desktop indexer's: the person indexes their own photos. A picture sent by a network caller
+(an MCP tool call, an upload to the page, a served run's image input) is decoded by
+:func:`load_service_image` instead, in bounded memory: a JPEG is decoded already reduced (libjpeg's DCT
+scaling, Pillow's draft mode) to about what the models need, any other format whose header declares more
+than :data:`SERVICE_MAX_PIXELS` is refused before decoding, and at most :data:`SERVICE_DECODES` large
+pictures decode at once.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import hashlib
 import logging
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -36,9 +44,30 @@ DEFAULT_MAX_PIXELS = 180_000_000
 An RGB image this size takes about 540 MB while decoding."""
 MAX_PIXELS_ENV = "PICTRIEVE_MAX_IMAGE_PIXELS"
 
+SERVICE_MAX_PIXELS = 50_000_000
+"""Most pixels a server decodes for one caller's picture (after a JPEG's reduction): 50 MP, so a 45-50 MP
+camera's PNG or TIFF still passes. Decoding one takes at most about 350 MB (RGBA, then RGB)."""
+SERVICE_MAX_PIXELS_ENV = "PICTRIEVE_SERVICE_MAX_PIXELS"
+SERVICE_SIDE = 1536
+"""Longest side a caller's picture is reduced to: above what the embedders (224-384 px), the detectors
+(300-768 px) and a describer's region crops use."""
+SERVICE_DECODES = 2
+"""Large caller pictures (above :data:`_SMALL_PIXELS`) decoded at once; more wait their turn, so sixteen
+callers cost what two do."""
+_SMALL_PIXELS = 4_000_000
+_service_decodes = threading.BoundedSemaphore(SERVICE_DECODES)
+
 
 class ImageDecodeError(PictrieveError, ValueError):
     """A file could not be decoded as an image."""
+
+
+class ImageTooLargeError(ImageDecodeError):
+    """An image whose header declares more pixels than the cap in force (nothing was decoded)."""
+
+    def __init__(self, message: str, *, size: tuple[int, int], cap: int) -> None:
+        super().__init__(message)
+        self.size, self.cap = size, cap
 
 
 def is_image_path(path: Path) -> bool:
@@ -147,9 +176,10 @@ def load_image(
     ``search --image``, the graphs' image inputs, the page's uploads) decodes it here, so an empty,
     truncated or non-image file gets the same one-line reason everywhere.
 
-    Images whose header declares more than ``max_pixels`` pixels (default :func:`max_image_pixels`)
-    are refused before decoding. ``draft_size`` lets JPEG decoding scale down by 1/2, 1/4 or 1/8
-    while staying at least that large, which bounds memory and time for huge photos.
+    ``draft_size`` lets JPEG decoding scale down by 1/2, 1/4 or 1/8 while staying at least that large,
+    which bounds memory and time for huge photos. Images whose header declares more than ``max_pixels``
+    pixels (default :func:`max_image_pixels`) once so reduced are refused before decoding
+    (:class:`ImageTooLargeError`).
     """
     cap = max_image_pixels() if max_pixels is None else int(max_pixels)
     try:
@@ -159,21 +189,82 @@ def load_image(
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise ImageDecodeError(f"{path}: not a readable image ({exc})") from exc
     try:
+        if draft_size is not None and image.format == "JPEG":
+            image.draft("RGB", draft_size)  # sets the size decoding will give; nothing is decoded yet
         width, height = image.size
         if width * height > cap:
-            raise ImageDecodeError(
+            raise ImageTooLargeError(
                 f"{path}: {width}x{height} = {width * height / 1e6:.0f} MP is above the cap of "
                 f"{cap / 1e6:.0f} MP (a decompression bomb?); if the image is genuine, raise the cap with "
-                f"--max-pixels N (Python: max_pixels=N) or {MAX_PIXELS_ENV}"
+                f"--max-pixels N (Python: max_pixels=N) or {MAX_PIXELS_ENV}",
+                size=(width, height), cap=cap,
             )
-        if draft_size is not None and image.format == "JPEG":
-            image.draft("RGB", draft_size)
         image.load()
         return image.convert("RGB")
     except ImageDecodeError:
         raise
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageDecodeError(f"{path}: not a readable image ({exc})") from exc
+    finally:
+        image.close()
+
+
+def service_max_pixels() -> int:
+    """The pixel budget for a caller's picture: ``PICTRIEVE_SERVICE_MAX_PIXELS`` when set (read by the server
+    when it decodes, so the operator sets it), else :data:`SERVICE_MAX_PIXELS`."""
+    value = os.environ.get(SERVICE_MAX_PIXELS_ENV, "").strip()
+    try:
+        cap = int(float(value)) if value else SERVICE_MAX_PIXELS
+    except ValueError:
+        raise ImageDecodeError(f"{SERVICE_MAX_PIXELS_ENV}={value!r} is not a number of pixels") from None
+    if cap <= 0:
+        raise ImageDecodeError(f"{SERVICE_MAX_PIXELS_ENV} must be a positive number of pixels, got {value!r}")
+    return cap
+
+
+def load_service_image(path: str | os.PathLike, *, max_pixels: int | None = None,
+                       side: int = SERVICE_SIDE) -> Image.Image:
+    """Decode a picture a network caller sent, in bounded memory, as an RGB image whose longest side is at
+    most ``side``; or raise :class:`ImageDecodeError` with one line (starting with ``path``, as
+    :func:`load_image`'s do, so callers can replace it with the name the caller knows).
+
+    A JPEG decodes reduced by up to 1/8 (draft mode) to at least ``side`` pixels a side, so a 13000x13000
+    JPEG costs about 8 MB; any other format whose header declares more than ``max_pixels`` (default
+    :func:`service_max_pixels`) is refused before a pixel is decoded. Large decodes take turns
+    (:data:`SERVICE_DECODES` at once). Local indexing keeps :func:`load_image` and the indexer's cap.
+    """
+    cap = service_max_pixels() if max_pixels is None else int(max_pixels)
+    try:
+        width, height = _draft_size(path, side)
+    except ImageDecodeError:
+        raise
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise ImageDecodeError(f"{path}: not a readable image ({exc})") from exc
+    if width * height > cap:
+        raise ImageTooLargeError(
+            f"{path}: {width}x{height} = {width * height / 1e6:.0f} MP is more than this server decodes for one "
+            f"picture ({cap / 1e6:g} MP); send a smaller picture (a JPEG of any size is accepted, decoded reduced)",
+            size=(width, height), cap=cap)
+    large = width * height > _SMALL_PIXELS
+    if large:
+        _service_decodes.acquire()
+    try:
+        image = load_image(path, max_pixels=cap, draft_size=(side, side))
+        if max(image.size) > side:
+            image.thumbnail((side, side), Image.Resampling.LANCZOS, reducing_gap=3.0)
+        return image
+    finally:
+        if large:
+            _service_decodes.release()
+
+
+def _draft_size(path: str | os.PathLike, side: int) -> tuple[int, int]:
+    """The size decoding ``path`` gives when a JPEG is reduced toward ``side`` (from the header alone)."""
+    image = _open_header(path)
+    try:
+        if image.format == "JPEG":
+            image.draft("RGB", (side, side))
+        return image.size
     finally:
         image.close()
 
