@@ -20,6 +20,9 @@ import click
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="HTTP: address to listen on. Any other than loopback needs --token.")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535), help="HTTP: port.")
+@click.option("--allow-origin", "allow_origins", multiple=True, metavar="ORIGIN",
+              help="HTTP on loopback: a web page origin that may call the server from a browser (repeatable), e.g. "
+                   "http://localhost:6274 for the MCP Inspector. Default: none but the server's own.")
 @click.option("--token", envvar="PICTRIEVE_MCP_TOKEN", default=None, metavar="TOKEN",
               help="HTTP: bearer token clients must send (default: $PICTRIEVE_MCP_TOKEN; none on loopback).")
 @click.option("--search", default=None, metavar="NAME",
@@ -46,7 +49,8 @@ import click
               help="Where find_photo sessions are kept (default: the pictrieve cache folder).")
 @click.option("--max-image-mb", default=20.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Largest image a tool accepts or a resource sends.")
-def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int, token: str | None,
+def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int, allow_origins: tuple[str, ...],
+        token: str | None,
         search: str | None, llm: str, base_url: str | None, vlm: str, vlm_base_url: str | None, detector: str,
         visualizer: str | None, captioner: str, allow_dirs: tuple[str, ...], state_dir: str | None,
         max_image_mb: float) -> None:
@@ -61,7 +65,7 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
     if importlib.util.find_spec("mcp") is None:
         raise click.UsageError("the MCP server needs the official MCP SDK: pip install 'pictrieve[mcp]'")
     from pictrieve.cli.chat import default_checkpoint_path
-    from pictrieve.mcp_server.http import check_exposure
+    from pictrieve.mcp_server.http import check_exposure, url_host
     from pictrieve.mcp_server.server import create_server
     from pictrieve.mcp_server.service import PictrieveService, ServerSettings
     from pictrieve.tools.core.image_inputs import AllowedDirs
@@ -81,8 +85,8 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
         llm=llm, base_url=base_url, vlm=vlm, vlm_base_url=vlm_base_url, detector=detector, search=search,
         visualizer=visualizer, captioner=captioner, allowed_dirs=AllowedDirs.of(allow_dirs),
         max_image_bytes=int(max_image_mb * 2**20))
-    server = create_server(PictrieveService(opened, settings), host=host, port=port)
-    where = (f"streamable HTTP at http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
+    server = create_server(PictrieveService(opened, settings), host=host, port=port, allowed_origins=allow_origins)
+    where = (f"streamable HTTP at http://{url_host(host)}:{port}/mcp"
              + (" (bearer token required)" if token else "")) if transport == "http" else "stdio"
     click.echo(f"pictrieve mcp: {opened.count()} images in {opened.location}; {where}", err=True)
     if transport == "http":

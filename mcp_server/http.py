@@ -1,7 +1,9 @@
 """Streamable HTTP for ``pictrieve mcp --transport http``: loopback by default, an optional bearer token.
 
-The SDK's streamable HTTP app (``/mcp``) is served by uvicorn. Bound to a loopback address, the SDK also
-refuses requests whose ``Host``/``Origin`` is not local (DNS rebinding). With a token every HTTP request
+The SDK's streamable HTTP app (``/mcp``) is served by uvicorn. Bound to a loopback address, however spelt
+(``--host`` is normalised once, :func:`normalise_host`), requests whose ``Host`` is not a local name, or whose
+``Origin`` is not this server's own or one the operator listed, are refused (DNS rebinding, a page on another
+site or port; :func:`transport_security`). With a token every HTTP request
 must carry ``Authorization: Bearer <token>`` (compared in constant time); anything else gets ``401`` and
 never reaches the MCP session. A server on any other address must have a token (:func:`check_exposure`).
 """
@@ -12,6 +14,7 @@ import hmac
 import ipaddress
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from pictrieve.errors import PictrieveError
@@ -23,27 +26,71 @@ class ExposureError(PictrieveError, ValueError):
     """A server that would be reachable from other machines without a token."""
 
 
+def normalise_host(host: str) -> str:
+    """``--host`` as one spelling: trimmed, brackets and case dropped, an IP address in its canonical form
+    (``LOCALHOST`` -> ``localhost``, ``[0:0:0:0:0:0:0:1]`` -> ``::1``). Everything after uses this one."""
+    text = host.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text.lower().rstrip(".")
+
+
 def is_loopback(host: str) -> bool:
-    if host.strip().lower() == "localhost":
+    host = normalise_host(host)
+    if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
 
+def url_host(host: str) -> str:
+    """``host`` as it appears in a URL or a ``Host`` header (an IPv6 address in brackets)."""
+    host = normalise_host(host)
+    return f"[{host}]" if ":" in host else host
+
+
+def transport_security(host: str, port: int, allowed_origins: Iterable[str] = ()) -> Any:
+    """The SDK's DNS-rebinding protection for a server bound to ``host``: on for every loopback spelling.
+
+    The SDK turns it on by itself only for the exact strings ``127.0.0.1``, ``localhost`` and ``::1``; bound
+    to ``127.0.0.2`` or ``LOCALHOST`` it would answer a page whose name was rebound to this machine. Allowed:
+    ``Host`` headers that name a loopback address (the local names and the bound address, any port), and
+    ``Origin`` headers of this server itself (the same names, its own port) and those the operator listed
+    (``allowed_origins``); a page served from another local port is refused. Requests without ``Origin``
+    (programs, not browsers) pass. A server on any other address returns ``None``: its token guards it.
+    """
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if not is_loopback(host):
+        return None
+    names = list(dict.fromkeys(["localhost", "127.0.0.1", "[::1]", url_host(host)]))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*names, *(f"{name}:*" for name in names)],
+        allowed_origins=[*(f"http://{name}:{port}" for name in names), *(o.rstrip("/") for o in allowed_origins)])
+
+
 def check_exposure(host: str, token: str | None) -> None:
-    """Refuse a non-loopback ``host`` without a bearer token (anyone on the network could use the tools)."""
-    if not is_loopback(host) and not token:
+    """Refuse a non-loopback ``host`` without a bearer token (anyone on the network could use the tools), and
+    a token that is blank (it would guard nothing, wherever the server listens)."""
+    if not is_loopback(host) and not (token or "").strip():  # an empty or blank token guards nothing
         raise ExposureError(f"--host {host} is reachable from other machines: set a bearer token with --token "
                             f"or ${TOKEN_ENV} (clients send it as 'Authorization: Bearer <token>')")
+    if token is not None and not token.strip():
+        raise ExposureError(f"the token is blank: give --token (or ${TOKEN_ENV}) a secret value, or leave it out "
+                            "on loopback")
 
 
 class BearerTokenGuard:
     """ASGI middleware: HTTP requests without ``Authorization: Bearer <token>`` get ``401``."""
 
     def __init__(self, app: Any, token: str) -> None:
-        if not token:
+        if not token.strip():
             raise ValueError("an empty token guards nothing")
         self.app, self.token = app, token.encode("utf-8")
 
@@ -76,7 +123,7 @@ def serve_http(server: Any, *, host: str, port: int, token: str | None) -> None:
 
     check_exposure(host, token)
     logging.getLogger("mcp.server.streamable_http").addFilter(_quiet_closed_stream)
-    uvicorn.run(http_app(server, token), host=host, port=port, log_level="warning")
+    uvicorn.run(http_app(server, token), host=normalise_host(host), port=port, log_level="warning")
 
 
 def _quiet_closed_stream(record: logging.LogRecord) -> bool:

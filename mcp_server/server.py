@@ -216,11 +216,16 @@ class PersonAnswer(BaseModel):
 
 
 def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: int = 8765,
-                  max_request_bytes: int | None = None) -> PictrieveMCP:
-    """The MCP server over ``service``: its tools and resources (``host``/``port``: where streamable HTTP listens)."""
+                  max_request_bytes: int | None = None, allowed_origins: Sequence[str] = ()) -> PictrieveMCP:
+    """The MCP server over ``service``: its tools and resources (``host``/``port``: where streamable HTTP listens;
+    bound to loopback, browsers' requests are accepted only from this server's own origin and
+    ``allowed_origins``, see :func:`~pictrieve.mcp_server.http.transport_security`)."""
+    from pictrieve.mcp_server.http import normalise_host, transport_security
+
     body_limit = max_request_bytes or service.settings.max_image_bytes * 4 // 3 + 2**20
-    server = PictrieveMCP(name="pictrieve", instructions=INSTRUCTIONS, host=host, port=port, log_level="WARNING",
-                          max_request_body_size=body_limit)
+    server = PictrieveMCP(name="pictrieve", instructions=INSTRUCTIONS, host=normalise_host(host), port=port,
+                          log_level="WARNING", max_request_body_size=body_limit,
+                          transport_security=transport_security(host, port, allowed_origins))
     read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 
     @server.tool(name="search_images", title="Search photos by description", annotations=read_only)

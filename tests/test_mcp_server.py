@@ -100,13 +100,12 @@ async def check_a_find_photo_session(session, served):
     answered = await session.call_tool("answer_question", {"session": view["session"], "answer": "no"})
     assert not answered.isError, answered.content
     after = answered.structuredContent
-    assert after["session"] == view["session"] and (after["done"] or after["round"] == 2)
-    if not after["done"]:
-        picked = after["results"][1]
-        final = await session.call_tool("answer_question", {"session": view["session"], "answer": "found 2"})
-        assert final.structuredContent["done"] and final.structuredContent["found"]["id"] == picked["id"]
-        ended = await session.call_tool("answer_question", {"session": view["session"], "answer": "yes"})
-        assert "has ended" in error_text(ended)
+    assert after["session"] == view["session"] and not after["done"] and after["round"] == 2, after
+    picked = after["results"][1]
+    final = await session.call_tool("answer_question", {"session": view["session"], "answer": "found 2"})
+    assert final.structuredContent["done"] and final.structuredContent["found"]["id"] == picked["id"]
+    ended = await session.call_tool("answer_question", {"session": view["session"], "answer": "yes"})
+    assert "has ended" in error_text(ended)
 
 
 async def check_bad_inputs_each_get_one_line_and_the_server_goes_on(session, served):
@@ -131,6 +130,15 @@ async def check_bad_inputs_each_get_one_line_and_the_server_goes_on(session, ser
         ("search_by_image", {"image": str(served.outside / "gone.png")}, "outside the folders this server may read"),
         ("search_by_image", {"image": str(served.allowed / "link.png")}, "outside the folders this server may read"),
         ("search_by_image", {"image": f"{served.allowed}/../outside/secret.txt"}, "outside the folders"),
+        ("search_by_image", {"image": str(served.root / "allowed-evil" / "photo.png")}, "outside the folders"),
+        ("search_by_image", {"image": str(served.allowed / "big.png")}, "the image file is larger than 512 KiB"),
+        # neither an id, nor data, nor a path: each reading is named, not only the path's refusal
+        ("search_by_image", {"image": "photo-7"}, "'photo-7' is no gallery id of this gallery (ids come from search "
+                                                  "results), too short to be base64 image data (at least 64 "
+                                                  "characters), and not a file path inside the folders"),
+        ("search_by_image", {"image": "/9j/4AAQSkZJRg=="}, "too short to be base64 image data"),
+        ("search_by_image", {"image": "no such photo!"}, "is no gallery id of this gallery (ids come from search "
+                                                         "results), not base64 image data"),
         ("search_by_image", {"image": str(served.allowed / "notes.txt")}, "not a readable image"),
         ("search_by_image", {"image": base64.b64encode(f"{SECRET} is not an image at all " .encode() * 4).decode()},
          "not a readable image"),
@@ -342,11 +350,34 @@ def test_http_needs_the_token(http_server):
     hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
              "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     headers = {"Accept": "application/json, text/event-stream"}
-    for sent in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-token"}):
+    # none, a wrong one, another scheme, an empty one, a prefix of the token and the token with more after it
+    for sent in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-token"},
+                 {"Authorization": "Bearer"}, {"Authorization": "Bearer s3cret"},  # an empty token, a prefix
+                 {"Authorization": "Bearer s3cret-token-and-more"}):
         answer = httpx.post(http_server.url, json=hello, headers={**headers, **sent}, timeout=30)
-        assert answer.status_code == 401 and answer.headers["www-authenticate"].startswith("Bearer")
-    ok = httpx.post(http_server.url, json=hello, headers={**headers, "Authorization": "Bearer s3cret-token"}, timeout=30)
-    assert ok.status_code == 200
+        assert answer.status_code == 401 and answer.headers["www-authenticate"].startswith("Bearer"), sent
+    for scheme in ("Bearer", "bearer"):  # the scheme is case-insensitive (RFC 9110)
+        ok = httpx.post(http_server.url, json=hello, headers={**headers, "Authorization": f"{scheme} s3cret-token"},
+                        timeout=30)
+        assert ok.status_code == 200, scheme
+
+
+def test_an_http_body_above_the_limit_is_refused_before_it_reaches_a_tool(http_server):
+    limit = int(0.5 * 2**20) * 4 // 3 + 2**20  # --max-image-mb 0.5 as base64, and a megabyte for the rest
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "Authorization": "Bearer s3cret-token"}
+
+    def hello(size):
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "", "version": "1"}}}
+        body["params"]["clientInfo"]["name"] = "x" * (size - len(json.dumps(body)))
+        data = json.dumps(body).encode()
+        assert len(data) == size
+        return httpx.post(http_server.url, content=data, headers=headers, timeout=60)
+
+    assert hello(limit).status_code == 200
+    assert hello(limit + 1).status_code == 413
 
 
 def test_a_server_reachable_from_other_machines_needs_a_token(served):
@@ -354,3 +385,9 @@ def test_a_server_reachable_from_other_machines_needs_a_token(served):
     done = subprocess.run([sys.executable, "-m", "pictrieve.cli.main", "mcp", "--transport", "http", "--host", "0.0.0.0",
                            *served.args], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode != 0 and "--token" in done.stderr and "Traceback" not in done.stderr
+    # an empty token is no token (192.0.2.1, a documentation address, could not even be bound here)
+    for token in (["--token", ""], ["--token", "   "]):
+        done = subprocess.run([sys.executable, "-m", "pictrieve.cli.main", "mcp", "--transport", "http", "--host",
+                               "192.0.2.1", *token, *served.args], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode != 0 and "--token" in done.stderr and "reachable from other machines" in done.stderr, (
+            token, done.stderr)

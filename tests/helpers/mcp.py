@@ -51,8 +51,12 @@ async def stdio_session(args: list[str], **session_kwargs: Any) -> AsyncIterator
 class HttpServer:
     """``pictrieve mcp --transport http ARGS`` in a subprocess on a free loopback port, until ``stop()``."""
 
-    def __init__(self, args: list[str], token: str | None = None, *, wait: float = 180.0) -> None:
-        self.token = token
+    def __init__(self, args: list[str], token: str | None = None, *, wait: float = 180.0, host: str | None = None,
+                 address: str = "127.0.0.1") -> None:
+        """``host``: the ``--host`` given (default: none, the command's own); ``address``: where it listens, as
+        a client connects to it (an IPv6 address without brackets)."""
+        self.token, self.address = token, address
+        hosting = ["--host", host] if host is not None else []
         for _attempt in range(3):  # a free port may be taken between the probe and the bind: try another
             self.port = free_port()
             self.log = Path(os.environ.get("PICTRIEVE_CACHE", "/tmp")) / f"mcp-http-{self.port}.log"
@@ -60,7 +64,8 @@ class HttpServer:
             if token:
                 env["PICTRIEVE_MCP_TOKEN"] = token  # the variable, as a person would set it
             with open(self.log, "wb") as log:
-                self.process = subprocess.Popen([*MCP_COMMAND, "--transport", "http", "--port", str(self.port), *args],
+                self.process = subprocess.Popen([*MCP_COMMAND, "--transport", "http", "--port", str(self.port),
+                                                 *hosting, *args],
                                                 env=env, stdout=log, stderr=subprocess.STDOUT)
             if self._wait_listening(wait):
                 return
@@ -69,15 +74,15 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://{f'[{self.address}]' if ':' in self.address else self.address}:{self.port}/mcp"
 
     def _wait_listening(self, wait: float) -> bool:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 return False
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+            with socket.socket(socket.AF_INET6 if ":" in self.address else socket.AF_INET) as probe:
+                if probe.connect_ex((self.address, self.port)) == 0:
                     return True
             time.sleep(0.2)
         return False
@@ -176,6 +181,11 @@ def served(tmp_path_factory, tiny_clip_name):
     (outside / "secret.txt").write_text(f"{SECRET}\n")
     Image.new("RGB", (30, 20), (1, 2, 3)).save(outside / "photo.png")
     (allowed / "link.png").symlink_to(outside / "photo.png")  # inside the folder, pointing outside it
+    # a sibling whose name starts with the allowed folder's (a string-prefix check would let it in)
+    (root / "allowed-evil").mkdir()
+    Image.new("RGB", (30, 20), (4, 5, 6)).save(root / "allowed-evil" / "photo.png")
+    noise = rng.integers(0, 255, size=(600, 600, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(allowed / "big.png")  # about 1 MB: above the server's --max-image-mb 0.5
     save_tiny_owlvit(root / "owl")  # finds nothing at its threshold: the whole photo is the one region
     args = ["-g", str(root / "gallery"), "--state-dir", str(root / "state"), "--search", f"local:{PAGES}",
             "--detector", f"zeroshot:{root / 'owl'}", "--allow-dir", str(allowed), "--max-image-mb", "0.5"]
