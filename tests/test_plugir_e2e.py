@@ -32,7 +32,7 @@ def test_one_real_round_with_offline_models(flickr_dir, tmp_path, offline_llm):
     assert len(state["queries"]) == 2 and state["queries"][0] == texts[0]
     (turn,) = state["dialogue"]
     assert turn["question"].endswith("?") and turn["answer"]
-    assert len(state["shown"]) == 10 and all(Path(h.path).is_file() for h in state["shown"])
+    assert len(state["shown"]) == 10 and all(Path(h["path"]).is_file() for h in state["shown"])
     assert 1 <= len(state["retrieval_context"]) <= 10
     assert {t["node"] for t in state["timings"]} == {"reformulation", "retrieval", "rce",
                                                      "questioner", "filter"}

@@ -64,7 +64,7 @@ def test_found_ends_with_the_picked_image_and_stop_ends_without():
     cfg = config("found")
     shown = pending(run(graph, {"description": "a dog in the snow"}, cfg))["shown"]
     result = run(graph, Command(resume="found 2"), cfg)
-    assert pending(result) is None and result["found"].to_json() == shown[1] and result["stopped"]
+    assert pending(result) is None and result["found"] == shown[1] and result["stopped"]
 
     cfg = config("stop")
     run(graph, {"description": "a dog in the snow"}, cfg)
@@ -260,3 +260,51 @@ def test_candidate_captions_are_embedded_once_across_rounds():
     captions = [t for t in embedded if t in set(gallery.captions)]
     assert captions, "RCE never embedded a candidate caption"
     assert len(captions) == len(set(captions))  # each caption embedded once over three rounds
+
+
+def _plain(value) -> bool:
+    """Whether ``value`` is plain data (what any checkpointer stores and reads back as it was)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def test_checkpointed_state_is_plain_data_with_the_servers_own_serializer(tmp_path):
+    """Issue 28: served PlugIR kept ImageHit objects in its checkpoints, which LangGraph's default
+    serializer (the server's) reads back only with a warning that a future version will refuse them."""
+    import sqlite3
+
+    from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    events = []
+    unregister = register_serde_event_listener(events.append)
+    try:
+        saver = SqliteSaver(sqlite3.connect(str(tmp_path / "served.sqlite"), check_same_thread=False))  # default serde
+        graph = build(make_gallery(), ScriptedChatModel(questions=QUESTIONS), checkpointer=saver)
+        cfg = config("served", max_rounds=3)
+        run(graph, {"description": "a dog in the snow"}, cfg)
+        run(graph, Command(resume="brown"), cfg)
+        result = run(graph, Command(resume="found 1"), cfg)
+        history = list(graph.get_state_history({"configurable": cfg["configurable"]}))
+    finally:
+        unregister()
+    assert result["found"]["id"] and len(history) > 5  # the checks below read real checkpoints
+    assert [e for e in events if e.get("kind") != "msgpack_method_blocked"] == [], events
+    for snapshot in history:
+        bad = {k: type(v).__name__ for k, v in snapshot.values.items() if not _plain(v)}
+        assert not bad, bad
+
+
+def test_the_final_round_counts_the_round_of_a_pick_or_a_stop():
+    """Issue 28: after two rounds (one answer, then a pick) the final view said round 1."""
+    graph = build(make_gallery(), ScriptedChatModel(questions=QUESTIONS))
+    for reply in ["found 2", "stop"]:
+        cfg = config(f"two-rounds-{reply}")
+        first = pending(run(graph, {"description": "a dog in the snow"}, cfg))
+        second = pending(run(graph, Command(resume="brown"), cfg))
+        assert (first["round"], second["round"]) == (1, 2)
+        final = run(graph, Command(resume=reply), cfg)
+        assert pending(final) is None and final["round"] == 2, reply

@@ -24,6 +24,7 @@ from pictrieve.agents.plugir.question_filter import select_least_disruptive
 from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION
 from pictrieve.agents.plugir.retrieval_context import cluster_candidates
 from pictrieve.agents.plugir.settings import PlugIRSettings
+from pictrieve.vectorstore.hits import as_hit
 
 QUESTIONS = ["What color is the dog?", "Where is the dog running?", "Is the dog alone?",
              "What time of day is it?", "Is the dog wearing a collar?"]
@@ -57,7 +58,8 @@ class Parts:
 
     def candidates(self, query=DESCRIPTION, k=12):
         state = {"description": DESCRIPTION, "query": query}
-        return self.retrieve(state, settings(candidate_k=k, questioner="llm"))["candidates"]
+        # the state holds them as JSON dicts; read back as hits for the checks
+        return [as_hit(c) for c in self.retrieve(state, settings(candidate_k=k, questioner="llm"))["candidates"]]
 
 
 # --- reformulate ---------------------------------------------------------------------------------
@@ -96,12 +98,12 @@ def test_retrieve_returns_candidates_shown_hits_and_the_whole_ranking():
     parts = Parts()
     state = {"description": DESCRIPTION, "query": "a red dog running in the park"}
     out = parts.retrieve(state, settings(candidate_k=12, shown_k=5, ranked_k=30))
-    assert out["shown"][0].caption == "a red dog running in the park"
+    assert out["shown"][0]["captions"] == ["a red dog running in the park"]
     assert len(out["candidates"]) == 12 and len(out["shown"]) == 5 and out["hits"] == out["shown"]
-    assert [h.rank for h in out["shown"]] == [1, 2, 3, 4, 5]
+    assert [h["rank"] for h in out["shown"]] == [1, 2, 3, 4, 5]
     assert [i for i, _ in out["ranking"]] == [h.id for h in parts.gallery.search_vector(
         parts.gallery.embedder.embed_texts([state["query"]])[0], k=30)]
-    assert [i for i, _ in out["ranking"][:12]] == [h.id for h in out["candidates"]]
+    assert [i for i, _ in out["ranking"][:12]] == [h["id"] for h in out["candidates"]]
     assert [t["node"] for t in out["timings"]] == ["retrieval"]
 
 
@@ -110,10 +112,10 @@ def test_retrieve_offline_lowers_what_was_denied_and_only_offline():
     denied = {"description": DESCRIPTION, "query": DESCRIPTION,
               "dialogue": [{"question": RED_DOG.text, "answer": "no", "spec": RED_DOG.to_json()}]}
     plain = parts.retrieve(denied, settings(candidate_k=12, shown_k=5, ranked_k=30, questioner="llm"))
-    assert "a red dog running in the park" in [h.caption for h in plain["shown"]]  # else the check is vacuous
+    assert "a red dog running in the park" in [as_hit(h).caption for h in plain["shown"]]  # else the check is vacuous
     offline = parts.retrieve(denied, settings(candidate_k=12, shown_k=5, ranked_k=30), default_questioner="offline")
-    assert not any("red" in h.caption for h in offline["shown"])
-    assert [h.rank for h in offline["shown"]] == [1, 2, 3, 4, 5]
+    assert not any("red" in as_hit(h).caption for h in offline["shown"])
+    assert [h["rank"] for h in offline["shown"]] == [1, 2, 3, 4, 5]
     scores = [s for _, s in offline["ranking"]]
     assert scores == sorted(scores, reverse=True)  # the ranking is the order shown, re-scored
 
@@ -279,8 +281,9 @@ def test_ask_records_the_answer_a_pick_or_a_stop():
     assert out == {"dialogue": [{"question": "What color is the dog?", "answer": "brown"}], "round": 3}
     assert heard == [("What color is the dog?", state)]
     picked = nodes.ask(state, answerer=lambda q, s: "found 2")
-    assert picked == {"found": state["shown"][1], "stopped": True}
-    assert nodes.ask(state, answerer=lambda q, s: "stop") == {"stopped": True}
+    # a pick or a stop ends the round it was made in (the state said 2 answers, this was round 3)
+    assert picked == {"found": state["shown"][1].to_json(), "stopped": True, "round": 3}
+    assert nodes.ask(state, answerer=lambda q, s: "stop") == {"stopped": True, "round": 3}
 
 
 def test_ask_asks_a_choice_again_for_an_answer_that_picks_no_option():

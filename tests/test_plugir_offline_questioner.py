@@ -251,7 +251,7 @@ def test_offline_arm_finds_the_target_without_any_language_model(monkeypatch):
     final = result["queries"][-1]
     assert final.startswith("a dog running")  # the description is kept
     assert "beach" in final and "brown" in final  # what the user confirmed was added
-    assert result["shown"][0].captions == [target]
+    assert result["shown"][0]["captions"] == [target]
 
 
 @pytest.mark.parametrize("named_model", [False, True])

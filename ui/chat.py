@@ -13,6 +13,7 @@ from typing import Any
 
 from pictrieve.errors import PictrieveError
 from pictrieve.ui.jobs import Job
+from pictrieve.vectorstore.hits import as_hit
 
 
 class ChatNotFound(PictrieveError, ValueError):
@@ -68,10 +69,10 @@ def chat_view(plugir: Any, thread: str) -> dict[str, Any]:
                             "dialogue": [{"question": str(t.get("question", "")), "answer": str(t.get("answer", ""))}
                                          for t in dialogue],
                             "done": not snapshot.next, "unfinished": bool(snapshot.next) and not pending,
-                            "found": found.to_json() if found is not None else None}
+                            "found": as_hit(found).to_json() if found is not None else None}
     if pending:
         view.update(question=pending[0]["question"], shown=pending[0]["shown"],
                     options=pending[0].get("options") or [])
     else:
-        view.update(question="", shown=[h.to_json() for h in values.get("shown") or []])
+        view.update(question="", shown=[as_hit(h).to_json() for h in values.get("shown") or []])
     return view

@@ -110,9 +110,11 @@ def retrieve(state: PlugIRState, runtime: Runtime[PlugIRSettings] | None = None,
     if settings.questioner_or(default_questioner) == "offline":
         ranked = rerank_by_answers(ranked, state.get("dialogue", []), settings, n, captions=captions,
                                    vectors=vectors, caption_vectors=caption_vectors)
-    shown = ranked[: settings.shown_k]
+    # The state holds plain data (JSON dicts), never ImageHit objects: a checkpointer LangGraph
+    # brings (the server's) must read it back without a list of allowed types.
+    shown = [hit.to_json() for hit in ranked[: settings.shown_k]]
     return {
-        "candidates": ranked[:n],
+        "candidates": [hit.to_json() for hit in ranked[:n]],
         "shown": shown,
         "hits": shown,
         "ranking": [(hit.id, float(hit.score)) for hit in ranked],
@@ -232,10 +234,13 @@ def ask(state: PlugIRState, *, answerer: Answerer | None = None) -> dict[str, An
             break
         attempt += 1
         parsed = reply_to(clarified(choice), attempt)
+    # A pick or a stop ends the round the person was in: ``round`` then counts it, as the
+    # interrupt that asked did (its payload's round is the state's + 1).
+    ended = {"stopped": True, "round": state.get("round", 0) + 1}
     if "stop" in parsed:
-        return {"stopped": True}
+        return ended
     if "found" in parsed:
-        return {"found": parsed["found"], "stopped": True}
+        return {**ended, "found": as_hit(parsed["found"]).to_json()}
     turn = Turn(question=question, answer=parsed["answer"])
     if spec:
         turn["spec"] = spec
