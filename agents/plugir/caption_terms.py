@@ -39,8 +39,9 @@ _IRREGULAR = {"men": "man", "women": "woman", "children": "child", "people": "pe
               "wolves": "wolf", "shelves": "shelf", "calves": "calf"}
 # Plural-only nouns: never folded ("clothes" is not a "clothe"), never the first word of a compound.
 PLURAL_ONLY = frozenset({"clothes", "pants", "shorts", "jeans", "glasses", "goggles", "sunglasses", "trunks",
-                          "stairs", "steps", "overalls", "tights", "scissors"})
+                          "stairs", "steps", "overalls", "tights", "scissors", "indoors"})
 _NOT_PLURAL = ("ss", "us", "is", "ous", "ics")
+_BEFORE_TO = frozenset({"next", "close", "up"})  # "next to", "close to", "up to": "to" then opens a noun
 
 
 @lru_cache(maxsize=1)
@@ -50,9 +51,37 @@ def vocabulary() -> dict[str, Any]:
 
     text = resources.files("pictrieve.prompts").joinpath("plugir", "offline_questions.yaml").read_text("utf-8")
     data = yaml.safe_load(text)
-    for key in ("colours", "numbers", "places", "people", "mass_nouns", "ignored", "ing_nouns"):
+    for key in ("colours", "numbers", "places", "people", "mass_nouns", "ignored", "ing_nouns", "not_things",
+                "ed_nouns"):
         data[key] = frozenset(data[key])
     return data
+
+
+# Nouns whose "+y" form is an adjective of a scene ("grassy", "sandy", "furry"), besides the scene
+# words and mass nouns of the vocabulary.
+_Y_BASES = frozenset({"sun", "fur", "fluff", "rock", "leaf", "hair", "cloud", "rain", "wind", "wood", "shag", "stone",
+                      "curl", "bush", "hill", "dust", "dirt", "mud", "ice", "sand", "snow", "grass", "water", "fog"})
+
+
+@lru_cache(maxsize=16_384)
+def is_modifier(word: str) -> bool:
+    """Whether a word before a noun only describes it and is no thing to ask about: the ignored words,
+    the listed non-things ("piece", "trick", "long", "older"), and words that read as adjectives:
+    -ful, -less, -ous, -ish ("colorful", "shirtless"), -ed but for listed nouns ("haired", "fenced";
+    not "bed"), a scene word + y ("grassy", "sandy", "muddy"). Colours and numbers are read apart."""
+    vocab = vocabulary()
+    if word in vocab["colours"] or word in vocab["numbers"]:
+        return False
+    if word in vocab["ignored"] or word in vocab["not_things"]:
+        return True
+    if len(word) > 5 and word.endswith(("ful", "less", "ous", "ish")):
+        return True
+    if len(word) > 4 and word.endswith("ed") and word not in vocab["ed_nouns"]:
+        return True
+    if len(word) > 3 and word.endswith("y"):
+        bases = _Y_BASES | vocab["places"] | vocab["mass_nouns"]
+        return word[:-1] in bases or (word[-2] == word[-3] and word[:-2] in bases)
+    return False
 
 
 def is_action(word: str) -> bool:
@@ -181,7 +210,8 @@ def _terms_cached(text: str) -> CaptionTerms:
         token = tokens[i]
         if token in colours:
             terms.colours.add(token)
-        opens = token in _DETERMINERS or token in numbers or token in colours or token in _PREPOSITIONS
+        opens = (token in _DETERMINERS or token in numbers or token in colours or token in _PREPOSITIONS
+                 or (token == "to" and i > 0 and tokens[i - 1] in _BEFORE_TO))  # "next to brick steps"
         if not opens and i > 0:
             i += 1
             continue
@@ -192,7 +222,7 @@ def _terms_cached(text: str) -> CaptionTerms:
         j = i + 1 if opens else i
         while j < len(tokens) and (tokens[j] in colours or tokens[j] in numbers or is_action(tokens[j])
                                    or (tokens[j] == "and" and j + 1 < len(tokens) and tokens[j + 1] in colours)
-                                   or (tokens[j] in vocab["ignored"] and tokens[j] not in _DETERMINERS)):
+                                   or (is_modifier(tokens[j]) and tokens[j] not in _DETERMINERS)):
             if is_action(tokens[j]):  # "a jumping dog": an action, then the thing
                 terms.actions.add(tokens[j])
                 terms.display.setdefault(tokens[j], tokens[j])
@@ -202,7 +232,8 @@ def _terms_cached(text: str) -> CaptionTerms:
             elif tokens[j] in numbers:
                 number = tokens[j]
             j += 1
-        if j >= len(tokens) or tokens[j] in stop or tokens[j] in _DETERMINERS or len(tokens[j]) < 3:
+        if (j >= len(tokens) or tokens[j] in stop or tokens[j] in _DETERMINERS or len(tokens[j]) < 3
+                or is_modifier(tokens[j])):
             i = max(j, i + 1)
             continue
         noun_words = [tokens[j]]
@@ -211,7 +242,7 @@ def _terms_cached(text: str) -> CaptionTerms:
         if (following and following not in stop and len(following) >= 3 and not following.endswith("ing")
                 and singular(tokens[j]) == tokens[j] and tokens[j] not in PLURAL_ONLY
                 and singular(following) == following
-                and following not in colours):
+                and following not in colours and not is_modifier(following)):
             noun_words.append(following)
         surface = " ".join(noun_words)
         key = " ".join(noun_words[:-1] + [singular(noun_words[-1])])

@@ -48,6 +48,7 @@ import numpy as np
 from pictrieve.agents.plugir.caption_terms import (
     PLURAL_ONLY,
     CaptionTerms,
+    broader_terms,
     caption_terms,
     is_action,
     narrower_terms,
@@ -60,7 +61,8 @@ from pictrieve.agents.plugir.retrieval_context import softmax
 
 MAX_OPTIONS = 3
 
-_YES = re.compile(r"^\s*(yes|yeah|yep|yup|y|sure|correct|right|true|there is|there are|it is|indeed)\b", re.I)
+# "there is a ..." is read from what it names (a passing mention is not a yes), not as a yes itself.
+_YES = re.compile(r"^\s*(yes|yeah|yep|yup|y|sure|correct|right|true|indeed)\b", re.I)
 _NO = re.compile(r"^\s*(no|nope|n|not|none|nothing|neither|false|there isn'?t|there aren'?t)\b", re.I)
 _UNKNOWN = re.compile(r"\b(unknown|not sure|don'?t know|do not know|can'?t tell|cannot tell|no idea|maybe|unsure|"
                       r"uncertain)\b", re.I)
@@ -107,8 +109,11 @@ def candidate_questions(candidate_terms: Sequence[CaptionTerms], known: str = ""
 
     def fresh(key: str) -> bool:
         thing = key.split()[-1] if key not in known_keys else key
+        # A thing named by a phrase is settled by its head word ("beach" settles "sandy beach",
+        # "ball" settles "tennis ball"); a colour or count of a known thing is still open.
+        said_by_head = key in union.things and " " in key and key.split()[-1] in known_keys
         return (key not in known_keys and key not in asked_keys and key not in denied_keys
-                and thing not in denied_keys)
+                and thing not in denied_keys and not said_by_head)
 
     union = CaptionTerms()
     for terms in candidate_terms:
@@ -128,8 +133,12 @@ def candidate_questions(candidate_terms: Sequence[CaptionTerms], known: str = ""
         topic = f"colour of {key}"
         if (len(colours) >= 2 and topic not in asked_keys and key not in denied_keys
                 and not any(f"{c} {key}" in known_keys or c in known_terms.colours for c in colours)):
+            # "two dogs": each may have its own colour, so the question asks about them all
+            several = next((known_terms.display[k].split(" ", 1)[1] for k in sorted(known_terms.counted)
+                            if k.split(" ", 1)[1] == key), None)
             questions.append(_choice(topic, [f"{c} {key}" for c in colours], candidate_terms,
-                                     template="colour_of", noun=key))
+                                     template="colour_of_several" if several else "colour_of", noun=key,
+                                     shown_noun=several))
     for key in sorted(union.coloured | union.counted):
         if not fresh(key) or key.split(" ", 1)[1] not in union.things:
             continue
@@ -161,14 +170,14 @@ def _yes_no(key: str, shown: str) -> Question:
 
 
 def _choice(topic: str, options: Sequence[str], candidate_terms: Sequence[CaptionTerms], *, template: str,
-            noun: str = "") -> Question:
+            noun: str = "", shown_noun: str | None = None) -> Question:
     """A short-choice question over the ``MAX_OPTIONS`` options most candidates have."""
     implied = [settled_by(t.keys) for t in candidate_terms]
     counts = {o: sum(o in keys for keys in implied) for o in options}
     chosen = sorted(options, key=lambda o: (-counts[o], o))[:MAX_OPTIONS]
     labels = [o.split(" ", 1)[0] if noun else _with_article(o) if template == "who" else o for o in chosen]
     listed = ", ".join(labels[:-1]) + f" or {labels[-1]}"
-    text = vocabulary()["templates"][template].format(noun=noun, options=listed)
+    text = vocabulary()["templates"][template].format(noun=shown_noun or noun, options=listed)
     return Question(text=text, kind="choice", key=topic, options=tuple(chosen), noun=noun)
 
 
@@ -251,33 +260,28 @@ def choose_question(questions: Sequence[Question], candidate_terms: Sequence[Cap
 
 # --- what answers do to the ranking ------------------------------------------------------------------
 def answered_facts(turns: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str]]:
-    """``(confirmed, denied)`` term keys of the offline questions answered so far.
+    """``(confirmed, denied)`` term keys of every answer so far (:func:`answer_facts` of each turn).
 
-    "yes" confirms the asked term and "no" denies it; a named option is confirmed and the other
-    options denied; "none of these" denies every option; a value outside the options of the same
-    kind ("red" for the dog's colour) is confirmed with the options denied. Unknowns say nothing.
+    A later answer overrides an earlier one: what it confirms is no longer denied (nor what that
+    implies: "a dog" now voids an earlier "no" to "animal"), what it denies is no longer confirmed
+    (nor what that covers: "no animal" now voids an earlier "a dog"). Within one answer a thing
+    said in words beats an option left unpicked. The two sets never share a key.
     """
     confirmed: set[str] = set()
     denied: set[str] = set()
     for turn in turns:
         spec = turn.get("spec")
-        if not spec:
-            continue
-        question = Question.from_json(spec)
-        answer = str(turn.get("answer", ""))
-        outcome = read_answer(question, answer)
-        if question.kind == "yes_no":
-            if outcome is not None:
-                (confirmed if outcome == 1 else denied).add(question.key)
-            continue
-        other = other_value(question, answer) if outcome in (None, len(question.options)) else None
-        if outcome is None and other is None:
-            continue
-        for i, option in enumerate(question.options):
-            (confirmed if i == outcome else denied).add(option)
-        if other:
-            confirmed.add(other)
-    return confirmed, denied - confirmed
+        facts = answer_facts(Question.from_json(spec) if spec else None, str(turn.get("answer", "")))
+        newly_denied = facts.denied - facts.confirmed
+        for key in facts.confirmed:
+            denied.discard(key)
+            denied.difference_update(broader_terms(key))
+        for key in newly_denied:
+            confirmed.discard(key)
+            confirmed.difference_update(narrower_terms(key))
+        confirmed |= facts.confirmed
+        denied |= newly_denied
+    return confirmed, denied
 
 
 def implies(terms: CaptionTerms, key: str) -> bool:
@@ -320,10 +324,98 @@ def vector_evidence(term_vectors: np.ndarray, image_vectors: np.ndarray) -> np.n
 
 
 # --- reading answers -------------------------------------------------------------------------------
+# What a person answers is read clause by clause (split at punctuation and "but"): a leading yes, no or
+# "none of these"; then what each clause says, as caption terms. A clause after "no"/"not"/"without"
+# denies what it names; a clause that mentions something only in passing ("only a jar of pasta behind
+# the toaster" to "Is there food?") says nothing; every other clause's things, colours and actions are
+# facts ("none of these, indoors on a carpet next to brick steps": indoors, carpet, brick steps).
+_CLAUSE = re.compile(r"[,;.!?]+|\s+(?:but|although|though|whereas)\s+", re.I)
+_NEGATION = re.compile(r"\b(?:no|not|without|nothing|never|neither|nor|isn'?t|aren'?t|wasn'?t|weren'?t|"
+                       r"doesn'?t|don'?t)\b", re.I)
+
+
+@dataclass(frozen=True)
+class AnswerFacts:
+    """What one answer says: term keys it ``confirmed`` and ``denied``, and the ``phrases`` it adds to
+    the query text, in order (denied things never enter the text)."""
+
+    confirmed: frozenset[str] = frozenset()
+    denied: frozenset[str] = frozenset()
+    phrases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Told:
+    """An answer's clauses past its lead: those that say something (with their terms), what the
+    negated parts name, and whether some clause was only in passing."""
+
+    said: tuple[tuple[str, CaptionTerms], ...]
+    unsaid: CaptionTerms
+    passing: bool
+
+    def keys(self) -> set[str]:
+        return {key for _, terms in self.said for key in terms.keys}
+
+    def words(self) -> set[str]:
+        found = {w for clause, _ in self.said for w in words(clause)}
+        return found | {singular(w) for w in found}
+
+
+def _asked_words(question: Question | None) -> set[str]:
+    """The words a clause would use to name what ``question`` asks about (its term, or an option)."""
+    if question is None:
+        return set()
+    if question.kind == "yes_no":
+        return {question.key}
+    return set(question.options) | {o.split(" ", 1)[0] if question.noun else o for o in question.options}
+
+
+def _in_passing(question: Question | None, clause: str) -> bool:
+    """Whether ``clause`` mentions things only in passing: a background or smallness marker anywhere
+    ("in the background", "a bit of"), or "only"/"just"/"a little" with what was asked about (or
+    something it covers: "only a jar of pasta" to "Is there food?")."""
+    lowered = " " + " ".join(words(clause)) + " "
+    passing = vocabulary()["in_passing"]
+    if any(f" {marker} " in lowered for marker in passing["always"]):
+        return True
+    if not any(f" {marker} " in lowered for marker in passing["with_the_asked"]):
+        return False
+    asked = _asked_words(question)
+    said = settled_by(caption_terms(clause).keys) | set(words(clause))
+    return bool(asked & said)
+
+
+def _told(question: Question | None, answer: str) -> _Told:
+    rest = _LEAD.sub("", answer.strip(), count=1)
+    said: list[tuple[str, CaptionTerms]] = []
+    unsaid = CaptionTerms()
+    passing = False
+    for clause in _CLAUSE.split(rest):
+        clause = clause.strip(" .,!;:-")
+        if not clause or _UNKNOWN.search(clause):
+            continue
+        if _in_passing(question, clause):
+            passing = True
+            continue
+        negation = _NEGATION.search(clause)
+        if negation:
+            unsaid.merge(caption_terms(clause[negation.end():]))
+            clause = clause[:negation.start()].strip(" .,!;:-")
+        terms = caption_terms(clause) if clause else CaptionTerms()
+        if terms.keys:
+            said.append((clause, terms))
+    return _Told(tuple(said), unsaid, passing)
+
+
+def _fact_keys(terms: CaptionTerms) -> set[str]:
+    return terms.things | terms.coloured | terms.counted | terms.actions | terms.colours
+
+
 def read_answer(question: Question, answer: str) -> int | None:
     """The outcome index an answer names (as :func:`answer_outcomes` numbers them), or ``None`` when
-    it says nothing usable ("unknown", free text that names no option)."""
-    text = (answer or "").strip().lower()
+    it says nothing usable ("unknown", free text that names no option, or names the asked thing
+    only in passing)."""
+    text = (answer or "").strip()
     if not text or _UNKNOWN.search(text):
         return None
     if question.kind == "yes_no":
@@ -331,40 +423,117 @@ def read_answer(question: Question, answer: str) -> int | None:
             return 1
         if _NO.match(text):
             return 0
-        return 1 if question.key in caption_terms(text).keys else None
-    said = set(words(text)) | {singular(w) for w in words(text)}
+        told = _told(question, text)
+        if question.key in settled_by(told.keys()):
+            return 1
+        return 0 if question.key in settled_by(told.unsaid.keys) else None
+    said = _told(question, text).words()
     for i, option in enumerate(question.options):
         label = option.split(" ", 1)[0] if question.noun else option
         if label in said or option in said:
             return i
-    if _NO.match(text) or "none" in said or "neither" in said or "other" in said:
+    lowered = set(words(text))
+    if _NO.match(text) or lowered & {"none", "neither", "other"}:
         return len(question.options)
     return None
 
 
-def other_value(question: Question, answer: str) -> str | None:
-    """For a choice question, an answer of the same kind outside the options, as a term key: a
-    colour for a colour question ("red" -> "red dog"), a scene word for "where", a person word for
-    "who"; ``None`` otherwise ("yes", or "black" to "Where is it?")."""
+def other_values(question: Question, answer: str) -> list[str]:
+    """For a choice question, the answers of the same kind outside the options, as term keys: colours
+    for a colour question ("red" -> "red dog"), scene words for "where", person words for "who";
+    none for "yes", or "black" to "Where is it?"."""
     if question.kind != "choice":
-        return None
+        return []
     vocab = vocabulary()
-    said = [singular(w) for w in words(answer)]
+    said = [w for w in dict.fromkeys(singular(w) for clause, _ in _told(question, answer).said for w in words(clause))]
     if question.noun:
-        colour = next((w for w in said if w in vocab["colours"]), None)
-        return f"{colour} {question.noun}" if colour else None
+        return [f"{w} {question.noun}" for w in said if w in vocab["colours"] and f"{w} {question.noun}" not in question.options]
     kind = vocab["places"] if question.key == "place" else vocab["people"] if question.key == "who" else ()
-    return next((w for w in said if w in kind and w not in question.options), None)
+    return [w for w in said if w in kind and w not in question.options]
+
+
+def other_value(question: Question, answer: str) -> str | None:
+    """The first of :func:`other_values`, or ``None``."""
+    values = other_values(question, answer)
+    return values[0] if values else None
+
+
+def answer_facts(question: Question | None, answer: str) -> AnswerFacts:
+    """What ``answer`` to ``question`` (``None``: a free question) says, as facts and query phrases.
+
+    - yes/no: "yes" confirms the asked term, "no" denies it; with no yes or no, the answer confirms it
+      when it names it (or something narrower: "a puppy" to "Is there a dog?") other than in passing.
+    - choice: every option named is confirmed ("one is black and one is brown": both), as is a value
+      of the same kind outside the options ("red"); then the options not named are denied, as they
+      are by "none of these".
+    - Every clause's other words are facts too: its things, colours and actions are confirmed and the
+      clause is added to the query as said; a negated clause denies what it names; a clause in
+      passing adds nothing. "yes, a red one" to "Is there a ball?" confirms "red ball".
+    """
+    text = (answer or "").strip()
+    if not text:
+        return AnswerFacts()
+    told = _told(question, text)
+    confirmed = {key for _, terms in told.said for key in _fact_keys(terms)}
+    denied = _fact_keys(told.unsaid) - confirmed
+    covered: set[str] = set()  # what the question's own phrases already say
+    own: list[str] = []
+    if question is not None and question.kind == "yes_no":
+        outcome = read_answer(question, text)
+        if outcome == 1:
+            confirmed.add(question.key)
+            colours = [w for _, terms in told.said if not terms.things for w in sorted(terms.colours)]
+            if colours and " " not in question.key:  # "yes, a red one": the colour of the asked thing
+                confirmed.add(f"{colours[0]} {question.key}")
+                confirmed -= set(colours)  # the colour is the asked thing's, not a fact of its own
+                own.append(_with_article(f"{colours[0]} {question.key}"))
+                covered |= set(colours)
+            elif _YES.match(text):  # a yes read from the words ("a pizza" to "food?") adds those words
+                own.append(question.phrase)
+            covered |= settled_by({question.key})
+        elif outcome == 0:
+            denied.add(question.key)
+            confirmed.discard(question.key)
+    elif question is not None:
+        said = told.words()
+        named = [o for o in question.options
+                 if (o.split(" ", 1)[0] if question.noun else o) in said or o in said]
+        chosen = named + other_values(question, text)
+        if chosen or read_answer(question, text) == len(question.options):
+            denied |= {o for o in question.options if o not in chosen}
+        confirmed |= set(chosen)
+        if question.noun:  # "black" said of the dog is the black dog's colour, not a fact of its own
+            confirmed -= {o.split(" ", 1)[0] for o in chosen}
+        own += [_option_phrase(question, o) for o in chosen]
+        covered |= settled_by(chosen) | {o.split(" ", 1)[0] for o in chosen}
+    denied -= confirmed
+    phrases = [clause for clause, terms in told.said if _fact_keys(terms) - covered]
+    told_words = {w for clause in phrases for w in words(clause)}
+    # An option the person's own words already say ("indoors on a carpet") is not added twice.
+    own = [p for p in own if p and not set(words(p)) - {"a", "an", "the", "some"} <= told_words]
+    return AnswerFacts(frozenset(confirmed), frozenset(denied), tuple(own + phrases))
+
+
+def _option_phrase(question: Question, option: str) -> str:
+    """A choice answer as query words: "black dog", "the beach", "indoors", "a man"."""
+    if question.noun:
+        return option
+    if question.key == "who":
+        return _with_article(option)
+    return f"the {option}" if option != "indoors" else option
 
 
 def is_valid_answer(question: Question, answer: str) -> bool:
     """Whether ``answer`` answers ``question``. A yes/no question takes anything (a person may say
     more than yes or no); a choice question takes an option, "none of these", a value of the same
-    kind outside the options (:func:`other_value`) or "don't know", not "yes" or an unrelated word."""
+    kind outside the options (:func:`other_value`), "don't know", or words that tell something
+    (a thing or an action: "on a carpet"), not "yes" or a lone unrelated word ("black" to "Where?")."""
     if question.kind != "choice":
         return True
-    return (read_answer(question, answer) is not None or other_value(question, answer) is not None
-            or bool(_UNKNOWN.search(answer or "")))
+    if read_answer(question, answer) is not None or other_value(question, answer) is not None \
+            or _UNKNOWN.search(answer or ""):
+        return True
+    return any(terms.things or terms.actions for _, terms in _told(question, answer or "").said)
 
 
 def clarified(question: Question) -> str:
@@ -375,54 +544,34 @@ def clarified(question: Question) -> str:
 
 
 def confirmed_phrase(question: Question, answer: str) -> str | None:
-    """What an answer adds to the query: the asked term on "yes", the option picked (or a value of
-    the same kind outside the options), else ``None``."""
+    """What an answer adds to the query for the question itself: the asked term on "yes", the option
+    picked (or a value of the same kind outside the options), else ``None``."""
     outcome = read_answer(question, answer)
     if question.kind == "yes_no":
         return question.phrase if outcome == 1 else None
     if outcome is not None and outcome < len(question.options):
-        option = question.options[outcome]
-    else:
-        option = other_value(question, answer)
-        if option is None:
-            return None
-    if question.noun:
-        return option
-    if question.key == "who":
-        return _with_article(option)
-    return f"the {option}" if option != "indoors" else option
+        return _option_phrase(question, question.options[outcome])
+    option = other_value(question, answer)
+    return _option_phrase(question, option) if option else None
 
 
 def reformulate_with_answers(description: str, turns: Sequence[Mapping[str, Any]]) -> str:
-    """The description, then each confirmed term (``"..., a ball, the beach"``).
+    """The description, then what each answer added (``"..., a ball, the beach, on a carpet"``).
 
-    ``turns`` are dialogue turns; those with a ``spec`` (an offline question) are read exactly;
-    for free questions a free answer that is neither yes/no nor "unknown" is appended as said. What
-    a person adds after a yes or no ("no, it is a cat") is kept too; an answer to a choice question
-    adds only what it picks (the graph asks again when it picks nothing).
+    ``turns`` are dialogue turns; those with a ``spec`` (an offline question) are read against it,
+    others as free answers (:func:`answer_facts`). A phrase whose thing a later answer denied is left
+    out; denied things never enter the text (a sentence encoder reads "no snow" as snow).
     """
+    _, denied = answered_facts(turns)
     parts = [description.strip().rstrip(".").strip()]
     for turn in turns:
         spec = Question.from_json(turn["spec"]) if turn.get("spec") else None
-        answer = str(turn.get("answer", ""))
-        phrases = [confirmed_phrase(spec, answer)] if spec else []
-        said = _said_besides_yes_or_no(answer)
-        if said and (not spec or (spec.kind == "yes_no" and read_answer(spec, said) is None)):
-            phrases.append(said)
-        for phrase in phrases:
-            if phrase and phrase not in parts:
+        for phrase in answer_facts(spec, str(turn.get("answer", ""))).phrases:
+            if phrase and phrase not in parts and not caption_terms(phrase).things & denied:
                 parts.append(phrase)
     return ", ".join(p for p in parts if p)
 
 
-_LEAD = re.compile(r"^\s*(?:(?:yes|yeah|yep|no|nope|not really|correct|right|none of these|none|neither)\b[\s,.;:!-]*)?"
-                   r"(?:(?:it'?s|it is|there'?s|there is|there are|they are|i think)\b\s*)?", re.I)
-
-
-def _said_besides_yes_or_no(answer: str) -> str | None:
-    """The informative rest of an answer ("no, it's a cat" -> "a cat"); ``None`` when there is none."""
-    if not answer or _UNKNOWN.search(answer):
-        return None
-    rest = _LEAD.sub("", answer.strip()).strip(" .,!;:")
-    return rest if caption_terms(rest).keys else None
-
+_LEAD = re.compile(r"^\s*(?:(?:yes|yeah|yep|yup|sure|no|nope|nah|not really|correct|right|none of (?:these|them|those)|"
+                   r"none|neither)\b[\s,.;:!-]*)?"
+                   r"(?:(?:it'?s|it is|there'?s|there is|there are|they'?re|they are|i think)\b\s*)?", re.I)
