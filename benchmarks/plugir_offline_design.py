@@ -32,10 +32,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--uncaptioned", action="store_true", help="describe candidates with zero-shot tags")
     parser.add_argument("--variants", nargs="+", default=["{}"], help="JSON objects of PlugIR run settings")
+    parser.add_argument("--user", choices=["captions", "free"], default="captions",
+                        help="the simulated user: yes/no/option answers, or those with a caption's words (free)")
     parser.add_argument("--out", default=None, help="append per-target ranks here (JSON lines)")
     args = parser.parse_args()
 
     from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
+    from pictrieve.agents.plugir.simulated_user import CaptionUser, FreeTextCaptionUser
     from pictrieve.evaluation.interactive import open_eval_gallery, run_ablation
     from pictrieve.evaluation.paired import paired_bootstrap
     from pictrieve.vectorstore.gallery import path_id
@@ -43,21 +46,24 @@ def main() -> None:
     folder = _selected_rows(args.folder, args.split, args.limit) if args.split or args.limit else args.folder
     gallery, captions = open_eval_gallery(folder, args.embedder, args.gallery)
     targets = {path_id(p): (p, texts) for p, texts in captions.items()}
+    user = FreeTextCaptionUser if args.user == "free" else CaptionUser
     for variant in args.variants:
         settings = json.loads(variant)
         result = run_ablation(gallery, targets, None, targets=args.targets, rounds=args.rounds, arms=["offline"],
                               settings=settings, uncaptioned=args.uncaptioned,
-                              captioner="auto" if args.uncaptioned else None, progress=False)
+                              captioner="auto" if args.uncaptioned else None, progress=False,
+                              answerer_factory=lambda path, visible: user(visible))
         ranks = np.array([d["ranks"] for d in result["dialogues"]["offline"]])
         recall = recall_at_k(ranks, 10)
         gain = paired_bootstrap((ranks[:, -1] <= 10).astype(float) - (ranks[:, 0] <= 10))
-        print(json.dumps({"variant": settings, "uncaptioned": args.uncaptioned, "bri": round(bri(ranks), 4),
+        print(json.dumps({"variant": settings, "uncaptioned": args.uncaptioned, "user": args.user,
+                          "bri": round(bri(ranks), 4),
                           "hits@10": np.round(hits_at_k(ranks, 10), 3).tolist(),
                           "recall@10": np.round(recall, 3).tolist(),
                           "recall@10 gain": [round(v, 3) for v in gain]}), flush=True)
         if args.out:
             with open(args.out, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"variant": settings, "uncaptioned": args.uncaptioned,
+                handle.write(json.dumps({"variant": settings, "uncaptioned": args.uncaptioned, "user": args.user,
                                          "ranks": ranks.tolist()}) + "\n")
 
 

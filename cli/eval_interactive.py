@@ -14,8 +14,9 @@ import click
 @click.option("--arms", default="zs,cr,cr+rce,cr+rce+f", show_default=True,
               help="Comma-separated arms: zs, cr, cr+rce, cr+rce+f (the paper's, with the LLM) and offline "
               "(questions from the candidates' captions, no LLM).")
-@click.option("--user", type=click.Choice(["captions", "llm"]), default="captions", show_default=True,
-              help="Simulated user: 'captions' answers from the target's other captions by rules, no LLM; "
+@click.option("--user", type=click.Choice(["captions", "free", "llm"]), default="captions", show_default=True,
+              help="Simulated user: 'captions' answers yes, no or an option from the target's other captions, "
+              "no LLM; 'free' also says in words what one of those captions says, as people do; "
               "'llm' has --llm read them.")
 @click.option("--llm", default="offline", show_default=True, metavar="NAME",
               help="Questioner/reformulator/filter LLM and simulated user ('openai:<model>' too).")

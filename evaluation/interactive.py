@@ -3,8 +3,9 @@
 For each target photo of a captioned folder (``captions.jsonl``, the flickr8k-dev format), one of
 its human captions is the initial description D_0 and a simulated user answers every question from
 the *other* captions only: by default :class:`CaptionUser` (no language model: exact for the
-offline questioner's questions, rule-based or the closest caption for free questions), or
-``user="llm"``, the chat model reading the captions (:class:`CaptionAnswerer`). Targets are the first
+offline questioner's questions, rule-based or the closest caption for free questions), ``user="free"``,
+the same answers followed, as people type, by what one of those captions says (:class:`FreeTextCaptionUser`),
+or ``user="llm"``, the chat model reading the captions (:class:`CaptionAnswerer`). Targets are the first
 ``targets`` of one seeded order of the photos, so a run on 10 targets uses the first 10 of a run on 50. Every arm (ZS, CR, CR+RCE, CR+RCE+F; :data:`ARMS`) runs the same graph
 with different configuration over the same targets, descriptions and random seeds. Each round the
 target's rank is read from the graph's own ranking, the order it shows (the ``ranking`` its
@@ -25,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer, CaptionUser
+from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer, CaptionUser, FreeTextCaptionUser
 from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
 from pictrieve.evaluation.ranking import ExactRanker
 from pictrieve.graphs.interactive_retrieval import ARMS, PlugIRSettings, build_plugir_graph
@@ -36,7 +37,10 @@ logger = logging.getLogger(__name__)
 NODES = ("reformulation", "retrieval", "rce", "questioner", "filter")
 AnswererFactory = Callable[[Path, list[str]], Answerer]
 """``answerer = factory(target_image_path, visible_captions)``; default: :class:`CaptionUser`."""
-USERS = ("captions", "llm")
+USERS = ("captions", "free", "llm")
+"""The simulated users: ``captions`` answers yes, no or an option (:class:`CaptionUser`); ``free`` adds,
+as people do, what one of the target's captions says (:class:`FreeTextCaptionUser`); ``llm`` has the
+chat model read the captions (:class:`CaptionAnswerer`)."""
 
 
 def open_eval_gallery(folder: str | os.PathLike, embedder: Any = None,
@@ -89,8 +93,9 @@ def evaluate_interactive(
     chat = create_chat_model(llm, base_url=base_url) if needs_llm else None
     custom_user = answerer_factory is not None
     if answerer_factory is None:
-        answerer_factory = ((lambda path, visible: CaptionAnswerer(chat, visible)) if user == "llm"
-                            else (lambda path, visible: CaptionUser(visible)))
+        answerer_factory = {"llm": lambda path, visible: CaptionAnswerer(chat, visible),
+                            "free": lambda path, visible: FreeTextCaptionUser(visible),
+                            "captions": lambda path, visible: CaptionUser(visible)}[user]
     gallery, captions = open_eval_gallery(folder, embedder, gallery_location)
     targets_by_id = {path_id(p): (p, texts) for p, texts in captions.items()}
     results = run_ablation(gallery, targets_by_id, chat, targets=targets, rounds=rounds, arms=arms,

@@ -44,6 +44,7 @@ from pictrieve.agents.plugir.offline_questioner import (
     choose_question,
     clarified,
     is_valid_answer,
+    query_parts,
     reformulate_with_answers,
     term_phrase,
     vector_evidence,
@@ -105,7 +106,7 @@ def retrieve(state: PlugIRState, runtime: Runtime[PlugIRSettings] | None = None,
     settings = settings_of(runtime, PlugIRSettings)
     size = gallery.count()
     n = settings.candidate_count(size)
-    vector = gallery.embedder.embed_texts([state["query"]])[0]
+    vector = query_vector(state, settings, gallery.embedder, default_questioner)
     ranked = gallery.search_vector(vector, k=settings.ranked_count(size))
     if settings.questioner_or(default_questioner) == "offline":
         ranked = rerank_by_answers(ranked, state.get("dialogue", []), settings, n, captions=captions,
@@ -299,6 +300,19 @@ def rerank_by_answers(hits: list[ImageHit], dialogue: Sequence[Turn], settings: 
     order = np.argsort(-scores, kind="stable")
     return [hits[i].model_copy(update={"score": float(scores[i]), "rank": rank})
             for rank, i in enumerate(order, 1)]
+
+
+def query_vector(state: PlugIRState, settings: PlugIRSettings, embedder: Any, default_questioner: str) -> np.ndarray:
+    """The vector searched: the query text's embedding, or with ``fuse_answers`` (offline questioner)
+    the normalised mean of the description's and each answer phrase's embeddings."""
+    dialogue = state.get("dialogue", [])
+    if not (settings.fuse_answers and dialogue and settings.append_answers
+            and settings.questioner_or(default_questioner) == "offline"):
+        return embedder.embed_texts([state["query"]])[0]
+    vectors = np.asarray(embedder.embed_texts(query_parts(state["description"], dialogue)), dtype=np.float64)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    mean = vectors.mean(axis=0)
+    return (mean / max(float(np.linalg.norm(mean)), 1e-12)).astype(np.float32)
 
 
 def candidate_terms(state: PlugIRState, captions: CandidateCaptions) -> list[CaptionTerms]:

@@ -555,8 +555,8 @@ def confirmed_phrase(question: Question, answer: str) -> str | None:
     return _option_phrase(question, option) if option else None
 
 
-def reformulate_with_answers(description: str, turns: Sequence[Mapping[str, Any]]) -> str:
-    """The description, then what each answer added (``"..., a ball, the beach, on a carpet"``).
+def query_parts(description: str, turns: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The description, then each phrase the answers added, in order and without repeats.
 
     ``turns`` are dialogue turns; those with a ``spec`` (an offline question) are read against it,
     others as free answers (:func:`answer_facts`). A phrase whose thing a later answer denied is left
@@ -569,7 +569,13 @@ def reformulate_with_answers(description: str, turns: Sequence[Mapping[str, Any]
         for phrase in answer_facts(spec, str(turn.get("answer", ""))).phrases:
             if phrase and phrase not in parts and not caption_terms(phrase).things & denied:
                 parts.append(phrase)
-    return ", ".join(p for p in parts if p)
+    return [p for p in parts if p]
+
+
+def reformulate_with_answers(description: str, turns: Sequence[Mapping[str, Any]]) -> str:
+    """The description, then what each answer added (``"..., a ball, the beach, on a carpet"``):
+    :func:`query_parts` joined."""
+    return ", ".join(query_parts(description, turns))
 
 
 _LEAD = re.compile(r"^\s*(?:(?:yes|yeah|yep|yup|sure|no|nope|nah|not really|correct|right|none of (?:these|them|those)|"

@@ -72,6 +72,9 @@ class PlugIRSettings(RunSettings):
     deny_vector_weight: float = 0.0
     question_temperature: float = 100.0  # softmax temperature of the candidate distribution
     append_answers: bool = True  # confirmed terms are appended to the query text (else they only re-rank)
+    # the query vector: the embedding of the whole text (False), or the mean of the description's and
+    # each answer phrase's embeddings (True), so long free answers do not drown the description
+    fuse_answers: bool = False
     yes_weight: float = 0.0  # value of a likely "yes" beside the expected information
 
     def validate(self) -> None:

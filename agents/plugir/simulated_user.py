@@ -128,6 +128,49 @@ class CaptionUser:
         return self.captions[best] if similarities[best] >= self.min_similarity else UNKNOWN
 
 
+class FreeTextCaptionUser(CaptionUser):
+    """A simulated person who answers the offline questions as people type them: the short answer,
+    then, in their own words, what one of the target's captions says.
+
+    - A "yes" adds the first caption not yet told that names the asked thing ("yes, a black dog
+      carries a stick by the sea"); a "no" or "none of these" adds the shortest caption not yet told
+      (people say what is there instead); each caption is told once, so later answers may be short.
+    - A choice answered by several options names them all ("black and brown" for two dogs).
+
+    Everything it says is in the target's human captions (those the evaluation did not use as the
+    first description): no language model, and no word of the graph's own.
+    """
+
+    def __init__(self, captions: Sequence[str], **kwargs: Any):
+        super().__init__(captions, **kwargs)
+        self._told: set[int] = set()
+
+    def answer_offline(self, question: Any) -> str:
+        if question.kind == "choice":
+            held = [o.split(" ", 1)[0] if question.noun else o for o in question.options if self.holds(o)]
+            short = " and ".join(held) if held else "none of these"
+        else:
+            short = super().answer_offline(question)
+        keys = {question.key} if question.kind == "yes_no" else set(question.options)
+        detail = self._next_caption(keys if short not in ("no", "none of these") else None)
+        return f"{short}, {detail}" if detail else short
+
+    def _next_caption(self, about: set[str] | None) -> str | None:
+        """The caption to tell next: the first untold one naming any of ``about``, or (``None``) the
+        shortest untold one; ``None`` when there is none."""
+        from pictrieve.agents.plugir.caption_terms import caption_terms, settled_by
+
+        untold = [i for i in range(len(self.captions)) if i not in self._told]
+        if about is not None:
+            untold = [i for i in untold if about & settled_by(caption_terms(self.captions[i]).keys)]
+        else:
+            untold.sort(key=lambda i: (len(self.captions[i]), i))
+        if not untold:
+            return None
+        self._told.add(untold[0])
+        return self.captions[untold[0]].rstrip(" .").lower()
+
+
 def _shared_encoder():
     """The process's one all-MiniLM-L6-v2 (the offline embedder's), shared through the model cache."""
     from pictrieve.tools.core.model_cache import shared_model
