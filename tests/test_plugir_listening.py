@@ -158,3 +158,20 @@ def test_the_free_text_person_answers_with_the_targets_captions():
     assert ask(PLACE) == "snow"  # every caption told: the short answer alone
     facts = answer_facts(DOG_COLOUR, "black and brown, a black dog and a brown dog play in the snow")
     assert {"black dog", "brown dog", "snow"} <= facts.confirmed and "white dog" in facts.denied
+
+
+def test_fuse_answers_searches_with_the_mean_of_the_description_and_each_phrase():
+    import numpy as np
+
+    from pictrieve.agents.plugir.nodes import query_vector
+    from pictrieve.agents.plugir.settings import PlugIRSettings
+
+    embedder = FakeGallery(["a dog"]).embedder
+    dialogue = [turn(PLACE, "none of these, indoors on a carpet"), turn(BALL, "yes, a red one")]
+    state = {"description": "a girl", "query": reformulate_with_answers("a girl", dialogue), "dialogue": dialogue}
+    parts = embedder.embed_texts(["a girl", "indoors on a carpet", "a red ball"]).astype(np.float64)
+    mean = (parts / np.linalg.norm(parts, axis=1, keepdims=True)).mean(axis=0)
+    fused = query_vector(state, PlugIRSettings(fuse_answers=True), embedder, "offline")
+    np.testing.assert_allclose(fused, mean / np.linalg.norm(mean), rtol=1e-5, atol=1e-6)
+    whole = query_vector(state, PlugIRSettings(), embedder, "offline")  # the default: the whole text
+    np.testing.assert_allclose(whole, embedder.embed_texts([state["query"]])[0], rtol=1e-6)
