@@ -25,7 +25,7 @@ from PIL import Image
 from helpers import free_port, make_photo
 from helpers.big_pictures import flat_jpeg, flat_png, peak_added
 from helpers.mcp import HttpServer, error_text, server_env
-from pictrieve.tools.core.image_inputs import AllowedDirs, ImageInputError, image_argument
+from pictrieve.tools.core.image_inputs import AllowedDirs, ImageInputError, image_argument, image_file
 from pictrieve.tools.core.images import (
     DEFAULT_MAX_PIXELS, SERVICE_SIDE, ImageTooLargeError, load_image, load_service_image)
 
@@ -73,6 +73,18 @@ def test_an_image_argument_larger_than_the_models_need_reaches_the_graph_reduced
     with pytest.raises(ImageInputError, match="more than this server decodes"):
         with image_argument(str(big), allowed=dirs, max_pixels=1_000_000):
             pass
+
+
+def test_a_served_run_keeps_its_pictures_in_a_folder_it_owns(tmp_path):
+    """``image_file``: what a served run resolves lives in the run's folder (two pictures, two files) until
+    the run removes it, reduced like every caller's picture."""
+    big = make_photo(tmp_path / "big.png", seed=6, size=(2000, 1000))
+    data = base64.b64encode(big.read_bytes()).decode("ascii")
+    run = tmp_path / "run"
+    run.mkdir()
+    first, second = image_file(data, run), image_file(data, run)
+    assert first != second and Path(first).parent == run == Path(second).parent
+    assert Image.open(first).size == Image.open(second).size == (SERVICE_SIDE, 768)
 
 
 def test_the_allowed_folder_is_a_folder_not_a_string_prefix(tmp_path):

@@ -28,6 +28,7 @@ import binascii
 import os
 import re
 import tempfile
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -150,12 +151,28 @@ def image_argument(
     graph's own decodes of it are cheap too). Raises :class:`ImageInputError` with one line for anything
     that cannot be used; a value that is none of the three says what each try found.
     """
+    with tempfile.TemporaryDirectory(prefix="pictrieve-image-") as folder:
+        yield image_file(value, folder, lookup_id=lookup_id, allowed=allowed, max_bytes=max_bytes,
+                         max_pixels=max_pixels)
+
+
+def image_file(
+    value: str,
+    folder: str | os.PathLike,
+    *,
+    lookup_id: ImageLookup | None = None,
+    allowed: AllowedDirs = AllowedDirs(),
+    max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    max_pixels: int | None = None,
+) -> str:
+    """:func:`image_argument` for a caller that owns the lifetime of what it writes (a served run that keeps
+    the picture across graph steps): the data and reduced copies go into ``folder`` (a private folder the
+    caller removes), and the path returned is valid as long as it is."""
     text = str(value or "").strip()
     if not text:
         raise ImageInputError("the image is blank: pass a gallery id, base64 image data, or an allowed file path")
-    with tempfile.TemporaryDirectory(prefix="pictrieve-image-") as folder:
-        source, shown = _source_file(text, lookup_id, allowed, max_bytes, Path(folder))
-        yield _decoded_within_budget(source, shown, Path(folder), max_pixels)
+    source, shown = _source_file(text, lookup_id, allowed, max_bytes, Path(folder))
+    return _decoded_within_budget(source, shown, Path(folder), max_pixels)
 
 
 def _source_file(text: str, lookup_id: ImageLookup | None, allowed: AllowedDirs, max_bytes: int,
@@ -168,7 +185,7 @@ def _source_file(text: str, lookup_id: ImageLookup | None, allowed: AllowedDirs,
             raise ImageInputError(f"the file of gallery image {text} is gone (run `pictrieve sync` on the gallery)")
         return Path(found), f"gallery image {text}"
     if looks_like_image_data(text):
-        path = folder / "data"
+        path = folder / f"data-{uuid.uuid4().hex}"
         path.write_bytes(decode_image_data(text, max_bytes=max_bytes))
         return path, "the image data"
     if GALLERY_ID.match(text):
@@ -196,7 +213,7 @@ def _decoded_within_budget(source: Path, shown: str, folder: Path, max_pixels: i
             return str(source)
     except PictrieveError as exc:  # ImageDecodeError: one line, naming the file as the caller knows it
         raise ImageInputError(str(exc).replace(str(source), shown)) from None
-    reduced = folder / "reduced.png"
+    reduced = folder / f"reduced-{uuid.uuid4().hex}.png"
     image.save(reduced, format="PNG", compress_level=1)
     return str(reduced)
 
