@@ -65,12 +65,13 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
     if importlib.util.find_spec("mcp") is None:
         raise click.UsageError("the MCP server needs the official MCP SDK: pip install 'pictrieve[mcp]'")
     from pictrieve.cli.chat import default_checkpoint_path
-    from pictrieve.mcp_server.http import check_exposure, url_host
+    from pictrieve.mcp_server.http import check_exposure, normalise_host, url_host
     from pictrieve.mcp_server.server import create_server
     from pictrieve.mcp_server.service import PictrieveService, ServerSettings
     from pictrieve.tools.core.image_inputs import AllowedDirs
     from pictrieve.vectorstore.gallery import Gallery
 
+    host = normalise_host(host)  # one spelling from here on (the rebinding protection depends on it)
     if transport == "http":
         check_exposure(host, token)
     elif token:

@@ -133,3 +133,17 @@ def test_a_session_takes_one_answer_at_a_time():
         release.set()
         first.join(60)
     assert sessions.answer(session, "yes", lambda message: None)["round"] == 1  # free again afterwards
+
+
+@pytest.mark.parametrize(("given", "spelling", "loopback"), [
+    ("LOCALHOST", "localhost", True), (" localhost. ", "localhost", True), ("[::1]", "::1", True),
+    ("0:0:0:0:0:0:0:1", "::1", True), ("127.0.0.2", "127.0.0.2", True), ("0.0.0.0", "0.0.0.0", False),
+    ("::", "::", False), ("evil.example", "evil.example", False)])
+def test_host_is_normalised_once_into_one_spelling(given, spelling, loopback):
+    from pictrieve.mcp_server.http import is_loopback, normalise_host, transport_security
+
+    assert normalise_host(given) == spelling and is_loopback(given) is loopback
+    security = transport_security(given, 8765)
+    assert (security is not None) is loopback
+    if loopback:
+        assert security.enable_dns_rebinding_protection and "evil.example:*" not in security.allowed_hosts
