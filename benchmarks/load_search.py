@@ -149,9 +149,11 @@ class LoadResult:
 
 
 async def run_load(target: str, url: str, queries: list[str], clients: int, seconds: float, k: int,
-                   expected_hits: int, timeout_s: float = 120.0) -> LoadResult:
+                   expected_hits: int, timeout_s: float = 120.0, min_each: int = 1) -> LoadResult:
     """``clients`` concurrent clients searching ``url`` for ``seconds`` (requests under way at the end
-    finish and count); a probe measures how fast the server answers something cheap meanwhile."""
+    finish and count), each making at least ``min_each`` requests however slow the server is (so a short
+    run on a loaded machine still hears from every client); a probe measures how fast the server answers
+    something cheap meanwhile."""
     samples: list[Sample] = []
     probes: list[float] = []
     started = time.perf_counter()
@@ -161,7 +163,7 @@ async def run_load(target: str, url: str, queries: list[str], clients: int, seco
     async def client(number: int) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits, trust_env=False) as http:
             seq = 0
-            while time.perf_counter() < deadline:
+            while seq < min_each or time.perf_counter() < deadline:
                 query = queries[(number + seq * clients) % len(queries)]
                 t0 = time.perf_counter()
                 status, hits, error = await search_once(http, target, query, k, expected_hits)

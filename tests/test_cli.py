@@ -125,3 +125,8 @@ def test_demo_on_the_offline_default_finds_the_cat(tmp_path):
     lines = result.stdout.splitlines()
     cat_hit = lines[lines.index("'a cat'") + 1]
     assert "chelsea.png" in cat_hit, result.stdout
+    # The demo says which photos it missed instead of leaving a wrong first hit unremarked: the offline
+    # default does not know rockets (see DEMO_QUERIES).
+    rocket = lines[lines.index("'a rocket'") + 2]
+    assert rocket == "  -> missed: rocket.jpg is not in the top 1", result.stdout
+    assert "6 of 7 queries found their photo in the top 1" in result.stdout

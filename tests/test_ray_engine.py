@@ -165,6 +165,7 @@ def index_command(folder: Path, gallery: str, embedder: str, *extra: str) -> lis
 def run_cli(command: list[str], env: dict[str, str], timeout: float = 400) -> dict:
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "DeprecationWarning" not in done.stderr, done.stderr[-3000:]  # pictrieve's own Ray calls are current
     return json.loads(done.stdout)
 
 
@@ -220,8 +221,11 @@ def test_two_nodes_share_the_job_and_bad_files_are_reported(photos, chroma_serve
     from pictrieve.vectorstore.gallery import Gallery
     from pictrieve.vectorstore.tiles import TileIndex, index_tiles
 
-    (photos / "broken.jpg").write_bytes(b"not a jpeg at all")
-    (photos / "empty.jpg").write_bytes(b"")
+    # The bad files sort among the good ones, so they share batches with good photos: a worker that
+    # reported such a batch without writing it would lose its good photos (the comparison below).
+    middle = sorted(p.name for p in photos.glob("*.jpg"))[PHOTOS // 2]
+    (photos / f"{middle[:-4]}-broken.jpg").write_bytes(b"not a jpeg at all")
+    (photos / f"{middle[:-4]}-empty.jpg").write_bytes(b"")
     local = Gallery.open(tmp_path / "local", tiny_clip_name)
     expected = local.add(photos, batch_size=4, progress=False).to_dict()
     assert len(expected["failed"]) == 2
@@ -354,6 +358,30 @@ def test_kill_9_of_a_worker_loses_and_duplicates_nothing(photos, chroma_server, 
     report = json.loads(out)
     assert report["failed"] == [] and report["indexed"] == PHOTOS + 1, report
     assert_one_record_per_photo(chroma_server, tiny_clip_name, photos)
+
+
+def test_a_chroma_server_that_stops_during_the_job_is_named_in_one_line(photos, tmp_path, tiny_clip_name,
+                                                                         two_nodes, ray_env):
+    """Ray reports a worker whose writes fail only as a stream that ended; the person is told which server
+    stopped and that a re-run goes on, in one line, without a traceback."""
+    from helpers.chroma import chroma_executable, start_chroma
+
+    server, url = start_chroma(chroma_executable(), tmp_path / "dying-server")
+    pipe = hold_a_worker(photos)
+    driver = start_job(photos, url, tiny_clip_name, two_nodes["address"], ray_env)
+    writer = open_when_read(pipe, driver)
+    try:
+        wait_for(lambda: stored_count(url, tiny_clip_name), 240, "a first batch to be stored")
+        server.kill()
+        server.wait(timeout=30)
+        os.replace(make_photo(photos.parent / "late.jpg", seed=7, size=(64, 48)), pipe)  # what the worker reads next
+    finally:
+        os.close(writer)  # the held worker goes on, and its batch's write finds no server
+    out, err = driver.communicate(timeout=400)
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING", "("))]
+    assert driver.returncode != 0 and out == ""
+    assert any(f"the Chroma server at {url} stopped answering" in line for line in lines), err[-3000:]
+    assert "Traceback" not in err and "ObjectRefStreamEndOfStreamError" not in err, err[-3000:]
 
 
 def test_a_gallery_folder_is_refused_in_one_line(photos, tmp_path):

@@ -24,7 +24,9 @@ from pictrieve.vectorstore.distributed.cluster import (
     require_ray,
     worker_shape,
 )
-from pictrieve.vectorstore.distributed.pipeline import run_pipeline
+from pictrieve.vectorstore.chroma_store import connect
+from pictrieve.vectorstore.distributed.pipeline import DistributedJobError, run_pipeline
+from pictrieve.vectorstore.errors import GalleryError
 from pictrieve.vectorstore.indexing import (
     BatchWriter,
     FailedImage,
@@ -133,10 +135,28 @@ def index_on_ray(
         worker_args = {"location": gallery.location, "embedders": report.embedders, "threads": shape.threads,
                        "max_pixels": max_pixels}
         failed_before = len(report.failed)
-        _collect(run_pipeline(items, IndexWorker, worker_args, shape), report, len(items), progress)
+        try:
+            _collect(run_pipeline(items, IndexWorker, worker_args, shape), report, len(items), progress)
+        except DistributedJobError as exc:
+            raise _server_gone(gallery.location) or exc
     order = {planned.path: n for n, planned in enumerate(plan.todo)}  # batches finish in any order
     report.failed[failed_before:] = sorted(report.failed[failed_before:], key=lambda f: order.get(f.path, 0))
     return report
+
+
+def _server_gone(location: str) -> GalleryError | None:
+    """When a job stopped because the gallery's Chroma server went away (Ray reports only that a worker's
+    stream ended), the error that names the server; ``None`` while the server still answers."""
+    try:
+        connect(location, create=False)
+    except GalleryError:
+        return GalleryError(
+            f"the Chroma server at {location} stopped answering during the Ray job; nothing is lost",
+            fix="start the server again and run the same command: every batch finished before it stopped is "
+            "stored, and the job goes on from there",
+            location=location,
+        )
+    return None
 
 
 def _collect(rows: Any, report: IndexReport, total: int, progress: bool) -> None:

@@ -10,6 +10,7 @@ result rows as they come.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Any, Iterator, Mapping, Sequence
@@ -42,16 +43,14 @@ def run_pipeline(
         fn_constructor_kwargs=dict(worker_args),
         batch_size=shape.batch_size,
         batch_format="numpy",
-        compute=ActorPoolStrategy(size=min(shape.workers, blocks)),  # no idle actor loading models
+        compute=_actor_pool(ActorPoolStrategy, min(shape.workers, blocks)),  # no idle actor loading models
         num_cpus=shape.cpus,
         num_gpus=shape.gpus or None,
         # A dead worker is restarted and its batches run again on a live one: Ray Data's defaults for
-        # actor pools, stated here because the module's fault tolerance rests on them.
-        max_restarts=-1,
-        max_task_retries=-1,
-        # Two batches at a time in each worker: one is read and decoded (threads) while the model embeds
-        # the other, as local indexing overlaps them; a GPU is not left idle while photos are decoded.
-        max_concurrency=2,
+        # actor pools (max_restarts=-1, max_task_retries=-1), on which the module's fault tolerance rests;
+        # passing them again as remote arguments is deprecated since Ray 2.5x, and the kill -9 test
+        # (tests/test_ray_engine.py) checks the behaviour itself.
+        **_legacy_concurrency(ActorPoolStrategy),
     )
     try:
         for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
@@ -66,6 +65,29 @@ def run_pipeline(
             f"the Ray job stopped: {_root_message(exc)}; every batch finished before that is stored, so running "
             "the same command again goes on from there"
         ) from exc
+
+
+CALLS_PER_WORKER = 2
+"""Two batches at a time in each worker: one is read and decoded (threads) while the model embeds the
+other, as local indexing overlaps them; a GPU is not left idle while photos are decoded."""
+
+
+def _actor_pool(strategy: Any, size: int) -> Any:
+    """A fixed pool of ``size`` workers, each running :data:`CALLS_PER_WORKER` batches at once: named
+    arguments of the strategy where this Ray has them (2.5x and later; its remote-argument form is
+    deprecated there), else the remote argument :func:`_legacy_concurrency` adds."""
+    if _has_named_concurrency(strategy):
+        return strategy(size=size, max_concurrent_calls_per_actor=CALLS_PER_WORKER, enable_true_multi_threading=True)
+    return strategy(size=size)
+
+
+def _legacy_concurrency(strategy: Any) -> dict[str, Any]:
+    return {} if _has_named_concurrency(strategy) else {"max_concurrency": CALLS_PER_WORKER}
+
+
+def _has_named_concurrency(strategy: Any) -> bool:
+    parameters = inspect.signature(strategy.__init__).parameters
+    return "max_concurrent_calls_per_actor" in parameters and "enable_true_multi_threading" in parameters
 
 
 def _plain(value: Any) -> Any:
