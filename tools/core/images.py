@@ -249,7 +249,7 @@ def load_service_image(path: str | os.PathLike, *, max_pixels: int | None = None
     if large:
         _service_decodes.acquire()
     try:
-        image = load_image(path, max_pixels=cap, draft_size=(side, side))
+        image = load_image(path, max_pixels=cap, draft_size=_draft_box(image_size(path), side))
         if max(image.size) > side:
             image.thumbnail((side, side), Image.Resampling.LANCZOS, reducing_gap=3.0)
         return image
@@ -263,10 +263,19 @@ def _draft_size(path: str | os.PathLike, side: int) -> tuple[int, int]:
     image = _open_header(path)
     try:
         if image.format == "JPEG":
-            image.draft("RGB", (side, side))
+            image.draft("RGB", _draft_box(image.size, side))
         return image.size
     finally:
         image.close()
+
+
+def _draft_box(size: tuple[int, int], side: int) -> tuple[int, int]:
+    """The size a JPEG may be reduced toward so that its longest side stays at least ``side`` (draft mode keeps
+    the image at least this large in both directions, so a square box would hold a 4:3 photo at full size)."""
+    longest = max(size)
+    if longest <= side:
+        return size
+    return max(1, -(-size[0] * side // longest)), max(1, -(-size[1] * side // longest))
 
 
 def image_size(path: str | os.PathLike) -> tuple[int, int]:
