@@ -67,8 +67,9 @@ class PlugIRSettings(RunSettings):
     deny_weight: float = 3.0  # score taken per denied term a stored caption implies
     described_trust: float = 0.2  # weight of a captioner's description (tags) relative to a stored caption
     # photos without a stored caption, per confirmed term: its text vector's standardised similarity to
-    # each image (added); per denied term: the above-average part of it (taken off)
-    confirm_vector_weight: float = 0.0
+    # each image (added); per denied term: the above-average part of it (taken off). 0.3 chosen on
+    # flickr8k-train with the free-text user (BENCHMARKS.md, "PlugIR offline: a chat that hears")
+    confirm_vector_weight: float = 0.3
     deny_vector_weight: float = 0.0
     question_temperature: float = 100.0  # softmax temperature of the candidate distribution
     append_answers: bool = True  # confirmed terms are appended to the query text (else they only re-rank)
