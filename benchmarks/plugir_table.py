@@ -16,6 +16,7 @@ Recall@K minus that arm's.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 
 import numpy as np
@@ -36,7 +37,8 @@ def main() -> None:
     arms: dict[str, list[dict]] = {}
     for spec in args.dialogues:
         path, _, label = spec.partition("=")  # "file.json=name" names the file's arm(s)
-        with open(path, encoding="utf-8") as handle:
+        opener = gzip.open if path.endswith(".gz") else open  # the 500-target files are kept gzipped
+        with opener(path, "rt", encoding="utf-8") as handle:
             for arm, dialogues in json.load(handle)["dialogues"].items():
                 arms[label or arm] = dialogues
     shared = min(len(d) for d in arms.values())
