@@ -114,6 +114,8 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
         _print_removed(removed, dry_run=False)
     for failure in report.failed:
         click.echo(f"  skipped {failure.error}", err=True)
+    for note in report.notes:
+        click.echo(f"  note: {note}", err=True)
 
 
 @click.command()

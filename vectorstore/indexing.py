@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import numpy as np
 
 from pictrieve.tools.core.images import ImageDecodeError, file_sha256, iter_image_files, load_image
+from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metadata
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import path_id
 
@@ -75,6 +76,8 @@ class IndexReport:
     total: int = 0
     embedders: list[str] = field(default_factory=list)
     stopped_early: bool = False  # a time budget ran out: what was embedded is stored, a re-run does the rest
+    notes: list[str] = field(default_factory=list)
+    """Metadata that was ignored (a corrupt EXIF block, a GPS of 0,0, a date in 1970): never a failure."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -161,7 +164,8 @@ def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing) -> I
         planned = PlannedFile(str(path), id_, [], captions=captions.captions_for(path))
         for view, records in zip(views, known):
             record = records.get(id_)
-            if record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns:
+            if (record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns
+                    and record.get("reader") == READER_VERSION):
                 wanted = caption_metadata(planned.captions)
                 if wanted and wanted.get("captions") != record.get("captions"):
                     plan.caption_updates.setdefault(view.embedder_name, []).append((id_, wanted))
@@ -246,6 +250,8 @@ class PreparedFile:
     """Per embedder whose vector must be made, the preprocessed image (``Embedder.preprocess``)."""
     touched: list[str] = field(default_factory=list)
     """Embedders whose stored vector still fits (same content hash): their metadata is refreshed."""
+    notes: list[str] = field(default_factory=list)
+    """The photo's metadata that was ignored, and why (:func:`read_photo_metadata`)."""
 
 
 def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
@@ -263,18 +269,16 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
         "mtime_ns": stat.st_mtime_ns,
         "sha256": digest,
     }
-    prepared = PreparedFile(planned.id, planned.path, meta)
+    photo = read_photo_metadata(path)
+    meta.update(photo.fields)
+    prepared = PreparedFile(planned.id, planned.path, meta, notes=photo.notes)
     image = None
     for name in planned.embedders:
-        record = planned.stored.get(name)
-        if record and record.get("sha256") == digest:
+        if _vector_fits(planned.stored.get(name), digest, photo.orientation):
             prepared.touched.append(name)
-            meta.update({key: record[key] for key in ("width", "height") if key in record})
             continue
         if image is None:
             image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
-            width, height = _original_size(path, image)
-            meta.update(width=width, height=height)
         prepared.inputs[name] = embedders[name].preprocess(image)
     meta.update(caption_metadata(planned.captions))
     return prepared
@@ -369,6 +373,7 @@ def _embed_and_write(
             if isinstance(prepared, FailedImage):
                 report.failed.append(prepared)
                 continue
+            report.notes.extend(prepared.notes)
             if writer.add(prepared):
                 report.indexed += 1
             else:
@@ -415,13 +420,13 @@ def _prefetch(
             yield planned, failed_file(planned, exc)
 
 
-def _original_size(path: Path, image: Any) -> tuple[int, int]:
-    """The file's own size (a draft-mode JPEG decodes smaller than the file says)."""
-    from pictrieve.tools.core.images import image_size
-
-    if image.width >= DRAFT_SIZE[0] or image.height >= DRAFT_SIZE[1]:
-        return image_size(path)
-    return image.width, image.height
+def _vector_fits(record: Mapping[str, Any] | None, digest: str, orientation: int) -> bool:
+    """Whether a stored record's vector still stands for the file: same content, and embedded upright (a
+    record without ``reader`` was embedded before the loader applied EXIF Orientation, so a photo whose
+    Orientation is not 1 was embedded sideways; the others only gain the new fields)."""
+    if not record or record.get("sha256") != digest:
+        return False
+    return record.get("reader") is not None or orientation == 1
 
 
 def caption_metadata(captions: list[str]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from PIL import Image
 
+from pictrieve.tools.core.images import load_image
 from pictrieve.tools.models.protocols import ImageInput
 
 DEFAULT_PROMPT = "Describe this image in two sentences."
@@ -21,7 +22,7 @@ DEFAULT_PROMPT = "Describe this image in two sentences."
 
 def image_data_url(image: ImageInput, *, max_side: int = 768) -> str:
     """``image`` as a ``data:image/png;base64,...`` URL (downscaled so the longer side <= max_side)."""
-    picture = image if isinstance(image, Image.Image) else Image.open(os.fspath(image))
+    picture = image if isinstance(image, Image.Image) else load_image(os.fspath(image))  # EXIF-upright
     picture = picture.convert("RGB")
     picture.thumbnail((max_side, max_side))
     buffer = io.BytesIO()
@@ -72,7 +73,7 @@ class OfflineRegionCaptioner:
             from pictrieve.tools.models.embedders.factory import create_embedder
 
             self.embedder = create_embedder("offline")
-        pictures = [im if isinstance(im, Image.Image) else Image.open(os.fspath(im)) for im in images]
+        pictures = [im if isinstance(im, Image.Image) else load_image(os.fspath(im)) for im in images]
         return [self.embedder.describe(p.convert("RGB")) for p in pictures]
 
 

@@ -1,0 +1,177 @@
+"""A photo's own metadata (issue 30): EXIF Orientation applied by the one loader (embedding, thumbnails,
+service pictures), and when/where/with what it was taken stored on each record at index time. Photos are
+written here with PIL's EXIF writer; the gallery is real Chroma with the tiny random CLIP model."""
+
+from __future__ import annotations
+
+import io
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from PIL.TiffImagePlugin import IFDRational
+
+from pictrieve.tools.core.images import load_image, load_service_image
+from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metadata
+from pictrieve.tools.core.thumbnails import jpeg_thumbnail
+from pictrieve.vectorstore.chroma_store import path_id
+from pictrieve.vectorstore.gallery import Gallery
+
+
+def _upright(width: int = 96, height: int = 64) -> Image.Image:
+    """An asymmetric picture (so a turn changes what a model sees): a gradient with a block in one corner."""
+    x = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
+    y = np.linspace(0, 255, height, dtype=np.float32)[:, None, None]
+    pixels = np.concatenate([np.broadcast_to(x, (height, width, 1)), np.broadcast_to(y, (height, width, 1)),
+                             np.full((height, width, 1), 40, np.float32)], axis=2).astype(np.uint8)
+    pixels[: height // 3, : width // 4] = (255, 255, 255)
+    return Image.fromarray(pixels)
+
+
+def _exif(orientation: int | None = None, *, taken: str | None = None, offset: str | None = None,
+          gps: tuple[float, float] | None = None, make: str | None = None, model: str | None = None) -> Image.Exif:
+    exif = Image.Exif()
+    if orientation is not None:
+        exif[0x0112] = orientation
+    if make:
+        exif[0x010F] = make
+    if model:
+        exif[0x0110] = model
+    if taken:
+        sub = exif.get_ifd(0x8769)
+        sub[0x9003] = taken
+        if offset:
+            sub[0x9011] = offset
+    if gps:
+        lat, lon = gps
+        ifd = exif.get_ifd(0x8825)
+        ifd[1], ifd[2] = ("S" if lat < 0 else "N"), _dms(abs(lat))
+        ifd[3], ifd[4] = ("W" if lon < 0 else "E"), _dms(abs(lon))
+    return exif
+
+
+def _dms(value: float) -> tuple[IFDRational, IFDRational, IFDRational]:
+    degrees = int(value)
+    minutes = int((value - degrees) * 60)
+    seconds = Fraction((value - degrees - minutes / 60) * 3600).limit_denominator(1000)
+    return IFDRational(degrees, 1), IFDRational(minutes, 1), IFDRational(seconds.numerator, seconds.denominator)
+
+
+def _sideways(path: Path, fmt: str = "PNG") -> Image.Image:
+    """Write the upright picture as a phone does: pixels turned, Orientation 6 saying "turn 90 degrees clockwise"."""
+    upright = _upright()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    upright.transpose(Image.Transpose.ROTATE_90).save(path, format=fmt, exif=_exif(6))
+    return upright
+
+
+def test_the_loader_turns_an_orientation_6_photo_upright(tmp_path):
+    upright = _sideways(tmp_path / "side.png")
+    with Image.open(tmp_path / "side.png") as stored:
+        assert stored.size == (64, 96)  # stored sideways
+    assert np.array_equal(np.asarray(load_image(tmp_path / "side.png")), np.asarray(upright))
+    assert np.array_equal(np.asarray(load_service_image(tmp_path / "side.png")), np.asarray(upright))
+    _sideways(tmp_path / "side.jpg", "JPEG")
+    with Image.open(io.BytesIO(jpeg_thumbnail(tmp_path / "side.jpg"))) as thumb:
+        assert thumb.size == (96, 64)
+        top_left = np.asarray(thumb.convert("RGB"))[:10, :10].mean()
+    assert top_left > 200  # the white block is back in the top-left corner
+
+
+def _vectors(gallery: Gallery, paths: list[Path]) -> np.ndarray:
+    return gallery.embeddings([path_id(p) for p in paths])
+
+
+def test_a_sideways_photo_embeds_as_its_upright_self(tmp_path, tiny_clip_embedder):
+    folder = tmp_path / "photos"
+    upright = _sideways(folder / "side.png")
+    upright.save(folder / "up.png")
+    upright.transpose(Image.Transpose.ROTATE_90).save(folder / "raw.png")  # sideways, no tag: what was embedded before
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(folder, progress=False)
+    side, up, raw = _vectors(gallery, [folder / "side.png", folder / "up.png", folder / "raw.png"])
+    assert np.allclose(side, up, atol=1e-5)
+    assert not np.allclose(raw, up, atol=1e-3)  # the model does see the turn
+    meta = gallery.metadata_of([path_id(folder / "side.png")])[path_id(folder / "side.png")]
+    assert (meta["width"], meta["height"], meta["orientation"], meta["reader"]) == (96, 64, 6, READER_VERSION)
+
+
+def test_records_from_before_the_reader_are_reembedded_only_when_turned(tmp_path, tiny_clip_embedder):
+    folder = tmp_path / "photos"
+    upright = _sideways(folder / "side.png")
+    upright.save(folder / "up.png")
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(folder, progress=False)
+    ids = [path_id(folder / "side.png"), path_id(folder / "up.png")]
+    good = gallery.embeddings(ids)
+    # what an older pictrieve stored: the sideways vector for the tagged photo, and no reader or new fields
+    old_fields = ("path", "name", "size", "mtime_ns", "sha256")
+    stored = gallery.metadata_of(ids)
+    sideways_vector = tiny_clip_embedder.embed_images([upright.transpose(Image.Transpose.ROTATE_90)])[0]
+    gallery.delete(ids)
+    gallery.upsert(ids, np.stack([sideways_vector, good[1] + 0.5]),
+                   [{key: stored[id_][key] for key in old_fields} for id_ in ids])
+    report = gallery.add(folder, progress=False)
+    assert (report.indexed, report.unchanged) == (1, 1)
+    after = gallery.embeddings(ids)
+    assert np.allclose(after[0], good[0], atol=1e-5)  # re-embedded upright
+    assert np.allclose(after[1], good[1] + 0.5)  # kept: only its metadata was added
+    meta = gallery.metadata_of(ids)
+    assert all(meta[id_]["reader"] == READER_VERSION and "taken_at" in meta[id_] for id_ in ids)
+    assert gallery.add(folder, progress=False).unchanged == 2  # and the next run plans nothing
+
+
+def test_capture_time_place_and_camera_are_read_from_exif(tmp_path):
+    path = tmp_path / "trip" / "lisbon.jpg"
+    path.parent.mkdir()
+    _upright().save(path, exif=_exif(1, taken="2023:06:14 18:02:33", offset="+01:00", gps=(38.7223, -9.1393),
+                                     make="Canon", model="Canon EOS 5D"))
+    meta = read_photo_metadata(path)
+    fields = meta.fields
+    assert not meta.notes
+    assert fields["taken_at"] == "2023-06-14T18:02:33+01:00" and fields["taken_at_source"] == "exif"
+    assert fields["taken_at_ts"] == 1686762153
+    assert fields["gps_lat"] == pytest.approx(38.7223, abs=1e-3) and fields["gps_lon"] == pytest.approx(-9.1393, abs=1e-3)
+    assert fields["camera"] == "Canon EOS 5D" and fields["camera_make"] == "Canon"
+    assert fields["folder"] == str(path.parent) and (fields["width"], fields["height"]) == (96, 64)
+    assert "Lisbon" in fields["place"] and fields["place_country"] == "PT"
+
+
+def test_a_photo_without_exif_takes_the_file_time(tmp_path):
+    path = tmp_path / "plain.png"
+    _upright().save(path)
+    import os
+
+    os.utime(path, (1_600_000_000, 1_600_000_000))
+    fields = read_photo_metadata(path).fields
+    assert fields["taken_at_source"] == "file" and fields["taken_at_ts"] == 1_600_000_000
+    assert "gps_lat" not in fields and "camera" not in fields and "place" not in fields
+
+
+@pytest.mark.parametrize("exif, note", [
+    (_exif(taken="1970:01:01 00:00:00"), "capture date"),
+    (_exif(taken="2099:01:01 00:00:00"), "capture date"),
+    (_exif(taken="not a date at all"), "capture date"),
+    (_exif(gps=(0.0, 0.0)), "GPS position 0,0"),
+])
+def test_bad_metadata_is_a_note_never_a_failure(tmp_path, tiny_clip_embedder, exif, note):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    _upright().save(folder / "bad.jpg", exif=exif)
+    meta = read_photo_metadata(folder / "bad.jpg")
+    assert any(note in line for line in meta.notes)
+    assert meta.fields["taken_at_source"] == "file" and "gps_lat" not in meta.fields
+    report = Gallery.open(tmp_path / "g", tiny_clip_embedder).add(folder, progress=False)
+    assert report.indexed == 1 and not report.failed and any(note in line for line in report.notes)
+
+
+def test_a_corrupt_exif_block_is_ignored(tmp_path, tiny_clip_embedder):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    _upright().save(folder / "broken.jpg", exif=b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\xff\xff garbage")
+    meta = read_photo_metadata(folder / "broken.jpg")
+    assert meta.fields["taken_at_source"] == "file" and meta.orientation == 1
+    report = Gallery.open(tmp_path / "g", tiny_clip_embedder).add(folder, progress=False)
+    assert report.indexed == 1 and not report.failed
