@@ -44,7 +44,7 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     Example (offline):
       pictrieve ask photo.jpg "how many teeth does this animal have?" --search local:examples/vsa-offline/pages -v
     """
-    from pictrieve.agents.vsa.progress import follow_run, step_line
+    from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
     from pictrieve.graphs.vision_search import build_vision_search_graph
     from pictrieve.tools.models.chat_models import create_chat_model
     from pictrieve.tools.models.vlm import create_region_captioner
@@ -75,8 +75,14 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
         if line:
             click.echo(f"[{time.perf_counter() - start:6.1f}s] {line}", err=True)
 
-    # Each step is one line on stderr as it finishes, -v or not: a run takes tens of seconds on a CPU.
-    state = follow_run(graph.stream(inputs, context=context, stream_mode="updates"), show)
+    def starting(node: str, given: dict[str, Any]) -> None:
+        line = start_line(node, given)
+        if line:
+            click.echo(f"[{time.perf_counter() - start:6.1f}s] {line}", err=True)
+
+    # Each slow step is one line on stderr as it starts and one as it finishes, -v or not: a run takes
+    # tens of seconds on a CPU, and the first describes regions while models load.
+    state = follow_run(graph.stream(inputs, context=context, stream_mode=STREAM_MODES), show, starting)
     if as_json:
         out = {k: v for k, v in state.items() if k != "timings"} | {"timings": state.get("timings")}
         out["hits"] = [h.to_json() for h in out.get("hits") or []]

@@ -15,6 +15,12 @@ rest on). Per question:
   that were not read are removed by the graph before scoring and counted apart as ``dropped``);
   **source recall** = required sources among the sources read.
 
+- **outcome** (``answered-right``, ``answered-wrong``, ``abstained``): an answer that cites no source read
+  abstains (it quotes no page: "The pages read do not say ..."). A row with ``"answerable": false`` (no
+  page holds its answer) is right only when abstained; any cited answer to it is wrong. An answerable row
+  that cites is right when the key-term match passes. So "right" is the key-term match's judgement, with
+  its limits (it is a string check), and "abstained" is read from the citations, not from the wording.
+
 Time per node (the cost split) comes from the graph's own timings.
 """
 
@@ -58,12 +64,32 @@ def key_term_match(reference: str, answer: str, *, min_words: float = 0.6) -> bo
     return not ref_words or len(ref_words & words) / len(ref_words) >= min_words
 
 
+OUTCOMES = ("answered-right", "answered-wrong", "abstained")
+
+
+def outcome(row: dict[str, Any], cited: int, key_term: bool) -> str:
+    """``abstained`` (no source cited), else ``answered-right`` or ``answered-wrong``: an answerable row by the
+    key-term match, an unanswerable one (``"answerable": false``) is always wrong when answered."""
+    if cited == 0:
+        return "abstained"
+    return "answered-right" if row.get("answerable", True) and key_term else "answered-wrong"
+
+
+def outcome_counts(scored: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """``{"answerable": {outcome: n}, "unanswerable": {...}}`` over scored rows."""
+    counts = {group: dict.fromkeys(OUTCOMES, 0) for group in ("answerable", "unanswerable")}
+    for r in scored:
+        counts["answerable" if r.get("answerable", True) else "unanswerable"][r["outcome"]] += 1
+    return counts
+
+
 def score_row(row: dict[str, Any], out: dict[str, Any], verdict: bool | None) -> dict[str, Any]:
     sources = {s["number"]: s["url"] for s in out.get("sources") or []}
     cited = {int(n) for n in re.findall(r"\[(\d+)\]", out.get("answer", "")) if int(n) in sources}
     good = [n for n in cited if _matches(sources[n], row["sources"])]
     retrieved = [u for u in sources.values() if _matches(u, row["sources"])]
-    return {"correct": verdict, "key_term_match": key_term_match(row["reference"], out.get("answer", "")),
+    key_term = key_term_match(row["reference"], out.get("answer", ""))
+    return {"correct": verdict, "key_term_match": key_term, "outcome": outcome(row, len(cited), key_term),
             "cited": len(cited), "cited_required": len(good),
             "dropped_citations": len((out.get("citations") or {}).get("dropped") or []),
             "source_recall": len({r for r in row["sources"] if any(u.endswith('/' + r) for u in retrieved)})
@@ -109,7 +135,7 @@ def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, ju
             totals[node] += seconds
         scored.append({**row, "answer": out["answer"], "answerer": out.get("answerer"),
                        "sources_found": out.get("sources"), "seconds": round(elapsed, 1), **result})
-        click.echo(f"{'OK ' if result['key_term_match'] else 'BAD'} judge={verdict} {elapsed:5.1f}s "
+        click.echo(f"{result['outcome']:14} judge={verdict} {elapsed:5.1f}s "
                    f"{row['question'][:60]}", err=True)
     n = max(len(scored), 1)
     cited = sum(r["cited"] for r in scored)
@@ -117,7 +143,9 @@ def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, ju
     summary = {
         "questions": len(scored),
         "answerer": scored[0]["answerer"] if scored else None,
-        "key_term_match": round(sum(r["key_term_match"] for r in scored) / n, 3),
+        "outcomes": outcome_counts(scored),
+        "key_term_match": round(sum(r["key_term_match"] for r in scored if r.get("answerable", True))
+                                / max(sum(r.get("answerable", True) for r in scored), 1), 3),
         "judge_accuracy": round(sum(judged) / len(judged), 3) if judged else None,
         "judge": None if grader is None else (judge_llm or llm),
         "citation_precision": round(sum(r["cited_required"] for r in scored) / cited, 3) if cited else None,

@@ -297,7 +297,7 @@ def test_extractive_answer_quotes_each_part_from_the_searchers_evidence():
              "sources": [{"number": 1, "url": HORSES.url, "title": "Horses"},
                          {"number": 2, "url": DOGS.url, "title": "Dogs"}]}
     out = nodes.answer(state, run(answerer="extractive"), chat=RunnableLambda(no_llm))
-    assert out["answer"] == f"The photo shows: horse. {HORSE_FACT} [1]" and out["answerer"] == "extractive"
+    assert out["answer"] == f"The photo shows a horse. {HORSE_FACT} [1]" and out["answerer"] == "extractive"
     assert out["citations"]["cited"] == [1]
 
 

@@ -103,10 +103,159 @@ def _ends_with_abbreviation(sentence: str) -> bool:
     return last in _ABBREVIATIONS or bool(re.fullmatch(r"[a-z]\.", last))  # "J. R. R. Tolkien"
 
 
+def photo_subjects(regions: Sequence[dict[str, Any]]) -> list[str]:
+    """What the photo shows, as nouns: the detected regions' labels, or for a photo the detector found
+    nothing in, the whole photo's subject when its describer named one (``"dog"``)."""
+    names = [r.get("subject") or r.get("label") for r in regions]
+    return list(dict.fromkeys(n for n in names if n and n != "image"))
+
+
 def photo_context(regions: Sequence[dict[str, Any]]) -> str:
-    """What the photo shows, as words to add to a query: the regions' distinct labels."""
-    labels = [r["label"] for r in regions if r.get("label") and r["label"] != "image"]
-    return ", ".join(dict.fromkeys(labels))
+    """What the photo shows, as words to add to a query: the regions' distinct labels (or subject)."""
+    return ", ".join(photo_subjects(regions))
+
+
+# -- what a sentence is about --------------------------------------------------------------------
+_KIND_WORDS = {
+    "person": "person people man men woman women child children boy girl human rider surfer skier cyclist "
+              "swimmer player",
+    "dog": "dog puppy puppies canine", "cat": "cat kitten feline", "horse": "horse pony foal",
+    "bird": "bird", "cow": "cow cattle", "sheep": "sheep", "elephant": "elephant", "bear": "bear",
+    "zebra": "zebra", "giraffe": "giraffe", "bicycle": "bicycle bike", "car": "car",
+    "motorcycle": "motorcycle motorbike", "airplane": "airplane aeroplane plane aircraft", "bus": "bus",
+    "train": "train", "truck": "truck", "boat": "boat ship yacht canoe kayak",
+}
+KINDS: dict[str, str] = {word: kind for kind, words in _KIND_WORDS.items() for word in words.split()}
+"""Words that name a kind of thing the photo could show (the COCO classes people ask about, with common
+synonyms), mapped to their kind: a sentence naming only kinds the photo does not show is about
+something else ("An adult horse has 36 to 44 teeth." on a dog photo)."""
+_GENERIC = frozenset("animal animals creature vehicle machine thing object one kind sort type".split())
+
+
+def _word_kind(word: str) -> str | None:
+    word = re.sub(r"'s?$", "", word.lower())
+    for form in (word, word[:-1] if word.endswith("s") else word, word[:-2] if word.endswith("es") else word):
+        if form in KINDS:
+            return KINDS[form]
+    return None
+
+
+def kinds(text: str) -> set[str]:
+    """The kinds of thing ``text`` names (``"Horses: quick facts"`` -> ``{"horse"}``)."""
+    return {k for w in re.findall(r"[A-Za-z][A-Za-z']*", text or "") if (k := _word_kind(w))}
+
+
+def about_something_else(sentence: str, title: str, allowed: set[str]) -> bool:
+    """True when the sentence (or its page title) names kinds of thing and none of them is ``allowed``
+    (the photo's subjects and what the question names): a fact about something else."""
+    named = kinds(sentence) | kinds(title)
+    return bool(named) and not (named & allowed)
+
+
+def on_topic(candidates: Sequence[tuple[str, int, str]], question: str,
+             subjects: Sequence[str]) -> list[tuple[str, int, str]]:
+    """The ``(sentence, source, title)`` candidates not about something else than the photo's
+    ``subjects`` or the things ``question`` names."""
+    allowed = {k for s in subjects for k in (kinds(s) or {s})} | kinds(question)
+    return [c for c in candidates if not about_something_else(c[0], c[2], allowed)]
+
+
+_NOT_TARGET = frozenset("adult like one shown kind sort type photo picture image this that".split())
+_IRREGULAR = {"teeth": "tooth", "children": "child", "men": "man", "women": "woman", "mice": "mouse"}
+
+
+def _stem(word: str) -> str:
+    word = re.sub(r"'s?$", "", word.lower())
+    if word in _IRREGULAR:
+        return _IRREGULAR[word]
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def target_words(part: str) -> set[str]:
+    """The stems of what a question part asks about ("how many teeth does it have?" -> ``{"tooth"}``): its
+    content words, less the words for the photo and the kinds of thing it shows."""
+    from pictrieve.agents.vsa.steps import question_terms
+
+    return {_stem(w) for w in question_terms(part) if w not in _NOT_TARGET and w not in _GENERIC and not _word_kind(w)}
+
+
+def on_target(sentence: str, part: str) -> bool:
+    """Whether ``sentence`` shares a word with what ``part`` asks about (a part without such words: yes)."""
+    wanted = target_words(part)
+    return not wanted or bool(wanted & {_stem(w) for w in re.findall(r"[A-Za-z][A-Za-z']*", sentence)})
+
+
+# -- saying what the pages do not say ------------------------------------------------------------
+_ASKS_WHAT_IT_IS = re.compile(
+    r"^\s*(what|which)\b(\s+[\w-]+){0,3}\s+(is|are)\s+(this|that|these|those|it|shown|in\s+(this|the))\b",
+    re.IGNORECASE)
+_AUX = re.compile(r"\b(does|do|did|can|could|will|would|is|are|was|were)\b", re.IGNORECASE)
+_REFERENCE = re.compile(
+    r"\b(?:an?|the|this|that)\s+(?:adult\s+)?(animal|creature|vehicle|machine|thing|object|one)\b"
+    r"(?:\s+like\s+the\s+one)?(?:\s+(?:shown\s+)?in\s+(?:this|the)\s+(?:photo|picture|image))?", re.IGNORECASE)
+_QUALIFIED = re.compile(r"\s+(sitting|standing|lying|next|on|with|near|behind|that|which|who|in\s+the)\b",
+                        re.IGNORECASE)
+_IN_PHOTO = re.compile(r"\b(?:shown\s+)?in\s+this\s+(photo|picture|image)\b", re.IGNORECASE)
+
+
+def asks_what_it_is(part: str) -> bool:
+    """Whether ``part`` asks what the photo shows ("what animal is this?"): the photo answers it."""
+    return bool(_ASKS_WHAT_IT_IS.match(part))
+
+
+def _third_person(verb: str) -> str:
+    irregular = {"have": "has", "do": "does", "go": "goes", "be": "is"}
+    if verb in irregular:
+        return irregular[verb]
+    return verb + ("es" if verb.endswith(("s", "sh", "ch", "x", "o")) else "s")
+
+
+def missing_clause(part: str, subject: str | None) -> str:
+    """``part`` as the clause of "The pages read do not say ...", about ``subject`` when the question
+    refers to the photo ("how many teeth does it have?", dog -> "how many teeth a dog has")."""
+    text = part.strip().rstrip("?.! ").strip()
+    if subject:
+        noun = subject if not subject.lower().startswith(("a ", "an ", "the ")) else subject.split(" ", 1)[1]
+        # "the dog sitting next to the man", but "how many teeth a dog has" (a fact about any dog)
+        text, n = _REFERENCE.subn(lambda m: f"{'the' if _QUALIFIED.match(text, m.end()) else 'a'} {noun}", text,
+                                  count=1)
+        if not n:
+            text = re.sub(r"\b(it|this)\b(?!\s+(?:photo|picture|image))", _with_article(noun), text, count=1,
+                          flags=re.IGNORECASE)
+    text = _IN_PHOTO.sub("in the photo", text)
+    found = _AUX.search(text)
+    if found and found.start() > 0:
+        wh, aux, rest = text[:found.start()].strip(), found.group(1).lower(), text[found.end():].strip()
+        words = rest.split()
+        if aux in ("is", "are", "was", "were") and words:
+            text = f"{wh} {rest} {aux}"
+        elif len(words) >= 2:
+            body, verb = " ".join(words[:-1]), words[-1]
+            if aux == "does":
+                verb = _third_person(verb)
+            elif aux not in ("do",):
+                verb = f"{aux} {verb}"
+            text = f"{wh} {body} {verb}"
+    return text[:1].lower() + text[1:]
+
+
+def main_subject(subjects: Sequence[str], part: str) -> str | None:
+    """The subject of the photo a question part is about: an animal for "the animal", a vehicle for "the
+    vehicle" or "machine", else the first that is not a person (people are in most photos)."""
+    wanted = {"animal": ANIMALS, "creature": ANIMALS, "vehicle": VEHICLES, "machine": VEHICLES}
+    for word, group in wanted.items():
+        if re.search(rf"\b{word}\b", part, re.IGNORECASE):
+            for s in subjects:
+                if kinds(s) & group:
+                    return s
+    return next((s for s in subjects if "person" not in kinds(s)), subjects[0] if subjects else None)
+
+
+ANIMALS = frozenset("dog cat horse bird cow sheep elephant bear zebra giraffe".split())
+VEHICLES = frozenset("bicycle car motorcycle airplane bus train truck boat".split())
 
 
 def _query(question: str, context: str) -> str:
@@ -130,15 +279,23 @@ def score_sentences(question: str, candidates: Sequence[tuple[str, int, str]], *
 
 
 def choose(scored: Sequence[Evidence], *, max_sentences: int = 2, min_score: float = MIN_SCORE,
-           margin: float = MARGIN) -> list[Evidence]:
+           margin: float = MARGIN, part: str | None = None, near: frozenset[int] = frozenset()) -> list[Evidence]:
     """The best relevant sentence, plus runners-up within ``margin`` of it; no repeats.
 
-    ``scored`` is best first; a sentence is relevant when its ``relevance`` reaches ``min_score``.
+    ``scored`` is best first; a sentence is relevant when its ``relevance`` reaches ``min_score``. With
+    ``part`` (the question part it answers), the best sentence must also be :func:`on_target` (share a
+    word with what is asked: a horse's teeth do not answer how long a horse lives); a runner-up from the
+    same page continues its passage ("... given in knots. One knot is ...") and need not, nor need a
+    sentence from a page in ``near`` (pages already quoted for an earlier part of the question).
     """
     chosen: list[Evidence] = []
     for item in scored:
+        if not chosen and part is not None and item.source not in near and not on_target(item.sentence, part):
+            continue
         if len(chosen) == max_sentences or (chosen and item.score < chosen[0].score - margin):
             break
+        if chosen and part is not None and item.source != chosen[0].source and not on_target(item.sentence, part):
+            continue
         if item.relevance >= min_score and item.sentence not in {c.sentence for c in chosen}:
             chosen.append(item)
     return chosen
@@ -153,10 +310,31 @@ def cite(evidence: Sequence[Evidence]) -> str:
     return " ".join(f"{e.sentence} [{e.source}]" + ("" if _ENDED.search(e.sentence) else ".") for e in evidence)
 
 
-def compose_answer(question: str, regions: Sequence[dict[str, Any]], evidence: Sequence[Evidence]) -> str:
-    """One answer: what the photo shows, then the chosen sentences with their citations."""
-    context = photo_context(regions)
-    seen = f"The photo shows: {context}." if context else "No object was detected in the photo."
-    if not evidence:
-        return f"{seen} The search found nothing that answers the question."
-    return f"{seen} {cite(evidence)}"
+def _with_article(noun: str) -> str:
+    if noun.lower().startswith(("a ", "an ", "the ")):
+        return noun
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
+def photo_line(regions: Sequence[dict[str, Any]]) -> str:
+    """What the photo shows, in one sentence: its subjects, else the whole photo's description."""
+    subjects = photo_subjects(regions)
+    if subjects:
+        named = [_with_article(s) for s in subjects]
+        listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+        return f"The photo shows {listed}."
+    described = next((r.get("description") for r in regions if r.get("description")), "")
+    return f"The photo, described whole: {described.rstrip('.')}." if described else "The photo was not described."
+
+
+def compose_answer(question: str, regions: Sequence[dict[str, Any]], evidence: Sequence[Evidence],
+                   missing: Sequence[str] = ()) -> str:
+    """One answer: what the photo shows, the chosen sentences with their citations, then one sentence per
+    part of the question nothing read answers ("The pages read do not say how many teeth a dog has.")."""
+    parts = [photo_line(regions)]
+    if evidence:
+        parts.append(cite(evidence))
+    parts.extend(f"The pages read do not say {clause}." for clause in missing)
+    if not evidence and not missing:
+        parts.append("The search found nothing that answers the question.")
+    return " ".join(parts)

@@ -115,11 +115,42 @@ def regions(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | N
     start = time.perf_counter()
     image = load_image(state["image"])
     labels = question_terms(state["question"]) + COCO_CLASSES
-    found = detector().detect(image, labels=labels, min_score=settings.min_score)
+    found = one_label_per_box(detector().detect(image, labels=labels, min_score=settings.min_score))
     chosen = regions_or_whole(image, found, max_regions=settings.max_regions)
     out = [{"label": d.label, "score": round(float(d.score), 3), "box": [round(float(v), 1) for v in d.box]}
            for d in chosen]
     return {"regions": out, "timings": timed("regions", start)}
+
+
+SAME_BOX = 0.9
+"""Detections overlapping this much (intersection over union) are one object: SSD often gives one box two
+classes ("dog (0.91)" and "horse (0.79)" on one dog), and only the likelier is kept."""
+
+
+def _overlap(a: Any, b: Any) -> float:
+    x0, y0, x1, y1 = max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x1 - x0) * max(0.0, y1 - y0)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def one_label_per_box(detections: list[Any]) -> list[Any]:
+    """The detections, best first, without a second label for a box already labelled (:data:`SAME_BOX`)."""
+    kept: list[Any] = []
+    for found in sorted(detections, key=lambda d: -float(d.score)):
+        if all(_overlap(found.box, k.box) < SAME_BOX for k in kept):
+            kept.append(found)
+    return kept
+
+
+def describe_crop(captioner: Any, crop: Any, region: dict[str, Any], question: str) -> dict[str, Any]:
+    """``{"description", "subject"}`` of one region: the describer's own account of a labelled region where
+    it has one (the offline describer: a person is a person), else its caption for a prompt naming the label."""
+    if hasattr(captioner, "describe_region"):
+        return captioner.describe_region(crop, region["label"])
+    prompt = f"Describe the {region['label']} in this picture. The user asks: {question}"
+    return {"description": captioner.caption([crop], prompt=prompt)[0],
+            "subject": None if region["label"] == "image" else region["label"]}
 
 
 def describe(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | None = None, *,
@@ -130,10 +161,12 @@ def describe(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | 
     start = time.perf_counter()
     image = load_image(state["image"])
     crops = [image.crop(tuple(int(round(v)) for v in r["box"])) for r in state["regions"]]
-    prompts = [f"Describe the {r['label']} in this picture. The user asks: {state['question']}" for r in state["regions"]]
     captioner = vlm()
-    texts = [captioner.caption([crop], prompt=p)[0] for crop, p in zip(crops, prompts)]
-    described = [{**r, "description": t} for r, t in zip(state["regions"], texts)]
+    described = []
+    for region, crop in zip(state["regions"], crops):
+        said = describe_crop(captioner, crop, region, state["question"])
+        described.append({**region, "description": said["description"],
+                          **({"subject": said["subject"]} if said.get("subject") else {})})
     timings = timed("describe", start)
     if llm_step(settings.correlate, chat) and len(described) > 1:
         start = time.perf_counter()
@@ -211,8 +244,10 @@ def search_sub_question(task: SearchTask, runtime: Runtime[VisionSearchSettings]
                    page_chars=settings.page_chars, allow_hosts=allow_hosts)
         may_search_again = turn + 1 < settings.max_search_turns
         if use_extractive(settings, chat):
+            candidates = [(s, p["number"], p["title"]) for p in pages for s in extractive.split_sentences(p["text"])]
+            subjects = [w.strip() for w in task.get("photo", "").split(",") if w.strip()]
             scored = extractive.score_sentences(
-                sub["question"], [(s, p["number"], p["title"]) for p in pages for s in extractive.split_sentences(p["text"])],
+                sub["question"], extractive.on_topic(candidates, sub["question"], subjects),
                 context=task.get("photo", ""), encode=sentence_encoder().encode)
             chosen = extractive.choose(scored, max_sentences=settings.evidence_sentences)
             titles = {p["number"]: p["title"] for p in pages}
@@ -277,14 +312,33 @@ def extractive_answer(state: VisionSearchState, settings: VisionSearchSettings) 
             pool.setdefault((item["sentence"], item["source"]), item.get("title", ""))
     candidates = [(sentence, source, title) for (sentence, source), title in pool.items()]
     context = extractive.photo_context(state["regions"])
+    subjects = extractive.photo_subjects(state["regions"])
     chosen: list[extractive.Evidence] = []
-    for part in steps.question_parts(state["question"], with_subject=False):
-        scored = extractive.score_sentences(part, candidates, context=context, encode=sentence_encoder().encode)
-        picked = extractive.choose(scored, max_sentences=settings.evidence_sentences)
+    missing: list[str] = []
+    parts = steps.question_parts(state["question"], with_subject=False)
+    whole = steps.question_parts(state["question"], with_subject=True)  # "Who built ...: in what year?"
+    for part, full in zip(parts, whole):
+        # only sentences about what the photo shows (or what the question names) and about what is asked:
+        # never a fact about something else, such as a horse's teeth for a dog photo
+        fitting = extractive.on_topic(candidates, full, subjects)
+        picked: list[extractive.Evidence] = []
+        # the part alone; else the passage an earlier part quoted, read on ("One knot is ..."); else the
+        # part with the first part as its subject ("Who built ...: in what year?")
+        quoted = frozenset(c.source for c in chosen)
+        for asked, near in ((part, frozenset()), (part, quoted), (full, frozenset())):
+            pool = [c for c in fitting if c[0] not in {e.sentence for e in chosen}] if near else fitting
+            if near and not pool:
+                continue
+            scored = extractive.score_sentences(asked, pool, context=context, encode=sentence_encoder().encode)
+            picked = extractive.choose(scored, max_sentences=settings.evidence_sentences, part=asked, near=near)
+            if picked:
+                break
+        if not picked and not extractive.asks_what_it_is(part):  # the photo line answers "what is this?"
+            missing.append(extractive.missing_clause(part, extractive.main_subject(subjects, part)))
         if picked and picked[0].sentence in {c.sentence for c in chosen}:
             continue  # the best sentence for this part was already quoted for an earlier part
         chosen.extend(item for item in picked if item.sentence not in {c.sentence for c in chosen})
-    return extractive.compose_answer(state["question"], state["regions"], chosen)
+    return extractive.compose_answer(state["question"], state["regions"], chosen, missing)
 
 
 def answer(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | None = None, *,

@@ -32,6 +32,14 @@ def made_once(make: Callable[[], T]) -> Callable[[], T]:
     return get
 
 
+def shared_part(key: tuple[str, Any], make: Callable[[], T]) -> T:
+    """``make()`` for a part given by name, shared by every graph of the process (the model cache); an
+    object given by the caller is the caller's and is used as it is."""
+    from pictrieve.tools.core.model_cache import shared_model
+
+    return shared_model(key, make) if isinstance(key[1], str) else make()
+
+
 @dataclass(frozen=True)
 class VisionSearchParts:
     """What the nodes use: the chat model, and functions returning (made on first call) the region
@@ -60,9 +68,12 @@ def make_parts(*, llm: Any = None, vlm: Any = None, detector: Any = None, search
     if isinstance(search, str):
         check_search_name(search)  # now, not after the detector and the describer have loaded
     chat = create_chat_model(llm) if llm is None or isinstance(llm, str) else llm
+    detector_name, vlm_name = detector or "ssd", vlm or "offline"
     return VisionSearchParts(
         chat=chat,
-        detector=made_once(lambda: create_detector(detector or "ssd")),
-        vlm=made_once(lambda: create_region_captioner(vlm or "offline")),
+        # a named detector or describer is the process's shared one: a served graph is built for every
+        # run, and loading them again on every run cost seconds before the first region was described
+        detector=made_once(lambda: shared_part(("vsa-detector", detector_name), lambda: create_detector(detector_name))),
+        vlm=made_once(lambda: shared_part(("vsa-describer", vlm_name), lambda: create_region_captioner(vlm_name))),
         backend=None if search is None else made_once(lambda: as_search_backend(search)),
     )

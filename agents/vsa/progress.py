@@ -15,16 +15,30 @@ from typing import Any
 from pictrieve.agents.vsa.state import merge_timings
 
 
-def follow_run(updates: Iterable[dict[str, Any]],
-               on_step: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+STREAM_MODES = ["updates", "tasks"]
+"""What a caller that shows steps as they start streams: ``graph.stream(..., stream_mode=STREAM_MODES)``."""
+
+
+def follow_run(updates: Iterable[Any],
+               on_step: Callable[[str, dict[str, Any]], None] | None = None,
+               on_start: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """The run's result from its streamed ``updates`` (``{node: change}`` each), calling
     ``on_step(node, change)`` for every step that changed something.
 
+    Streamed with :data:`STREAM_MODES` (items ``(mode, payload)``), each step's start also calls
+    ``on_start(node, its input)``, so a slow step can be announced before it runs.
     Changes are folded as the graph folds them: ``timings`` add up per node, any other key is replaced;
     the searchers' raw findings (``searched``) are left out (``findings`` holds them renumbered).
     """
     state: dict[str, Any] = {}
-    for update in updates:
+    for item in updates:
+        if isinstance(item, tuple):
+            mode, item = item
+            if mode == "tasks":
+                if on_start is not None and "input" in item:  # a task's start (its end carries "result")
+                    on_start(item["name"], item["input"] if isinstance(item["input"], dict) else {})
+                continue
+        update = item
         for node, change in update.items():
             if not change:
                 continue
@@ -78,3 +92,19 @@ def step_line(node: str, update: dict[str, Any], *, detail: bool = False) -> str
         how = f" ({update['answerer']})" if update.get("answerer") else ""
         return f"answered{how}" + (f"; removed citations of sources never read: {dropped}" if dropped else "")
     return node
+
+
+def start_line(node: str, given: dict[str, Any]) -> str:
+    """One line saying that step ``node`` starts (``given``: its input), for the steps that can take seconds;
+    ``""`` for the others."""
+    if node == "regions":
+        return "finding regions (the detector loads on the process's first run) ..."
+    if node == "describe":
+        count = len(given.get("regions") or [])
+        return f"describing {count} region(s) (the describer loads on the process's first run) ..."
+    if node == "search":
+        question = (given.get("sub_question") or {}).get("question", "")
+        return f"searching {question!r} ..." if question else ""
+    if node == "answer":
+        return "writing the answer ..."
+    return ""

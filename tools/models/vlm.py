@@ -60,21 +60,86 @@ def create_vlm(model: str, *, base_url: str | None = None, temperature: float = 
     return ChatVLMCaptioner(chat, name=f"openai:{model}")
 
 
+MIN_GUESS = 0.3
+"""The offline describer names the classifier's best ImageNet class only at this probability or more: below
+it the guess is usually wrong (a person crop is "a patas monkey (0.07)"), and is not shown as a fact."""
+MIN_GROUP = 0.4
+"""A whole photo is said to show a dog (or a cat, a bird) when the classifier's classes of that group add
+up to this much probability (the 118 dog breeds share it out: no single breed may reach ``MIN_GUESS``)."""
+
+IMAGENET_GROUPS: dict[str, tuple[range, ...]] = {
+    "dog": (range(151, 269),), "cat": (range(281, 286),), "bird": (range(7, 25), range(80, 101), range(127, 147)),
+}
+"""Coarse kinds as ranges of ImageNet-1k class indices (the classifier's output order)."""
+
+
+def offline_describer() -> Any:
+    """The offline embedder the describer asks (the process's shared one: loaded once, not per run)."""
+    from pictrieve.tools.core.model_cache import shared_model
+    from pictrieve.tools.models.embedders.factory import create_embedder
+
+    return shared_model(("region-describer-embedder", "offline"), lambda: create_embedder("offline"))
+
+
 class OfflineRegionCaptioner:
-    """The offline describer: the offline embedder's account of what it sees (prompt ignored)."""
+    """The offline describer: the offline embedder's account of what it sees (prompt ignored).
+
+    :meth:`describe_region` is what the Vision Search Assistant calls: it knows the detector's label, so a
+    person region is "a person" (ImageNet has no person class and calls people monkeys and dogs), and a
+    photo the detector found nothing in is described whole, naming its kind when the classifier is sure.
+    """
 
     name = "offline"
 
     def __init__(self, embedder: Any = None) -> None:
         self.embedder = embedder  # loaded on first use, so building a graph stays cheap
 
-    def caption(self, images: Sequence[ImageInput], *, prompt: str | None = None) -> list[str]:
+    def _embedder(self) -> Any:
         if self.embedder is None:
-            from pictrieve.tools.models.embedders.factory import create_embedder
+            self.embedder = offline_describer()
+        return self.embedder
 
-            self.embedder = create_embedder("offline")
+    def caption(self, images: Sequence[ImageInput], *, prompt: str | None = None) -> list[str]:
         pictures = [im if isinstance(im, Image.Image) else load_image(os.fspath(im)) for im in images]
-        return [self.embedder.describe(p.convert("RGB")) for p in pictures]
+        return [self._embedder().describe(p.convert("RGB")) for p in pictures]
+
+    def _classes(self, image: Image.Image) -> list[tuple[int, float]]:
+        """ImageNet ``(index, probability)`` for the centre crop, best first (all 1,000)."""
+        import numpy as np
+
+        labels = getattr(self._embedder(), "labels", self._embedder())  # the trained head's label half
+        prepared = labels.preprocess(image.convert("RGB"))
+        probs = labels.classifier.logits(prepared.crops[:1]).softmax(-1)[0].numpy()
+        return [(int(i), float(probs[i])) for i in np.argsort(-probs)]
+
+    def describe_region(self, image: Image.Image, label: str) -> dict[str, Any]:
+        """``{"description", "subject"}`` of a region the detector labelled ``label`` (``"image"``: the whole
+        photo, nothing detected). ``subject`` is the noun the photo is about (None when unsure)."""
+        from pictrieve.tools.models.imagenet_classifier import imagenet_readable_names
+
+        if label == "person":
+            return {"description": "a person", "subject": "person"}
+        names = imagenet_readable_names()
+        classes = self._classes(image)
+        best, p = classes[0]
+        groups = {g: sum(q for i, q in classes if any(i in r for r in ranges)) for g, ranges in IMAGENET_GROUPS.items()}
+        group, mass = max(groups.items(), key=lambda kv: kv[1])
+        if label != "image":
+            guess = names[best]
+            agrees = label not in IMAGENET_GROUPS or any(best in r for r in IMAGENET_GROUPS[label])
+            hint = f", perhaps {_article(guess)} ({p:.2f})" if p >= MIN_GUESS and agrees else ""
+            return {"description": f"{_article(label)}{hint}", "subject": label}
+        if mass >= MIN_GROUP:
+            hint = f", perhaps {_article(names[best])} ({p:.2f})" if p >= MIN_GUESS else ""
+            return {"description": f"{_article(group)} ({mass:.2f}){hint}", "subject": group}
+        if p >= MIN_GUESS:
+            return {"description": f"perhaps {_article(names[best])} ({p:.2f})", "subject": names[best]}
+        unsure = ", ".join(f"{names[i]} ({q:.2f})" for i, q in classes[:3])
+        return {"description": f"unclear (the classifier is unsure: {unsure})", "subject": None}
+
+
+def _article(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
 def create_region_captioner(name: str | Any = "offline", *, base_url: str | None = None) -> Any:
