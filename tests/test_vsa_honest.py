@@ -92,6 +92,9 @@ def test_a_fact_about_something_else_is_not_on_topic():
     candidates = [(HORSE_FACT, 1, "Horses: quick facts"), ("Teeth are covered in enamel.", 2, "Teeth")]
     assert extractive.on_topic(candidates, "how many teeth does it have?", ["dog"]) == [candidates[1]]
     assert extractive.on_topic(candidates, "how many teeth does a horse have?", ["dog"]) == candidates  # asked
+    # on the photo's subject but not about what is asked: a horse's teeth do not say how long it lives
+    assert not extractive.on_target(HORSE_FACT, "How many years does the animal in this photo live?")
+    assert extractive.on_target(HORSE_FACT, "How many teeth does an adult animal like the one in this photo have?")
     assert extractive.missing_clause("how many teeth does it have?", "dog") == "how many teeth a dog has"
     assert extractive.missing_clause("What is the normal body temperature of the animal sitting next to the man?",
                                      "dog") == "what the normal body temperature of the dog sitting next to the man is"
@@ -174,3 +177,20 @@ def test_the_region_step_loads_its_models_once_per_process(photo, monkeypatch):
         assert describers[0] is describers[1]  # and the describer
     finally:
         forget_shared_models(lambda key: key[0] in ("vsa-detector", "vsa-describer"))
+
+
+def test_slow_steps_are_announced_as_they_start(photo):
+    """``pictrieve ask`` says "describing 1 region(s) ..." before the describer runs, not only after."""
+    from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line
+
+    events = []
+    graph = _graph(None, _Labelled("dog"))
+    state = follow_run(graph.stream({"image": photo, "question": "What is this?"}, context=CONTEXT,
+                                    stream_mode=STREAM_MODES),
+                       lambda node, change: events.append(("done", node)),
+                       lambda node, given: events.append(("start", node, start_line(node, given))))
+    assert state["answer"].startswith("The photo shows a dog.")
+    starts = [e for e in events if e[0] == "start"]
+    assert ("start", "describe", "describing 1 region(s) (the describer loads on the process's first run) ...") in starts
+    assert events.index(("start", "describe", starts[[e[1] for e in starts].index("describe")][2])) < events.index(
+        ("done", "describe"))
