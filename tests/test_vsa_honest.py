@@ -60,8 +60,10 @@ def horse_teeth_pages(tmp_path, monkeypatch):
     pages.mkdir()
     (pages / "horses.md").write_text(f"# Horses: quick facts\n\n{HORSE_FACT} The height of a horse is measured "
                                      "in hands.\n")
-    (pages / "dogs.md").write_text("# Dogs: body and senses\n\nThe normal body temperature of a dog is between 38.3 "
-                                   "and 39.2 degrees Celsius. A dog's nose holds up to 300 million scent receptors.\n")
+    (pages / "dogs.html").write_text(
+        "<html><head><title>Dogs: body and senses</title></head><body><article><h1>Dogs: body and senses</h1>"
+        "<p>The normal body temperature of a dog is between 38.3 and 39.2 degrees Celsius.</p>"
+        "<p>A dog's nose holds up to 300 million scent receptors.</p></article></body></html>")
     return pages
 
 
@@ -79,6 +81,8 @@ def test_a_dog_photo_is_never_answered_with_a_horses_teeth(horse_teeth_pages, ph
     assert [r["label"] for r in out["regions"]] == ["dog"]  # one box, one label: the likelier
     assert out["answer"] == "The photo shows a dog. The pages read do not say how many teeth a dog has."
     assert out["citations"]["cited"] == [] and "horse" not in out["answer"].lower()
+    # no searcher passes a page's title off as a sentence it read ("Dogs: body and senses [1].")
+    assert not any("body and senses" in f["answer"] for f in out["findings"])
     # the same pages still answer about a horse photo, and about a dog's temperature
     out = _graph(f"local:{horse_teeth_pages}", _Labelled("horse")).invoke(
         {"image": photo, "question": "How many teeth does the animal in this photo have?"}, context=CONTEXT)

@@ -98,6 +98,13 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
+def page_sentences(text: str, title: str = "") -> list[str]:
+    """:func:`split_sentences` of a page, less its title repeated as a line (an HTML page's ``<h1>``): a
+    title names the topic, it states nothing ("Dogs: body and senses" is no answer)."""
+    name = " ".join((title or "").split()).strip(" .").lower()
+    return [s for s in split_sentences(text) if not name or s.strip(" .").lower() != name]
+
+
 def _ends_with_abbreviation(sentence: str) -> bool:
     last = sentence.rsplit(" ", 1)[-1].lower().lstrip("(\"'")
     return last in _ABBREVIATIONS or bool(re.fullmatch(r"[a-z]\.", last))  # "J. R. R. Tolkien"

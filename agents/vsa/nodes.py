@@ -244,7 +244,7 @@ def search_sub_question(task: SearchTask, runtime: Runtime[VisionSearchSettings]
                    page_chars=settings.page_chars, allow_hosts=allow_hosts)
         may_search_again = turn + 1 < settings.max_search_turns
         if use_extractive(settings, chat):
-            candidates = [(s, p["number"], p["title"]) for p in pages for s in extractive.split_sentences(p["text"])]
+            candidates = [(s, p["number"], p["title"]) for p in pages for s in extractive.page_sentences(p["text"], p["title"])]
             subjects = [w.strip() for w in task.get("photo", "").split(",") if w.strip()]
             scored = extractive.score_sentences(
                 sub["question"], extractive.on_topic(candidates, sub["question"], subjects),
