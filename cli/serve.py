@@ -1,11 +1,18 @@
 """``pictrieve serve``: every registered method's graph on a local LangGraph server (``langgraph dev``), or
-``--write-config PATH``: the ``langgraph.json`` that serves them (installed plugins included)."""
+``--write-config PATH``: the ``langgraph.json`` that serves them (installed plugins included).
+
+The server trusts only its operator (see the README's threat model): it binds loopback unless told
+otherwise, and then only with a token; browsers' pages are refused unless their origin is listed; what a
+run may choose among is listed with ``--allow``; image paths are read only inside ``--allow-dir``.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -13,32 +20,91 @@ from pathlib import Path
 
 import click
 
+logger = logging.getLogger(__name__)
+
+SETTING_OPTIONS = {  # option name -> environment variable the served graphs read (graphs/serving.py)
+    "llm": "PICTRIEVE_LLM", "base_url": "PICTRIEVE_BASE_URL", "vlm": "PICTRIEVE_VLM",
+    "vlm_base_url": "PICTRIEVE_VLM_BASE_URL", "visualizer": "PICTRIEVE_VISUALIZER", "detector": "PICTRIEVE_DETECTOR",
+    "search": "PICTRIEVE_SEARCH", "captioner": "PICTRIEVE_CAPTIONER", "qc2_model": "PICTRIEVE_QC2_MODEL",
+}
+
+
+def parse_allow(values: tuple[str, ...]) -> dict[str, list[str]]:
+    """``("llm=offline,openai:gpt-4o-mini", ...)`` -> ``{"llm": ["offline", "openai:gpt-4o-mini"]}``; a setting
+    that is not choosable (a URL, a gallery, a folder) is a usage error."""
+    from pictrieve.graphs.serving import CHOOSABLE, OPERATOR_ONLY
+
+    allowed: dict[str, list[str]] = {}
+    for text in values:
+        key, sep, rest = text.partition("=")
+        key = key.strip()
+        if not sep or not rest.strip():
+            raise click.BadParameter(f"{text!r}: write SETTING=VALUE[,VALUE], e.g. llm=offline,openai:gpt-4o-mini",
+                                     param_hint="--allow")
+        if key in OPERATOR_ONLY:
+            raise click.BadParameter(f"{key} is never chosen by a run (it says where the server reaches or what it "
+                                     f"reads): set it with {OPERATOR_ONLY[key][1]}", param_hint="--allow")
+        if key not in CHOOSABLE:
+            raise click.BadParameter(f"{key!r} is no run setting; choose from {', '.join(CHOOSABLE)}", param_hint="--allow")
+        allowed.setdefault(key, []).extend(v.strip() for v in rest.split(",") if v.strip())
+    return allowed
+
 
 @click.command()
 @click.option("--gallery", "-g", default=None, help="Gallery folder or http://host:port Chroma server to serve (required unless --write-config).")
 @click.option("--llm", default=None, help="Chat model for the methods that use one (default: offline), e.g. openai:gpt-4o-mini.")
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint for --llm (vLLM, llama.cpp, Ollama).")
+@click.option("--vlm", default=None, help="Vision-language model of vsa (default: offline).")
+@click.option("--vlm-base-url", default=None, help="OpenAI-compatible endpoint for --vlm.")
+@click.option("--visualizer", default=None, help="Visualizer(s) of visret/needle, e.g. exemplar:DIR.")
+@click.option("--detector", default=None, help="Region detector of vsa (default: ssd), e.g. zeroshot:DIR.")
+@click.option("--search", "web_search", default=None, help="Web search of vsa: ddgs or local:DIR (default: none).")
+@click.option("--captioner", default=None, help="Captioner of the methods that caption (default: auto).")
+@click.option("--qc2-model", default=None, help="Trained QC2 folder (default: the gallery's).")
+@click.option("--allow", "allow", multiple=True, metavar="SETTING=V1[,V2]",
+              help="Values a run may choose for a setting besides yours (repeatable), e.g. llm=offline,openai:gpt-4o-mini. "
+                   "Never a URL, a gallery or a folder of the caller's.")
+@click.option("--allow-dir", "allow_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Folder whose image files a run's image input may name (repeatable; default none: ids and data only).")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="Web origin whose pages may call the server (repeatable; default none), e.g. https://smith.langchain.com for LangGraph Studio.")
+@click.option("--token", default=None, envvar="PICTRIEVE_SERVE_TOKEN", show_envvar=True,
+              help="Bearer token every request must carry; required with a --host other than loopback.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind; keep loopback unless you mean it.")
 @click.option("--port", default=2024, show_default=True, type=int, help="Port of the LangGraph API.")
 @click.option("--write-config", "write_config", default=None, type=click.Path(dir_okay=False), metavar="PATH",
               help="Write a langgraph.json serving every registered method (installed plugins included) to PATH "
-                   "and exit; --gallery/--llm/--base-url go into its env. Then: langgraph dev --config PATH.")
-def serve(gallery: str | None, llm: str | None, base_url: str | None, host: str, port: int,
-          write_config: str | None) -> None:
+                   "and exit; the settings above go into its env. Then: langgraph dev --config PATH.")
+def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ...], cors_origins: tuple[str, ...],
+          token: str | None, host: str, port: int, write_config: str | None, web_search: str | None,
+          **settings: str | None) -> None:
     """Serve every method (search, PlugIR, QC2, ... and installed plugins) with `langgraph dev`.
 
     Needs the LangGraph CLI: pip install "pictrieve[serve]". Clients talk to it with langgraph-sdk or
-    LangGraph Studio; run settings are each graph's context (e.g. {"k": 5}).
+    LangGraph Studio; run settings are each graph's context (e.g. {"k": 5}). Everything that says where
+    the server reaches or what it reads is set here, by you; a run may choose only what --allow lists.
     """
-    from pictrieve.graphs.serving import ENV_BASE_URL, ENV_GALLERY, ENV_LLM, langgraph_config
+    from pictrieve.graphs.serving import ENV_ALLOW, ENV_ALLOW_DIRS, ENV_GALLERY, langgraph_config
+    from pictrieve.graphs.serving_http import ENV_CORS_ORIGINS, ENV_TOKEN
+    from pictrieve.tools.core.exposure import ExposureError, check_exposure, normalise_host
+    from pictrieve.tools.core.image_inputs import AllowedDirs, ImageInputError
 
+    settings["search"] = web_search
     # A gallery folder is passed as an absolute path: the server runs in another folder (below), and a
     # written config may be used from anywhere.
     if gallery and "://" not in gallery:
         gallery = os.path.abspath(os.path.expanduser(gallery))
-    env = {**({ENV_GALLERY: gallery} if gallery else {}), **({ENV_LLM: llm} if llm else {}),
-           **({ENV_BASE_URL: base_url} if base_url else {})}
-    if write_config:
+    try:
+        check_exposure(host, token, token_env=ENV_TOKEN)
+        dirs = AllowedDirs.of(allow_dirs)
+    except (ExposureError, ImageInputError) as exc:
+        raise click.UsageError(str(exc)) from None
+    env = {**({ENV_GALLERY: gallery} if gallery else {}),
+           **{SETTING_OPTIONS[key]: value for key, value in settings.items() if value},
+           **({ENV_ALLOW: json.dumps(parse_allow(allow))} if allow else {}),
+           **({ENV_ALLOW_DIRS: os.pathsep.join(map(str, dirs.dirs))} if dirs else {}),
+           **({ENV_CORS_ORIGINS: " ".join(o.rstrip("/") for o in cors_origins)} if cors_origins else {})}
+    if write_config:  # the token stays out of a file: the server reads it from $PICTRIEVE_SERVE_TOKEN
         Path(write_config).write_text(json.dumps(langgraph_config(env), indent=2) + "\n")
         click.echo(f"wrote {write_config}: {', '.join(langgraph_config()['graphs'])}")
         return
@@ -47,15 +113,56 @@ def serve(gallery: str | None, llm: str | None, base_url: str | None, host: str,
     executable = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
     if not Path(executable).exists():
         raise click.ClickException('the `langgraph` command is missing: pip install "pictrieve[serve]"')
-    # langgraph dev keeps its in-memory state under the working directory: keep it out of the user's.
-    with tempfile.TemporaryDirectory(prefix="pictrieve-serve-") as state:
+    if token:
+        env[ENV_TOKEN] = token
+    raise SystemExit(_run(executable, normalise_host(host), port, env, gallery))
+
+
+def _run(executable: str, host: str, port: int, env: dict[str, str], gallery: str) -> int:
+    """``langgraph dev`` in a temporary folder of its own (its in-memory state, the pictures runs send), in
+    its own process group; SIGTERM, SIGHUP or Ctrl-C stop the whole group and remove the folder."""
+    from pictrieve.graphs.serving import langgraph_config
+    from pictrieve.tools.core.exposure import url_host
+
+    state = tempfile.mkdtemp(prefix="pictrieve-serve-")
+    child: subprocess.Popen | None = None
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
         config = Path(state) / "langgraph.json"
         config.write_text(json.dumps(langgraph_config(), indent=2))
-        click.echo(f"serving gallery {gallery} at http://{host}:{port} (Ctrl-C stops)")
+        (Path(state) / "tmp").mkdir()
+        click.echo(f"serving gallery {gallery} at http://{url_host(host)}:{port} (Ctrl-C stops)")
         command = [executable, "dev", "--config", str(config), "--host", host, "--port", str(port),
                    "--no-browser", "--no-reload"]
+        child = subprocess.Popen(command, cwd=state, start_new_session=True,
+                                 env={**os.environ, **env, "TMPDIR": str(Path(state) / "tmp"),
+                                      "LANGGRAPH_CLI_NO_ANALYTICS": "1"})
+        return child.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if child is not None:
+            _stop_group(child)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _stop_group(child: subprocess.Popen) -> None:
+    """Stop ``child`` and everything it started: SIGTERM to its group, SIGKILL after 20 s."""
+    for signum, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
         try:
-            completed = subprocess.run(command, cwd=state, env={**os.environ, **env, "LANGGRAPH_CLI_NO_ANALYTICS": "1"})
-        except KeyboardInterrupt:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
             return
-    raise SystemExit(completed.returncode)
+        try:
+            child.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            logger.warning("langgraph dev did not stop within %d s; killing it", wait)
+        except KeyboardInterrupt:  # a second Ctrl-C: go straight on to SIGKILL
+            continue

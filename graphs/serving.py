@@ -73,13 +73,91 @@ ENV_DETECTOR = "PICTRIEVE_DETECTOR"
 ENV_SEARCH = "PICTRIEVE_SEARCH"
 
 
+ENV_ALLOW = "PICTRIEVE_SERVE_ALLOW"
+"""The values a run may choose besides the operator's own, as JSON ``{"llm": ["offline", "openai:gpt-4o-mini"]}``
+(``pictrieve serve --allow llm=offline,openai:gpt-4o-mini`` sets it)."""
+
+
 class ServingConfigError(PictrieveError):
-    """The server was started without saying which gallery to serve."""
+    """The server was started without saying which gallery to serve, or a run asked for a setting its
+    operator did not allow (one line: the setting, and how the operator allows it)."""
+
+
+OPERATOR_ONLY: dict[str, tuple[str, str]] = {
+    "gallery": (ENV_GALLERY, "--gallery"),
+    "base_url": (ENV_BASE_URL, "--base-url"),
+    "vlm_base_url": (ENV_VLM_BASE_URL, "--vlm-base-url"),
+    "qc2_model": ("PICTRIEVE_QC2_MODEL", "--qc2-model"),
+}
+"""Settings that say where the server reaches or what it reads (a gallery location, an endpoint, a folder):
+only the operator sets them (environment, ``pictrieve serve`` options); a run that names another value is
+refused, so no caller can make the server connect to its URL, send a key there, or open its path."""
+
+CHOOSABLE: dict[str, tuple[str | None, str]] = {
+    "embedder": (None, "--embedder"),
+    "llm": (ENV_LLM, "--llm"),
+    "vlm": (ENV_VLM, "--vlm"),
+    "detector": (ENV_DETECTOR, "--detector"),
+    "captioner": (ENV_CAPTIONER, "--captioner"),
+    "visualizer": (ENV_VISUALIZER, "--visualizer"),
+    "search": (ENV_SEARCH, "--search"),
+}
+"""Settings a run may choose, among the operator's own value and those it allowed (``--allow KEY=V1,V2``).
+A visualizer value may list several names (commas): each must be allowed."""
+
+
+_DEFAULTS = {"llm": "offline", "vlm": "offline", "detector": "ssd", "captioner": "auto"}
+
+
+def allowed_values() -> dict[str, frozenset[str]]:
+    """What the operator allowed runs to choose (:data:`ENV_ALLOW`), by setting; malformed: an error."""
+    import json
+
+    text = os.environ.get(ENV_ALLOW, "").strip()
+    if not text:
+        return {}
+    try:
+        parsed = json.loads(text)
+        return {str(key): frozenset(str(v) for v in values) for key, values in parsed.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise ServingConfigError(f"${ENV_ALLOW} is not a JSON object of lists (pictrieve serve --allow writes it)") from None
+
+
+def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
+    configurable = (config or {}).get("configurable") or {}
+    return configurable if isinstance(configurable, dict) else {}
+
+
+def check_run_settings(config: RunnableConfig | None) -> None:
+    """Refuse a run whose ``configurable`` names a setting its operator did not allow (see
+    :data:`OPERATOR_ONLY` and :data:`CHOOSABLE`), in one line, before anything is opened or called."""
+    configurable = _configurable(config)
+    allowed = allowed_values()
+    for key, (env, option) in OPERATOR_ONLY.items():
+        given = configurable.get(key)
+        if given in (None, "") or str(given) == os.environ.get(env, ""):
+            continue
+        raise ServingConfigError(
+            f"configurable.{key} is chosen by the server's operator, not by a run: the operator sets it with "
+            f"`pictrieve serve {option}` (or ${env})")
+    for key, (env, option) in CHOOSABLE.items():
+        given = configurable.get(key)
+        if given in (None, ""):
+            continue
+        own = (os.environ.get(env, "") if env else "") or _DEFAULTS.get(key, "")
+        names = _names(str(given)) if key == "visualizer" else [str(given)]
+        permitted = allowed.get(key, frozenset()) | ({own} | set(_names(own)) if own else set())
+        refused = [name for name in names if name not in permitted]
+        if refused or not isinstance(given, str):
+            choices = ", ".join(sorted(permitted)) or "only the server's own"
+            raise ServingConfigError(
+                f"configurable.{key}={str(given)[:80]!r} is not allowed on this server (allowed: {choices}); "
+                f"its operator allows values with `pictrieve serve --allow {key}=VALUE[,VALUE]` or sets it "
+                f"with {option}")
 
 
 def _setting(config: RunnableConfig | None, key: str, env: str, default: str | None = None) -> str | None:
-    configurable = (config or {}).get("configurable") or {}
-    value = configurable.get(key) or os.environ.get(env) or default
+    value = _configurable(config).get(key) or os.environ.get(env) or default
     return str(value) if value else None
 
 
@@ -90,16 +168,18 @@ def _open_gallery(location: str, embedder: str | None) -> Any:
 
 
 def gallery_for(config: RunnableConfig | None) -> Any:
-    """The gallery a served graph searches (see the module docstring for how it is chosen)."""
-    location = _setting(config, "gallery", ENV_GALLERY)
+    """The gallery a served graph searches: the operator's (``$PICTRIEVE_GALLERY``); a run may name the
+    same one, never another (:func:`check_run_settings`)."""
+    check_run_settings(config)
+    location = os.environ.get(ENV_GALLERY)
     if not location:
         raise ServingConfigError(
             f"no gallery to serve: set {ENV_GALLERY}=PATH (or http://host:port) before `langgraph dev`, "
-            "or pass configurable.gallery in the assistant's config"
+            "or start the server with `pictrieve serve --gallery PATH`"
         )
     # The embedder variable is the CLI's global default too; a served gallery uses its own recorded
-    # default unless the config names one explicitly.
-    embedder = ((config or {}).get("configurable") or {}).get("embedder")
+    # default unless the run names one the operator allowed.
+    embedder = _configurable(config).get("embedder")
     return _open_gallery(location, embedder)
 
 
@@ -110,8 +190,9 @@ def _chat_model(name: str, base_url: str | None) -> Any:
 
 
 def llm_for(config: RunnableConfig | None) -> Any:
-    """The chat model a served graph uses (``offline`` unless configured)."""
-    return _chat_model(_setting(config, "llm", ENV_LLM, "offline"), _setting(config, "base_url", ENV_BASE_URL))
+    """The chat model a served graph uses (``offline`` unless configured); its endpoint is the operator's."""
+    check_run_settings(config)
+    return _chat_model(_setting(config, "llm", ENV_LLM, "offline"), os.environ.get(ENV_BASE_URL) or None)
 
 
 # --- what each need is on the server: read from the run's config and the environment -------------
@@ -128,14 +209,14 @@ def _served_visualizers(config: RunnableConfig | None, gallery: Any) -> list[Any
 def _served_qc2_model(config: RunnableConfig | None, gallery: Any) -> Any:
     if gallery is None:
         raise ServingConfigError(f"the QC2 model is the one trained for a gallery: set {ENV_GALLERY}")
-    return _qc2_model(gallery, ((config or {}).get("configurable") or {}).get("qc2_model"))
+    return _qc2_model(gallery, os.environ.get(OPERATOR_ONLY["qc2_model"][0]) or None)
 
 
 def _served_vlm(config: RunnableConfig | None, gallery: Any) -> Any:
     from pictrieve.tools.models.vlm import create_region_captioner
 
     name = _setting(config, "vlm", ENV_VLM, "offline") or "offline"
-    base_url = _setting(config, "vlm_base_url", ENV_VLM_BASE_URL)
+    base_url = os.environ.get(ENV_VLM_BASE_URL) or None
     return shared_model(("served-vlm", name, base_url), lambda: create_region_captioner(name, base_url=base_url))
 
 
@@ -164,11 +245,88 @@ def served_graph(method: str, config: RunnableConfig | None = None) -> CompiledS
         spec = get_method(method)
     except UnknownMethodError as exc:
         raise ServingConfigError(f"no served graph {method!r}; choose from {', '.join(available_methods())}") from exc
-    configured = bool(_setting(config, "gallery", ENV_GALLERY))
+    check_run_settings(config)
+    configured = bool(os.environ.get(ENV_GALLERY))
     index = gallery_for(config) if spec.gallery == "required" or configured else None
     kwargs = {need: SERVED_NEEDS[need](config, index) for need in spec.needs if need in SERVED_NEEDS}
     kwargs.update(spec.served_kwargs(config))
-    return spec.build(index, name=method, **kwargs)
+    return _guard_input(spec.build(index, name=method, **kwargs), index)
+
+
+# --- what a run may put in its input and context -------------------------------------------------
+
+ENV_ALLOW_DIRS = "PICTRIEVE_SERVE_ALLOW_DIRS"
+"""Folders (``os.pathsep`` between them) whose image files a run's ``image`` input may name
+(``pictrieve serve --allow-dir``); default none: images are gallery ids or image data."""
+MAX_K = 100
+"""The most results a served run may ask for (``k`` and every ``*_k`` setting), as on the web page."""
+GUARD_NODE = "served_input"
+TEXT_INPUTS = ("query", "description", "question", "topic")
+IMAGE_INPUTS = ("image",)
+
+
+def _served_images_folder() -> str:
+    """One private folder per server process for the pictures runs send as data (``pictrieve serve`` points
+    ``TMPDIR`` into its own temporary folder, removed when it stops)."""
+    import tempfile
+
+    return shared_model(("served-images-folder",), lambda: tempfile.mkdtemp(prefix="pictrieve-served-images-"))
+
+
+def check_run_input(state: dict[str, Any], context: Any, index: Any) -> dict[str, Any]:
+    """The state update that makes a run's input safe to use, or :class:`ServingConfigError` in one line:
+    text inputs must be strings, ``k`` settings at most :data:`MAX_K`, and an ``image`` a gallery id, image
+    data, or a path inside the operator's ``--allow-dir`` folders (the MCP rule,
+    :func:`pictrieve.tools.core.image_inputs.image_file`); the image becomes the file the graph reads."""
+    from pictrieve.graphs.vision_search_tools import gallery_image_lookup
+    from pictrieve.tools.core.image_inputs import AllowedDirs, ImageInputError, image_file
+
+    for key in TEXT_INPUTS:
+        if state.get(key) is not None and not isinstance(state[key], str):
+            raise ServingConfigError(f"input.{key} must be a string, not {type(state[key]).__name__}")
+    fields = vars(context) if hasattr(context, "__dict__") else (context if isinstance(context, dict) else {})
+    for name, value in fields.items():
+        if name == "k" or name.endswith("_k"):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_K:
+                raise ServingConfigError(f"context.{name} must be a whole number from 1 to {MAX_K}, not {value!r}"[:200])
+    update: dict[str, Any] = {}
+    for key in IMAGE_INPUTS:
+        value = state.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ServingConfigError(f"input.{key} must be a string (a gallery id, base64 image data or an allowed path)")
+        allowed = AllowedDirs.of([d for d in os.environ.get(ENV_ALLOW_DIRS, "").split(os.pathsep) if d])
+        try:
+            update[key] = image_file(value, _served_images_folder(), lookup_id=gallery_image_lookup(index),
+                                     allowed=allowed)
+        except ImageInputError as exc:
+            raise ServingConfigError(f"input.{key}: {exc}") from None
+    return update
+
+
+def _guard_input(graph: CompiledStateGraph, index: Any) -> CompiledStateGraph:
+    """``graph`` recompiled with :func:`check_run_input` as its first node (``served_input``), so every run
+    that starts from its input is checked before any of the method's nodes runs."""
+    from langgraph.constants import START
+    from langgraph.runtime import Runtime
+
+    builder = graph.builder
+    if GUARD_NODE in builder.nodes or not any(k in builder.channels for k in (*TEXT_INPUTS, *IMAGE_INPUTS)):
+        return graph
+
+    def served_input(state: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
+        return check_run_input(state, runtime.context, index)
+
+    builder.compiled = False
+    builder.add_node(GUARD_NODE, served_input)
+    for start, end in [edge for edge in builder.edges if edge[0] == START]:
+        builder.edges.discard((start, end))
+        builder.edges.add((GUARD_NODE, end))
+    if START in builder.branches:
+        builder.branches[GUARD_NODE] = builder.branches.pop(START)
+    builder.add_edge(START, GUARD_NODE)
+    return builder.compile(name=graph.name)
 
 
 def _factory(method: str) -> Callable[[RunnableConfig], Awaitable[CompiledStateGraph]]:
@@ -237,18 +395,27 @@ def served_graphs(names: list[str] | None = None, path: str | None = None) -> di
     return {name: f"{here}:{factory_name(name)}" for name in (available_methods() if names is None else names)}
 
 
+def served_http(path: str | None = None) -> dict[str, Any]:
+    """The ``http`` section of a ``langgraph.json``: the guard app (:mod:`pictrieve.graphs.serving_http`: Host,
+    Origin and token checks around every route) and a CORS policy with no origin (never ``*``); the
+    operator's origins reach the guard through ``$PICTRIEVE_SERVE_CORS_ORIGINS``."""
+    here = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving_http.py")
+    return {"app": f"{here}:app", "cors": {"allow_origins": []}}
+
+
 def langgraph_config(env: dict[str, str] | None = None) -> dict[str, Any]:
     """A ``langgraph.json`` document serving every registered method (installed plugins included) from
     this installed copy of pictrieve, with absolute paths (``pictrieve serve --write-config``)."""
     return {"dependencies": [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))],
-            "graphs": served_graphs(), "env": dict(env or {})}
+            "graphs": served_graphs(), "http": served_http(), "env": dict(env or {})}
 
 
 def repository_langgraph_config() -> dict[str, Any]:
     """The repository's own ``langgraph.json``: the built-in methods, paths relative to the repository
     root (``langgraph dev`` run there). A test keeps the file equal to this."""
     return {"$schema": "https://langgra.ph/schema.json", "dependencies": ["."],
-            "graphs": served_graphs(builtin_methods(), "./graphs/serving.py"), "env": {}}
+            "graphs": served_graphs(builtin_methods(), "./graphs/serving.py"),
+            "http": served_http("./graphs/serving_http.py"), "env": {}}
 
 
 _install_factories()

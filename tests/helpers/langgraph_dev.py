@@ -66,6 +66,7 @@ def serve_repository(root: Path, gallery: Path, **env: str) -> tuple[subprocess.
     spec = json.loads(LANGGRAPH_JSON.read_text())
     spec["graphs"] = {name: str(REPO_ROOT / target) for name, target in spec["graphs"].items()}
     spec["dependencies"] = [str(REPO_ROOT)]
+    spec["http"] = {**spec["http"], "app": str(REPO_ROOT / spec["http"]["app"])}
     config = root / "langgraph.json"
     config.write_text(json.dumps(spec))
     return start(config, {**os.environ, "PICTRIEVE_GALLERY": str(gallery), "PICTRIEVE_CACHE": str(root / "cache"),
