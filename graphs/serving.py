@@ -4,27 +4,41 @@
 --write-config PATH`` writes one naming installed plugins too). There is no hand-written factory: this
 module makes one for every method of the registry (:mod:`pictrieve.graphs.registry`). The server calls a
 factory with the run's config and compiles nothing itself; the factory builds the method's graph over
-a gallery chosen by
+the gallery its operator chose (``$PICTRIEVE_GALLERY``; a method whose gallery is optional, such as ``vsa``,
+runs without one), and gives the builder what the method needs
+(:attr:`~pictrieve.agents.method.Method.needs`).
 
-- ``config["configurable"]["gallery"]`` (per assistant or per run), else ``$PICTRIEVE_GALLERY`` (a method
-  whose gallery is optional, such as ``vsa``, runs without one);
-- ``configurable.embedder``: which of the gallery's embedders (default: the gallery's recorded default),
+**The server trusts only its operator** (``pictrieve serve`` options, the environment, the ``env`` of a
+written ``langgraph.json``). A run's or assistant's ``configurable`` may
 
-and gives the builder what the method needs (:attr:`~pictrieve.agents.method.Method.needs`), each read
-from the run's ``configurable`` keys, else the environment, else a default:
+- never name where the server reaches or what it reads (:data:`OPERATOR_ONLY`: ``gallery``, ``base_url``,
+  ``vlm_base_url``, ``qc2_model``): a value other than the operator's is refused;
+- choose the other settings (:data:`CHOOSABLE`) only among the operator's own value and those it allowed
+  (``$PICTRIEVE_SERVE_ALLOW``, ``pictrieve serve --allow llm=offline,openai:gpt-4o-mini``).
+
+Refusals (:func:`check_run_settings`) are one line naming the setting and how the operator allows it, raised
+before any gallery, model or endpoint is opened. Every served graph starts with a ``served_input`` node
+(:func:`check_run_input`): text inputs must be strings, ``k`` at most :data:`MAX_K`, and an ``image`` is a
+gallery id, base64 data, or a path inside ``$PICTRIEVE_SERVE_ALLOW_DIRS`` (``--allow-dir``; the MCP rule of
+:mod:`pictrieve.tools.core.image_inputs`). Host, Origin/CORS and the bearer token are checked by the HTTP
+guard :mod:`pictrieve.graphs.serving_http`, which ``langgraph.json`` names as its ``http.app``.
+
+Where each need comes from (the run's choice, else the environment, else the default):
 
 ========================  ==================================================================  ===========
-need                      ``configurable`` key / environment variable                          default
+need                      ``configurable`` key (choosable) / environment variable             default
 ========================  ==================================================================  ===========
-``llm``                   ``llm`` / ``$PICTRIEVE_LLM``, ``base_url`` / ``$PICTRIEVE_BASE_URL``  ``offline``
+``llm``                   ``llm`` / ``$PICTRIEVE_LLM``; endpoint ``$PICTRIEVE_BASE_URL`` only   ``offline``
 ``visualizers``           ``visualizer`` / ``$PICTRIEVE_VISUALIZER`` (e.g. ``exemplar:DIR``;   none
                           several names separated by commas)
-``qc2_model``             ``qc2_model`` (a folder)                                            the gallery's
+``qc2_model``             ``$PICTRIEVE_QC2_MODEL`` only (a folder)                            the gallery's
 ``captioner``             ``captioner`` / ``$PICTRIEVE_CAPTIONER``                            ``auto``
-``vlm``                   ``vlm`` / ``$PICTRIEVE_VLM``, ``vlm_base_url`` / ``$PICTRIEVE_VLM_BASE_URL``  ``offline``
+``vlm``                   ``vlm`` / ``$PICTRIEVE_VLM``; endpoint ``$PICTRIEVE_VLM_BASE_URL`` only  ``offline``
 ``detector``              ``detector`` / ``$PICTRIEVE_DETECTOR``                              ``ssd``
 ``search``                ``search`` / ``$PICTRIEVE_SEARCH`` (``ddgs``, ``local:DIR``)          none
 ========================  ==================================================================  ===========
+
+``configurable.embedder`` picks one of the gallery's embedders (default: its recorded default).
 
 A method may add builder arguments of its own (:attr:`~pictrieve.agents.method.Method.served`).
 
@@ -78,7 +92,7 @@ ENV_ALLOW = "PICTRIEVE_SERVE_ALLOW"
 (``pictrieve serve --allow llm=offline,openai:gpt-4o-mini`` sets it)."""
 
 
-class ServingConfigError(PictrieveError):
+class ServingConfigError(PictrieveError, ValueError):
     """The server was started without saying which gallery to serve, or a run asked for a setting its
     operator did not allow (one line: the setting, and how the operator allows it)."""
 
@@ -192,7 +206,16 @@ def _chat_model(name: str, base_url: str | None) -> Any:
 def llm_for(config: RunnableConfig | None) -> Any:
     """The chat model a served graph uses (``offline`` unless configured); its endpoint is the operator's."""
     check_run_settings(config)
-    return _chat_model(_setting(config, "llm", ENV_LLM, "offline"), os.environ.get(ENV_BASE_URL) or None)
+    name = _setting(config, "llm", ENV_LLM, "offline") or "offline"
+    return _chat_model(name, _endpoint(name, os.environ.get(ENV_BASE_URL)))
+
+
+def _endpoint(name: str, base_url: str | None) -> str | None:
+    """The operator's endpoint for a provider model (``openai:<model>`` and the like); none for a model that
+    runs in the process (``offline``, ``local:DIR``), which a run may choose beside a provider's."""
+    from pictrieve.tools.models.chat_models import LANGCHAIN_PROVIDERS
+
+    return base_url or None if name.partition(":")[0] in LANGCHAIN_PROVIDERS else None
 
 
 # --- what each need is on the server: read from the run's config and the environment -------------
@@ -216,7 +239,7 @@ def _served_vlm(config: RunnableConfig | None, gallery: Any) -> Any:
     from pictrieve.tools.models.vlm import create_region_captioner
 
     name = _setting(config, "vlm", ENV_VLM, "offline") or "offline"
-    base_url = os.environ.get(ENV_VLM_BASE_URL) or None
+    base_url = _endpoint(name, os.environ.get(ENV_VLM_BASE_URL))
     return shared_model(("served-vlm", name, base_url), lambda: create_region_captioner(name, base_url=base_url))
 
 
@@ -260,6 +283,8 @@ ENV_ALLOW_DIRS = "PICTRIEVE_SERVE_ALLOW_DIRS"
 (``pictrieve serve --allow-dir``); default none: images are gallery ids or image data."""
 MAX_K = 100
 """The most results a served run may ask for (``k`` and every ``*_k`` setting), as on the web page."""
+MAX_CANDIDATES = 1000
+"""The most candidates any other ``*_k`` count of a served run may name (each costs work per run)."""
 GUARD_NODE = "served_input"
 TEXT_INPUTS = ("query", "description", "question", "topic")
 IMAGE_INPUTS = ("image",)
@@ -286,9 +311,10 @@ def check_run_input(state: dict[str, Any], context: Any, index: Any) -> dict[str
             raise ServingConfigError(f"input.{key} must be a string, not {type(state[key]).__name__}")
     fields = vars(context) if hasattr(context, "__dict__") else (context if isinstance(context, dict) else {})
     for name, value in fields.items():
-        if name == "k" or name.endswith("_k"):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_K:
-                raise ServingConfigError(f"context.{name} must be a whole number from 1 to {MAX_K}, not {value!r}"[:200])
+        if name == "k" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_K):
+            raise ServingConfigError(f"context.k must be a whole number from 1 to {MAX_K}, not {value!r}"[:200])
+        if name.endswith("_k") and isinstance(value, int) and not isinstance(value, bool) and value > MAX_CANDIDATES:
+            raise ServingConfigError(f"context.{name} must be at most {MAX_CANDIDATES}, not {value}"[:200])
     update: dict[str, Any] = {}
     for key in IMAGE_INPUTS:
         value = state.get(key)

@@ -46,8 +46,14 @@ def _train_tiny_qc2(gallery, tmp_path_factory) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_clip_name):
-    """`langgraph dev` serving the repository's langgraph.json over a tiny gallery."""
+    """`langgraph dev` serving the repository's langgraph.json over a tiny gallery.
+
+    What a run may not choose is the operator's, set here: one fake OpenAI endpoint (each test sets its
+    replies) as the chat and vision models' base URL, the photos folder for image paths, and the
+    detector, search folder and visualizer that the tests' assistants choose among (``--allow``)."""
     from helpers import make_photo
+    from helpers.openai_fake import OpenAIFake
+    from pictrieve.graphs.serving import ENV_ALLOW, ENV_ALLOW_DIRS
     from pictrieve.vectorstore.gallery import Gallery
 
     root = tmp_path_factory.mktemp("served")
@@ -58,9 +64,33 @@ def server(tmp_path_factory, tiny_clip_name):
     gallery = Gallery.open(root / "g.gallery", tiny_clip_name)
     gallery.add(photos, progress=False)
     _train_tiny_qc2(gallery, tmp_path_factory)  # saved as <gallery>/qc2, where the served qc2 graph looks
-    process, url = serve_repository(root, root / "g.gallery", OPENAI_API_KEY="test-key-for-a-local-fake")
-    yield {"url": url, "gallery": gallery, "photos": photos}
-    stop(process)
+    reference = root / "reference"  # NEEDLE's captioned exemplars (see NEEDLE_CAPTIONS)
+    reference.mkdir()
+    (reference / "captions.jsonl").write_text(
+        "\n".join(json.dumps({"image": str(photos / f"img{i}.png"), "captions": [caption]})
+                  for i, caption in enumerate(NEEDLE_CAPTIONS)))
+    pages = root / "pages"
+    pages.mkdir()
+    shutil.copy(REPO_ROOT / "examples" / "vsa-offline" / "pages" / "horses.md", pages / "horses.md")
+    shutil.copy(REPO_ROOT / "examples" / "vsa-offline" / "pages" / "dogs.html", pages / "dogs.html")
+    owl = save_tiny_owlvit(root / "owl")
+    allowed = {"llm": ["openai:fake-model"], "vlm": ["openai:fake-vlm"], "detector": [f"zeroshot:{owl}"],
+               "search": [f"local:{pages}"], "visualizer": [f"exemplar:{reference}"]}
+    with OpenAIFake() as fake:
+        process, url = serve_repository(
+            root, root / "g.gallery", OPENAI_API_KEY="test-key-for-a-local-fake", PICTRIEVE_BASE_URL=fake.base_url,
+            PICTRIEVE_VLM_BASE_URL=fake.base_url, **{ENV_ALLOW: json.dumps(allowed), ENV_ALLOW_DIRS: str(photos)})
+        yield {"url": url, "gallery": gallery, "photos": photos, "fake": fake, "reference": reference,
+               "pages": pages, "owl": owl}
+        stop(process)
+
+
+@pytest.fixture
+def fake(server):
+    """The operator's fake OpenAI endpoint, its requests cleared; the test sets ``fake.reply``."""
+    server["fake"].requests.clear()
+    server["fake"].status = None
+    return server["fake"]
 
 
 def test_search_over_the_server_matches_the_library(server):
@@ -121,28 +151,25 @@ def _scripted_replies(messages):
     return "What colour is the square?"
 
 
-def test_plugir_round_pauses_for_the_answer_and_resumes_over_the_server(server, tmp_path):
+def test_plugir_round_pauses_for_the_answer_and_resumes_over_the_server(server, fake):
     """One PlugIR round through the real server: the question arrives as an interrupt, the answer
     resumes the thread from the server's own checkpointer, and the next round's query uses it."""
     from langgraph_sdk import get_sync_client
 
-    from helpers.openai_fake import OpenAIFake
-
     client = get_sync_client(url=server["url"])
-    with OpenAIFake(_scripted_replies) as fake:
-        assistant = client.assistants.create(
-            "plugir", config={"configurable": {"llm": "openai:fake-model", "base_url": fake.base_url}})
-        thread = client.threads.create()
-        context = {"max_rounds": 2, "candidate_k": 6, "clusters": 2, "shown_k": 3, "questions_per_round": 2}
-        client.runs.wait(thread["thread_id"], assistant["assistant_id"],
-                         input={"description": "a square"}, context=context)
-        state = client.threads.get_state(thread["thread_id"])
-        (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
-        payload = pending["value"]
-        assert payload["round"] == 1 and payload["question"] == "What colour is the square?"
-        assert len(payload["shown"]) == 3 and payload["shown"][0]["rank"] == 1
-        result = client.runs.wait(thread["thread_id"], assistant["assistant_id"],
-                                  command={"resume": "red"}, context=context)
+    fake.reply = _scripted_replies
+    assistant = client.assistants.create("plugir", config={"configurable": {"llm": "openai:fake-model"}})
+    thread = client.threads.create()
+    context = {"max_rounds": 2, "candidate_k": 6, "clusters": 2, "shown_k": 3, "questions_per_round": 2}
+    client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                     input={"description": "a square"}, context=context)
+    state = client.threads.get_state(thread["thread_id"])
+    (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
+    payload = pending["value"]
+    assert payload["round"] == 1 and payload["question"] == "What colour is the square?"
+    assert len(payload["shown"]) == 3 and payload["shown"][0]["rank"] == 1
+    result = client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                              command={"resume": "red"}, context=context)
     assert result["dialogue"] == [{"question": "What colour is the square?", "answer": "red"}]
     assert result["queries"] == ["a square", "a red square on a white wall"]
     assert any(r["path"].endswith("/chat/completions") for r in fake.requests)
@@ -186,39 +213,33 @@ NEEDLE_CAPTIONS = ["a red kite over a beach", "two dogs on green grass", "a yell
                    "a child eating ice cream", "snowy mountains under a blue sky", "a brown horse in a stable"]
 
 
-def test_needle_pauses_for_result_feedback_and_learns_over_the_server(server):
+def test_needle_pauses_for_result_feedback_and_learns_over_the_server(server, fake):
     """NEEDLE through the real server: exemplar guides from a captioned folder, the results arrive as an
     interrupt, the marks resume the thread, and the learned trust weights are stored in the gallery."""
     from langgraph_sdk import get_sync_client
 
-    from helpers.openai_fake import OpenAIFake
     from pictrieve.agents.needle.trust import load_trust
 
     photos = server["photos"]
-    reference = photos.parent / "reference"
-    reference.mkdir(exist_ok=True)
-    (reference / "captions.jsonl").write_text(
-        "\n".join(json.dumps({"image": str(photos / f"img{i}.png"), "captions": [caption]})
-                  for i, caption in enumerate(NEEDLE_CAPTIONS)))
     client = get_sync_client(url=server["url"])
-    with OpenAIFake(lambda messages: NEEDLE_CAPTIONS[4]) as rewriter:
-        assistant = client.assistants.create("needle", config={"configurable": {
-            "visualizer": f"exemplar:{reference}", "llm": "openai:fake-model", "base_url": rewriter.base_url}})
-        thread = client.threads.create()
-        # One guide: its own photo must come first (with two, the second guide's photo ties with it up to
-        # float noise of the tiny random CLIP, whose vectors of the random photos are all nearly alike).
-        context = {"k": 3, "guides": 1, "feedback": "results", "eta": 0.5}
-        client.runs.wait(thread["thread_id"], assistant["assistant_id"],
-                         input={"query": "mountains with snow", "topic": "served"}, context=context)
-        state = client.threads.get_state(thread["thread_id"])
-        (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
-        hits = pending["value"]["hits"]
-        assert state["values"]["prompt"] == NEEDLE_CAPTIONS[4]  # the rewriter's, not the query
-        assert [g["path"] for g in state["values"]["guides"]] == [str(photos / "img4.png")]
-        assert pending["value"]["kind"] == "results" and len(hits) == 3
-        assert hits[0]["path"] == str(photos / "img4.png")  # the guide is this photo
-        result = client.runs.wait(thread["thread_id"], assistant["assistant_id"],
-                                  command={"resume": {"irrelevant": [hits[2]["id"]]}}, context=context)
+    fake.reply = lambda messages: NEEDLE_CAPTIONS[4]
+    assistant = client.assistants.create("needle", config={"configurable": {
+        "visualizer": f"exemplar:{server['reference']}", "llm": "openai:fake-model"}})
+    thread = client.threads.create()
+    # One guide: its own photo must come first (with two, the second guide's photo ties with it up to
+    # float noise of the tiny random CLIP, whose vectors of the random photos are all nearly alike).
+    context = {"k": 3, "guides": 1, "feedback": "results", "eta": 0.5}
+    client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                     input={"query": "mountains with snow", "topic": "served"}, context=context)
+    state = client.threads.get_state(thread["thread_id"])
+    (pending,) = [i for task in state["tasks"] for i in task["interrupts"]]
+    hits = pending["value"]["hits"]
+    assert state["values"]["prompt"] == NEEDLE_CAPTIONS[4]  # the rewriter's, not the query
+    assert [g["path"] for g in state["values"]["guides"]] == [str(photos / "img4.png")]
+    assert pending["value"]["kind"] == "results" and len(hits) == 3
+    assert hits[0]["path"] == str(photos / "img4.png")  # the guide is this photo
+    result = client.runs.wait(thread["thread_id"], assistant["assistant_id"],
+                              command={"resume": {"irrelevant": [hits[2]["id"]]}}, context=context)
     assert hits[2]["id"] not in {h["id"] for h in result["hits"]}
     assert [g["status"] for g in result["guides"]] == ["used"]
     assert "served" in load_trust(server["gallery"]).weights
@@ -240,28 +261,21 @@ def _vsa_replies(messages):
     return "An adult horse has 36 to 44 teeth [1] [5]."  # [5] was never read: the graph must remove it
 
 
-def test_vsa_answers_over_the_server_with_checked_numbered_sources(server, tmp_path):
+def test_vsa_answers_over_the_server_with_checked_numbered_sources(server, fake):
     """The Vision Search Assistant through the real server: a zero-shot detector from a folder (a tiny
     random OWL-ViT), VLM and LLM at a fake OpenAI endpoint, the offline local-page search. The plan, the
     searcher's pages and an answer whose citation of an unread source was removed come back over the SDK."""
     from langgraph_sdk import get_sync_client
 
-    from helpers.openai_fake import OpenAIFake
-
-    pages = tmp_path / "pages"
-    pages.mkdir()
-    shutil.copy(REPO_ROOT / "examples" / "vsa-offline" / "pages" / "horses.md", pages / "horses.md")
-    shutil.copy(REPO_ROOT / "examples" / "vsa-offline" / "pages" / "dogs.html", pages / "dogs.html")
-    owl = save_tiny_owlvit(tmp_path / "owl")
     client = get_sync_client(url=server["url"])
-    with OpenAIFake(_vsa_replies) as fake:
-        assistant = client.assistants.create("vsa", config={"configurable": {
-            "llm": "openai:fake-model", "base_url": fake.base_url, "vlm": "openai:fake-vlm",
-            "vlm_base_url": fake.base_url, "detector": f"zeroshot:{owl}", "search": f"local:{pages}"}})
-        result = client.runs.wait(None, assistant["assistant_id"],
-                                  input={"image": str(server["photos"] / "img1.png"),
-                                         "question": "How many teeth does this animal have?"},
-                                  context={"max_regions": 1, "pages_per_search": 1})
+    fake.reply = _vsa_replies
+    assistant = client.assistants.create("vsa", config={"configurable": {
+        "llm": "openai:fake-model", "vlm": "openai:fake-vlm", "detector": f"zeroshot:{server['owl']}",
+        "search": f"local:{server['pages']}"}})
+    result = client.runs.wait(None, assistant["assistant_id"],
+                              input={"image": str(server["photos"] / "img1.png"),
+                                     "question": "How many teeth does this animal have?"},
+                              context={"max_regions": 1, "pages_per_search": 1})
     assert result["plan_mode"] in ("structured", "json") and result["answerer"] == "llm"
     assert [f["question"] for f in result["findings"]] == ["adult horse number of teeth"]
     assert result["sources"][0]["url"].endswith("/horses.md")

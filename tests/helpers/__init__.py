@@ -14,6 +14,7 @@ No test module imports another test module: what two of them share moves here.
 - ``chroma``: a real ``chroma run`` server started and stopped (the ``chroma_server`` fixture)
 - ``chat_checkpoints``: a tiny local chat-model checkpoint and a private cache
 - ``openai_fake``: a local OpenAI-compatible endpoint and a dead one
+- ``canary``: a loopback listener that records every connection (a server must never reach it)
 - ``cli``: the ``pictrieve`` command in a subprocess
 - ``langgraph_dev``: the real ``langgraph dev`` started and stopped
 - ``web_page``: the web page served by uvicorn, driven in headless Chromium

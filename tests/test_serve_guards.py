@@ -1,0 +1,351 @@
+"""`pictrieve serve` trusts only its operator (issue 27): the real command, serving the real `langgraph dev`
+on 127.0.0.1, attacked as a web page, a DNS-rebinding page and a caller would.
+
+- A page on another loopback port can neither read (``fetch``) nor start work (a form post); a page on an
+  origin the operator listed with ``--cors-origin`` can.
+- ``Host: evil.example`` is refused, on every loopback spelling of the bound address.
+- A run's ``configurable`` cannot choose a base URL, a gallery or a folder: a canary listener that a run
+  names as its endpoint or gallery receives no connection (and so no key).
+- Image inputs follow the MCP rule: ids and data always, paths only inside ``--allow-dir``.
+- ``k`` is capped and a wrongly typed input is one line.
+- With a token, a request without it is refused; beyond loopback, no token: the command refuses to start.
+- SIGTERM stops `langgraph dev` with it: the port closes and the temporary folder is gone.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from helpers import free_port, make_photo
+from helpers.canary import Canary
+from helpers.web_page import browser, page  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.server
+
+TOKEN = "serve-test-token-8f3a"
+
+
+def _env(root: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "PICTRIEVE_CACHE": str(root / "cache"), "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1",
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1", "OPENAI_API_KEY": "canary-key-must-stay-home", "TMPDIR": str(root / "tmp"),
+            **extra}
+
+
+def start_serve(root: Path, gallery: Path, *args: str, token: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`pictrieve serve` on a free port (its own session), once it answers ``/ok``; its log in ``root``."""
+    (root / "tmp").mkdir(exist_ok=True)
+    for _ in range(3):
+        port = free_port()
+        log = open(root / f"serve-{port}.log", "w")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pictrieve.cli.main", "serve", "-g", str(gallery), "--port", str(port), *args],
+            cwd=root, env=_env(root, **({"PICTRIEVE_SERVE_TOKEN": token} if token else {})),
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        deadline = time.monotonic() + 180
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/ok", headers=headers, timeout=2).status_code == 200:
+                    return process, url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        stop_group(process)
+    pytest.fail(f"pictrieve serve did not start; logs in {root}")
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """End a started `pictrieve serve` and everything in its session (test cleanup)."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, signum)
+            process.wait(timeout=30)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+@contextmanager
+def static_site(folder: Path):
+    """``folder`` served over HTTP on another loopback port: a web page of another origin."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietFiles, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_clip_name):
+    """`pictrieve serve` over a tiny gallery, loopback, no token; images read only under ``allowed/``; the
+    page server's origin ``listed`` is the one origin the operator allowed."""
+    from pictrieve.vectorstore.gallery import Gallery
+
+    root = tmp_path_factory.mktemp("serve-guards")
+    photos = root / "photos"
+    for i in range(4):
+        make_photo(photos / f"img{i}.png", seed=i)
+    gallery = Gallery.open(root / "g.gallery", tiny_clip_name)
+    gallery.add(photos, progress=False)
+    make_photo(root / "allowed" / "inside.png", seed=7)
+    make_photo(root / "allowed-evil" / "outside.png", seed=8)  # shares the allowed folder's name as a prefix
+    (root / "allowed" / "broken.png").write_bytes(b"not an image")
+    site = root / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<!doctype html><title>another origin</title><body></body>")
+    with static_site(site) as listed, static_site(site) as evil:
+        process, url = start_serve(root, root / "g.gallery", "--allow-dir", str(root / "allowed"),
+                                   "--allow", "llm=offline,openai:gpt-4o-mini", "--cors-origin", listed)
+        yield {"url": url, "root": root, "gallery": gallery, "listed": listed, "evil": evil, "process": process}
+        stop_group(process)
+
+
+def _client(url: str):
+    from langgraph_sdk import get_sync_client
+
+    return get_sync_client(url=url)
+
+
+def _thread_count(url: str) -> int:
+    return len(_client(url).threads.search(limit=1000))
+
+
+# --- browsers ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.browser
+def test_a_page_on_another_loopback_port_can_neither_read_nor_start_work(served, page):
+    """fetch() of /runs/wait fails (no CORS grant), and neither it nor a no-cors fetch nor a plain HTML form
+    post to /threads creates anything on the server."""
+    url = served["url"]
+    before = _thread_count(url)
+    page.goto(served["evil"] + "/index.html")
+    read = page.evaluate("""async (url) => {
+        try {
+            const r = await fetch(url + '/runs/wait', {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                  body: JSON.stringify({assistant_id: 'search', input: {query: 'a'}})});
+            return 'read: ' + (await r.text());
+        } catch (e) { return 'refused: ' + e.name; }
+    }""", url)
+    assert read == "refused: TypeError"
+    page.evaluate("""async (url) => {
+        await fetch(url + '/threads', {method: 'POST', mode: 'no-cors', body: '{"metadata": {"via": "no-cors"}}'})
+            .catch(() => null);
+    }""", url)
+    page.set_content(f"""<iframe name="sink"></iframe>
+        <form id="f" method="POST" action="{url}/threads" enctype="text/plain" target="sink">
+        <input name='{{"metadata": {{"via": "form", "x": "' value='"}}}}'></form>""")
+    with page.expect_response(lambda r: r.url.startswith(url)) as answered:
+        page.evaluate("document.getElementById('f').submit()")
+    assert answered.value.status == 403
+    assert _thread_count(url) == before
+
+
+@pytest.mark.browser
+def test_a_page_on_an_origin_the_operator_listed_may_call_the_server(served, page):
+    page.goto(served["listed"] + "/index.html")
+    hits = page.evaluate("""async (url) => {
+        const r = await fetch(url + '/runs/wait', {method: 'POST', headers: {'Content-Type': 'application/json'},
+                              body: JSON.stringify({assistant_id: 'search', input: {query: 'a'}, context: {k: 2}})});
+        return (await r.json()).hits.length;
+    }""", served["url"])
+    assert hits == 2
+
+
+def test_cors_grants_no_wildcard_and_no_private_network_access(served):
+    url = served["url"]
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Private-Network": "true"}
+    refused = httpx.options(f"{url}/runs/wait", headers={**preflight, "Origin": served["evil"]})
+    assert refused.status_code == 403
+    assert not any(h.lower().startswith("access-control-") for h in refused.headers)
+    listed = httpx.options(f"{url}/runs/wait", headers={**preflight, "Origin": served["listed"]})
+    assert listed.headers["access-control-allow-origin"] == served["listed"]
+    plain = httpx.get(f"{url}/info")  # a program without Origin: no CORS headers at all, least of all '*'
+    assert plain.status_code == 200
+    assert not any(h.lower().startswith("access-control-") for h in plain.headers)
+
+
+# --- Host ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:80", "127.0.0.1.evil.example", "localhost.evil"])
+def test_a_request_for_another_host_name_is_refused(served, host):
+    """A DNS-rebinding page reaches 127.0.0.1 under its own name: refused before any route."""
+    answer = httpx.get(f"{served['url']}/assistants/search", headers={"Host": host})
+    assert answer.status_code == 403 and "search" not in answer.text
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "LOCALHOST", "127.0.0.1:{port}", "[::1]:{port}"])
+def test_local_host_names_are_answered(served, host):
+    port = served["url"].rsplit(":", 1)[1]
+    assert httpx.get(f"{served['url']}/ok", headers={"Host": host.format(port=port)}).status_code == 200
+
+
+# --- what a run may choose -------------------------------------------------------------------------------
+
+
+CALLER_SETTINGS = [
+    ("search", {"llm": "openai:gpt-4o-mini", "base_url": "{canary}/v1"}, "base_url"),
+    ("plugir", {"llm": "openai:gpt-4o-mini", "base_url": "{canary}/v1"}, "base_url"),
+    ("vsa", {"vlm": "openai:gpt-4o-mini", "vlm_base_url": "{canary}/v1"}, "vlm_base_url"),
+    ("search", {"gallery": "{canary}"}, "gallery"),
+    ("search", {"gallery": "../.."}, "gallery"),
+    ("search", {"gallery": "/etc"}, "gallery"),
+    ("vsa", {"search": "local:/etc"}, "search"),
+    ("visret", {"visualizer": "exemplar:/etc"}, "visualizer"),
+    ("search", {"llm": "openai:gpt-4o"}, "llm"),
+    ("qc2", {"qc2_model": "/etc"}, "qc2_model"),
+]
+
+
+@pytest.mark.parametrize("graph,configurable,refused", CALLER_SETTINGS)
+def test_a_run_cannot_choose_where_the_server_reaches_or_what_it_reads(served, graph, configurable, refused):
+    """Each setting is refused in one line naming it, and the canary the run named hears nothing: no
+    connection, so no Authorization header with the operator's key."""
+    client = _client(served["url"])
+    with Canary() as canary:
+        chosen = {key: value.format(canary=canary.url) for key, value in configurable.items()}
+        thread = client.threads.create()
+        run = client.runs.create(thread["thread_id"], graph, input={"query": "a", "description": "a", "question": "a"},
+                                 config={"configurable": chosen})
+        error = client.runs.join(thread["thread_id"], run["run_id"])["__error__"]
+        time.sleep(0.5)  # anything the server would have sent has arrived by now
+    assert error["error"] == "ServingConfigError" and f"configurable.{refused}" in error["message"]
+    assert "\n" not in error["message"] and "--" in error["message"]  # says how the operator allows it
+    assert canary.connections == 0 and canary.requests == []
+    assert not (Path("/etc") / "chroma.sqlite3").exists()
+
+
+def test_an_assistant_cannot_choose_them_either(served):
+    client = _client(served["url"])
+    with Canary() as canary:
+        assistant = client.assistants.create("search", config={"configurable": {"gallery": canary.url}})
+        with pytest.raises(Exception, match="configurable.gallery"):
+            client.runs.wait(None, assistant["assistant_id"], input={"query": "a"})
+    assert canary.connections == 0
+
+
+def test_a_run_may_choose_what_the_operator_allowed(served):
+    result = _client(served["url"]).runs.wait(None, "search", input={"query": "a"}, context={"k": 1},
+                                              config={"configurable": {"llm": "offline"}})
+    assert len(result["hits"]) == 1
+
+
+# --- inputs ----------------------------------------------------------------------------------------------
+
+
+def _search_error(url: str, **input_and_context) -> str:
+    client = _client(url)
+    thread = client.threads.create()
+    context = input_and_context.pop("context", {})
+    run = client.runs.create(thread["thread_id"], "search", input=input_and_context, context=context)
+    error = client.runs.join(thread["thread_id"], run["run_id"])["__error__"]
+    assert error["error"] == "ServingConfigError" and "\n" not in error["message"], error
+    return error["message"]
+
+
+def test_image_paths_are_read_only_inside_the_allowed_folder(served):
+    root, url = served["root"], served["url"]
+    client = _client(url)
+    inside = client.runs.wait(None, "search", input={"image": str(root / "allowed" / "inside.png")}, context={"k": 1})
+    assert len(inside["hits"]) == 1
+    sibling = _search_error(url, image=str(root / "allowed-evil" / "outside.png"))
+    assert "outside the folders this server may read" in sibling
+    # A file that exists and one that does not, outside: the same words (nothing said about which exist).
+    missing = _search_error(url, image=str(root / "photos" / "nothere.png"))
+    existing = _search_error(url, image=str(root / "photos" / "img1.png"))
+    assert missing.replace("nothere", "img1") == existing
+    assert "outside" in _search_error(url, image=str(root / "allowed" / ".." / "photos" / "img1.png"))
+
+
+def test_image_ids_and_data_are_always_accepted(served):
+    client = _client(served["url"])
+    target = served["gallery"].search_text("a", k=1)[0]
+    by_id = client.runs.wait(None, "search", input={"image": target.id}, context={"k": 1})
+    assert by_id["hits"][0]["id"] == target.id
+    data = base64.b64encode(Path(target.path).read_bytes()).decode()
+    by_data = client.runs.wait(None, "search", input={"image": data}, context={"k": 1})
+    assert by_data["hits"][0]["id"] == target.id
+
+
+@pytest.mark.parametrize("case,words", [
+    ({"query": 5}, "input.query must be a string"),
+    ({"query": ["a"]}, "input.query must be a string"),
+    ({"image": {"path": "/etc/hosts"}}, "input.image must be a string"),
+    ({"query": "a", "context": {"k": 10**9}}, "context.k must be a whole number from 1 to 100"),
+    ({"query": "a", "context": {"k": 0}}, "context.k must be a whole number from 1 to 100"),
+])
+def test_wrongly_typed_inputs_and_huge_k_are_one_line(served, case, words):
+    assert words in _search_error(served["url"], **case)
+
+
+# --- starting and stopping -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--host", "0.0.0.0"], "reachable from other machines"),
+    (["--host", "::"], "reachable from other machines"),
+    (["--token", " "], "the token is blank"),
+    (["--allow", "base_url=http://127.0.0.1:9/v1"], "base_url is never chosen by a run"),
+    (["--allow", "gallery=/etc"], "gallery is never chosen by a run"),
+])
+def test_serve_refuses_to_start_unguarded_in_one_line(tmp_path, args, words):
+    done = subprocess.run([sys.executable, "-m", "pictrieve.cli.main", "serve", "-g", str(tmp_path), *args],
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_server_closes_its_port_and_removes_its_folder(tmp_path, tiny_clip_name):
+    """A supervisor's SIGTERM to `pictrieve serve` alone (not its group): `langgraph dev` stops with it.
+    The server had a token: without it (or with a prefix of it) nothing is answered."""
+    from pictrieve.vectorstore.gallery import Gallery
+
+    make_photo(tmp_path / "photos" / "a.png", seed=1)
+    Gallery.open(tmp_path / "g.gallery", tiny_clip_name).add(tmp_path / "photos", progress=False)
+    process, url = start_serve(tmp_path, tmp_path / "g.gallery", token=TOKEN)
+    try:
+        assert httpx.get(f"{url}/ok").status_code == 401
+        for given in ("", TOKEN[:-1], TOKEN + "x", "x" * len(TOKEN)):
+            assert httpx.get(f"{url}/ok", headers={"Authorization": f"Bearer {given}"}).status_code == 401
+        assert httpx.get(f"{url}/ok", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
+        assert list((tmp_path / "tmp").glob("pictrieve-serve-*"))
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        port = int(url.rsplit(":", 1)[1])
+        deadline = time.monotonic() + 30
+        while _port_open(port) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _port_open(port)
+        assert not list((tmp_path / "tmp").glob("pictrieve-serve-*"))
+    finally:
+        stop_group(process)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
