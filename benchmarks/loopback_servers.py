@@ -101,6 +101,7 @@ def start_langgraph(gallery: str, workdir: Path) -> Server:
     spec = json.loads((REPO_ROOT / "langgraph.json").read_text())
     spec["graphs"] = {name: str(REPO_ROOT / target) for name, target in spec["graphs"].items()}
     spec["dependencies"] = [str(REPO_ROOT)]
+    spec["http"] = {**spec["http"], "app": str(REPO_ROOT / spec["http"]["app"])}  # the guard of every route
     config = workdir / "langgraph.json"
     config.write_text(json.dumps(spec))
     langgraph = _executable("langgraph")

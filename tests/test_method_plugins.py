@@ -223,7 +223,7 @@ def test_langgraph_dev_serves_the_plugin_from_the_written_config(plugins, galler
         stop(process)
 
 
-def test_a_method_registered_later_is_served_by_name(plugins, gallery):
+def test_a_method_registered_later_is_served_by_name(plugins, gallery, monkeypatch):
     """A method registered in a running program gets a factory through the module's ``__getattr__``,
     under ``<name>_graph`` when its name is taken by something else of serving.py."""
     import asyncio
@@ -240,7 +240,8 @@ def test_a_method_registered_later_is_served_by_name(plugins, gallery):
         try:
             assert serving.factory_name("os") == "os_graph" and serving.served_graphs(["os"]) == {
                 "os": f"{serving.__file__}:os_graph"}
-            config = {"configurable": {"gallery": str(gallery.location), "toy_label": "late"}}
+            monkeypatch.setenv("PICTRIEVE_GALLERY", str(gallery.location))  # the operator's, never a run's
+            config = {"configurable": {"toy_label": "late"}}
             # The factory is async, as the server awaits it (in a thread of our own: the browser tests'
             # Playwright keeps an event loop running in this one).
             with ThreadPoolExecutor(1) as pool:
