@@ -117,6 +117,59 @@ def test_a_damaged_cache_file_is_encoded_again_and_replaced(tmp_path):
     assert np.array_equal(np.load(path), good)
 
 
+class _StopAfter(Exception):
+    """Stands for a person pressing Ctrl-C during a first use."""
+
+
+class BulkSpy(SpyEncoder):
+    """The real MiniLM through its bulk path, counting what it encodes; ``stop_after`` raises once that
+    many captions have been encoded, as a stopped first use would."""
+
+    def __init__(self, stop_after: int | None = None):
+        super().__init__()
+        self.stop_after = stop_after
+
+    def encode_bulk(self, texts, on_batch=None):
+        if self.stop_after is not None and self.encoded + len(texts) > self.stop_after:
+            raise _StopAfter()
+        self.encoded += len(texts)
+        return self.base.encode_bulk(texts, batch_size=2, threads=1, on_batch=on_batch)
+
+
+def test_a_stopped_first_use_resumes_from_its_checkpoints(tmp_path, monkeypatch):
+    """A first use stopped part-way keeps its finished checkpoints, never a whole-matrix file; the next
+    use encodes only what is left, gets the same matrix as an uninterrupted run, and drops the parts."""
+    from pictrieve.tools.models import visualizers
+    from pictrieve.tools.models.visualizers import ExemplarVisualizer
+
+    monkeypatch.setattr(visualizers, "CHECKPOINT_CHUNK", 2)
+    root, cache = _reference(tmp_path), tmp_path / "cache"
+    stopped = BulkSpy(stop_after=4)
+    with pytest.raises(_StopAfter):
+        ExemplarVisualizer(root, encoder=stopped, cache_dir=cache, progress=False)
+    assert stopped.encoded == 4 and not list(cache.glob("captions-*.npy"))
+    assert len(list(cache.glob("captions-*.parts/*.npy"))) == 2
+    resumed_by = BulkSpy()
+    resumed = ExemplarVisualizer(root, encoder=resumed_by, cache_dir=cache, progress=False)
+    assert resumed_by.encoded == 2  # only the last checkpoint's captions
+    fresh = ExemplarVisualizer(root, encoder=SpyEncoder(), cache_dir=tmp_path / "other", progress=False)
+    np.testing.assert_allclose(resumed.caption_vectors, fresh.caption_vectors, atol=1e-5)
+    assert resumed.cache_path(cache).is_file() and not list(cache.glob("*.parts"))
+
+
+def test_bulk_encoding_equals_the_query_encoder():
+    """The shared bulk path (batched PyTorch) stores the vectors the numpy query encoder makes."""
+    from pictrieve.tools.models.sentence_encoder import SentenceEncoder
+
+    encoder = SentenceEncoder()
+    texts = ["a dog", "two children play on a sandy beach next to the sea under a cloudy sky",
+             "A man in a red jacket climbs a rock wall .", "x", "a black dog and a brown dog run through grass"] * 3
+    calls: list[int] = []
+    bulk = encoder.encode_bulk(texts, batch_size=4, threads=2, on_batch=calls.append)
+    np.testing.assert_allclose(bulk, encoder.encode(texts), atol=1e-5)
+    assert sum(calls) == len(texts) and max(calls) <= 4
+
+
 class _CountingEncoder:
     """Control flow only: one fixed unit vector per text, and the size of every call."""
 
