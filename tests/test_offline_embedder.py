@@ -108,25 +108,45 @@ def test_preprocess_is_thread_safe_and_deterministic(offline, photos):
     np.testing.assert_allclose(batched[0], batched[2], atol=1e-5)
 
 
+def test_the_shipped_class_matrix_equals_what_the_code_computes(private_cache, monkeypatch):
+    """The package's class-embeddings.npz is the default template's matrix for today's MiniLM and class
+    names (else: run ``write_packaged_class_embeddings()``), and loading it encodes nothing."""
+    import pictrieve.tools.models.embedders.offline as offline_module
+
+    template = offline_module.OfflineRecipe().class_template
+    shipped = offline_module._packaged_class_embeddings(template)
+    assert shipped is not None, "class-embeddings.npz is stale: run write_packaged_class_embeddings()"
+    np.testing.assert_allclose(shipped, offline_module.compute_class_embeddings(template, progress=False), atol=1e-5)
+    forget_shared_models(lambda key: key[0].startswith("offline-"))
+    monkeypatch.setattr(offline_module, "compute_class_embeddings", lambda *a, **k: pytest.fail("re-encoded"))
+    np.testing.assert_array_equal(OfflineEmbedder(device="cpu").class_embeddings, shipped)
+    assert not class_embeddings_cache_path(template).is_file()  # nothing written at first use
+
+
 def test_class_embeddings_are_cached_on_disk_by_model_content(offline, private_cache, monkeypatch):
+    import pictrieve.tools.models.embedders.offline as offline_module
+
     template = offline.recipe.class_template
     path = class_embeddings_cache_path(template)
+    # Without the shipped matrix (another template, model or name list), it is computed and cached.
+    monkeypatch.setattr(offline_module, "PACKAGED_CLASS_EMBEDDINGS", private_cache / "no-such.npz")
+    forget_shared_models(lambda key: key[0].startswith("offline-"))
+    computed = OfflineEmbedder(device="cpu").class_embeddings
     assert path.is_file() and path.is_relative_to(private_cache)
-    computed = offline.class_embeddings
     # A new process (here: an empty model cache) reads the file instead of encoding 1,000 names.
     forget_shared_models(lambda key: key[0].startswith("offline-"))
-    monkeypatch.setattr(type(offline.encoder), "encode", lambda *a, **k: pytest.fail("re-encoded"))
+    monkeypatch.setattr(type(offline.encoder), "encode_bulk", lambda *a, **k: pytest.fail("re-encoded"))
     np.testing.assert_array_equal(OfflineEmbedder(device="cpu").class_embeddings, computed)
     # A damaged file is recomputed, not trusted.
     monkeypatch.undo()
     monkeypatch.setenv("PICTRIEVE_CACHE", str(private_cache))
+    monkeypatch.setattr(offline_module, "PACKAGED_CLASS_EMBEDDINGS", private_cache / "no-such.npz")
     path.write_bytes(b"not an array")
     forget_shared_models(lambda key: key[0].startswith("offline-"))
     np.testing.assert_allclose(OfflineEmbedder(device="cpu").class_embeddings, computed, atol=1e-5)
     assert np.load(path).shape == (1000, 384)
     # The key follows the sentence model's file content and the template.
     assert class_embeddings_cache_path("a picture of a {}.") != path
-    import pictrieve.tools.models.embedders.offline as offline_module
     from pictrieve.tools.models.sentence_encoder import minilm_model_dir
 
     copy = private_cache / "minilm-copy"

@@ -308,26 +308,67 @@ def _description_mean(template: str) -> np.ndarray:
 CLASS_EMBEDDINGS_FORMAT = 2  # 2: numpy MiniLM (same vectors to float32 rounding); bump when the way the matrix is computed changes
 
 
-def class_embeddings_cache_path(template: str) -> Path:
-    """Where the class-sentence matrix for ``template`` is cached on disk.
+PACKAGED_CLASS_EMBEDDINGS = Path(__file__).parent / "weights" / "class-embeddings.npz"
+"""The default template's class-sentence matrix, shipped with the package (``key`` + ``vectors``), so no
+first indexing pays for it (it froze the indexing bar for 52-70 s on a busy machine)."""
 
-    The file name is a hash of the MiniLM model files' *content*, the class names, the template and
-    :data:`CLASS_EMBEDDINGS_FORMAT`, so an upgraded model or name list never reads stale vectors.
-    """
+
+def class_embeddings_key(template: str) -> str:
+    """Identity of the class-sentence matrix for ``template``: a hash of the MiniLM model files'
+    *content*, the class names, the template and :data:`CLASS_EMBEDDINGS_FORMAT`."""
     digest = hashlib.sha256()
     digest.update(f"format={CLASS_EMBEDDINGS_FORMAT}\n{template}\n".encode())
     digest.update("\n".join(_class_names()).encode())
     digest.update(files_fingerprint(minilm_model_dir()).encode())
-    return cache_root() / "offline-embedder" / f"class-embeddings-{digest.hexdigest()[:24]}.npy"
+    return digest.hexdigest()
+
+
+def class_embeddings_cache_path(template: str) -> Path:
+    """Where the class-sentence matrix for ``template`` is cached on disk, named by
+    :func:`class_embeddings_key`, so an upgraded model or name list never reads stale vectors."""
+    return cache_root() / "offline-embedder" / f"class-embeddings-{class_embeddings_key(template)[:24]}.npy"
+
+
+def _packaged_class_embeddings(template: str) -> np.ndarray | None:
+    """The shipped matrix when it was made for this template, class names and model files, else ``None``."""
+    try:
+        with np.load(PACKAGED_CLASS_EMBEDDINGS, allow_pickle=False) as data:
+            if str(data["key"]) == class_embeddings_key(template):
+                return np.asarray(data["vectors"], dtype=np.float32)
+    except (OSError, ValueError, KeyError) as exc:
+        logger.info("no usable packaged class embeddings (%s)", exc)
+    return None
+
+
+def compute_class_embeddings(template: str, progress: bool = True) -> np.ndarray:
+    """The 1,000 class sentences embedded by MiniLM's bulk path, behind a progress bar that counts them."""
+    from tqdm.auto import tqdm
+
+    texts = [template.format(name) for name in _class_names()]
+    with tqdm(total=len(texts), desc="embedding the ImageNet class names (once)", unit="name",
+              disable=not progress) as bar:
+        return _encoder().encode_bulk(texts, on_batch=bar.update)
+
+
+def write_packaged_class_embeddings(template: str = "a photo of a {}.") -> Path:
+    """Recompute and save :data:`PACKAGED_CLASS_EMBEDDINGS` (after a change to MiniLM, the class names or
+    :data:`CLASS_EMBEDDINGS_FORMAT`; a test fails until then)."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, key=np.array(class_embeddings_key(template)),
+                        vectors=compute_class_embeddings(template).astype(np.float32))
+    atomic_write_bytes(PACKAGED_CLASS_EMBEDDINGS, buffer.getvalue())
+    return PACKAGED_CLASS_EMBEDDINGS
 
 
 def _load_class_embeddings(template: str) -> np.ndarray:
-    """The 1,000 class sentences embedded by MiniLM: read from the disk cache, or computed once.
-
-    Computing them costs ~10 s of CPU; every process that embedded an image paid it before this cache.
+    """The 1,000 class sentences embedded by MiniLM: shipped with the package (default template), read
+    from the disk cache, or computed once behind a progress bar and cached.
     """
+    vectors = _packaged_class_embeddings(template)
+    if vectors is not None:
+        vectors.setflags(write=False)
+        return vectors
     path = class_embeddings_cache_path(template)
-    vectors = None
     if path.is_file():
         try:
             vectors = np.load(path, allow_pickle=False)
@@ -336,9 +377,8 @@ def _load_class_embeddings(template: str) -> np.ndarray:
         if vectors is not None and vectors.shape != (len(_class_names()), OfflineEmbedder.dim):
             vectors = None
     if vectors is None:
-        logger.warning("embedding the 1,000 ImageNet class names once (a few seconds); cached at %s", path)
-        names = _class_names()
-        vectors = _encoder().encode([template.format(name) for name in names], batch_size=128)
+        logger.warning("embedding the 1,000 ImageNet class names once; cached at %s", path)
+        vectors = compute_class_embeddings(template)
         try:
             buffer = io.BytesIO()
             np.save(buffer, vectors, allow_pickle=False)
