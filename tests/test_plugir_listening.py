@@ -94,6 +94,10 @@ def test_a_thing_mentioned_only_in_passing_is_not_a_yes():
     # not vacuous: the same words said plainly are a yes, and so are they in the background markers' absence
     assert read_answer(FOOD, "a jar of pasta behind the toaster") == 1
     assert read_answer(FOOD, "some pizza in the background") is None
+    # size words are no markers: a little girl is a girl, and her dress is heard
+    girl = Question(text="Is there a girl in the photo?", kind="yes_no", key="girl", phrase="a girl")
+    assert read_answer(girl, "a little girl on the grass") == 1
+    assert "pink dress" in answer_facts(girl, "yes, a little girl in a pink dress").confirmed
     # "just" about something else than what was asked still tells of it
     cat = Question(text="Is there a cat in the photo?", kind="yes_no", key="cat", phrase="a cat")
     facts = answer_facts(cat, "no, just a dog")
