@@ -60,7 +60,8 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
 
     \b
     Each round shows the current top-k (rank, score, path) and asks one question. Reply with:
-      an answer        e.g. "red", "yes, two of them", "I don't know"
+      an answer        e.g. "red", "yes, two of them", "none of these, indoors on a carpet", "I don't know"
+                       (every word is heard: things, colours and places you name join the search)
       found <n>        the n-th image shown is the one (or: found <image id>)
       stop             end the session
     """
