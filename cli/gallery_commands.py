@@ -14,6 +14,8 @@ from pictrieve.tools.core.images import load_image
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.relevance import NO_MATCH_HEADER, none_relevant
+from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
 gallery_option = click.option(
     "--gallery", "-g", required=True, metavar="PATH|URL",
@@ -126,25 +128,36 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @embedder_option
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="How many results.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write an HTML contact sheet here.")
+@click.option("--only-relevant", is_flag=True,
+              help="Drop the hits below the embedder's relevance cutoff (maybe all: then it says so).")
 @json_option
 @method_options
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
-           html_path: str | None, as_json: bool, method: str = PLAIN, **method_args: Any) -> None:
+           html_path: str | None, only_relevant: bool, as_json: bool, method: str = PLAIN,
+           **method_args: Any) -> None:
     """Find the images that best match QUERY (text) or --image.
 
     With --method NAME another registered method searches for QUERY (`pictrieve methods` lists them):
     visret and needle first turn the query into guide images by --visualizer (offline:
     exemplar:FOLDER finds matching photos of a captioned folder; it does not generate).
+
+    Each hit is marked relevant or not by the embedder's relevance cutoff (`pictrieve calibrate`);
+    when none is, the list starts with "no photo matches well; the closest are:".
     """
+    from pictrieve.vectorstore.relevance import judge_by_text
+
     query = _check_query(query, image)
     # Decoded before the gallery and its model open: a bad photo is one line, at once.
     photo = load_image(image) if image else None
     store = Gallery.open(gallery, embedder, create=False)
     if method != PLAIN:
-        hits = run_method(store, method, query, k=k, **method_args)
+        hits = judge_by_text(store, query or "", run_method(store, method, query, k=k, **method_args))
     else:
         hits = store.search_image(photo, k=k) if photo is not None else store.search_text(query or "", k=k)
-    _print_hits(hits, query=query, image=image, as_json=as_json)
+    _print_hits(hits, query=query, image=image, as_json=as_json, only_relevant=only_relevant,
+                cutoff=store.relevance_cutoff().to_json())
+    if only_relevant:
+        hits = relevant_hits(hits)
     if html_path:
         _write_sheet(hits, html_path, title=f"pictrieve: {query or image}", quiet=as_json)
 
@@ -160,11 +173,23 @@ def _check_query(query: str | None, image: str | None) -> str | None:
     return text or None
 
 
-def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, as_json: bool) -> None:
+def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, as_json: bool,
+                only_relevant: bool = False, cutoff: dict[str, Any] | None = None) -> None:
+    """The hits (with ``only_relevant`` those marked relevant), under "no photo matches well; the closest
+    are:" when none is relevant; ``--json`` adds ``relevant_count`` and the ``relevance`` cutoff used."""
+    shown = relevant_hits(hits) if only_relevant else hits
     if as_json:
-        click.echo(json.dumps({"query": query, "image": image, "hits": [h.to_json() for h in hits]}, indent=2))
+        click.echo(json.dumps({"query": query, "image": image, "hits": [h.to_json() for h in shown],
+                               "relevant_count": sum(1 for h in hits if h.relevant is not False),
+                               "relevance": cutoff}, indent=2))
         return
-    for hit in hits:
+    if none_relevant(hits):
+        click.echo("no photo matches well (--only-relevant hides the closest)" if only_relevant else NO_MATCH_HEADER)
+    below = not none_relevant(shown)  # a list of only the closest needs no second line saying so
+    for hit in shown:
+        if below and hit.relevant is False:
+            click.echo("     below the relevance cutoff:")
+            below = False
         caption = f"  {hit.captions[0]}" if hit.captions else ""
         click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}")
 

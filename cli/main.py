@@ -31,6 +31,8 @@ COMMANDS = {
     "mcp": ("pictrieve.cli.mcp:mcp", "Serve the gallery's tools to MCP clients (agent apps), over stdio or HTTP."),
     "fetch-models": ("pictrieve.cli.fetch_models:fetch_models", "Fetch the offline models once, before going offline."),
     "train-embedder": ("pictrieve.cli.train_embedder:train_embedder", "Train the offline image head on your captioned photos."),
+    "calibrate": ("pictrieve.cli.calibrate:calibrate",
+                  "Choose the embedder's relevance cutoff on captioned photos; store it in the gallery."),
     "eval": ("pictrieve.cli.main:eval_group", "Measure retrieval quality on your own captioned photos."),
 }
 
@@ -44,6 +46,8 @@ EVAL_COMMANDS = {
                      "NEEDLE's learned trust: learn on feedback queries, freeze, test against equal weights."),
     "needle-threshold": ("pictrieve.cli.eval_generative:needle_threshold",
                          "Choose the simulated person's caption-match threshold (on training photos)."),
+    "relevance": ("pictrieve.cli.calibrate:relevance_eval",
+                  "The relevance cutoff: present photos marked relevant, absent queries finding nothing."),
     "vsa": ("pictrieve.cli.eval_vsa:vsa_eval", "Vision Search Assistant: judged accuracy and citation checks."),
 }
 

@@ -31,6 +31,8 @@ from pydantic import BaseModel, Field
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, ImageLookup, image_argument
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.relevance import agent_summary
+from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
 IMAGE_ARGUMENT = ("The photo: a gallery id (from image_search results), base64 image data (or a data: URL), "
                   "or a file path inside the folders this tool may read")
@@ -39,6 +41,8 @@ IMAGE_ARGUMENT = ("The photo: a gallery id (from image_search results), base64 i
 class ImageSearchArgs(BaseModel):
     query: str = Field(description="What the photos should show, in words")
     k: int = Field(default=5, ge=1, le=50, description="How many photos to return")
+    only_relevant: bool = Field(default=False, description="Return only the photos that match the description "
+                                                           "well (maybe none)")
 
 
 class AskAboutImageArgs(BaseModel):
@@ -52,9 +56,10 @@ class AskGalleryArgs(BaseModel):
 
 
 def hit_rows(hits: Iterable[ImageHit]) -> list[dict[str, Any]]:
-    """The JSON a model and a program read about each hit: rank, gallery id, file path, score, first caption."""
-    return [{"rank": h.rank, "id": h.id, "path": h.path, "score": round(h.score, 4), "caption": h.caption}
-            for h in hits]
+    """The JSON a model and a program read about each hit: rank, gallery id, file path, score, whether it
+    matches the query well (``relevant``; ``None``: not judged), first caption."""
+    return [{"rank": h.rank, "id": h.id, "path": h.path, "score": round(h.score, 4), "relevant": h.relevant,
+             "caption": h.caption} for h in hits]
 
 
 def gallery_image_lookup(gallery: Any) -> ImageLookup | None:
@@ -91,20 +96,25 @@ def picture_blocks(hits: Sequence[ImageHit]) -> list[dict[str, Any]]:
 
 
 def image_search_tool(gallery: Any, *, name: str = "image_search", pictures: bool = True) -> BaseTool:
-    """A tool that searches ``gallery`` by text: the hits as JSON (rank, id, path, score, caption) and, with
-    ``pictures``, each photo as an image block; the artifact is the list of hits."""
+    """A tool that searches ``gallery`` by text: the hits as JSON (rank, id, path, score, relevant, caption), a
+    sentence saying how many photos match well (or that none does: "No photo in the gallery matches 'X' well;
+    the closest are ..."), and, with ``pictures``, each photo as an image block; the artifact is the list
+    of hits. ``only_relevant`` drops the photos below the embedder's relevance cutoff."""
 
-    def run(query: str, k: int = 5) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def run(query: str, k: int = 5, only_relevant: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if not query.strip():
             raise ToolException("the query is blank: say in words what the photos should show")
-        hits = _tool_call(lambda: gallery.search_text(query, k=k))
+        found = _tool_call(lambda: gallery.search_text(query, k=k))
+        hits = relevant_hits(found) if only_relevant else found
         rows = hit_rows(hits)
-        return [create_text_block(json.dumps(rows)), *(picture_blocks(hits) if pictures else [])], rows
+        return [create_text_block(json.dumps(rows)), create_text_block(agent_summary(query, found)),
+                *(picture_blocks(hits) if pictures else [])], rows
 
     return StructuredTool.from_function(
         run, name=name, args_schema=ImageSearchArgs, response_format="content_and_artifact", handle_tool_error=True,
-        description="Search the user's photo gallery by a text description; returns the matching photos "
-                    "(id, path, score, caption as JSON) and the photos themselves.")
+        description="Search the user's photo gallery by a text description; says whether any photo matches "
+                    "well, then returns the closest photos (id, path, score, relevant, caption as JSON) and the "
+                    "photos themselves.")
 
 
 def ask_about_image_tool(graph: Any = None, *, name: str = "ask_about_image", gallery: Any = None,

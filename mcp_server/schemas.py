@@ -16,12 +16,16 @@ class Hit(BaseModel):
                                 "pictrieve://image/{id}")
     rank: int = Field(description="1 for the best match")
     score: float = Field(description="How well it matches (higher is better; cosine similarity for plain search)")
+    relevant: bool | None = Field(default=None, description="Whether it matches the query well (its score reaches "
+                                  "the embedder's calibrated cutoff); false: only the closest there is")
     caption: str = Field(default="", description="The photo's first stored caption, if it has one")
     path: str = Field(default="", description="The photo's file on the server")
 
 
 class SearchResult(BaseModel):
     method: str = Field(description="The retrieval method that ranked the photos")
+    summary: str = Field(default="", description="In words to pass on: how many photos match well, or that none "
+                                                 "does and these are only the closest")
     hits: list[Hit] = Field(description="The photos, best first; the image content shows them in this order")
 
 

@@ -39,6 +39,8 @@ from pictrieve.graphs.vision_search_tools import hit_rows
 from pictrieve.mcp_server.schemas import GalleryAnswer, GalleryInfo, ImageAnswer, PhotoSession, SearchResult
 from pictrieve.mcp_server.service import MAX_K, PictrieveService
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.relevance import agent_summary
+from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
 log = logging.getLogger(__name__)
 
@@ -237,11 +239,17 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         method: Annotated[Literal["search", "visret", "needle"], Field(
             description="'search' (fast, the default); 'visret' or 'needle' search with pictures made of the query "
                         "(slower; only on a server with a visualizer, see gallery_info's search_methods)")] = "search",
+        only_relevant: Annotated[bool, Field(description="Return only the photos that match well (maybe none); "
+                                                         "default: the k closest, each marked relevant or not")] = False,
     ) -> Annotated[CallToolResult, SearchResult]:
-        """Find photos in the user's gallery that match a description. Returns each photo's gallery id, score
-        and caption (JSON), then the photos themselves, best first."""
-        hits = await in_thread(ctx, service.search, query, k, method, progress=True)
-        return result(SearchResult(method=method, hits=[hit_json(h) for h in hits]), hits)
+        """Find photos in the user's gallery that match a description. Says whether any matches well ("No photo
+        in the gallery matches ... well" when none does), then each photo's gallery id, score, relevant and
+        caption (JSON), then the photos themselves, best first."""
+        found = await in_thread(ctx, service.search, query, k, method, progress=True)
+        hits = relevant_hits(found) if only_relevant else found
+        summary = agent_summary(query, found)
+        return result(SearchResult(method=method, summary=summary, hits=[hit_json(h) for h in hits]), hits,
+                      text=summary)
 
     @server.tool(name="search_by_image", title="Search photos like a photo", annotations=read_only)
     async def search_by_image(
@@ -252,7 +260,9 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         """Find the photos in the user's gallery that look most like a given photo (a gallery photo finds itself
         first). Returns ids, scores and captions (JSON), then the photos."""
         hits = await in_thread(ctx, service.search_by_image, image, k)
-        return result(SearchResult(method="search", hits=[hit_json(h) for h in hits]), hits)
+        summary = agent_summary(None, hits)
+        return result(SearchResult(method="search", summary=summary, hits=[hit_json(h) for h in hits]), hits,
+                      text=summary)
 
     @server.tool(name="ask_about_image", title="Ask about a photo (Vision Search Assistant)",
                  annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=service.settings.search == "ddgs"))

@@ -21,7 +21,9 @@ from pictrieve.graphs.registry import get_method
 from pictrieve.graphs.vision_search_tools import gallery_image_lookup
 from pictrieve.mcp_server.sessions import PhotoSessions
 from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, image_argument
-from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.hits import ImageHit, as_hit
+from pictrieve.vectorstore.relevance import judge_by_text
+from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +143,10 @@ class PictrieveService:
                 "chat_model": self.settings.llm, "allowed_dirs": [str(d) for d in self.settings.allowed_dirs.dirs],
                 "max_image_bytes": self.settings.max_image_bytes}
 
-    def search(self, query: str, k: int, method: str, progress: Progress = no_progress) -> list[ImageHit]:
+    def search(self, query: str, k: int, method: str, progress: Progress = no_progress, *,
+               only_relevant: bool = False) -> list[ImageHit]:
+        """The hits of ``method`` for ``query``, each marked ``relevant`` (a method's fused hits by the query's
+        cosine to each photo); with ``only_relevant`` the others are dropped."""
         query = _text(query, "the query", "say in words what the photos should show")
         if method not in SEARCH_METHODS:
             raise ToolInputError(f"unknown method {method!r}: use one of {', '.join(SEARCH_METHODS)}")
@@ -155,7 +160,8 @@ class PictrieveService:
                 hits = list(chunk.get("hits") or [])
             elif method != "search":
                 progress(f"{method}: " + ", ".join(f"{node} done" for node in chunk))
-        return hits[: _k(k)]
+        hits = judge_by_text(self.gallery, query, [as_hit(h) for h in hits[: _k(k)]])
+        return relevant_hits(hits) if only_relevant else hits
 
     def search_by_image(self, image: str, k: int) -> list[ImageHit]:
         with self._image(image) as path:

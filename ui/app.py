@@ -305,7 +305,7 @@ def create_app(
             result = search_graph.invoke({"query": str(form["query"])}, context={"k": k})
         else:
             raise UIError("type what you are looking for, or drop a picture")
-        return {"hits": [h.to_json() for h in result["hits"]]}
+        return search_body(result["hits"], only=str(form.get("only_relevant") or "").lower() in {"1", "true", "on"})
 
     @app.post("/api/chat/start")
     async def chat_start(request: Request) -> dict[str, Any]:
@@ -562,6 +562,17 @@ def _visualizer_about(visualizer: Any) -> str:
 
     family = visualizer.partition(":")[0]
     return next((e.description for e in VISUALIZERS.entries() if e.family == family), "")
+
+
+def search_body(hits: list[Any], *, only: bool = False) -> dict[str, Any]:
+    """``/api/search``'s answer: the hits (each with ``relevant``; with ``only`` just those) and ``notice``,
+    "no photo matches well; the closest are:" when none is relevant (else empty)."""
+    from pictrieve.vectorstore.relevance import NO_MATCH_HEADER, none_relevant, only_relevant
+
+    notice = NO_MATCH_HEADER if none_relevant(hits) else ""
+    if notice and only:
+        notice = "no photo matches well"
+    return {"hits": [h.to_json() for h in (only_relevant(hits) if only else hits)], "notice": notice}
 
 
 def _search_name(search: Any) -> str | None:

@@ -69,4 +69,6 @@ def fuse_hits(
     fused = reciprocal_rank_fusion([[hit.id for hit in ranking] for ranking in rankings], k=rrf_k, weights=weights)
     if k is not None:
         fused = fused[: max(0, int(k))]
-    return [first[id_].model_copy(update={"score": score, "rank": rank}) for rank, (id_, score) in enumerate(fused, start=1)]
+    # A fused score is no cosine: the inputs' relevance verdicts do not carry over (``None``: not judged).
+    return [first[id_].model_copy(update={"score": score, "rank": rank, "relevant": None})
+            for rank, (id_, score) in enumerate(fused, start=1)]

@@ -62,6 +62,9 @@ from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
 )
 from pictrieve.vectorstore.reading import CollectionReader, GalleryItem
 from pictrieve.vectorstore.records import GALLERY_RECORD, RecordStore
+from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_of
+from pictrieve.vectorstore.relevance import mark as mark_relevance
+from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 from pictrieve.vectorstore.syncing import LargeRemovalError, MissingFoldersError, check_removal  # noqa: F401
 from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
     COLLECTION_PREFIX,
@@ -380,26 +383,38 @@ class Gallery:
 
     # ------------------------------------------------------------------ searching
 
-    def search_text(self, query: str, k: int = 10, where: dict[str, Any] | None = None) -> list[ImageHit]:
-        """The ``k`` images closest to a text query."""
+    def search_text(self, query: str, k: int = 10, where: dict[str, Any] | None = None, *,
+                    only_relevant: bool = False) -> list[ImageHit]:
+        """The ``k`` images closest to a text query, each marked ``relevant`` or not (see
+        :meth:`search_vector`); with ``only_relevant`` the others are dropped."""
         if not query or not query.strip():
             raise QueryError("empty text query: describe the image you are looking for")
         _check_k(k)
-        return self.search_vector(self.embedder.embed_texts([query])[0], k, where)
+        return self.search_vector(self.embedder.embed_texts([query])[0], k, where, only_relevant=only_relevant)
 
     def search_image(
-        self, image: Image.Image | str | os.PathLike, k: int = 10, where: dict[str, Any] | None = None
+        self, image: Image.Image | str | os.PathLike, k: int = 10, where: dict[str, Any] | None = None, *,
+        only_relevant: bool = False,
     ) -> list[ImageHit]:
-        """The ``k`` images closest to a query image (a PIL image or a file path)."""
+        """The ``k`` images closest to a query image (a PIL image or a file path), marked as in :meth:`search_vector`."""
         _check_k(k)
         if not isinstance(image, Image.Image):
             image = load_image(image)
-        return self.search_vector(self.embedder.embed_images([image])[0], k, where)
+        return self.search_vector(self.embedder.embed_images([image])[0], k, where, only_relevant=only_relevant)
+
+    def relevance_cutoff(self) -> RelevanceCutoff:
+        """The cutoff that marks this embedder's hits ``relevant``: the one ``pictrieve calibrate`` stored in
+        this gallery, else the one shipped for the embedder, else the relative fallback (see
+        :mod:`~pictrieve.vectorstore.relevance`). Read on every search (a small record), so a calibration
+        made by another process applies at once."""
+        return cutoff_of(self)
 
     def search_vector(
-        self, vector: np.ndarray | Sequence[float], k: int = 10, where: dict[str, Any] | None = None
+        self, vector: np.ndarray | Sequence[float], k: int = 10, where: dict[str, Any] | None = None, *,
+        only_relevant: bool = False,
     ) -> list[ImageHit]:
-        """The ``k`` images closest to a vector in this gallery's embedding space."""
+        """The ``k`` images closest to a vector in this gallery's embedding space, each with ``relevant``
+        set by :meth:`relevance_cutoff`; with ``only_relevant`` those below it are dropped (maybe all)."""
         _check_k(k)
         # No count() here: on a 1M-image Chroma collection it costs ~60 ms, the query itself ~2 ms.
         collection = self._get_collection(create=False)
@@ -418,12 +433,13 @@ class Gallery:
         )
         if not result["ids"][0] and (where is None or collection.count() == 0):
             raise self._empty_error()
-        return [
+        hits = mark_relevance([
             ImageHit.from_record(id_, meta, score=1.0 - float(dist), rank=rank)
             for rank, (id_, meta, dist) in enumerate(
                 zip(result["ids"][0], result["metadatas"][0], result["distances"][0]), 1
             )
-        ]
+        ], self.relevance_cutoff())
+        return relevant_hits(hits) if only_relevant else hits
 
     def rank_ids(self, vectors: np.ndarray | Sequence[Sequence[float]], k: int = 10) -> list[list[tuple[str, float]]]:
         """For each row of ``vectors``, its ``k`` nearest images as ``(id, cosine)``, best first: one

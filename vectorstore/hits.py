@@ -21,7 +21,7 @@ class ImageHit(BaseModel):
     """One ranked image: gallery ``id``, file ``path``, ``score`` (higher is better), 1-based ``rank``.
 
     ``score`` is the cosine similarity for a plain search and the fused score (e.g. reciprocal-rank
-    fusion) for methods that combine rankings; ``metadata`` is what the gallery stores for the image
+    fusion) for methods that combine rankings; ``relevant`` says whether it matches the query well; ``metadata`` is what the gallery stores for the image
     (size, hash, captions, annotations). ``captions`` repeats the stored captions for convenience.
     """
 
@@ -33,6 +33,10 @@ class ImageHit(BaseModel):
     rank: int = 0
     captions: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    relevant: bool | None = None
+    """Whether the hit matches its query well: its score reaches the embedder's calibrated cutoff (see
+    :mod:`~pictrieve.vectorstore.relevance`). Plain search sets it on every hit; ``None``: not judged
+    (a method whose fused scores are not the embedder's cosine)."""
 
     @field_validator("score")
     @classmethod

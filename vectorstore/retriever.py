@@ -2,7 +2,8 @@
 
 Each result is a ``Document`` whose ``page_content`` is the image's label (first caption, else file
 name) and whose metadata is the :class:`ImageHit` as JSON (``id``, ``path``, ``score``, ``rank``,
-``captions``, ``metadata``), so a downstream VLM or answer node can open the image itself.
+``captions``, ``metadata``, and ``relevant``: whether it reaches the embedder's relevance cutoff), so a
+downstream VLM or answer node can open the image itself.
 ``retriever.invoke(query, k=3, where={...})`` overrides ``k`` and ``where`` for one call.
 """
 
@@ -17,6 +18,7 @@ from pydantic import ConfigDict
 
 from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
 
 class GalleryRetriever(BaseRetriever):
@@ -34,6 +36,8 @@ class GalleryRetriever(BaseRetriever):
     """How many images to return."""
     where: dict[str, Any] | None = None
     """Optional Chroma metadata filter."""
+    only_relevant: bool = False
+    """Return only the images that reach the embedder's relevance cutoff (maybe none)."""
 
     def _get_relevant_documents(
         self,
@@ -46,7 +50,7 @@ class GalleryRetriever(BaseRetriever):
         """Search; ``k`` and ``where`` passed to ``invoke`` override the retriever's own for one call."""
         gallery: Gallery = self.gallery
         hits = gallery.search_text(query, k=self.k if k is None else k, where=self.where if where is None else where)
-        return [hit_to_document(hit) for hit in hits]
+        return [hit_to_document(hit) for hit in (relevant_hits(hits) if self.only_relevant else hits)]
 
 
 def hit_to_document(hit: ImageHit) -> Document:

@@ -22,6 +22,8 @@ class SearchSettings(RunSettings):
 
     k: int = 10
     """How many images to return."""
+    only_relevant: bool = False
+    """Drop the hits below the embedder's relevance cutoff (every hit carries ``relevant`` either way)."""
 
     def validate(self) -> None:
         require_positive(self, "k")
@@ -36,6 +38,7 @@ class SearchInput(TypedDict):
 
 class SearchOutput(TypedDict):
     hits: list[ImageHit]
+    """Best first, each with ``relevant``: whether it reaches the embedder's relevance cutoff."""
 
 
 class SearchState(SearchInput, SearchOutput, total=False):
@@ -43,10 +46,12 @@ class SearchState(SearchInput, SearchOutput, total=False):
 
 
 def retrieve(state: SearchState, runtime: Runtime[SearchSettings] | None = None, *, index: Any) -> dict[str, Any]:
-    """The ``k`` best images of ``index`` for the state's ``image`` (if any) or text ``query``."""
+    """The ``k`` best images of ``index`` for the state's ``image`` (if any) or text ``query``, each marked
+    ``relevant`` or not (with ``only_relevant``, only those that are)."""
     settings = settings_of(runtime, SearchSettings)
+    options = {"only_relevant": True} if settings.only_relevant else {}  # an index without the option still works
     if state.get("image"):
-        return {"hits": index.search_image(state["image"], k=settings.k)}
+        return {"hits": index.search_image(state["image"], k=settings.k, **options)}
     if (state.get("query") or "").strip():
-        return {"hits": index.search_text(state["query"], k=settings.k)}
+        return {"hits": index.search_text(state["query"], k=settings.k, **options)}
     raise SettingsError("the search graph needs a text 'query' or an 'image' path in its input")

@@ -48,6 +48,12 @@ function card(hit, onClick) {
   div.addEventListener("click", () => onClick(hit));
   return div;
 }
+// A search's answer: its notice ("no photo matches well; the closest are:") above the photos, else none.
+function renderSearch(body) {
+  $("search-notice").textContent = body.notice || "";
+  $("search-notice").hidden = !body.notice;
+  renderGrid("search-grid", body.hits);
+}
 function renderGrid(gridId, hits, onClick = openViewer) {
   const grid = $(gridId);
   grid.replaceChildren(...hits.map((h) => card(h, onClick)));
@@ -67,8 +73,7 @@ $("viewer-close").onclick = () => $("viewer").close();
 $("viewer-like").onclick = async () => {
   $("viewer").close();
   selectTab("search");
-  const body = await postJSON("/api/search", { like: viewed.id }, "finding similar photos…");
-  renderGrid("search-grid", body.hits);
+  renderSearch(await postJSON("/api/search", { like: viewed.id }, "finding similar photos…"));
 };
 
 // --- tabs ---
@@ -82,14 +87,12 @@ document.querySelectorAll("#tabs button").forEach((b) => b.addEventListener("cli
 // --- search ---
 $("search-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
-  const body = await postJSON("/api/search", { query: $("query").value }, "searching…");
-  renderGrid("search-grid", body.hits);
+  renderSearch(await postJSON("/api/search", { query: $("query").value }, "searching…"));
 });
 async function searchFile(file) {
   const form = new FormData();
   form.append("image", file);
-  const body = await api("/api/search", { method: "POST", body: form }, "searching by picture…");
-  renderGrid("search-grid", body.hits);
+  renderSearch(await api("/api/search", { method: "POST", body: form }, "searching by picture…"));
 }
 const drop = $("drop");
 $("upload").addEventListener("change", () => { if ($("upload").files[0]) searchFile($("upload").files[0]).catch(() => {}); });
