@@ -185,7 +185,9 @@ def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, a
         return
     if none_relevant(hits):
         click.echo("no photo matches well (--only-relevant hides the closest)" if only_relevant else NO_MATCH_HEADER)
-    below = not none_relevant(shown)  # a list of only the closest needs no second line saying so
+    # A line before the first hit below a calibrated cutoff (the relative fallback is no calibrated verdict,
+    # and a list of only the closest needs no second line saying so).
+    below = not none_relevant(shown) and (cutoff or {}).get("threshold") is not None
     for hit in shown:
         if below and hit.relevant is False:
             click.echo("     below the relevance cutoff:")

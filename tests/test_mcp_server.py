@@ -55,8 +55,14 @@ async def check_search_images_returns_the_galleries_hits_and_their_photos(sessio
         # the picture is the hit's own photo: its colour, not another's
         nearest = min(served.colour_of, key=lambda i: np.abs(mean_colour(picture) - served.colour_of[i]).sum())
         assert nearest == hit["id"]
-    labels = [b.text for b in result.content[1:] if b.type == "text"]
+    # beside its score, each hit says whether it matches well; a line in words says how many do
+    assert [h["relevant"] for h in hits] == [True, False, False]
+    summary = "1 of the 3 photos shown match 'a red square' well; the others are only the closest."
+    assert result.structuredContent["summary"] == summary and result.content[1].text == summary
+    labels = [b.text for b in result.content[2:] if b.type == "text"]
     assert [line.split(")")[0] for line in labels] == [f"Photo {n} (id {h['id']}" for n, h in enumerate(hits, 1)]
+    only = await session.call_tool("search_images", {"query": "a red square", "k": 3, "only_relevant": True})
+    assert [h["id"] for h in only.structuredContent["hits"]] == [hits[0]["id"]] and len(pictures(only)) == 1
     like = await session.call_tool("search_by_image", {"image": served.ids["a green field"], "k": 2})
     assert like.structuredContent["hits"][0]["id"] == served.ids["a green field"]  # a photo finds itself first
     by_path = await session.call_tool("search_by_image", {"image": str(served.allowed / "inside.png"), "k": 1})

@@ -116,7 +116,7 @@ def test_image_search_shows_the_photos_as_standard_image_blocks(tmp_path):
         picture = Image.open(io.BytesIO(base64.b64decode(block["base64"])))
         assert picture.format == "JPEG" and picture.size == (512, 341)
         assert all(abs(a - b) < 8 for a, b in zip(picture.convert("RGB").getpixel((256, 170)), colour))
-    labels = [b["text"] for b in message.content if b["type"] == "text"][1:]
+    labels = [b["text"] for b in message.content if b["type"] == "text"][2:]  # after the JSON and the summary
     assert labels == ["Photo 1 (id i0):", "Photo 2 (id i1):"]
 
 

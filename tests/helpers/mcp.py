@@ -162,6 +162,7 @@ def served(tmp_path_factory, tiny_clip_name):
     """A gallery of four coloured photos (captioned), an allowed folder, files outside it, and the server's
     arguments."""
     from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.relevance import store_cutoff
 
     root = tmp_path_factory.mktemp("mcp")
     rng = np.random.default_rng(0)
@@ -173,6 +174,9 @@ def served(tmp_path_factory, tiny_clip_name):
     gallery = Gallery.open(root / "gallery", tiny_clip_name)
     gallery.add(root / "photos", progress=False)
     ids = {item.captions[0]: item.id for item in gallery.items()}
+    # a relevance cutoff between the best and the second hit of "a red square": one photo matches it well
+    scores = [h.score for h in gallery.search_text("a red square", k=2)]
+    store_cutoff(gallery, (scores[0] + scores[1]) / 2, {"criterion": "test: split 'a red square' after its best hit"})
     allowed, outside = root / "allowed", root / "outside"
     allowed.mkdir()
     outside.mkdir()
