@@ -83,6 +83,9 @@ def test_a_dog_photo_is_never_answered_with_a_horses_teeth(horse_teeth_pages, ph
     assert out["citations"]["cited"] == [] and "horse" not in out["answer"].lower()
     # no searcher passes a page's title off as a sentence it read ("Dogs: body and senses [1].")
     assert not any("body and senses" in f["answer"] for f in out["findings"])
+    # and no searcher of the teeth question quotes a sentence that is not about teeth
+    teeth = [f for f in out["findings"] if "teeth" in f["question"]]
+    assert teeth and all(f["answer"] == "The search found nothing." for f in teeth), teeth
     # the same pages still answer about a horse photo, and about a dog's temperature
     out = _graph(f"local:{horse_teeth_pages}", _Labelled("horse")).invoke(
         {"image": photo, "question": "How many teeth does the animal in this photo have?"}, context=CONTEXT)

@@ -249,7 +249,7 @@ def search_sub_question(task: SearchTask, runtime: Runtime[VisionSearchSettings]
             scored = extractive.score_sentences(
                 sub["question"], extractive.on_topic(candidates, sub["question"], subjects),
                 context=task.get("photo", ""), encode=sentence_encoder().encode)
-            chosen = extractive.choose(scored, max_sentences=settings.evidence_sentences)
+            chosen = extractive.choose(scored, max_sentences=settings.evidence_sentences, part=sub["question"])
             titles = {p["number"]: p["title"] for p in pages}
             # candidates for the final answer, which re-ranks them against each part of the question
             evidence = [{**e.to_dict(), "title": titles[e.source]}
