@@ -35,12 +35,15 @@ def free_port(host: str) -> int:
 @click.option("--vlm-base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint of the --vlm.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Keep the loopback default unless others should reach the page.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Another name (or address) visitors may reach the page by, besides localhost, 127.0.0.0/8, [::1] "
+                   "and the --host address (repeatable); every other Host header is refused (DNS rebinding).")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), help="Port (default: a free one, printed on start).")
 @click.option("--state-dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Where chat sessions are kept (default: the user cache folder).")
 def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, captioner: str, visualizer: str | None,
        image_embedder: str | None, search: str | None, detector: str, vlm: str, vlm_base_url: str | None, host: str, port: int,
-       state_dir: str | None) -> None:
+       allow_hosts: tuple[str, ...], state_dir: str | None) -> None:
     """Serve a web page to search, chat (PlugIR), steer (QC2), visualize (VisRet, NEEDLE) and ask (VSA) over a gallery.
 
     Opens nothing by itself: visit the printed URL in a browser.
@@ -64,9 +67,13 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
                      ask_extras={"search": search, "detector": detector,
                                  "vlm": create_region_captioner(vlm, base_url=vlm_base_url)},
                      visualizer=visualizer,
-                     visualize_context={"image_embedder": image_embedder} if image_embedder else None)
+                     visualize_context={"image_embedder": image_embedder} if image_embedder else None,
+                     bound=host, allowed_hosts=allow_hosts)
     port = port or free_port(host)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"pictrieve ui: {opened.count()} images in {opened.location}")
     click.echo(f"open http://{shown}:{port}/  (Ctrl+C stops)")
+    if host.strip("[]") in ("0.0.0.0", "::") and not allow_hosts:
+        click.echo("note: the page answers only to localhost and loopback addresses until you name the others "
+                   "it is reached by with --allow-host NAME (it has no login: anyone who reaches it may use it)")
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -108,14 +108,14 @@ class Unreached:
 
 def test_the_page_answers_a_bad_photo_with_its_reason(bad, gallery, tmp_path):
     pytest.importorskip("fastapi", reason="the web page needs the 'ui' extra")
-    from fastapi.testclient import TestClient
+    from helpers.web_page import page_client
 
     from pictrieve.ui.app import create_app
 
     llm = RunnableLambda(lambda messages: AIMessage(content="unused"))
     app = create_app(gallery, llm=llm, state_dir=tmp_path / "state",
                      ask_extras={"search": None, "detector": Unreached(), "vlm": Unreached()})
-    client = TestClient(app, raise_server_exceptions=False)
+    client = page_client(app, raise_server_exceptions=False)
     for name, path in bad.items():
         upload = {"image": (name, path.read_bytes(), "image/jpeg")}
         searched = client.post("/api/search", files=upload)
@@ -128,7 +128,7 @@ def test_the_page_answers_a_bad_photo_with_its_reason(bad, gallery, tmp_path):
 def test_a_gallery_photo_that_went_bad_is_reported_on_the_page(tmp_path, tiny_clip_name):
     """Asking about (or searching like) a gallery photo whose file was emptied since indexing."""
     pytest.importorskip("fastapi", reason="the web page needs the 'ui' extra")
-    from fastapi.testclient import TestClient
+    from helpers.web_page import page_client
 
     from pictrieve.ui.app import create_app
     from pictrieve.vectorstore.gallery import Gallery
@@ -139,12 +139,12 @@ def test_a_gallery_photo_that_went_bad_is_reported_on_the_page(tmp_path, tiny_cl
     photo.write_bytes(b"")
     (item,) = gallery.items()
     llm = RunnableLambda(lambda messages: AIMessage(content="unused"))
-    client = TestClient(create_app(gallery, llm=llm, state_dir=tmp_path / "state",
+    client = page_client(create_app(gallery, llm=llm, state_dir=tmp_path / "state",
                                    ask_extras={"search": None, "detector": Unreached(), "vlm": Unreached()}),
                         raise_server_exceptions=False)
     like = client.post("/api/search", json={"like": item.id})
     assert like.status_code == 400 and "empty file" in like.json()["error"], like.text
-    view = client.post("/api/ask", data={"question": "what is this?", "photo": item.id}).json()
+    view = client.post("/api/ask", json={"question": "what is this?", "photo": item.id}).json()
     deadline = time.time() + 120
     while not view.get("done") and not view.get("error"):
         assert time.time() < deadline, view

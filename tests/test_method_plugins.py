@@ -133,11 +133,11 @@ def toy_app(plugins, gallery, tmp_path_factory):
 
 
 def test_page_api_runs_the_plugin_as_a_generic_tab(toy_app, gallery):
-    from fastapi.testclient import TestClient
+    from helpers.web_page import page_client
 
     from helpers.web_page import finished
 
-    client = TestClient(toy_app, raise_server_exceptions=False)
+    client = page_client(toy_app, raise_server_exceptions=False)
     status = client.get("/api/status").json()
     assert [m["name"] for m in status["generic"]] == ["toy"] and "toy" in status["methods"]
     tabs = {m["name"]: m["tab"] for m in client.get("/api/methods").json()}

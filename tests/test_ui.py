@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 fastapi = pytest.importorskip("fastapi", reason="the web page needs the 'ui' extra: pip install -e '.[ui]'")
-from fastapi.testclient import TestClient  # noqa: E402
 
 from helpers import make_photo  # noqa: E402
 from helpers.plugir_fakes import ScriptedChatModel  # noqa: E402
-from helpers.web_page import browser, chat_step, gallery, page, serve  # noqa: E402,F401  (fixtures: browser, gallery, page)
+from helpers.web_page import browser, chat_step, gallery, page, page_client, serve  # noqa: E402,F401  (fixtures: browser, gallery, page)
 
 from pictrieve.ui.app import create_app  # noqa: E402
 
@@ -30,7 +29,7 @@ def make_app(gallery, tmp_path, **kwargs):
 
 @pytest.fixture
 def client(gallery, tmp_path):
-    return TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
+    return page_client(make_app(gallery, tmp_path), raise_server_exceptions=False)
 
 
 # --- API, in-process -------------------------------------------------------------------------------
@@ -68,7 +67,7 @@ def test_a_refused_request_is_answered_without_raising_to_the_server(gallery, tm
     """A refused request (empty query, bad k, unknown method) is answered with its reason and goes no
     further: raised on to the server (a TestClient that raises server exceptions), uvicorn logged a
     traceback for each and closed the client's connection."""
-    strict = TestClient(make_app(gallery, tmp_path))  # raise_server_exceptions=True
+    strict = page_client(make_app(gallery, tmp_path))  # raise_server_exceptions=True
     empty = strict.post("/api/search", json={"query": " "})
     assert empty.status_code == 400 and "type what you are looking for" in empty.json()["error"]
     assert strict.post("/api/search", json={"query": "a dog", "k": "many"}).status_code == 400
@@ -85,10 +84,10 @@ def test_upload_search_decodes_with_the_guarded_loader(client, tmp_path):
 
 
 def test_upload_size_is_capped(gallery, tmp_path):
-    client = TestClient(make_app(gallery, tmp_path, max_upload_bytes=1000), raise_server_exceptions=False)
+    client = page_client(make_app(gallery, tmp_path, max_upload_bytes=1000), raise_server_exceptions=False)
     photo = make_photo(tmp_path / "big.png", seed=1, size=(200, 200))
     response = client.post("/api/search", files={"image": ("big.png", photo.read_bytes(), "image/png")})
-    assert response.status_code == 400 and "larger than" in response.json()["error"]
+    assert response.status_code == 413 and "larger than" in response.json()["error"]
 
 
 def test_errors_are_one_readable_line(client):
@@ -106,7 +105,7 @@ def test_chat_with_the_offline_model_asks_offline_questions_without_loading_it(g
 
     monkeypatch.setattr(chat_models, "create_chat_model", no_llm)
     app = create_app(gallery, llm=None, state_dir=tmp_path / "state", plugir_extras={"captioner": None})
-    client = TestClient(app, raise_server_exceptions=False)
+    client = page_client(app, raise_server_exceptions=False)
     view = chat_step(client, client.post("/api/chat/start", json={"description": "a square"}))
     assert view["question"] and view["question"] != SCRIPT_QUESTION and not view["done"]
     view = chat_step(client, client.post("/api/chat/reply", json={"thread": view["thread"], "answer": "yes"}))
@@ -138,13 +137,13 @@ def test_more_like_this_puts_the_image_first(client, gallery):
 
 
 def test_chat_round_and_found_survive_a_new_server(gallery, tmp_path):
-    client = TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
+    client = page_client(make_app(gallery, tmp_path), raise_server_exceptions=False)
     view = chat_step(client, client.post("/api/chat/start", json={"description": "a red square"}))
     assert view["question"] == SCRIPT_QUESTION and len(view["shown"]) == 6 and not view["done"]
     view = chat_step(client, client.post("/api/chat/reply", json={"thread": view["thread"], "answer": "yes, bright red"}))
     assert view["round"] == 1 and view["dialogue"][0]["answer"] == "yes, bright red"
     # A new app on the same state folder (a server restart) still knows the session.
-    again = TestClient(make_app(gallery, tmp_path), raise_server_exceptions=False)
+    again = page_client(make_app(gallery, tmp_path), raise_server_exceptions=False)
     assert again.get(f"/api/chat/{view['thread']}").json()["question"] == view["question"]
     pick = view["shown"][1]["id"]
     done = chat_step(again, again.post("/api/chat/reply", json={"thread": view["thread"], "found": pick}))

@@ -16,11 +16,10 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the web page needs the 'ui' extra: pip install -e '.[ui]'")
 import httpx  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from helpers.plugir_fakes import ScriptedChatModel  # noqa: E402
-from helpers.web_page import browser, chat_step, finished, gallery, page, serve  # noqa: E402,F401  (fixtures, helpers)
+from helpers.web_page import browser, chat_step, finished, gallery, page, page_client, serve  # noqa: E402,F401  (fixtures, helpers)
 
 from pictrieve.ui.app import create_app  # noqa: E402
 
@@ -130,7 +129,7 @@ def test_a_cancelled_chat_round_stops_between_steps_and_continues_later(gallery,
     session keeps its finished steps, and ``continue`` runs it on to the next question."""
     model = GatedChatModel()
     app = create_app(gallery, llm=model, state_dir=tmp_path / "state", plugir_extras={"captioner": None})
-    client = TestClient(app, raise_server_exceptions=False)
+    client = page_client(app, raise_server_exceptions=False)
     view = chat_step(client, client.post("/api/chat/start", json={"description": "a red square"}))
     thread = view["thread"]
     model.gate = gate = Gate()
@@ -159,7 +158,7 @@ def test_a_job_nobody_polls_stops_by_itself(gallery, tmp_path):
     it for ``abandon_after`` seconds, at its next step."""
     gate = Gate()
     app = gated_app(gallery, tmp_path, gate, abandon_after=0.5)
-    client = TestClient(app, raise_server_exceptions=False)
+    client = page_client(app, raise_server_exceptions=False)
     started = client.post("/api/visualize", json={"query": "a red square", "guides": 1}).json()
     assert gate.reached.wait(HELD)
     time.sleep(1.0)  # longer than abandon_after, and nobody polls meanwhile

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("fastapi", reason="the web page needs the 'ui' extra: pip install -e '.[ui]'")
-from fastapi.testclient import TestClient  # noqa: E402
 from langchain_core.messages import AIMessage  # noqa: E402
 from langchain_core.runnables import RunnableLambda  # noqa: E402
 
 from helpers import FLICKR8K_DEV  # noqa: E402
 from helpers.vsa_fakes import PAGES  # noqa: E402
-from helpers.web_page import browser, finished, page, serve  # noqa: E402,F401  (the headless Chromium fixtures, helpers)
+from helpers.web_page import browser, finished, page, page_client, serve  # noqa: E402,F401  (the headless Chromium fixtures, helpers)
 
 from pictrieve.tools.models.protocols import Detection  # noqa: E402
 from pictrieve.tools.web.search import SearchResult  # noqa: E402
@@ -131,7 +130,7 @@ def horse_bytes(gallery) -> bytes:
 
 
 def test_ask_about_an_upload_reports_steps_regions_and_numbered_sources(gallery, tmp_path):
-    client = TestClient(make_app(gallery, tmp_path, search=WebResults()), raise_server_exceptions=False)
+    client = page_client(make_app(gallery, tmp_path, search=WebResults()), raise_server_exceptions=False)
     started = client.post("/api/ask", data={"question": "How many teeth does this animal have?"},
                           files={"image": ("h.jpg", horse_bytes(gallery), "image/jpeg")}).json()
     assert not started.get("error"), started
@@ -150,38 +149,38 @@ def test_ask_about_an_upload_reports_steps_regions_and_numbered_sources(gallery,
 
 
 def test_ask_without_a_photo_uses_the_gallerys_best_match(gallery, tmp_path):
-    client = TestClient(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
-    view = finished(client, client.post("/api/ask", data={"question": "a horse in the snow"}).json())
+    client = page_client(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
+    view = finished(client, client.post("/api/ask", json={"question": "a horse in the snow"}).json())
     assert not view["error"] and view["result"]["hits"] and view["result"]["photo"]
     assert view["result"]["sources"] == [] and view["steps"][1].startswith("found the photo in the gallery")
 
 
 def test_ask_about_a_gallery_photo_by_id_only(gallery, tmp_path):
-    client = TestClient(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
+    client = page_client(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
     (horse,) = [i.id for i in gallery.items() if i.path.endswith(HORSE)]
-    view = finished(client, client.post("/api/ask", data={"question": "what is it?", "photo": horse}).json())
+    view = finished(client, client.post("/api/ask", json={"question": "what is it?", "photo": horse}).json())
     assert not view["error"] and view["result"]["photo"]["width"] == 288  # the horse photo itself
     assert not any("found the photo in the gallery" in s for s in view["steps"])
     for bad in ["/etc/passwd", "../" + HORSE]:
-        response = client.post("/api/ask", data={"question": "what is it?", "photo": bad})
+        response = client.post("/api/ask", json={"question": "what is it?", "photo": bad})
         assert response.status_code == 400 and response.json() == {"error": "no such image in this gallery"}
 
 
 def test_ask_refuses_bad_input_with_one_line(gallery, tmp_path):
-    client = TestClient(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
-    assert client.post("/api/ask", data={"question": " "}).json() == {"error": "type a question about the photo"}
+    client = page_client(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
+    assert client.post("/api/ask", json={"question": " "}).json() == {"error": "type a question about the photo"}
     bad = client.post("/api/ask", data={"question": "what?"}, files={"image": ("x.jpg", b"<html>", "image/jpeg")})
     assert bad.status_code == 400 and "not a readable image" in bad.json()["error"]
     assert "pictrieve-ask" not in bad.json()["error"]  # no server paths on the page
     small = create_app(gallery, llm=scripted_llm(), state_dir=tmp_path / "s", max_upload_bytes=1000,
                        ask_extras={"search": None, "detector": OneBox(), "vlm": Words()})
-    big = TestClient(small, raise_server_exceptions=False).post("/api/ask", data={"question": "what?"},
+    big = page_client(small, raise_server_exceptions=False).post("/api/ask", data={"question": "what?"},
                                  files={"image": ("h.jpg", horse_bytes(gallery), "image/jpeg")})
     assert big.status_code == 400 and "larger than 0.976562 KiB" in big.json()["error"]
 
 
 def test_job_images_are_served_by_job_and_name_only(gallery, tmp_path):
-    client = TestClient(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
+    client = page_client(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
     view = finished(client, client.post("/api/ask", data={"question": "what is it?"},
                                         files={"image": ("h.jpg", horse_bytes(gallery), "image/jpeg")}).json())
     for bad in ["..%2F..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "photo.png", "guide1"]:
@@ -193,7 +192,7 @@ def test_job_images_are_served_by_job_and_name_only(gallery, tmp_path):
 
 
 def test_visualize_shows_exemplar_guides_then_results(gallery, tmp_path, exemplar):
-    client = TestClient(make_app(gallery, tmp_path, search=None, visualizer=exemplar), raise_server_exceptions=False)
+    client = page_client(make_app(gallery, tmp_path, search=None, visualizer=exemplar), raise_server_exceptions=False)
     status = client.get("/api/status").json()
     listed = {m["name"]: m for m in status["visualize"]["methods"]}
     assert listed["visret"]["ready"] and "not generated" in status["visualize"]["about"]
@@ -217,7 +216,7 @@ def needle_step(client, response):
 def test_needle_reviews_guides_then_results_and_reports_trust_weights(gallery, tmp_path, exemplar):
     from pictrieve.agents.needle.trust import TRUST_RECORD
 
-    client = TestClient(make_app(gallery, tmp_path, search=None, visualizer=exemplar), raise_server_exceptions=False)
+    client = page_client(make_app(gallery, tmp_path, search=None, visualizer=exemplar), raise_server_exceptions=False)
     view = needle_step(client, client.post("/api/visualize", json={"query": "a dog running on grass", "method": "needle",
                                                                   "guides": 3, "k": 5}))
     session = view["session"]
@@ -244,7 +243,7 @@ def test_needle_reviews_guides_then_results_and_reports_trust_weights(gallery, t
 
 
 def test_needle_endpoints_take_ids_only_and_refuse_unknown_ones(gallery, tmp_path, exemplar):
-    client = TestClient(make_app(gallery, tmp_path, search=None, visualizer=exemplar), raise_server_exceptions=False)
+    client = page_client(make_app(gallery, tmp_path, search=None, visualizer=exemplar), raise_server_exceptions=False)
     unknown = client.post("/api/needle/" + "0" * 32 + "/guides", json={"rejected": []})
     assert unknown.status_code == 404 and "no such NEEDLE session" in unknown.json()["error"]
     assert client.get("/api/needle/" + "0" * 32 + "/guide/g1").status_code == 404
@@ -267,7 +266,7 @@ def test_needle_endpoints_take_ids_only_and_refuse_unknown_ones(gallery, tmp_pat
 
 
 def test_visualize_without_a_visualizer_says_how_to_add_one(gallery, tmp_path):
-    client = TestClient(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
+    client = page_client(make_app(gallery, tmp_path, search=None), raise_server_exceptions=False)
     response = client.post("/api/visualize", json={"query": "a dog"})
     assert response.status_code == 400 and "--visualizer exemplar:DIR" in response.json()["error"]
     too_many = client.post("/api/visualize", json={"query": "a dog", "guides": 9}).json()["error"]
@@ -275,7 +274,7 @@ def test_visualize_without_a_visualizer_says_how_to_add_one(gallery, tmp_path):
 
 
 def test_status_names_the_default_embedder_and_how_to_index(gallery, tmp_path):
-    status = TestClient(make_app(gallery, tmp_path, search=f"local:{PAGES}")).get("/api/status").json()
+    status = page_client(make_app(gallery, tmp_path, search=f"local:{PAGES}")).get("/api/status").json()
     assert status["count"] == GALLERY_SIZE and status["default_embedder"] == gallery.embedder_name
     assert status["index_command"] == f"pictrieve index PHOTOS --gallery {gallery.location}"
     assert status["ask"]["search"] == f"local:{PAGES}"

@@ -40,6 +40,7 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request, UploadFile
@@ -48,7 +49,8 @@ from starlette.concurrency import run_in_threadpool
 
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import available_methods, get_method, method_origin
-from pictrieve.ui.jobs import ABANDON_AFTER, Jobs
+from pictrieve.ui.guard import BodyTooLarge, PageGuard
+from pictrieve.ui.jobs import ABANDON_AFTER, MAX_RUNNING, Jobs, JobsBusy
 from pictrieve.ui.visualize import PAGE_METHODS, visualize_methods
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,11 @@ STATIC = Path(__file__).parent / "static"
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 """Uploads above this size are refused before decoding."""
 MAX_K = 100
+MAX_CHATS = 200
+"""Chat sessions kept in ``chat.sqlite``; starting one more deletes the one touched longest ago (see
+:func:`pictrieve.ui.chat.prune_chats`)."""
+MAX_TEXT = 2000
+"""Characters of a chat description or answer (each is stored with its session)."""
 PAGE_TABS: dict[str, str] = {"search": "search", "plugir": "chat", "qc2": "steer", "vsa": "ask",
                              **{name: "visualize" for name in PAGE_METHODS}}
 """Methods with a view of their own on the page (``static/index.html``); every other registered method
@@ -81,6 +88,10 @@ def create_app(
     needle_context: dict[str, Any] | None = None,
     abandon_after: float = ABANDON_AFTER,
     extras: dict[str, dict[str, Any]] | None = None,
+    bound: str | None = None,
+    allowed_hosts: Sequence[str] = (),
+    max_running: int = MAX_RUNNING,
+    max_chats: int = MAX_CHATS,
 ) -> FastAPI:
     """The app serving ``gallery``; ``llm`` is the chat model (name or object) for PlugIR and Ask.
 
@@ -91,7 +102,13 @@ def create_app(
     ``exemplar:DIR``) makes VisRet's guide images; without one the Visualize tab says how to add one.
     ``visualize_context`` are VisRet's run settings (e.g. ``image_embedder``), ``needle_context``
     NEEDLE's (e.g. ``embedders``, ``eta``); the page always reviews NEEDLE's guides and results.
-    A job nobody polls for ``abandon_after`` seconds is cancelled. The jobs are ``app.state.jobs``.
+    A job nobody polls for ``abandon_after`` seconds is cancelled; at most ``max_running`` jobs run at
+    once (``429`` past that). The jobs are ``app.state.jobs``. At most ``max_chats`` chat sessions are kept.
+
+    Every request passes :class:`~pictrieve.ui.guard.PageGuard` first: its ``Host`` must be a loopback
+    name, ``bound`` (the address the server listens on, when it is a specific one) or one of
+    ``allowed_hosts``; the API answers only the page's own origin; bodies are JSON (at most 1 MiB) or the
+    page's own multipart upload (at most ``max_upload_bytes``); every answer carries the security headers.
 
     Every graph is built from its method's needs: ``llm`` is the chat model,
     ``visualizers`` the visualizer (a list of one), ``qc2_model`` the model trained for the gallery; ``extras`` maps a
@@ -99,11 +116,12 @@ def create_app(
     VSA's), which win over those.
     """
     needle_context_base = dict(needle_context or {})
-    app = FastAPI(title="pictrieve", docs_url=None, redoc_url=None, openapi_url=None)
+    app = _GuardedApp(title="pictrieve", docs_url=None, redoc_url=None, openapi_url=None)
+    app.guard = lambda inner: PageGuard(inner, bound=bound, allowed_hosts=allowed_hosts, upload_limit=max_upload_bytes)
     state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="pictrieve-ui-"))
     graphs: dict[str, Any] = {}
     lock = threading.RLock()  # building a graph may build its visualizer, under the same lock
-    jobs = Jobs(abandon_after=abandon_after)
+    jobs = Jobs(abandon_after=abandon_after, running=max_running)
     app.state.jobs = jobs
     visualizers: dict[str, Any] = {}
     chats_working: set[str] = set()  # chat threads with a job running: one step at a time each
@@ -160,6 +178,16 @@ def create_app(
     for kind in (PictrieveError, KeyError, ValueError):
         app.add_exception_handler(kind, refused)
 
+    @app.exception_handler(JobsBusy)
+    async def busy(request: Request, exc: JobsBusy) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=429, headers={"Retry-After": "10"})
+
+    @app.exception_handler(BodyTooLarge)
+    async def too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
+        # A body without a length cut off at the limit while it was read (PageGuard); one with a length above
+        # it never got this far. The connection is closed after this answer (the rest is never read).
+        return JSONResponse({"error": str(exc)}, status_code=413, headers={"Connection": "close"})
+
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         log.exception("ui request %s failed", request.url.path)
@@ -168,9 +196,8 @@ def create_app(
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> HTMLResponse:
-        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"),
-                            headers={"Content-Security-Policy": "default-src 'self'; img-src 'self' blob:; "
-                                     "style-src 'self' 'unsafe-inline'; script-src 'self'"})
+        # Its Content-Security-Policy (and the other security headers) come from PageGuard, as for every answer.
+        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
 
     def require_visualizer() -> None:
         if visualizer is None:
@@ -309,17 +336,23 @@ def create_app(
 
     @app.post("/api/chat/start")
     async def chat_start(request: Request) -> dict[str, Any]:
-        body = await _form_or_json(request)
-        description = str(body.get("description") or "").strip()
+        return await run_in_threadpool(chat_start_now, await _form_or_json(request))
+
+    def chat_start_now(body: dict[str, Any]) -> dict[str, Any]:
+        description = _text(body.get("description"), "the description")
         if not description:
             raise UIError("describe the photo you are looking for first")
         context = _chat_context(body, llm)
 
         def work(job: Any) -> dict[str, Any]:
-            from pictrieve.ui.chat import run_chat
+            from pictrieve.ui.chat import prune_chats, run_chat
 
             job.step("thinking of a question…")
-            return run_chat(job, chat_graph(), {"description": description}, uuid.uuid4().hex, context)
+            plugir = chat_graph()
+            with chat_lock:
+                busy = set(chats_working)
+            prune_chats(plugir.checkpointer, keep=max_chats - 1, busy=busy)
+            return run_chat(job, plugir, {"description": description}, uuid.uuid4().hex, context)
 
         return jobs.start("chat", work).view()
 
@@ -341,7 +374,7 @@ def create_app(
         elif body.get("continue"):
             reply = None  # run on from the last finished step
         else:
-            answer = str(body.get("answer") or "").strip()
+            answer = _text(body.get("answer"), "the answer")
             if not answer:
                 raise UIError("type an answer, or click the photo if you see it")
             reply = Command(resume={"answer": answer})
@@ -529,6 +562,13 @@ def _thread(value: Any) -> str:
     return text
 
 
+def _text(value: Any, what: str, most: int = MAX_TEXT) -> str:
+    text = str(value or "").strip()
+    if len(text) > most:
+        raise UIError(f"{what} is longer than {most} characters; say it in fewer words")
+    return text
+
+
 def _k(value: Any, default: int) -> int:
     return _count(value, default, "k", MAX_K)
 
@@ -549,7 +589,18 @@ async def _form_or_json(request: Request) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise UIError("expected a JSON object")
         return body
-    return dict(await request.form())
+    return dict(await request.form(max_files=2, max_fields=32))
+
+
+class _GuardedApp(FastAPI):
+    """FastAPI whose whole middleware stack (Starlette's error middleware included) sits inside ``guard``,
+    so a refused request never reaches a route and every answer, a 500 too, gets the security headers."""
+
+    guard: Any = None
+
+    def build_middleware_stack(self) -> Any:
+        stack = super().build_middleware_stack()
+        return self.guard(stack) if self.guard is not None else stack
 
 
 def _visualizer_about(visualizer: Any) -> str:

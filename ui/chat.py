@@ -9,11 +9,15 @@ next question (:func:`chat_view` marks such a session ``unfinished``).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Collection
 from typing import Any
 
 from pictrieve.errors import PictrieveError
 from pictrieve.ui.jobs import Job
 from pictrieve.vectorstore.hits import as_hit
+
+log = logging.getLogger(__name__)
 
 
 class ChatNotFound(PictrieveError, ValueError):
@@ -76,3 +80,28 @@ def chat_view(plugir: Any, thread: str) -> dict[str, Any]:
     else:
         view.update(question="", shown=[as_hit(h).to_json() for h in values.get("shown") or []])
     return view
+
+
+def prune_chats(checkpointer: Any, *, keep: int, busy: Collection[str] = ()) -> list[str]:
+    """Delete the stored sessions touched longest ago until at most ``keep`` remain; the deleted threads.
+
+    The page keeps its sessions in a SQLite file that would otherwise grow with every chat ever started.
+    Pruning the oldest (rather than refusing a new chat) keeps the page usable without a person cleaning
+    files by hand; a session nobody has touched for the longest is the one least likely to be resumed.
+    Sessions in ``busy`` (a round running) are kept. A checkpointer other than LangGraph's ``SqliteSaver``
+    (in memory: a test's) is left as it is.
+    """
+    cursor = getattr(checkpointer, "cursor", None)
+    if cursor is None or not hasattr(checkpointer, "delete_thread") or keep < 0:
+        return []
+    # LangGraph's checkpoint ids are time-ordered (uuid6), so a thread's largest is its last update.
+    with cursor(transaction=False) as cur:
+        rows = cur.execute("SELECT thread_id, MAX(checkpoint_id) AS last FROM checkpoints "
+                           "GROUP BY thread_id ORDER BY last").fetchall()
+    threads = [row[0] for row in rows]
+    gone = [t for t in threads if t not in busy][: max(0, len(threads) - keep)]
+    for thread in gone:
+        checkpointer.delete_thread(thread)
+    if gone:
+        log.info("ui chat: deleted %d oldest sessions (keeping %d)", len(gone), keep)
+    return gone

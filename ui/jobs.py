@@ -7,6 +7,10 @@ streams it, then the result or one readable error line. Images a job makes (the 
 images) are kept in memory as PNG bytes and served by job id and image name, never by a path from the
 request.
 
+At most :data:`MAX_RUNNING` jobs run at once; past that a new one is refused with :class:`JobsBusy` (the page
+answers ``429`` and says to wait), rather than queued: a queued job would hold its request's data and leave
+its page waiting with no step to show, while the refusal tells the person at once.
+
 A job stops when nobody wants it any more: the page cancels its jobs when it goes away
 (``POST /api/jobs/{id}/cancel``, sent as a beacon on ``pagehide``), and a job nobody has polled for
 :data:`ABANDON_AFTER` seconds is cancelled too (a closed laptop sends no beacon). Work streams its graph
@@ -33,11 +37,17 @@ log = logging.getLogger(__name__)
 
 MAX_JOBS = 32
 """Finished jobs kept (oldest dropped first); a job's images go with it."""
+MAX_RUNNING = 4
+"""Jobs running at once (each is a thread doing model work); a new one past this is refused."""
 IMAGE_SIDE = 768
 """Images kept by a job are shrunk to fit this many pixels per side (boxes are scaled with ``scale``)."""
 ABANDON_AFTER = 120.0
 """Seconds without a poll after which a running job is cancelled. The page polls every 0.6 s; a browser
 slows the timers of a hidden tab (Chromium: to once a minute after five minutes hidden), hence the margin."""
+
+
+class JobsBusy(PictrieveError):
+    """Too many jobs are running to start another (the page answers ``429``)."""
 
 
 class JobCancelled(PictrieveError):
@@ -58,11 +68,21 @@ class Job:
     images: dict[str, dict[str, Any]] = field(default_factory=dict)
     cancelled: bool = False
     abandon_after: float = ABANDON_AFTER
-    polled: float = field(default_factory=time.monotonic)
-    """When the page last asked about this job (``time.monotonic``)."""
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    """The clock of :attr:`polled` and of the abandon check (``time.monotonic``; tests step their own)."""
+    polled: float = field(default=float("nan"))
+    """When the page last asked about this job (by :attr:`clock`); set when the job is made."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     finished: threading.Event = field(default_factory=threading.Event, repr=False)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.polled != self.polled:  # NaN: not given
+            self.polled = self.clock()
+
+    def touch(self) -> None:
+        """The page asked about this job: it is wanted for another :attr:`abandon_after` seconds."""
+        self.polled = self.clock()
 
     def step(self, text: str) -> None:
         with self.lock:
@@ -78,7 +98,7 @@ class Job:
 
     def check(self) -> None:
         """Raise :class:`JobCancelled` if the job was cancelled or nobody polled it for too long."""
-        if not self._cancel.is_set() and time.monotonic() - self.polled > self.abandon_after:
+        if not self._cancel.is_set() and self.clock() - self.polled > self.abandon_after:
             log.info("ui %s job %s: nobody asked about it for %.0f s; stopping it", self.kind, self.id, self.abandon_after)
             self._cancel.set()
         if self._cancel.is_set():
@@ -123,16 +143,27 @@ class Job:
 class Jobs:
     """The jobs of one app: start one in a thread, look one up by id."""
 
-    def __init__(self, limit: int = MAX_JOBS, abandon_after: float = ABANDON_AFTER) -> None:
+    def __init__(self, limit: int = MAX_JOBS, abandon_after: float = ABANDON_AFTER, running: int = MAX_RUNNING,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.abandon_after = abandon_after
+        self.running = running
+        self.clock = clock
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
 
     def start(self, kind: str, work: Callable[[Job], dict[str, Any]], *, cleanup: Callable[[], None] | None = None) -> Job:
-        """Run ``work(job)`` in a daemon thread; its return value becomes ``job.result``."""
-        job = Job(id=uuid.uuid4().hex, kind=kind, abandon_after=self.abandon_after)
+        """Run ``work(job)`` in a daemon thread; its return value becomes ``job.result``.
+
+        With :attr:`running` jobs not yet done, raises :class:`JobsBusy` instead (after ``cleanup``)."""
+        job = Job(id=uuid.uuid4().hex, kind=kind, abandon_after=self.abandon_after, clock=self.clock)
         with self._lock:
+            busy = sum(not j.done for j in self._jobs.values())
+            if busy >= self.running:
+                if cleanup is not None:
+                    cleanup()
+                raise JobsBusy(f"the server is already running {busy} jobs, its most at once; wait for one to "
+                               "finish (or stop one by leaving its page) and try again")
             self._jobs[job.id] = job
             while len(self._jobs) > self.limit:
                 oldest = next((k for k, j in self._jobs.items() if j.done), None)
@@ -177,7 +208,7 @@ class Jobs:
         """The job, for the page that follows it: polling keeps a job from being abandoned."""
         job = self.get(job_id)
         if job is not None:
-            job.polled = time.monotonic()
+            job.touch()
         return job
 
     def cancel(self, job_id: str) -> bool:

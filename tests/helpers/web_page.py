@@ -16,6 +16,8 @@ import pytest
 from helpers import make_photo
 
 SCRIPT_CAPTION = "<script>window.__pwned = 1</script>a red square"
+PAGE_ORIGIN = "http://127.0.0.1"
+"""Where an in-process client says it is (a loopback Host the page's server accepts) and the Origin it sends."""
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -32,6 +34,15 @@ def gallery(tmp_path_factory, tiny_clip_name):
     opened = Gallery.open(root / "gallery", tiny_clip_name)
     opened.add([photos])
     return opened
+
+
+def page_client(app, raise_server_exceptions: bool = True):
+    """A TestClient that calls ``app`` as the page itself does: a loopback ``Host`` and the page's own
+    ``Origin`` (the server refuses other Hosts, and form uploads without proof of coming from the page)."""
+    from fastapi.testclient import TestClient
+
+    return TestClient(app, base_url=PAGE_ORIGIN, headers={"Origin": PAGE_ORIGIN},
+                      raise_server_exceptions=raise_server_exceptions)
 
 
 def finished(client, started, timeout=180):
