@@ -88,6 +88,20 @@ class GatedVisualizer:
         return [Image.new("RGB", (32, 32), (100 + 10 * i, 100, 100)) for i in range(n)]
 
 
+class GatedEmbedder:
+    """The gallery's own embedder, held at a gate before it embeds a text query (a slow model)."""
+
+    def __init__(self, inner, gate: Gate) -> None:
+        self.inner, self.gate = inner, gate
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def embed_texts(self, texts):
+        self.gate()
+        return self.inner.embed_texts(texts)
+
+
 def gated_app(gallery, tmp_path, gate: Gate, **kwargs):
     return create_app(gallery, llm=GatedChatModel(gate=gate), state_dir=tmp_path / "state",
                       plugir_extras={"captioner": None},
@@ -96,6 +110,7 @@ def gated_app(gallery, tmp_path, gate: Gate, **kwargs):
 
 
 SLOW_WORK = {
+    "search": ("/api/search", {"query": "a red square", "k": 2}),  # no job: answered when done, off the loop
     "chat": ("/api/chat/start", {"description": "a red square"}),
     "ask": ("/api/ask", {"question": "what is it?"}),
     "visualize": ("/api/visualize", {"query": "a red square", "guides": 1}),
@@ -108,6 +123,8 @@ def test_status_answers_while_slow_work_runs(gallery, tmp_path, work):
     as the test likes), the status answers on the same real server."""
     path, body = SLOW_WORK[work]
     gate = Gate()
+    if work == "search":
+        gallery = gallery.with_embedder(GatedEmbedder(gallery.embedder, gate))
     with serve(gated_app(gallery, tmp_path, gate)) as url, httpx.Client(base_url=url, timeout=HELD) as http:
         answers: list[httpx.Response] = []
         poster = threading.Thread(target=lambda: answers.append(http.post(path, json=body)), daemon=True)
@@ -120,6 +137,9 @@ def test_status_answers_while_slow_work_runs(gallery, tmp_path, work):
             gate.opened.set()
         poster.join(HELD)
         (started,) = answers
+        if work == "search":
+            assert started.status_code == 200 and len(started.json()["hits"]) == 2, started.text
+            return
         view = finished(http, started.json())
     assert not view["error"] and view["result"] is not None
 
@@ -153,20 +173,51 @@ def test_a_cancelled_chat_round_stops_between_steps_and_continues_later(gallery,
     assert client.post("/api/jobs/" + "0" * 32 + "/cancel").status_code == 404
 
 
+class StepClock:
+    """A clock that moves only when the test moves it: how long nobody polled is exact, however loaded the
+    machine is (a real 0.5 s could pass before the job even reached its gate)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_job_nobody_polls_stops_by_itself(gallery, tmp_path):
     """A page that vanished without a word (no beacon): its job is cancelled once nobody has asked about
     it for ``abandon_after`` seconds, at its next step."""
-    gate = Gate()
-    app = gated_app(gallery, tmp_path, gate, abandon_after=0.5)
+    gate, clock = Gate(), StepClock()
+    app = gated_app(gallery, tmp_path, gate, abandon_after=10)
+    app.state.jobs.clock = clock
     client = page_client(app, raise_server_exceptions=False)
     started = client.post("/api/visualize", json={"query": "a red square", "guides": 1}).json()
     assert gate.reached.wait(HELD)
-    time.sleep(1.0)  # longer than abandon_after, and nobody polls meanwhile
+    clock.now += 11  # longer than abandon_after, and nobody polls meanwhile
     gate.opened.set()
     assert app.state.jobs.get(started["id"]).finished.wait(HELD)
     view = client.get(f"/api/jobs/{started['id']}").json()
     assert view["cancelled"] and view["result"] is None
     assert not any(step.startswith("searched the gallery") for step in view["steps"])
+
+
+def test_a_polled_job_runs_past_abandon_after(gallery, tmp_path):
+    """Polling keeps a job wanted: one that runs longer than ``abandon_after`` while its page polls it is
+    never cancelled (a page watching a two-minute chat round must see its end)."""
+    gate, clock = Gate(), StepClock()
+    app = gated_app(gallery, tmp_path, gate, abandon_after=10)
+    app.state.jobs.clock = clock
+    client = page_client(app, raise_server_exceptions=False)
+    started = client.post("/api/visualize", json={"query": "a red square", "guides": 1}).json()
+    assert gate.reached.wait(HELD)
+    for _ in range(3):  # 24 s in all, never 10 s without a poll
+        clock.now += 8
+        assert not client.get(f"/api/jobs/{started['id']}").json()["done"]
+    gate.opened.set()
+    assert app.state.jobs.get(started["id"]).finished.wait(HELD)
+    view = client.get(f"/api/jobs/{started['id']}").json()
+    assert not view["cancelled"] and not view["error"], view
+    assert view["result"] is not None and view["result"]["hits"]
 
 
 @pytest.mark.browser
