@@ -184,15 +184,21 @@ class StepClock:
         return self.now
 
 
-def test_a_job_nobody_polls_stops_by_itself(gallery, tmp_path):
-    """A page that vanished without a word (no beacon): its job is cancelled once nobody has asked about
-    it for ``abandon_after`` seconds, at its next step."""
+def held_job(gallery, tmp_path, abandon_after):
+    """An app on a :class:`StepClock`, and a Visualize job of it held at its gate."""
     gate, clock = Gate(), StepClock()
-    app = gated_app(gallery, tmp_path, gate, abandon_after=10)
+    app = gated_app(gallery, tmp_path, gate, abandon_after=abandon_after)
     app.state.jobs.clock = clock
     client = page_client(app, raise_server_exceptions=False)
     started = client.post("/api/visualize", json={"query": "a red square", "guides": 1}).json()
     assert gate.reached.wait(HELD)
+    return app, client, started, gate, clock
+
+
+def test_a_job_nobody_polls_stops_by_itself(gallery, tmp_path):
+    """A page that vanished without a word (no beacon): its job is cancelled once nobody has asked about
+    it for ``abandon_after`` seconds, at its next step."""
+    app, client, started, gate, clock = held_job(gallery, tmp_path, abandon_after=10)
     clock.now += 11  # longer than abandon_after, and nobody polls meanwhile
     gate.opened.set()
     assert app.state.jobs.get(started["id"]).finished.wait(HELD)
@@ -204,12 +210,7 @@ def test_a_job_nobody_polls_stops_by_itself(gallery, tmp_path):
 def test_a_polled_job_runs_past_abandon_after(gallery, tmp_path):
     """Polling keeps a job wanted: one that runs longer than ``abandon_after`` while its page polls it is
     never cancelled (a page watching a two-minute chat round must see its end)."""
-    gate, clock = Gate(), StepClock()
-    app = gated_app(gallery, tmp_path, gate, abandon_after=10)
-    app.state.jobs.clock = clock
-    client = page_client(app, raise_server_exceptions=False)
-    started = client.post("/api/visualize", json={"query": "a red square", "guides": 1}).json()
-    assert gate.reached.wait(HELD)
+    app, client, started, gate, clock = held_job(gallery, tmp_path, abandon_after=10)
     for _ in range(3):  # 24 s in all, never 10 s without a poll
         clock.now += 8
         assert not client.get(f"/api/jobs/{started['id']}").json()["done"]

@@ -46,6 +46,7 @@ from typing import Any
 from fastapi import FastAPI, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import available_methods, get_method, method_origin
@@ -177,6 +178,11 @@ def create_app(
     # got a dropped connection (benchmarks/load_search.py, tests/test_load_search.py).
     for kind in (PictrieveError, KeyError, ValueError):
         app.add_exception_handler(kind, refused)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Starlette's own refusals (an unknown method, a malformed multipart body) as the page's one line.
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(JobsBusy)
     async def busy(request: Request, exc: JobsBusy) -> JSONResponse:

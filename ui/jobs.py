@@ -200,6 +200,11 @@ class Jobs:
         threading.Thread(target=run, name=f"pictrieve-ui-{kind}", daemon=True).start()
         return job
 
+    def __len__(self) -> int:
+        """Jobs kept (running and finished)."""
+        with self._lock:
+            return len(self._jobs)
+
     def get(self, job_id: str) -> Job | None:
         with self._lock:
             return self._jobs.get(str(job_id))
