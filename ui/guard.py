@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from pictrieve.mcp_server.http import is_loopback, normalise_host
+from pictrieve.tools.core.exposure import header_host, is_loopback, normalise_host
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class PageGuard:
         """Whether ``host_header`` (``name[:port]``) names this server for its operator."""
         if not host_header:
             return False
-        name = _host_name(host_header)
+        name = header_host(host_header)
         return name in self.hosts or is_loopback(name)
 
     def refusal(self, scope: dict[str, Any], headers: dict[str, str]) -> tuple[int, str] | None:
@@ -143,14 +143,6 @@ def _headers(scope: dict[str, Any]) -> dict[str, str]:
     for name, value in scope.get("headers") or []:
         out.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
     return out
-
-
-def _host_name(host_header: str) -> str:
-    """The name in a ``Host`` header, without its port (``[::1]:8000`` -> ``::1``)."""
-    text = host_header.strip()
-    if text.startswith("["):
-        return normalise_host(text[: text.find("]") + 1])
-    return normalise_host(text.rpartition(":")[0] if text.count(":") == 1 else text)
 
 
 def _same_origin(origin: str, host_header: str | None) -> bool:
