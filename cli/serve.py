@@ -138,7 +138,7 @@ def _run(executable: str, host: str, port: int, env: dict[str, str], gallery: st
         click.echo(f"serving gallery {gallery} at http://{url_host(host)}:{port} (Ctrl-C stops)")
         command = [executable, "dev", "--config", str(config), "--host", host, "--port", str(port),
                    "--no-browser", "--no-reload"]
-        child = subprocess.Popen(command, cwd=state, start_new_session=True,
+        child = subprocess.Popen(command, cwd=state, start_new_session=True, preexec_fn=_die_with_parent,
                                  env={**os.environ, **env, "TMPDIR": str(Path(state) / "tmp"),
                                       "LANGGRAPH_CLI_NO_ANALYTICS": "1"})
         return child.wait()
@@ -150,6 +150,18 @@ def _run(executable: str, host: str, port: int, env: dict[str, str], gallery: st
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """In the child, before ``langgraph dev`` starts: on Linux, be sent SIGTERM when ``pictrieve serve`` dies,
+    even by SIGKILL (which no handler sees), so no server is left answering on the port."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
 
 
 def _stop_group(child: subprocess.Popen) -> None:
