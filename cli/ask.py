@@ -59,7 +59,7 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
             raise click.UsageError("give an IMAGE, or --gallery to find the photo in a gallery")
         from pictrieve.vectorstore.gallery import Gallery
 
-        index = Gallery.open(gallery)
+        index = Gallery.open(gallery, create=False)
     chat = create_chat_model(llm, base_url=base_url, **({"max_tokens": 160, "temperature": 0.0} if llm == "offline" else {}))
     graph = build_vision_search_graph(index, llm=chat, vlm=create_region_captioner(vlm, base_url=vlm_base_url),
                                       detector=detector, search=search)

@@ -30,6 +30,8 @@ def cli_hint(exc: BaseException) -> str | None:
     location = getattr(exc, "location", None)
     gallery = shlex.quote(location) if location else "GALLERY"
     hints: list[tuple[type[BaseException], str]] = [
+        (gallery_errors.NotAGalleryError,
+         f"index photos into it with `pictrieve index PHOTOS --gallery {gallery}`"),
         (gallery_errors.EmptyGalleryError,
          f"index photos first with `pictrieve index PHOTOS --gallery {gallery}`, or pick another of the "
          f"gallery's embedders with --embedder (see `pictrieve info --gallery {gallery}`)"),

@@ -110,6 +110,10 @@ def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ..
         return
     if not gallery:
         raise click.UsageError("give --gallery PATH (the gallery to serve), or --write-config PATH")
+    from pictrieve.vectorstore.chroma_store import is_gallery_folder, is_server, not_a_gallery
+
+    if not is_server(gallery) and not is_gallery_folder(gallery):
+        raise not_a_gallery(gallery)  # at start, in one line, writing nothing (the served graphs open it read-only)
     executable = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
     if not Path(executable).exists():
         raise click.ClickException('the `langgraph` command is missing: pip install "pictrieve[serve]"')

@@ -55,7 +55,7 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
     from pictrieve.ui.app import create_app
     from pictrieve.vectorstore.gallery import Gallery
 
-    opened = Gallery.open(gallery, embedder)
+    opened = Gallery.open(gallery, embedder, create=False)  # opening never writes
     if image_embedder and image_embedder not in opened.embedder_names:
         raise click.UsageError(f"--image-embedder {image_embedder}: the gallery holds {', '.join(opened.embedder_names)}; "
                                f"index with it first: pictrieve index PHOTOS --gallery {gallery} -e {image_embedder}")

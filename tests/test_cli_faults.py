@@ -348,9 +348,9 @@ def test_a_failed_index_leaves_no_gallery_behind(tmp_path, tiny_clip_name):
 
 def test_info_on_a_missing_and_an_empty_gallery(tmp_path):
     (tmp_path / "empty").mkdir()
-    empty = run("info", "-g", str(tmp_path / "empty"))
-    assert empty.returncode == 0 and "empty; add photos" in empty.stdout
-    assert json.loads(run("info", "-g", str(tmp_path / "empty"), "--json").stdout)["collections"] == []
+    empty = run("info", "-g", str(tmp_path / "empty"))  # a folder without a gallery: refused, nothing written (issue 27)
+    assert empty.returncode == 2 and "is not a pictrieve gallery" in one_clear_line(empty)
+    assert list((tmp_path / "empty").iterdir()) == []
     missing = run("info", "-g", str(tmp_path / "none"))
     assert missing.returncode == 2 and "no gallery at" in one_clear_line(missing)
     searched = one_clear_line(run("search", "a dog", "-g", str(tmp_path / "none")))

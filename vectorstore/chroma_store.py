@@ -17,17 +17,25 @@ import os
 import re
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlparse
 
-from pictrieve.vectorstore.errors import GalleryBusyError, GalleryError, GalleryPermissionError  # noqa: F401
+from pictrieve.vectorstore.errors import (  # noqa: F401
+    GalleryBusyError,
+    GalleryError,
+    GalleryPermissionError,
+    NotAGalleryError,
+)
 from pictrieve.vectorstore.records import GALLERY_RECORD, RECORDS_COLLECTION, read_record, write_record  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
 COLLECTION_PREFIX = "images__"
 LOCK_FILE = ".pictrieve-write.lock"
+DATABASE_FILE = "chroma.sqlite3"
+"""The file that makes a folder a gallery: Chroma's database, written by the first index."""
 
 
 MODEL_KEY = "model"
@@ -111,8 +119,24 @@ def collection_name_for(embedder_name: str) -> str:
     return f"{COLLECTION_PREFIX}{slug}__{digest}"
 
 
+def is_gallery_folder(path: str | os.PathLike) -> bool:
+    """Whether a folder holds a gallery's database (a cheap check that opens and writes nothing)."""
+    return (Path(path).expanduser() / DATABASE_FILE).is_file()
+
+
+def not_a_gallery(location: str) -> NotAGalleryError:
+    """The error for a location that holds no gallery: a missing folder, or one without a database."""
+    path = Path(location).expanduser()
+    problem = (f"{path} is not a pictrieve gallery" if path.is_dir()
+               else f"no gallery at {path} (no such folder)")
+    return NotAGalleryError(problem, fix=f"index photos into it with Gallery.open({location!r}).add(PHOTOS)",
+                            location=str(location))
+
+
 def connect(location: str, *, create: bool) -> Any | None:
-    """A Chroma client for ``location``; ``None`` for a folder that does not exist and ``create=False``."""
+    """A Chroma client for ``location``; with ``create=False`` ``None`` for a folder that holds no
+    gallery database (missing, or without :data:`DATABASE_FILE`), so reading never writes: Chroma
+    would otherwise create its database in any folder it opens."""
     import chromadb
     from chromadb.config import Settings
 
@@ -136,9 +160,11 @@ def connect(location: str, *, create: bool) -> Any | None:
     path = Path(location).expanduser()
     if path.exists() and not path.is_dir():
         raise GalleryError(f"{path} is a file, not a gallery folder; open a folder path")
+    if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
+        raise _permission_error(path, PermissionError(errno.EACCES, "Permission denied"))
+    if not create and not is_gallery_folder(path):
+        return None
     if not path.exists():
-        if not create:
-            return None
         try:
             path.mkdir(parents=True)
         except OSError as exc:
@@ -230,3 +256,183 @@ def write_lock(location: str, *, timeout: float | None = None, poll: float = 0.2
             held.discard(key)
     finally:
         handle.close()
+
+
+# ---------------------------------------------------------------------------------------- freshness
+
+GENERATION_FILE = ".pictrieve-generation"
+"""In an embedded gallery's folder: a counter that every write bumps, and the lock that keeps a
+reader's index load apart from a writer's index save (see :class:`Database`)."""
+
+FRESH_CHECK_SECONDS = 0.5
+"""How often (at most) a process looks whether another process wrote to an embedded gallery."""
+
+
+def read_generation(location: str) -> int | None:
+    """The embedded gallery's write counter (``None``: no writer of this version has written yet)."""
+    try:
+        with open(Path(location).expanduser() / GENERATION_FILE, "rb") as handle:
+            text = handle.read(64)
+    except OSError:
+        return None
+    try:
+        return int(text.strip() or b"0")
+    except ValueError:  # cannot happen with one pwrite of a fixed width; counted as a change
+        return -1
+
+
+@contextlib.contextmanager
+def _flock(location: str, mode: int, *, create: bool) -> Iterator[int | None]:
+    """Hold ``flock(mode)`` on the gallery's generation file for the block; yields its descriptor
+    (``None`` and no lock when the file does not exist and ``create`` is false: nothing is written)."""
+    path = Path(location).expanduser() / GENERATION_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT if create else os.O_RDONLY, 0o644)
+    except FileNotFoundError:
+        if create:
+            raise
+        yield None
+        return
+    except OSError as exc:
+        if create:
+            raise _permission_error(path.parent, exc) from exc
+        yield None
+        return
+    try:
+        fcntl.flock(fd, mode)
+        yield fd
+    finally:
+        os.close(fd)  # closing the descriptor releases its lock
+
+
+class Database:
+    """One process's connection to a gallery database, shared by every view of it, and kept fresh.
+
+    What Chroma promises (its "system constraints" page: thread-safe, *not process-safe*; chroma-core
+    issues 2399, 3769 and 3792): an embedded ``PersistentClient`` keeps each collection's HNSW index in
+    process memory, loaded once; another process's writes reach the shared SQLite file, so ``count`` and
+    ``get`` see them at once, but ``query`` keeps searching the loaded index until the process restarts,
+    and a new ``PersistentClient`` on the same path reuses the cached system (``SharedSystemClient``).
+    The writer saves the index files in place after every write (open with ``O_TRUNC``, no rename), so
+    a reader loading them meanwhile could read a torn file. A ``chroma run`` server is one process: its
+    clients always see every write, and nothing here is needed for it.
+
+    So, for an embedded gallery: every write (:meth:`changing`) holds an exclusive ``flock`` on
+    :data:`GENERATION_FILE` and bumps the counter in it before letting go; a reader (:attr:`client`)
+    reads the counter at most every :data:`FRESH_CHECK_SECONDS` and, when another process changed it,
+    drops its Chroma system (out of Chroma's cache; the old one is freed when the last handle goes) and
+    opens a new one, which loads the indexes from disk; a query (:meth:`querying`) holds a shared
+    ``flock``, so an index is never loaded while a writer saves it. Views compare :attr:`epoch` to
+    know that their collection handles are stale.
+    """
+
+    _shared: "weakref.WeakValueDictionary[str, Database]"
+
+    def __init__(self, location: str, client: Any | None = None) -> None:
+        self.location = str(location)
+        self.server = is_server(self.location)
+        self._seen = None if self.server else read_generation(self.location)  # read before connecting
+        self._chroma = client
+        self._checked = time.monotonic()
+        self._lock = threading.RLock()
+        self.epoch = 0
+
+    @classmethod
+    def of(cls, location: str, client: Any | None = None) -> "Database":
+        """The process's shared :class:`Database` of an embedded gallery folder (a new one for a server)."""
+        if is_server(location):
+            return cls(location, client)
+        key = str(Path(location).expanduser().resolve())
+        with _shared_lock:
+            database = _databases.get(key)
+            if database is None:
+                database = cls(location, client)
+                _databases[key] = database
+            elif database._chroma is None and client is not None:
+                database._chroma = client
+            return database
+
+    @property
+    def client(self) -> Any | None:
+        """The Chroma client, reopened first if another process wrote since (``None``: no database yet)."""
+        if not self.server:
+            self.refresh()
+        return self._chroma
+
+    def connect(self, *, create: bool) -> Any | None:
+        """The client, connecting (and with ``create`` making the database) when there is none yet."""
+        with self._lock:
+            if self._chroma is None:
+                if not self.server:
+                    self._seen = read_generation(self.location)
+                self._chroma = connect(self.location, create=create)
+                if self._chroma is not None:
+                    self.epoch += 1
+            return self._chroma
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Reopen when another process bumped the write counter (looked at, at most every
+        :data:`FRESH_CHECK_SECONDS`, unless ``force``)."""
+        if self.server:
+            return
+        now = time.monotonic()
+        if not force and now - self._checked < FRESH_CHECK_SECONDS:
+            return
+        with self._lock:
+            self._checked = now
+            current = read_generation(self.location)
+            if self._chroma is None:
+                if is_gallery_folder(self.location):  # made by another process since
+                    self.connect(create=False)
+                return
+            if current == self._seen:
+                return
+            logger.debug("gallery %s changed in another process (write %s); reopening", self.location, current)
+            self._seen = current
+            self._chroma = _fresh_client(self.location)
+            self.epoch += 1
+
+    @contextlib.contextmanager
+    def changing(self) -> Iterator[None]:
+        """Hold the block's Chroma writes apart from other processes' index loads, then bump the
+        counter (so readers reopen). The write lock (:func:`write_lock`) is held around it already."""
+        if self.server:
+            yield
+            return
+        with self._lock, _flock(self.location, fcntl.LOCK_EX, create=True) as fd:
+            before = read_generation(self.location) or 0
+            try:
+                yield
+            finally:
+                os.pwrite(fd, b"%020d\n" % (before + 1), 0)
+                if self._seen in (None, before):  # what this process sees is what it wrote
+                    self._seen = before + 1
+
+    @contextlib.contextmanager
+    def querying(self) -> Iterator[None]:
+        """Hold a shared lock for a query: a collection's index is loaded on its first query, and must
+        not be read while a writer saves it. Creates nothing."""
+        if self.server:
+            yield
+            return
+        with _flock(self.location, fcntl.LOCK_SH, create=False):
+            yield
+
+
+def _fresh_client(location: str) -> Any:
+    """A new Chroma client with its own system for an embedded gallery: Chroma caches one system per
+    path and would hand back the stale one. Handles on the old system keep it until they go."""
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    identifier = str(Path(location).expanduser())  # what `connect` passes as the path
+    with SharedSystemClient._refcount_lock:
+        SharedSystemClient._identifier_to_system.pop(identifier, None)
+        SharedSystemClient._identifier_to_refcount.pop(identifier, None)
+    client = connect(location, create=False)
+    if client is None:
+        raise NotAGalleryError(f"gallery {location} was removed while open", location=str(location))
+    return client
+
+
+_shared_lock = threading.Lock()
+_databases: "weakref.WeakValueDictionary[str, Database]" = weakref.WeakValueDictionary()

@@ -18,6 +18,11 @@ class GalleryError(PictrieveError, RuntimeError):
         self.location = location
 
 
+class NotAGalleryError(GalleryError):
+    """The location holds no pictrieve gallery (a missing folder, or a folder without its database).
+    Opening one never writes anything there: only indexing creates a gallery."""
+
+
 class EmptyGalleryError(GalleryError):
     """The gallery has no images for the embedder in use."""
 

@@ -9,7 +9,9 @@ the cosine similarity. A :class:`Gallery` object is a view of the database throu
 :meth:`Gallery.with_embedder` gives a view through another, and the gallery records a default one.
 
 Reading never creates anything: opening, counting, searching, listing or planning a gallery that
-does not exist yet leaves no folder behind and no collection on a server. Writes create what they
+does not exist yet leaves no folder behind and no collection on a server, and opening a folder that
+holds no gallery database (``chroma.sqlite3``) writes nothing into it (with ``create=False`` it is
+refused with :class:`NotAGalleryError`). Writes create what they
 need: :meth:`Gallery.add` (indexing files), :meth:`Gallery.upsert` (precomputed vectors, from any
 process), :meth:`Gallery.put_json`, :meth:`Gallery.set_default_embedder`, :meth:`Gallery.create`
 (the database and this embedder's collection, empty), and the :attr:`Gallery.collection` handle of
@@ -48,6 +50,7 @@ from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     GalleryBusyError,
     GalleryError,
     GalleryPermissionError,
+    NotAGalleryError,
 )
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
@@ -69,6 +72,7 @@ from pictrieve.vectorstore.syncing import LargeRemovalError, MissingFoldersError
 from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
     COLLECTION_PREFIX,
     MODEL_KEY,
+    Database,
     RENAMED_EMBEDDERS,
     collection_name_for,
     current_embedder_name,
@@ -76,7 +80,9 @@ from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
     connect,
     embedder_collections,
     find_collection,
+    is_gallery_folder,
     is_server,
+    not_a_gallery,
     path_id,
     read_record,
     renamed_holder,
@@ -108,7 +114,8 @@ class Gallery:
         self, client: Any | None, location: str, embedder: Embedder | str, hnsw: dict[str, Any] | None = None,
         *, create: bool = True,
     ) -> None:
-        self._client = client
+        self._db = client if isinstance(client, Database) else Database.of(str(location), client)
+        self._collection_epoch = -1
         self.hnsw = dict(hnsw or {})
         self.location = str(location)
         self._creates_collection = bool(create)  # whether the `collection` handle creates a missing one
@@ -144,16 +151,13 @@ class Gallery:
         object creates; to change ``ef_search`` of an existing collection call :meth:`set_ef_search`.
         """
         location = str(location)
-        client = connect(location, create=False)
+        database = Database.of(location)
+        client = database.connect(create=False)
         if client is None and not create:
-            raise GalleryError(
-                f"no gallery at {Path(location).expanduser()}",
-                fix=f"create one with Gallery.open({location!r}).add(PHOTOS)",
-                location=str(location),
-            )
+            raise not_a_gallery(location)
         if embedder is None:
             embedder = (_stored_default(client) if client is not None else None) or default_embedder_name()
-        gallery = cls(client, location, embedder, hnsw, create=create)
+        gallery = cls(database, location, embedder, hnsw, create=create)
         if not create and gallery._get_collection(create=False) is None:
             raise EmptyGalleryError(
                 f"gallery {location} has no images for embedder {gallery.embedder_name!r} "
@@ -165,7 +169,7 @@ class Gallery:
 
     def with_embedder(self, embedder: Embedder | str) -> "Gallery":
         """A view of the same database through another embedder's collection (ids are shared)."""
-        return type(self)(self._client, self.location, embedder, self.hnsw, create=self._creates_collection)
+        return type(self)(self._db, self.location, embedder, self.hnsw, create=self._creates_collection)
 
     def views(self, embedders: Sequence[Embedder | str] | None = None) -> list["Gallery"]:
         """This view, then a view through each other embedder in ``embedders`` (one per name): the
@@ -186,24 +190,23 @@ class Gallery:
     def client(self) -> Any:
         """The Chroma client of the gallery's database. Reading it creates nothing: a gallery folder
         not made yet raises :class:`GalleryError` (a write, or :meth:`create`, makes it)."""
-        if self._client is None:
-            self._client = connect(self.location, create=False)
-        if self._client is None:
-            raise GalleryError(
-                f"no gallery at {Path(self.location).expanduser()}",
-                fix=f"create one with Gallery.open({self.location!r}).add(PHOTOS), or .create()",
-                location=str(self.location),
-            )
-        return self._client
+        client = self._client or self._db.connect(create=False)
+        if client is None:
+            raise not_a_gallery(self.location)
+        return client
+
+    @property
+    def _client(self) -> Any | None:
+        """The current client (``None``: no database yet), reopened first when another process wrote
+        to an embedded gallery since: every read goes through here (see :class:`Database`)."""
+        return self._db.client
 
     def exists(self) -> bool:
         """Whether the database exists yet (a new gallery is created by its first write)."""
-        return self._client is not None or is_server(self.location) or Path(self.location).expanduser().is_dir()
+        return self._client is not None or is_server(self.location)
 
     def _connect_for_write(self) -> Any:
-        if self._client is None:
-            self._client = connect(self.location, create=True)
-        return self._client
+        return self._db.connect(create=True)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator["Gallery"]:
@@ -213,6 +216,7 @@ class Gallery:
         method takes the lock itself; inside the block it goes on without waiting for itself."""
         self._connect_for_write()
         with write_lock(self.location):
+            self._db.refresh(force=True)  # write over what other processes wrote, never over a stale index
             yield self
 
     def create(self) -> "Gallery":
@@ -259,7 +263,7 @@ class Gallery:
         """Record the embedder that :meth:`open` uses when none is named: ``name``, or this view's.
         With ``keep_existing`` only when none is recorded yet (what the first index does)."""
         name = self.embedder_name if name is None else check_embedder_name(name)
-        with self.writing():
+        with self.writing(), self._db.changing():
             self._records().merge(GALLERY_RECORD, {"default_embedder": name}, keep_existing=keep_existing)
 
     def get_json(self, key: str) -> dict[str, Any] | None:
@@ -268,7 +272,7 @@ class Gallery:
 
     def put_json(self, key: str, value: dict[str, Any]) -> None:
         """Store a small JSON record (trust weights, settings) in this gallery's database, atomically."""
-        with self.writing():
+        with self.writing(), self._db.changing():
             self._records().put_user(key, value)
 
     # ------------------------------------------------------------------ collections
@@ -289,19 +293,29 @@ class Gallery:
 
     def _get_collection(self, *, create: bool) -> Any:
         """This embedder's collection (``None``: none yet); with ``create`` a missing one is made."""
-        if self._collection is None and self._client is not None:
-            self._collection = find_collection(self._client, self.embedder_name, adopt_renamed=create,
-                                               location=self.location)
+        client = self._client
+        if self._collection_epoch != self._db.epoch:  # reopened: handles of the old client are stale
+            self._collection, self._collection_epoch = None, self._db.epoch
+        if self._collection is None and client is not None:
+            self._collection = find_collection(client, self.embedder_name, location=self.location)
             if self._collection is None and create:
-                embedder = self.embedder
-                self._collection = self._client.create_collection(
-                    self.collection_name,
-                    embedding_function=None,
-                    configuration={"hnsw": {**DEFAULT_HNSW, **self.hnsw, "space": "cosine"}},
-                    metadata={"embedder": self.embedder_name, "dim": int(embedder.dim),
-                              MODEL_KEY: str(getattr(embedder, "fingerprint", None) or "-")},
-                )
+                embedder = self.embedder  # loaded before the lock: other processes' queries go on meanwhile
+                with self._db.changing():
+                    self._collection = self._find_or_create(client, embedder)
         return self._collection
+
+    def _find_or_create(self, client: Any, embedder: Embedder) -> Any:
+        """This embedder's collection, adopting an older gallery's or making it (a write)."""
+        collection = find_collection(client, self.embedder_name, adopt_renamed=True, location=self.location)
+        if collection is None:
+            collection = client.create_collection(
+                self.collection_name,
+                embedding_function=None,
+                configuration={"hnsw": {**DEFAULT_HNSW, **self.hnsw, "space": "cosine"}},
+                metadata={"embedder": self.embedder_name, "dim": int(embedder.dim),
+                          MODEL_KEY: str(getattr(embedder, "fingerprint", None) or "-")},
+            )
+        return collection
 
     def _renamed_error(self, holder: str | None) -> EmbedderChangedError:
         return EmbedderChangedError(
@@ -328,7 +342,8 @@ class Gallery:
         collection = self._get_collection(create=False)
         if collection is None:
             raise self._empty_error()
-        with self.writing():
+        with self.writing(), self._db.changing():
+            collection = self._get_collection(create=False)  # the handle of a reopened client, if it was
             collection.modify(configuration={"hnsw": {"ef_search": int(ef_search)}})
 
     def _check_dimension(self, dim: int) -> None:
@@ -427,10 +442,11 @@ class Gallery:
                 f"query vector has {vector.shape[0]} dimensions, gallery {self.location} stores "
                 f"{stored}-d vectors for {self.embedder_name!r}; embed the query with that embedder"
             )
-        result = collection.query(
-            query_embeddings=[vector.tolist()], n_results=int(k), where=where,
-            include=["metadatas", "distances"],
-        )
+        with self._db.querying():
+            result = collection.query(
+                query_embeddings=[vector.tolist()], n_results=int(k), where=where,
+                include=["metadatas", "distances"],
+            )
         if not result["ids"][0] and (where is None or collection.count() == 0):
             raise self._empty_error()
         hits = mark_relevance([
@@ -451,7 +467,8 @@ class Gallery:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or len(vectors) == 0:
             return []
-        result = collection.query(query_embeddings=vectors.tolist(), n_results=int(k), include=["distances"])
+        with self._db.querying():
+            result = collection.query(query_embeddings=vectors.tolist(), n_results=int(k), include=["distances"])
         return [[(id_, 1.0 - float(d)) for id_, d in zip(ids, dists)]
                 for ids, dists in zip(result["ids"], result["distances"])]
 
@@ -528,9 +545,10 @@ class Gallery:
                     f"vectors for {self.embedder_name!r}; embed the images with that embedder"
                 )
             step = self._max_batch()
-            for start in range(0, len(ids), step):
-                collection.upsert(ids=list(ids[start : start + step]), embeddings=vectors[start : start + step],
-                                  metadatas=[dict(m) for m in metadatas[start : start + step]])
+            with self._db.changing():
+                for start in range(0, len(ids), step):
+                    collection.upsert(ids=list(ids[start : start + step]), embeddings=vectors[start : start + step],
+                                      metadatas=[dict(m) for m in metadatas[start : start + step]])
         return len(ids)
 
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
@@ -542,7 +560,8 @@ class Gallery:
         collection = self._get_collection(create=False)
         if collection is None:
             raise self._empty_error()
-        with self.writing():
+        with self.writing(), self._db.changing():
+            collection = self._get_collection(create=False)  # the handle of a reopened client, if it was
             step = self._max_batch()
             for start in range(0, len(ids), step):
                 collection.update(ids=list(ids[start : start + step]), metadatas=list(metadatas[start : start + step]))
@@ -552,8 +571,8 @@ class Gallery:
         collection = self._get_collection(create=False)
         if not ids or collection is None:
             return
-        with self.writing():
-            collection.delete(ids=list(ids))
+        with self.writing(), self._db.changing():
+            self._get_collection(create=False).delete(ids=list(ids))  # the handle of a reopened client
 
     def missing_files(self) -> list[GalleryItem]:
         """Stored images whose files no longer exist (what :meth:`sync` would remove)."""
@@ -591,7 +610,7 @@ def gallery_contents(location: str | os.PathLike) -> list[dict[str, Any]]:
     """``[{"embedder", "dim", "images", "collection", "default"}]`` for each embedder in a gallery."""
     client = connect(str(location), create=False)
     if client is None:
-        raise GalleryError(f"no gallery at {Path(location).expanduser()}", location=str(location))
+        raise not_a_gallery(str(location))
     default = _stored_default(client)
     return [
         {**row, "default": row["embedder"] == default} for row in embedder_collections(client)

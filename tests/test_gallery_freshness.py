@@ -1,0 +1,117 @@
+"""Freshness (issue 28): long-lived processes see photos another process indexed, within seconds, and
+never count more than they search. A real second process (`pictrieve index`) writes while this test's
+process (a Gallery and a LangChain retriever), a real `pictrieve ui` and a real `pictrieve mcp` keep
+searching; over a gallery folder and over a `chroma run` server."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from helpers import free_port, make_photo
+from helpers.chroma import chroma_executable, start_chroma
+from helpers.cli import CLI
+from helpers.mcp import HttpServer, server_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+SEEN_WITHIN = 20.0  # seconds: generous for a loaded machine; a fresh reader takes well under one
+
+
+def start_ui(gallery: str, embedder: str, log: Path) -> tuple[subprocess.Popen, str]:
+    """A real `pictrieve ui` on a free loopback port, once it answers."""
+    port = free_port()
+    process = subprocess.Popen([*CLI, "ui", "--gallery", gallery, "-e", embedder, "--port", str(port)],
+                               env=server_env(), stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(f"{url}/api/status", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    process.kill()
+    pytest.fail(f"pictrieve ui did not start:\n{log.read_text()}")
+
+
+async def mcp_paths(server: HttpServer) -> tuple[int, set[str]]:
+    """What `pictrieve mcp` counts (gallery_info) and the paths its search returns."""
+    async with server.session() as session:
+        info = await session.call_tool("gallery_info", {})
+        found = await session.call_tool("search_images", {"query": "a photo", "k": 20})
+    assert not info.isError and not found.isError, (info.content, found.content)
+    return int(info.structuredContent["images"]), {hit["path"] for hit in found.structuredContent["hits"]}
+
+
+def wait_until(check, what: str) -> None:
+    deadline = time.monotonic() + SEEN_WITHIN
+    while not check():
+        assert time.monotonic() < deadline, f"{what} did not see the photo indexed by another process"
+        time.sleep(0.3)
+
+
+def check_fresh(location: str, tiny_clip_name: str, tmp_path: Path) -> None:
+    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.retriever import GalleryRetriever
+
+    photos, later = tmp_path / "photos", tmp_path / "later"
+    for i in range(5):
+        make_photo(photos / f"p{i}.png", seed=i)
+    make_photo(later / "new.png", seed=99)
+    Gallery.open(location, tiny_clip_name).add([photos], progress=False)
+
+    reader = Gallery.open(location, tiny_clip_name, create=False)
+    retriever = GalleryRetriever(gallery=reader, k=50)
+    assert reader.count() == len(reader.search_text("a photo", k=50)) == 5  # loaded before the write
+    ui, ui_url = start_ui(location, tiny_clip_name, tmp_path / "ui.log")
+    mcp = HttpServer(["--gallery", location, "-e", tiny_clip_name])
+    try:
+        assert asyncio.run(mcp_paths(mcp))[0] == 5
+        new = str((later / "new.png").resolve())
+        indexed = subprocess.run([*CLI, "index", str(later), "--gallery", location, "-e", tiny_clip_name],
+                                 capture_output=True, text=True, timeout=600, env=server_env())
+        assert indexed.returncode == 0, indexed.stderr
+
+        def gallery_sees() -> bool:
+            hits = reader.search_text("a photo", k=50)
+            return new in {h.path for h in hits} and reader.count() == len(hits) == 6
+
+        def retriever_sees() -> bool:
+            return new in {doc.metadata["path"] for doc in retriever.invoke("a photo")}
+
+        def ui_sees() -> bool:
+            hits = httpx.post(f"{ui_url}/api/search", json={"query": "a photo", "k": 50}, timeout=30).json()["hits"]
+            count = httpx.get(f"{ui_url}/api/status", timeout=30).json()["count"]
+            return new in {h["path"] for h in hits} and count == len(hits) == 6
+
+        def mcp_sees() -> bool:
+            count, paths = asyncio.run(mcp_paths(mcp))
+            return new in paths and count == len(paths) == 6
+
+        wait_until(gallery_sees, "a Gallery in this process")
+        wait_until(retriever_sees, "a LangChain retriever")
+        wait_until(ui_sees, "pictrieve ui")
+        wait_until(mcp_sees, "pictrieve mcp")
+    finally:
+        ui.terminate()
+        ui.wait(30)
+        mcp.stop()
+
+
+def test_servers_and_readers_see_photos_indexed_by_another_process_in_a_folder(tmp_path, tiny_clip_name):
+    check_fresh(str(tmp_path / "gallery"), tiny_clip_name, tmp_path)
+
+
+def test_servers_and_readers_see_photos_indexed_by_another_process_on_a_chroma_server(tmp_path, tiny_clip_name):
+    process, url = start_chroma(chroma_executable(), tmp_path / "chroma")
+    try:
+        check_fresh(url, tiny_clip_name, tmp_path)
+    finally:
+        process.terminate()
+        process.wait(30)
