@@ -11,6 +11,7 @@ import click
 from pictrieve.cli.method_search import PLAIN, method_options, run_method
 from pictrieve.cli.ray_engine import engine_options, ray_options, say
 from pictrieve.tools.core.images import load_image
+from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
 from pictrieve.vectorstore.hits import ImageHit
@@ -131,10 +132,19 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @click.option("--only-relevant", is_flag=True,
               help="Drop the hits below the embedder's relevance cutoff (maybe all: then it says so).")
 @json_option
+@click.option("--after", help="Only photos taken on or after this date (YYYY-MM-DD).")
+@click.option("--before", help="Only photos taken before this date (YYYY-MM-DD).")
+@click.option("--near", help="Only photos taken near LAT,LON or a city name (see --radius).")
+@click.option("--radius", "radius_km", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="Kilometres around --near.")
+@click.option("--place", help="Only photos whose place is this city, region or country code (exact).")
+@click.option("--camera", help="Only photos from this camera (its name, make or model, exact).")
+@click.option("--folder", type=click.Path(file_okay=False), help="Only photos in this folder.")
 @method_options
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
-           html_path: str | None, only_relevant: bool, as_json: bool, method: str = PLAIN,
-           **method_args: Any) -> None:
+           html_path: str | None, only_relevant: bool, as_json: bool, after: str | None = None,
+           before: str | None = None, near: str | None = None, radius_km: float = 10.0, place: str | None = None,
+           camera: str | None = None, folder: str | None = None, method: str = PLAIN, **method_args: Any) -> None:
     """Find the images that best match QUERY (text) or --image.
 
     With --method NAME another registered method searches for QUERY (`pictrieve methods` lists them):
@@ -147,13 +157,23 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
     from pictrieve.vectorstore.relevance import judge_by_text
 
     query = _check_query(query, image)
+    try:
+        photo_filter = PhotoFilter.parse(after=after, before=before, near=near, radius_km=radius_km,
+                                         place=place, camera=camera, folder=folder)
+    except FilterError as exc:
+        raise click.UsageError(str(exc)) from None
+    if method != PLAIN and not photo_filter.is_empty:
+        raise click.UsageError("--after/--before/--near/--place/--camera/--folder filter the plain search; "
+                               "leave out --method to use them")
+    where = None if photo_filter.is_empty else photo_filter
     # Decoded before the gallery and its model open: a bad photo is one line, at once.
     photo = load_image(image) if image else None
     store = Gallery.open(gallery, embedder, create=False)
     if method != PLAIN:
         hits = judge_by_text(store, query or "", run_method(store, method, query, k=k, **method_args))
     else:
-        hits = store.search_image(photo, k=k) if photo is not None else store.search_text(query or "", k=k)
+        hits = (store.search_image(photo, k=k, where=where) if photo is not None
+                else store.search_text(query or "", k=k, where=where))
     _print_hits(hits, query=query, image=image, as_json=as_json, only_relevant=only_relevant,
                 cutoff=store.relevance_cutoff().to_json())
     if only_relevant:
@@ -193,7 +213,9 @@ def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, a
             click.echo("     below the relevance cutoff:")
             below = False
         caption = f"  {hit.captions[0]}" if hit.captions else ""
-        click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}")
+        taken = hit.taken_at[:10] if hit.metadata.get("taken_at_source") == "exif" else ""  # not the file's time
+        about = "  ".join(part for part in (taken, hit.place, hit.camera) if part)
+        click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}" + (f"  [{about}]" if about else ""))
 
 
 def _write_sheet(hits: list[ImageHit], html_path: str, *, title: str, quiet: bool) -> None:

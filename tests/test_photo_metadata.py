@@ -175,3 +175,75 @@ def test_a_corrupt_exif_block_is_ignored(tmp_path, tiny_clip_embedder):
     assert meta.fields["taken_at_source"] == "file" and meta.orientation == 1
     report = Gallery.open(tmp_path / "g", tiny_clip_embedder).add(folder, progress=False)
     assert report.indexed == 1 and not report.failed
+
+
+@pytest.fixture
+def trip_gallery(tmp_path, tiny_clip_embedder):
+    """Twelve photos: six from Lisbon in June 2023 (Canon), three from Porto in 2022 (Pixel), three without EXIF."""
+    folder = tmp_path / "photos"
+    (folder / "lisbon").mkdir(parents=True)
+    (folder / "porto").mkdir()
+    for i in range(6):
+        _upright().rotate(i * 7).save(folder / "lisbon" / f"l{i}.jpg", exif=_exif(
+            taken=f"2023:06:{10 + i} 12:00:00", offset="+01:00", gps=(38.72 + i * 0.001, -9.14),
+            make="Canon", model="Canon EOS 5D"))
+    for i in range(3):
+        _upright().rotate(50 + i * 7).save(folder / "porto" / f"p{i}.jpg", exif=_exif(
+            taken=f"2022:0{i + 1}:01 09:00:00", gps=(41.15, -8.61), make="Google", model="Pixel 7"))
+        _upright().rotate(90 + i * 7).save(folder / f"plain{i}.png")
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(folder, progress=False)
+    return gallery, folder
+
+
+def _names(hits) -> set[str]:
+    return {Path(hit.path).name for hit in hits}
+
+
+def test_filters_apply_in_the_store_and_return_k_when_there_are_k(trip_gallery):
+    from pictrieve.vectorstore.photo_filter import PhotoFilter
+
+    gallery, folder = trip_gallery
+    june = PhotoFilter.parse(after="2023-06-01", before="2023-07-01")
+    hits = gallery.search_text("a photo", k=6, where=june)
+    assert _names(hits) == {f"l{i}.jpg" for i in range(6)}  # all six, not what survives a top-6 cut
+    assert hits[0].taken_at.startswith("2023-06-") and "Lisbon" in hits[0].place and hits[0].camera == "Canon EOS 5D"
+    assert _names(gallery.search_text("a photo", k=12, where=PhotoFilter(camera="Pixel 7"))) == {"p0.jpg", "p1.jpg", "p2.jpg"}
+    assert _names(gallery.search_text("a photo", k=12, where=PhotoFilter(place="PT"))) == \
+        {f"l{i}.jpg" for i in range(6)} | {"p0.jpg", "p1.jpg", "p2.jpg"}
+    assert _names(gallery.search_text("a photo", k=12, where=PhotoFilter.parse(folder=folder / "porto"))) == \
+        {"p0.jpg", "p1.jpg", "p2.jpg"}
+    near_porto = PhotoFilter.parse(near="41.15,-8.61", radius_km=5)
+    assert _names(gallery.search_text("a photo", k=12, where=near_porto)) == {"p0.jpg", "p1.jpg", "p2.jpg"}
+    assert _names(gallery.search_text("a photo", k=12, where=PhotoFilter.parse(near="Lisbon", radius_km=20))) == \
+        {f"l{i}.jpg" for i in range(6)}
+    # l0..l3 are all in the bounding box; the exact distance (0.14 km against 0.21 km) keeps l1 and l2 only
+    close = PhotoFilter(near=(38.7215, -9.1385), radius_km=0.2)
+    assert _names(gallery.search_text("a photo", k=12, where=close)) == {"l1.jpg", "l2.jpg"}
+
+
+def test_the_cli_filters_and_shows_when_where_and_what(trip_gallery):
+    from click.testing import CliRunner
+
+    from pictrieve.cli.gallery_commands import search
+
+    gallery, _ = trip_gallery
+    runner = CliRunner()
+    result = runner.invoke(search, ["a photo", "-g", str(gallery.location), "-k", "5", "--camera", "Pixel 7"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 3 and all("Pixel 7" in line and "2022-0" in line for line in lines)
+    bad = runner.invoke(search, ["a photo", "-g", str(gallery.location), "--after", "last june"])
+    assert bad.exit_code == 2 and "--after 'last june' is not a date" in bad.output
+
+
+def test_the_langchain_retriever_takes_a_photo_filter(trip_gallery):
+    from pictrieve.vectorstore.photo_filter import PhotoFilter
+    from pictrieve.vectorstore.retriever import GalleryRetriever
+
+    gallery, _ = trip_gallery
+    retriever = GalleryRetriever(gallery=gallery, k=12, where=PhotoFilter(camera="Pixel 7"))
+    assert {Path(d.metadata["path"]).name for d in retriever.invoke("a photo")} == {"p0.jpg", "p1.jpg", "p2.jpg"}
+    docs = retriever.invoke("a photo", where=PhotoFilter.parse(before="2023-06-12"))
+    assert {Path(d.metadata["path"]).name for d in docs} == {"l0.jpg", "l1.jpg", "p0.jpg", "p1.jpg", "p2.jpg"}
+    assert docs[0].metadata["metadata"]["taken_at"]

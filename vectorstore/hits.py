@@ -54,6 +54,21 @@ class ImageHit(BaseModel):
         """A short human label: the first caption, else the file name, else the id."""
         return self.caption or str(self.metadata.get("name") or "") or self.path.rsplit("/", 1)[-1] or self.id
 
+    @property
+    def taken_at(self) -> str:
+        """When the photo was taken (ISO 8601, from EXIF or the file's time), or ``""``."""
+        return str(self.metadata.get("taken_at") or "")
+
+    @property
+    def place(self) -> str:
+        """Where it was taken ("city, region, country code"), or ``""``."""
+        return str(self.metadata.get("place") or "")
+
+    @property
+    def camera(self) -> str:
+        """The camera that took it, or ``""``."""
+        return str(self.metadata.get("camera") or "")
+
     def to_json(self) -> dict[str, Any]:
         """A plain JSON dict (what ``--json``, the server and the web page show)."""
         return self.model_dump(mode="json")

@@ -4,7 +4,9 @@ Each result is a ``Document`` whose ``page_content`` is the image's label (first
 name) and whose metadata is the :class:`ImageHit` as JSON (``id``, ``path``, ``score``, ``rank``,
 ``captions``, ``metadata``, and ``relevant``: whether it reaches the embedder's relevance cutoff), so a
 downstream VLM or answer node can open the image itself.
-``retriever.invoke(query, k=3, where={...})`` overrides ``k`` and ``where`` for one call.
+``retriever.invoke(query, k=3, where={...})`` overrides ``k`` and ``where`` for one call; ``where`` is a Chroma
+filter or a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter` (``PhotoFilter.parse(after="2023-06-01",
+near="Lisbon")``: when, where, camera, folder), applied in the store.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pydantic import ConfigDict
 from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
+from pictrieve.vectorstore.photo_filter import PhotoFilter
 
 
 class GalleryRetriever(BaseRetriever):
@@ -34,8 +37,8 @@ class GalleryRetriever(BaseRetriever):
     """The :class:`Gallery` to search."""
     k: int = 10
     """How many images to return."""
-    where: dict[str, Any] | None = None
-    """Optional Chroma metadata filter."""
+    where: dict[str, Any] | PhotoFilter | None = None
+    """Optional filter: a Chroma ``where`` or a :class:`PhotoFilter` on the photos' own metadata."""
     only_relevant: bool = False
     """Return only the images that reach the embedder's relevance cutoff (maybe none)."""
 
@@ -45,7 +48,7 @@ class GalleryRetriever(BaseRetriever):
         *,
         run_manager: CallbackManagerForRetrieverRun,
         k: int | None = None,
-        where: dict[str, Any] | None = None,
+        where: dict[str, Any] | PhotoFilter | None = None,
     ) -> list[Document]:
         """Search; ``k`` and ``where`` passed to ``invoke`` override the retriever's own for one call."""
         gallery: Gallery = self.gallery
