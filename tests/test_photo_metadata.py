@@ -247,3 +247,28 @@ def test_the_langchain_retriever_takes_a_photo_filter(trip_gallery):
     docs = retriever.invoke("a photo", where=PhotoFilter.parse(before="2023-06-12"))
     assert {Path(d.metadata["path"]).name for d in docs} == {"l0.jpg", "l1.jpg", "p0.jpg", "p1.jpg", "p2.jpg"}
     assert docs[0].metadata["metadata"]["taken_at"]
+
+
+def test_the_search_graph_takes_filters_in_its_input(trip_gallery):
+    from pictrieve.agents.settings import SettingsError
+    from pictrieve.graphs.search import build_search_graph
+
+    gallery, _ = trip_gallery
+    graph = build_search_graph(gallery)
+    out = graph.invoke({"query": "a photo", "filters": {"near": "Porto", "radius_km": 10}}, context={"k": 12})
+    assert _names(out["hits"]) == {"p0.jpg", "p1.jpg", "p2.jpg"}
+    with pytest.raises(SettingsError, match="unknown filter 'when'"):
+        graph.invoke({"query": "a photo", "filters": {"when": "june"}})
+
+
+def test_near_reads_coordinates_and_city_names():
+    from pictrieve.vectorstore.photo_filter import FilterError, parse_near
+
+    assert parse_near("41.15,-8.61") == (41.15, -8.61)
+    assert parse_near("Paris") == pytest.approx((48.85, 2.35), abs=0.05)  # not Paris, Ontario
+    assert parse_near("Porto") == pytest.approx((41.15, -8.61), abs=0.05)  # not Porto, Piaui
+    assert parse_near("Lisbon, US")[1] < -60
+    with pytest.raises(FilterError, match="not a LAT,LON nor a city"):
+        parse_near("Qqxz Nowhere")
+    with pytest.raises(FilterError, match="latitude must be within"):
+        parse_near("91,0")

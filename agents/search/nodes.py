@@ -14,6 +14,7 @@ from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Pyt
 
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
 
 
 @dataclass
@@ -30,10 +31,13 @@ class SearchSettings(RunSettings):
 
 
 class SearchInput(TypedDict):
-    """A text ``query`` or an ``image`` (path of a file the graph's process can read)."""
+    """A text ``query`` or an ``image`` (path of a file the graph's process can read), and optional ``filters``
+    on the photos' own metadata: ``after``, ``before`` (YYYY-MM-DD), ``near`` ("LAT,LON" or a city),
+    ``radius_km``, ``place``, ``camera``, ``folder`` (:meth:`PhotoFilter.parse`), applied in the store."""
 
     query: NotRequired[str]
     image: NotRequired[str]
+    filters: NotRequired[dict[str, Any]]
 
 
 class SearchOutput(TypedDict):
@@ -49,9 +53,31 @@ def retrieve(state: SearchState, runtime: Runtime[SearchSettings] | None = None,
     """The ``k`` best images of ``index`` for the state's ``image`` (if any) or text ``query``, each marked
     ``relevant`` or not (with ``only_relevant``, only those that are)."""
     settings = settings_of(runtime, SearchSettings)
-    options = {"only_relevant": True} if settings.only_relevant else {}  # an index without the option still works
+    options: dict[str, Any] = {"only_relevant": True} if settings.only_relevant else {}  # an index without
+    where = photo_filter(state.get("filters"))  # these options still works
+    if where is not None:
+        options["where"] = where
     if state.get("image"):
         return {"hits": index.search_image(state["image"], k=settings.k, **options)}
     if (state.get("query") or "").strip():
         return {"hits": index.search_text(state["query"], k=settings.k, **options)}
     raise SettingsError("the search graph needs a text 'query' or an 'image' path in its input")
+
+
+def photo_filter(filters: dict[str, Any] | None) -> PhotoFilter | None:
+    """The input's ``filters`` as a :class:`PhotoFilter` (``None`` when there are none); one line when bad."""
+    if not filters:
+        return None
+    if not isinstance(filters, dict):
+        raise SettingsError("'filters' must be an object such as {\"after\": \"2023-06-01\", \"near\": \"Lisbon\"}")
+    unknown = sorted(set(filters) - FILTER_WORDS)
+    if unknown:
+        raise SettingsError(f"unknown filter {', '.join(map(repr, unknown))}: use {', '.join(sorted(FILTER_WORDS))}")
+    try:
+        found = PhotoFilter.parse(**{key: value for key, value in filters.items() if value not in (None, "")})
+    except (FilterError, ValueError) as exc:
+        raise SettingsError(str(exc).splitlines()[0]) from None
+    return None if found.is_empty else found
+
+
+FILTER_WORDS = frozenset({"after", "before", "near", "radius_km", "place", "camera", "folder"})
