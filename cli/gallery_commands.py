@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from pictrieve.cli.method_search import PLAIN, method_options, run_method
+from pictrieve.cli.method_search import PLAIN, method_options, run_method_showing_guides
 from pictrieve.cli.ray_engine import engine_options, ray_options, say
 from pictrieve.tools.core.images import load_image
 from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
@@ -169,17 +169,19 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
     # Decoded before the gallery and its model open: a bad photo is one line, at once.
     photo = load_image(image) if image else None
     store = Gallery.open(gallery, embedder, create=False)
+    guides: list[dict[str, Any]] = []
     if method != PLAIN:
-        hits = judge_by_text(store, query or "", run_method(store, method, query, k=k, **method_args))
+        hits, guides = run_method_showing_guides(store, method, query, k=k, **method_args)
+        hits = judge_by_text(store, query or "", hits)
     else:
         hits = (store.search_image(photo, k=k, where=where) if photo is not None
                 else store.search_text(query or "", k=k, where=where))
     _print_hits(hits, query=query, image=image, as_json=as_json, only_relevant=only_relevant,
-                cutoff=store.relevance_cutoff().to_json())
+                cutoff=store.relevance_cutoff().to_json(), guides=guides)
     if only_relevant:
         hits = relevant_hits(hits)
     if html_path:
-        _write_sheet(hits, html_path, title=f"pictrieve: {query or image}", quiet=as_json)
+        _write_sheet(hits, html_path, title=f"pictrieve: {query or image}", quiet=as_json, guides=guides)
 
 
 def _check_query(query: str | None, image: str | None) -> str | None:
@@ -193,16 +195,30 @@ def _check_query(query: str | None, image: str | None) -> str | None:
     return text or None
 
 
+def _guide_kind(guide: dict[str, Any]) -> str:
+    return "generated" if guide.get("generated") else "exemplar photo"
+
+
 def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, as_json: bool,
-                only_relevant: bool = False, cutoff: dict[str, Any] | None = None) -> None:
+                only_relevant: bool = False, cutoff: dict[str, Any] | None = None,
+                guides: list[dict[str, Any]] | None = None) -> None:
     """The hits (with ``only_relevant`` those marked relevant), under "no photo matches well; the closest
-    are:" when none is relevant; ``--json`` adds ``relevant_count`` and the ``relevance`` cutoff used."""
+    are:" when none is relevant; ``--json`` adds ``relevant_count`` and the ``relevance`` cutoff used. A
+    method's guide pictures come first (``guides`` in JSON), so a person sees what guided the search."""
     shown = relevant_hits(hits) if only_relevant else hits
     if as_json:
-        click.echo(json.dumps({"query": query, "image": image, "hits": [h.to_json() for h in shown],
+        out: dict[str, Any] = {"query": query, "image": image}
+        if guides:
+            out["guides"] = guides
+        click.echo(json.dumps({**out, "hits": [h.to_json() for h in shown],
                                "relevant_count": sum(1 for h in hits if h.relevant is not False),
                                "relevance": cutoff}, indent=2))
         return
+    if guides:
+        click.echo("guide pictures:")
+        for guide in guides:
+            click.echo(f"  {guide['id']}  {guide['path']}  ({_guide_kind(guide)}, {guide.get('status', '')})")
+        click.echo("results:")
     if none_relevant(hits):
         click.echo("no photo matches well (--only-relevant hides the closest)" if only_relevant else NO_MATCH_HEADER)
     # A line before the first hit below a calibrated cutoff (the relative fallback is no calibrated verdict,
@@ -218,12 +234,19 @@ def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, a
         click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}" + (f"  [{about}]" if about else ""))
 
 
-def _write_sheet(hits: list[ImageHit], html_path: str, *, title: str, quiet: bool) -> None:
-    """Write the contact sheet after the results were printed; a failure is one line and exit 1."""
+def _write_sheet(hits: list[ImageHit], html_path: str, *, title: str, quiet: bool,
+                 guides: list[dict[str, Any]] | None = None) -> None:
+    """Write the contact sheet after the results were printed (a method's guide pictures above them); a
+    failure is one line and exit 1."""
     from pictrieve.vectorstore.contact_sheet import write_contact_sheet
 
+    sections: Any = hits
+    if guides:
+        shown = [ImageHit(id=g["id"], path=g["path"], rank=i, captions=[f"{_guide_kind(g)}, {g.get('status', '')}"])
+                 for i, g in enumerate(guides, 1)]
+        sections = [("guide pictures the search used", shown), (title, hits)]
     try:
-        write_contact_sheet(hits, html_path, title=title)
+        write_contact_sheet(sections, html_path, title=title)
     except OSError as exc:
         click.echo(f"error: could not write the contact sheet {html_path}: {exc.strerror or exc}", err=True)
         sys.exit(1)

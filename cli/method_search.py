@@ -112,6 +112,19 @@ def run_method(store: Any, method: str, query: str | None, *, k: int, visualizer
                rank_with: tuple[str, ...] = (), guides: int | None = None, tiles: bool | None = None,
                feedback: str | None = None, topic: str | None = None, settings: tuple[str, ...] = ()) -> list[ImageHit]:
     """Hits of the registered method ``method`` for a text ``query`` over the opened gallery ``store``."""
+    return run_method_showing_guides(store, method, query, k=k, visualizers=visualizers, llm=llm, base_url=base_url,
+                                     qc2_model=qc2_model, rank_with=rank_with, guides=guides, tiles=tiles,
+                                     feedback=feedback, topic=topic, settings=settings)[0]
+
+
+def run_method_showing_guides(store: Any, method: str, query: str | None, *, k: int,
+                              visualizers: tuple[str, ...] = (), llm: str | None = None, base_url: str | None = None,
+                              qc2_model: str | None = None, rank_with: tuple[str, ...] = (), guides: int | None = None,
+                              tiles: bool | None = None, feedback: str | None = None, topic: str | None = None,
+                              settings: tuple[str, ...] = ()) -> tuple[list[ImageHit], list[dict[str, Any]]]:
+    """:func:`run_method`'s hits and the guide pictures the method made (VisRet, NEEDLE; ``[]`` for the
+    others): each as its state holds it (``id``, ``path``, ``visualizer``, ``generated``, ``status``), so a
+    person sees what the search was guided by."""
     from langgraph.types import Command
 
     from pictrieve.graphs.checkpoints import memory_checkpointer
@@ -136,7 +149,7 @@ def run_method(store: Any, method: str, query: str | None, *, k: int, visualizer
         result = run_showing_steps(graph, Command(resume=_ask(method, request)), config, context)
     if result.get("weights"):
         click.echo("trust weights: " + json.dumps({n: round(w, 3) for n, w in result["weights"].items()}), err=True)
-    return result["hits"]
+    return result["hits"], [dict(guide) for guide in result.get("guides") or []]
 
 
 def run_showing_steps(graph: Any, value: Any, config: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:

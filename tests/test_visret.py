@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -124,6 +125,35 @@ def test_cli_search_method_visret(gallery, photos, tmp_path, monkeypatch):
     assert [h["id"] for h in hits] == [h.id for h in expected] and len(hits) == 2
     missing = runner.invoke(cli, args + ["--method", "visret"])
     assert missing.exit_code != 0 and "--visualizer" in missing.output
+
+
+def test_cli_visret_shows_its_guide_pictures(gallery, photos, tmp_path, monkeypatch):
+    """The guide pictures VisRet searched with are listed in the text output and --json, and the --html
+    contact sheet shows them above the results."""
+    from click.testing import CliRunner
+
+    from pictrieve.cli.main import cli
+    from pictrieve.vectorstore.gallery import Gallery
+
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(Gallery, "open", classmethod(lambda cls, *args, **kwargs: gallery))
+    runner = CliRunner()
+    args = ["search", "a man riding a bicycle", "-g", str(gallery.location), "-k", "2", "--method", "visret",
+            "--visualizer", f"exemplar:{photos}", "--guides", "2"]
+    sheet = tmp_path / "sheet.html"
+    as_json = runner.invoke(cli, args + ["--json", "--html", str(sheet)])
+    assert as_json.exit_code == 0, as_json.output
+    guides = json.loads(as_json.stdout)["guides"]
+    assert len(guides) == 2 and all(g["status"] == "used" and not g["generated"] for g in guides)
+    assert all(Path(g["path"]).parent == photos and g["id"] for g in guides)
+    page = sheet.read_text()
+    assert page.index("guide pictures the search used") < page.index("<figure")  # the guides come first
+    assert page.count("exemplar photo, used") == 2
+    text = runner.invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    lines = text.stdout.splitlines()
+    assert lines[0] == "guide pictures:" and lines[3] == "results:", text.stdout
+    assert all(g["path"] in text.stdout for g in guides) and "exemplar photo, used" in lines[1]
 
 
 # ---------------------------------------------------------------------- visual RAG: reader and judge
