@@ -30,6 +30,8 @@ def cli_hint(exc: BaseException) -> str | None:
     location = getattr(exc, "location", None)
     gallery = shlex.quote(location) if location else "GALLERY"
     hints: list[tuple[type[BaseException], str]] = [
+        (gallery_errors.GalleryUnreachableError,
+         "start the Chroma server again and re-run the same `pictrieve index` command: it resumes where it stopped"),
         (gallery_errors.NotAGalleryError,
          f"index photos into it with `pictrieve index PHOTOS --gallery {gallery}`"),
         (gallery_errors.EmptyGalleryError,

@@ -23,6 +23,10 @@ class NotAGalleryError(GalleryError):
     Opening one never writes anything there: only indexing creates a gallery."""
 
 
+class GalleryUnreachableError(GalleryError):
+    """The Chroma server of a gallery stopped answering during a write (what was written is kept)."""
+
+
 class EmptyGalleryError(GalleryError):
     """The gallery has no images for the embedder in use."""
 

@@ -50,6 +50,7 @@ from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     GalleryBusyError,
     GalleryError,
     GalleryPermissionError,
+    GalleryUnreachableError,
     NotAGalleryError,
 )
 from pictrieve.vectorstore.hits import ImageHit
@@ -562,11 +563,29 @@ class Gallery:
                     f"vectors for {self.embedder_name!r}; embed the images with that embedder"
                 )
             step = self._max_batch()
-            with self._db.changing():
+            with self._db.changing(), self._server_answers():
                 for start in range(0, len(ids), step):
                     collection.upsert(ids=list(ids[start : start + step]), embeddings=vectors[start : start + step],
                                       metadatas=[dict(m) for m in metadatas[start : start + step]])
         return len(ids)
+
+    @contextlib.contextmanager
+    def _server_answers(self) -> Iterator[None]:
+        """Turn a ``chroma run`` server that went away mid-write into one :class:`GalleryUnreachableError`
+        naming it (instead of an HTTP client's traceback); everything written before it is kept."""
+        try:
+            yield
+        except GalleryError:
+            raise
+        except Exception as exc:
+            if not is_server(self.location) or not _is_connection_failure(exc):
+                raise
+            raise GalleryUnreachableError(
+                f"the Chroma server at {self.location} stopped answering while photos were written "
+                f"({type(exc).__name__}); every batch written before is kept",
+                fix="start the server again and re-run the same indexing: it resumes where it stopped",
+                location=str(self.location),
+            ) from exc
 
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
         """Merge keys into stored metadata (values: str, int, float, bool or lists of them)."""
@@ -616,6 +635,17 @@ class Gallery:
 
     def __repr__(self) -> str:
         return f"Gallery({self.location!r}, embedder={self.embedder_name!r})"
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is a lost or refused connection, not an answer from the server."""
+    import httpx
+
+    while exc is not None:
+        if isinstance(exc, (httpx.TransportError, ConnectionError)) or "could not connect" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
 
 
 def _check_k(k: int) -> None:

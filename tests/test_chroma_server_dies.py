@@ -1,0 +1,45 @@
+"""A `chroma run` server that dies during local indexing (issue 28.7): one line naming the server and
+saying that a re-run resumes, never an HTTP client's traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from helpers import make_photo
+from helpers.chroma import chroma_executable, start_chroma
+from helpers.cli import CLI
+from helpers.mcp import server_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+
+
+def test_a_server_killed_mid_index_is_one_line_that_says_a_rerun_resumes(tmp_path, tiny_clip_name):
+    import chromadb
+
+    photos = tmp_path / "photos"
+    for i in range(400):
+        make_photo(photos / f"p{i:03d}.png", seed=i, size=(32, 32))
+    server, url = start_chroma(chroma_executable(), tmp_path / "chroma")
+    indexing = subprocess.Popen([*CLI, "index", str(photos), "--gallery", url, "-e", tiny_clip_name,
+                                 "--batch-size", "1"], env=server_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(url.rsplit(":", 1)[1])
+        client = chromadb.HttpClient(host="127.0.0.1", port=port)
+        deadline = time.monotonic() + 300
+        while not any(c.name.startswith("images__") and client.get_collection(c.name).count() > 0
+                      for c in client.list_collections()):
+            assert indexing.poll() is None, indexing.communicate()
+            assert time.monotonic() < deadline, "nothing was indexed"
+            time.sleep(0.2)
+    finally:
+        server.kill()
+        server.wait(30)
+    _out, err = indexing.communicate(timeout=300)
+    assert indexing.returncode == 2, err
+    assert "Traceback" not in err, err
+    (line,) = [line[line.index("error:"):] for line in err.splitlines() if "error:" in line]  # after the bar's last state
+    assert url in line and "re-run" in line and "resumes" in line, line
