@@ -241,11 +241,24 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
                         "(slower; only on a server with a visualizer, see gallery_info's search_methods)")] = "search",
         only_relevant: Annotated[bool, Field(description="Return only the photos that match well (maybe none); "
                                                          "default: the k closest, each marked relevant or not")] = False,
+        after: Annotated[str | None, Field(description="Only photos taken on or after this date, YYYY-MM-DD")] = None,
+        before: Annotated[str | None, Field(description="Only photos taken before this date, YYYY-MM-DD")] = None,
+        near: Annotated[str | None, Field(description="Only photos taken near 'LAT,LON' or a city ('Lisbon', "
+                                                      "'Paris, FR'); see radius_km")] = None,
+        radius_km: Annotated[float | None, Field(gt=0, description="Kilometres around near (default 10)")] = None,
+        place: Annotated[str | None, Field(description="Only photos whose place is this city, region or country "
+                                                       "code, exactly as stored (e.g. 'Lisbon', 'PT')")] = None,
+        camera: Annotated[str | None, Field(description="Only photos from this camera (name, make or model)")] = None,
+        folder: Annotated[str | None, Field(description="Only photos in this folder (its full path)")] = None,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Find photos in the user's gallery that match a description. Says whether any matches well ("No photo
         in the gallery matches ... well" when none does), then each photo's gallery id, score, relevant and
         caption (JSON), then the photos themselves, best first."""
-        found = await in_thread(ctx, service.search, query, k, method, progress=True)
+        filters = {name: value for name, value in dict(after=after, before=before, near=near, radius_km=radius_km,
+                                                       place=place, camera=camera, folder=folder).items()
+                   if value is not None}
+        found = await in_thread(ctx, functools.partial(service.search, filters=filters), query, k, method,
+                                progress=True)
         hits = relevant_hits(found) if only_relevant else found
         summary = agent_summary(query, found)
         return result(SearchResult(method=method, summary=summary, hits=[hit_json(h) for h in hits]), hits,

@@ -144,18 +144,22 @@ class PictrieveService:
                 "max_image_bytes": self.settings.max_image_bytes}
 
     def search(self, query: str, k: int, method: str, progress: Progress = no_progress, *,
-               only_relevant: bool = False) -> list[ImageHit]:
+               only_relevant: bool = False, filters: dict[str, Any] | None = None) -> list[ImageHit]:
         """The hits of ``method`` for ``query``, each marked ``relevant`` (a method's fused hits by the query's
-        cosine to each photo); with ``only_relevant`` the others are dropped."""
+        cosine to each photo); with ``only_relevant`` the others are dropped. ``filters``: the search graph's
+        photo filters (after, before, near, radius_km, place, camera, folder), plain search only."""
         query = _text(query, "the query", "say in words what the photos should show")
         if method not in SEARCH_METHODS:
             raise ToolInputError(f"unknown method {method!r}: use one of {', '.join(SEARCH_METHODS)}")
         if method != "search":
             self.visualizer()  # says how to set one up before anything loads
             progress(f"{method}: making guide pictures of the query")
+        if filters and method != "search":
+            raise ToolInputError("the date, place, camera and folder filters work with method 'search' only")
         graph = self.graph(method)
         hits: list[ImageHit] = []
-        for mode, chunk in graph.stream({"query": query}, context={"k": _k(k)}, stream_mode=["updates", "values"]):
+        state: dict[str, Any] = {"query": query, **({"filters": filters} if filters else {})}
+        for mode, chunk in graph.stream(state, context={"k": _k(k)}, stream_mode=["updates", "values"]):
             if mode == "values":
                 hits = list(chunk.get("hits") or [])
             elif method != "search":

@@ -61,6 +61,14 @@ async def check_search_images_returns_the_galleries_hits_and_their_photos(sessio
     assert result.structuredContent["summary"] == summary and result.content[1].text == summary
     labels = [b.text for b in result.content[2:] if b.type == "text"]
     assert [line.split(")")[0] for line in labels] == [f"Photo {n} (id {h['id']}" for n, h in enumerate(hits, 1)]
+    old = await session.call_tool("search_images", {"query": "a red square", "k": 3, "before": "2000-01-01"})
+    assert not old.isError and old.structuredContent["hits"] == []  # each photo's time is its file's: now
+    folder = Path(served.paths[hits[0]["id"]]).parent
+    inside = await session.call_tool("search_images", {"query": "a red square", "k": 20, "folder": str(folder)})
+    assert {h["id"] for h in inside.structuredContent["hits"]} == \
+        {id_ for id_, path in served.paths.items() if Path(path).parent == folder}
+    bad = await session.call_tool("search_images", {"query": "a red square", "after": "last june"})
+    assert bad.isError and "is not a date" in error_text(bad)
     only = await session.call_tool("search_images", {"query": "a red square", "k": 3, "only_relevant": True})
     assert [h["id"] for h in only.structuredContent["hits"]] == [hits[0]["id"]] and len(pictures(only)) == 1
     like = await session.call_tool("search_by_image", {"image": served.ids["a green field"], "k": 2})
