@@ -132,7 +132,9 @@ def _app() -> Any:
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
 
-    return Starlette(middleware=[Middleware(ServeGuard)])
+    from pictrieve.graphs.serving import lifespan
+
+    return Starlette(middleware=[Middleware(ServeGuard)], lifespan=lifespan)
 
 
 app = _app()

@@ -81,7 +81,7 @@ def server(tmp_path_factory, tiny_clip_name):
             root, root / "g.gallery", OPENAI_API_KEY="test-key-for-a-local-fake", PICTRIEVE_BASE_URL=fake.base_url,
             PICTRIEVE_VLM_BASE_URL=fake.base_url, **{ENV_ALLOW: json.dumps(allowed), ENV_ALLOW_DIRS: str(photos)})
         yield {"url": url, "gallery": gallery, "photos": photos, "fake": fake, "reference": reference,
-               "pages": pages, "owl": owl}
+               "pages": pages, "owl": owl, "root": root}
         stop(process)
 
 
@@ -106,6 +106,26 @@ def test_search_over_the_server_matches_the_library(server):
     target = str(server["photos"] / "img4.png")
     by_image = client.runs.wait(None, "search", input={"image": target}, context={"k": 1})
     assert by_image["hits"][0]["path"] == target
+
+
+def test_the_server_loads_the_methods_before_the_first_run(server):
+    """The operator's gallery and models are loaded when the server starts, so the first run's graph is
+    built from cached parts: LangGraph logs no "Slow graph load" error (a factory call over 250 ms) for it."""
+    import time
+
+    from langgraph_sdk import get_sync_client
+
+    log = next(Path(server["root"]).glob("langgraph-*.log"))
+    deadline = time.monotonic() + 300
+    while "served methods ready" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    ready = [line for line in log.read_text().splitlines() if "served methods ready" in line]
+    assert ready and "search ok" in ready[0] and "plugir ok" in ready[0], log.read_text()[-3000:]
+    before = len(log.read_text())
+    client = get_sync_client(url=server["url"])
+    client.runs.wait(None, "search", input={"query": "a red square"}, context={"k": 2})
+    slow = [line for line in log.read_text()[before:].splitlines() if "Slow graph load" in line and "error" in line]
+    assert not slow, slow
 
 
 def test_pictrieve_serve_takes_a_gallery_relative_to_the_folder_it_is_run_in(server):
