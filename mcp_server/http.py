@@ -11,47 +11,15 @@ never reaches the MCP session. A server on any other address must have a token (
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 from collections.abc import Iterable
 from typing import Any
 
-from pictrieve.errors import PictrieveError
+from pictrieve.tools.core import exposure
+from pictrieve.tools.core.exposure import ExposureError, is_loopback, normalise_host, url_host  # noqa: F401 (re-exported)
 
 TOKEN_ENV = "PICTRIEVE_MCP_TOKEN"
-
-
-class ExposureError(PictrieveError, ValueError):
-    """A server that would be reachable from other machines without a token."""
-
-
-def normalise_host(host: str) -> str:
-    """``--host`` as one spelling: trimmed, brackets and case dropped, an IP address in its canonical form
-    (``LOCALHOST`` -> ``localhost``, ``[0:0:0:0:0:0:0:1]`` -> ``::1``). Everything after uses this one."""
-    text = host.strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        return text.lower().rstrip(".")
-
-
-def is_loopback(host: str) -> bool:
-    host = normalise_host(host)
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def url_host(host: str) -> str:
-    """``host`` as it appears in a URL or a ``Host`` header (an IPv6 address in brackets)."""
-    host = normalise_host(host)
-    return f"[{host}]" if ":" in host else host
 
 
 def transport_security(host: str, port: int, allowed_origins: Iterable[str] = ()) -> Any:
@@ -77,13 +45,8 @@ def transport_security(host: str, port: int, allowed_origins: Iterable[str] = ()
 
 def check_exposure(host: str, token: str | None) -> None:
     """Refuse a non-loopback ``host`` without a bearer token (anyone on the network could use the tools), and
-    a token that is blank (it would guard nothing, wherever the server listens)."""
-    if not is_loopback(host) and not (token or "").strip():  # an empty or blank token guards nothing
-        raise ExposureError(f"--host {host} is reachable from other machines: set a bearer token with --token "
-                            f"or ${TOKEN_ENV} (clients send it as 'Authorization: Bearer <token>')")
-    if token is not None and not token.strip():
-        raise ExposureError(f"the token is blank: give --token (or ${TOKEN_ENV}) a secret value, or leave it out "
-                            "on loopback")
+    a token that is blank (:func:`pictrieve.tools.core.exposure.check_exposure`, with this server's option)."""
+    exposure.check_exposure(host, token, token_option="--token", token_env=TOKEN_ENV)
 
 
 class BearerTokenGuard:
