@@ -64,6 +64,8 @@ def test_a_failed_call_is_one_line_naming_model_endpoint_and_cause(case, endpoin
     assert "\n" not in message and EXPECTED_ERRORS[case] in message
     assert "'fake-model'" in message and endpoints[case] in message
     assert failed.value.reason == {"401": "auth", "404": "not_found", "closed": "connection"}[case]
+    # No word of the endpoint's reply is quoted (OpenAI's 401 body shows part of the key: the fake's "test-***-key")
+    assert "test-***-key" not in message and "does not exist" not in message and "Incorrect" not in message
 
 
 def test_openai_models_retry_a_failing_endpoint_once():

@@ -117,8 +117,14 @@ def model_call_error(llm: Any, exc: BaseException) -> ModelCallError:
     name, endpoint = describe_model(llm)
     reason, meaning, advice = _reason_of(exc)
     status = getattr(exc, "status_code", None)
-    code = f"HTTP {status}: " if isinstance(status, int) else ""
-    return ModelCallError(f"chat model {name!r} at {endpoint}: {meaning} ({code}{_detail(exc)})",
+    if isinstance(status, int):
+        # The endpoint's own words stay in the log: its reply may carry what a caller of a server must not
+        # read (OpenAI's 401 quotes the start and end of the key), and the status says what happened.
+        logger.debug("chat model %r at %s answered HTTP %s: %s", name, endpoint, status, _detail(exc))
+        said = f"HTTP {status}"
+    else:
+        said = _detail(exc)  # a local failure (refused connection, time-out, missing files): no remote text
+    return ModelCallError(f"chat model {name!r} at {endpoint}: {meaning} ({said})",
                           model=name, endpoint=endpoint, reason=reason, fix=advice)
 
 
