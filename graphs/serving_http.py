@@ -17,6 +17,10 @@ environment; the guard reads them once, when the server imports this module):
   carry ``Authorization: Bearer <token>`` (compared in constant time), else ``401``. A connection to an
   address that is not loopback is refused outright when there is no token (``pictrieve serve`` refuses to
   start so; this covers a plain ``langgraph dev --host 0.0.0.0``).
+- **State**: a thread's state is written by its graph's own steps only. A request that would write it from
+  outside (``POST /threads/ID/state``, a run whose ``command`` carries ``update`` or ``goto``, a new thread's
+  ``supersteps``) is refused (``403``): the graph checks a caller's input in its first step (``served_input``)
+  and trusts its state after that. Answering a pause (``command={"resume": ...}``) is a run like any other.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import hmac
 import json
 import logging
 import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -70,6 +75,12 @@ class ServeGuard:
                           [(b"www-authenticate", b'Bearer realm="pictrieve"')])
             return
 
+        if scope["type"] == "http" and scope.get("method") == "POST":
+            receive, refusal = await _state_writes_refused(scope, receive)
+            if refusal is not None:
+                await _refuse(scope, send, 403, refusal)
+                return
+
         async def send_guarded(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 kept = [(k, v) for k, v in message.get("headers") or [] if not k.lower().startswith(b"access-control-")]
@@ -101,6 +112,67 @@ class ServeGuard:
     def _authorized(self, headers: dict[str, str]) -> bool:
         scheme, _, given = headers.get("authorization", "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8"), self.token or b"")
+
+
+_STATE_EDIT = re.compile(r"/threads/[^/]+/state/?\Z")
+_CARRIES_RUNS = re.compile(r"(/threads/[^/]+)?/runs(/wait|/stream|/batch|/crons)?/?\Z|/threads/?\Z")
+_MAX_CHECKED_BODY = 64 * 1024 * 1024
+STATE_WRITES = ("a served graph's state is written by its own steps only: start a run with an input, or answer "
+                "a pause with command={'resume': ...}")
+
+
+async def _state_writes_refused(scope: dict[str, Any], receive: Any) -> tuple[Any, str | None]:
+    """``(receive, refusal)``: a request that would write a thread's state from outside its graph is refused
+    (``POST /threads/ID/state``; a run whose ``command`` carries ``update`` or ``goto``; a new thread with
+    ``supersteps``), since the graph checks a caller's input in its first step and trusts its state after
+    that (an image path put there would be read unchecked). Run bodies are read here and handed on
+    unchanged; they are parsed only when they mention a command or supersteps (a resume is small)."""
+    path = scope.get("path", "")
+    if _STATE_EDIT.search(path):
+        return receive, STATE_WRITES
+    if not _CARRIES_RUNS.search(path):
+        return receive, None
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away before its body was read
+            return receive, "the request ended before its body did"
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        more = message.get("more_body", False)
+        if size > _MAX_CHECKED_BODY:
+            return receive, "the request body is too large"
+    body = b"".join(chunks)
+    if (b'"command"' in body or b'"supersteps"' in body) and _writes_state(body):
+        return receive, STATE_WRITES
+    return _replay(body, receive), None
+
+
+def _writes_state(body: bytes) -> bool:
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False  # the server answers a body it cannot read itself
+    runs = payload if isinstance(payload, list) else [payload]
+    for run in runs:
+        if not isinstance(run, dict):
+            continue
+        command = run.get("command")
+        writes = isinstance(command, dict) and any(value is not None for key, value in command.items() if key != "resume")
+        if run.get("supersteps") or writes:
+            return True
+    return False
+
+
+def _replay(body: bytes, upstream: Any) -> Any:
+    """A ``receive`` that gives the body read here first, then whatever the client sends next (a disconnect,
+    which a streaming run listens for)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return pending.pop() if pending else await upstream()
+
+    return receive
 
 
 async def _refuse(scope: dict[str, Any], send: Any, status: int, detail: str,

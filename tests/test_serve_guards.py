@@ -354,6 +354,34 @@ def test_image_ids_and_data_are_always_accepted(served):
     assert by_data["hits"][0]["id"] == target.id
 
 
+def test_a_caller_cannot_write_a_threads_state_past_the_input_check(served):
+    """The graph checks a caller's input in its first step; a caller who writes the state directly (update
+    state, a run's command.update or goto, a new thread's supersteps) would skip that check, so the server
+    refuses those requests. A resume and a plain run still go through."""
+    import httpx
+
+    url, outside = served["url"], str(served["root"] / "photos" / "img1.png")
+    client = _client(url)
+    thread = client.threads.create()["thread_id"]
+    client.runs.wait(thread, "search", input={"query": "a red square"}, context={"k": 1})
+    with httpx.Client(base_url=url, timeout=60, trust_env=False) as http:
+        attempts = {
+            "update state": http.post(f"/threads/{thread}/state", json={"values": {"image": outside}}),
+            "command.update": http.post(f"/threads/{thread}/runs/wait", json={
+                "assistant_id": "search", "command": {"update": {"image": outside}}}),
+            "command.goto": http.post("/runs/wait", json={"assistant_id": "search", "command": {"goto": "search"}}),
+            "batch": http.post("/runs/batch", json=[{"assistant_id": "search", "command": {"update": {"k": 5}}}]),
+            "supersteps": http.post("/threads", json={"supersteps": [
+                {"updates": [{"values": {"image": outside}, "as_node": "served_input"}]}]}),
+        }
+        for what, answer in attempts.items():
+            assert answer.status_code == 403 and "written by its own steps" in answer.json()["detail"], what
+        plain = http.post(f"/threads/{thread}/runs/wait", json={"assistant_id": "search", "input": {"query": "a"},
+                                                                "command": None, "context": {"k": 1}})
+        assert plain.status_code == 200 and len(plain.json()["hits"]) == 1
+        assert http.get(f"/threads/{thread}/state").status_code == 200  # reading a state is fine
+
+
 @pytest.mark.parametrize("case,words", [
     ({"query": 5}, "input.query must be a string"),
     ({"query": ["a"]}, "input.query must be a string"),
