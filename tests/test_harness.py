@@ -84,7 +84,7 @@ def test_search_through_the_harness_matches_the_exact_ranker_and_the_graph(capti
 
     graph_run = _run_graph(get_method("search"), gallery, texts, targets, {"k": 1}, False, {})
     assert graph_run["recall@1"] == pytest.approx(exact["recall@1"])
-    assert graph_run["settings"] == {"k": 1} and graph_run["mrr"] == pytest.approx(graph_run["recall@1"])
+    assert graph_run["settings"] == {"k": 1, "only_relevant": False} and graph_run["mrr"] == pytest.approx(graph_run["recall@1"])
     sample = evaluate_method("search", folder, embedders=tiny_clip_embedder, gallery_location=tmp_path / "g",
                              queries=5, progress=False)
     assert sample["queries"] == 5

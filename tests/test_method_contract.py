@@ -23,6 +23,11 @@ from pictrieve.graphs.settings import RunSettings, SettingsError
 from pictrieve.vectorstore.fusion import fuse_hits, reciprocal_rank_fusion
 from pictrieve.vectorstore.hits import ImageHit, as_hit
 
+JSON_HITS = {"plugir"}
+"""Methods whose ``hits`` are ImageHit's JSON (:meth:`ImageHit.to_json`; :func:`as_hit` reads one back), not
+ImageHit objects: PlugIR's state is checkpointed between a question and its answer, and LangGraph's serializer
+warns that it will refuse classes it was not told of, so PlugIR keeps plain data there (issue 28)."""
+
 SHAPES = {
     "search": {("__start__", "retrieve"), ("retrieve", "__end__")},
     "plugir": {("__start__", "reformulate"), ("reformulate", "retrieve"), ("retrieve", "extract_context"),
@@ -104,7 +109,7 @@ def test_every_output_carries_hits(name):
     """One output shape: ``hits`` (a list of ImageHit, possibly empty) in every method's output schema,
     read from the Method without building a graph."""
     fields = {f["name"]: f for f in get_method(name).output_fields()}
-    assert "hits" in fields and fields["hits"]["type"] == "list[ImageHit]"
+    assert "hits" in fields and fields["hits"]["type"] == ("list[dict[str, Any]]" if name in JSON_HITS else "list[ImageHit]")
 
 
 @pytest.mark.parametrize("name", available_methods())
@@ -143,6 +148,9 @@ def test_method_keeps_the_contract(name, tiny_gallery, builder_kwargs):
 
     result = graph.invoke(INPUTS[name], context=CONTEXTS[name])
     hits = result["hits"]
+    if name in JSON_HITS:  # plain data in the checkpointed state, read back with as_hit
+        assert hits and all(isinstance(hit, dict) for hit in hits)
+        hits = [as_hit(hit) for hit in hits]
     assert hits and all(isinstance(hit, ImageHit) for hit in hits)
     assert [hit.rank for hit in hits] == list(range(1, len(hits) + 1))
 
