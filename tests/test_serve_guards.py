@@ -344,6 +344,16 @@ def test_image_paths_are_read_only_inside_the_allowed_folder(served):
     assert "outside" in _search_error(url, image=str(root / "allowed" / ".." / "photos" / "img1.png"))
 
 
+def test_a_picture_that_decodes_huge_is_refused_from_its_header(served, tmp_path):
+    """A 13000x13000 PNG of a few hundred kB, sent as data to a served run: refused in one line before it is
+    decoded (the served graphs use the service pixel budget, not the desktop indexer's cap)."""
+    from helpers.big_pictures import flat_png
+
+    bomb = flat_png(tmp_path / "bomb.png", 13000, 13000)
+    error = _search_error(served["url"], image=base64.b64encode(bomb.read_bytes()).decode())
+    assert "more than this server decodes for one picture" in error, error
+
+
 def test_image_ids_and_data_are_always_accepted(served):
     client = _client(served["url"])
     target = served["gallery"].search_text("a", k=1)[0]
