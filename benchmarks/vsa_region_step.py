@@ -24,7 +24,7 @@ def main() -> None:
 
     from langchain_core.runnables import RunnableLambda
 
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
     from pictrieve.tools.models import object_detector
     from pictrieve.tools.models.embedders import factory
 
@@ -46,7 +46,7 @@ def main() -> None:
     never = RunnableLambda(lambda m: (_ for _ in ()).throw(AssertionError("no chat model call expected")))
     for run in range(1, args.runs + 1):
         start = time.perf_counter()
-        graph = build_vision_search_graph(None, llm=never, detector="ssd", vlm="offline")
+        graph = build_vsa_graph(None, llm=never, detector="ssd", vlm="offline")
         out = graph.invoke({"image": args.photo, "question": "What animal is this?"},
                            context={"answerer": "extractive", "plan_with_llm": False, "correlate": False})
         timings = out["timings"]

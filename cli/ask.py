@@ -45,7 +45,7 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
       pictrieve ask photo.jpg "how many teeth does this animal have?" --search local:examples/vsa-offline/pages -v
     """
     from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
     from pictrieve.tools.models.chat_models import create_chat_model
     from pictrieve.tools.models.vlm import create_region_captioner
 
@@ -61,7 +61,7 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
 
         index = Gallery.open(gallery, create=False)
     chat = create_chat_model(llm, base_url=base_url, **({"max_tokens": 160, "temperature": 0.0} if llm == "offline" else {}))
-    graph = build_vision_search_graph(index, llm=chat, vlm=create_region_captioner(vlm, base_url=vlm_base_url),
+    graph = build_vsa_graph(index, llm=chat, vlm=create_region_captioner(vlm, base_url=vlm_base_url),
                                       detector=detector, search=search)
     inputs: dict[str, Any] = {"question": question, **({"image": image} if image else {})}
     # with the offline 135M model the graph skips its optional LLM steps (plan, rewrites) by itself

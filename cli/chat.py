@@ -67,7 +67,7 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
     """
     from langgraph.types import Command
 
-    from pictrieve.graphs.interactive_retrieval import (
+    from pictrieve.graphs.plugir import (
         PlugIRSettings,
         build_plugir_graph,
         default_arm,

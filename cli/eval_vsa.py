@@ -111,7 +111,7 @@ def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, ju
              base_url: str | None, limit: int | None, out_path: str | None) -> None:
     """Key-term match, LLM-judge accuracy, citation precision and source recall; cost per node."""
     from pictrieve.agents.judge import judge_answer
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
     from pictrieve.tools.models.chat_models import create_chat_model
 
     rows = [json.loads(line) for line in Path(questions).read_text().splitlines() if line.strip()][:limit]
@@ -119,7 +119,7 @@ def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, ju
     chat = create_chat_model(llm, base_url=base_url, **(offline if llm == "offline" else {}))
     grader = None if (judge_llm or "").lower() == "none" else (
         chat if not judge_llm else create_chat_model(judge_llm, base_url=base_url))
-    graph = build_vision_search_graph(None, llm=chat, search=search)
+    graph = build_vsa_graph(None, llm=chat, search=search)
     # with the offline 135M model the graph skips its optional LLM steps (plan, rewrites) by itself
     context: dict[str, Any] = {"answerer": answerer}
     totals: dict[str, float] = defaultdict(float)

@@ -215,7 +215,7 @@ def format_level_check(history: list[dict]) -> str:
 def search(gallery: str, query: str, relevance: str | None, aesthetic: str | None, quality_level: str | None,
            k: int, samples: int, seed: int | None, model_dir: str | None, as_json: bool) -> None:
     """Complete QUERY toward the requested levels, show the completed query, and search with it."""
-    from pictrieve.graphs.quality_retrieval import quality_search
+    from pictrieve.graphs.qc2 import quality_search
     from pictrieve.vectorstore.gallery import Gallery
 
     store = Gallery.open(gallery, create=False)

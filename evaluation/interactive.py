@@ -29,7 +29,7 @@ import numpy as np
 from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer, CaptionUser, FreeTextCaptionUser
 from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
 from pictrieve.evaluation.ranking import ExactRanker
-from pictrieve.graphs.interactive_retrieval import ARMS, PlugIRSettings, build_plugir_graph
+from pictrieve.graphs.plugir import ARMS, PlugIRSettings, build_plugir_graph
 from pictrieve.tools.core.seeding import torch_seeded
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def run_ablation(
     seen = WithoutCaptions(exact) if uncaptioned else exact  # what the graph searches
     captioner_name = captioner
     if captioner is not None:
-        from pictrieve.graphs.interactive_retrieval import resolve_captioner
+        from pictrieve.graphs.plugir import resolve_captioner
 
         captioner = resolve_captioner(captioner, seen)  # built once: tag vectors are computed once
     ids = ranker.ids

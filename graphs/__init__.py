@@ -20,8 +20,9 @@ the web page and the LangGraph server treat them alike, and name none of them):
 - **Results**: lists of :class:`~pictrieve.vectorstore.hits.ImageHit`.
 
 Modules here are the wiring of each method's nodes (``agents/<method>/``) into a ``StateGraph``:
-``search`` (the reference method: plain search), ``interactive_retrieval`` (PlugIR), ``quality_retrieval``
-(QC2), ``visret``, ``needle`` and ``vision_search``; and ``registry`` (finds the methods), ``settings``
+one module per method, named as the method is (``graphs/<m>.py`` beside ``agents/<m>/`` and
+``prompts/<m>/``): ``search`` (the reference method: plain search), ``plugir``, ``qc2``, ``visret``,
+``needle`` and ``vsa``; and ``registry`` (finds the methods), ``settings``
 (re-exports the run settings), ``serving`` (a factory per registered method for the server),
 ``checkpoints`` (checkpointers that know our state's types).
 """

@@ -119,7 +119,7 @@ class PictrieveService:
     def sessions(self) -> PhotoSessions:
         def build() -> PhotoSessions:
             from pictrieve.graphs.checkpoints import sqlite_checkpointer
-            from pictrieve.graphs.interactive_retrieval import default_arm
+            from pictrieve.graphs.plugir import default_arm
 
             saver = sqlite_checkpointer(Path(self.settings.state_dir) / "plugir-sessions.sqlite")
             graph = get_method("plugir").build(self.gallery, llm=self.chat_model(), captioner=self.settings.captioner,

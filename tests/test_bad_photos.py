@@ -82,10 +82,10 @@ def test_ask_and_search_by_image_give_one_line_for_each_bad_photo(bad, gallery):
 
 def test_the_graphs_refuse_a_bad_photo_at_their_input(bad, gallery):
     from pictrieve.graphs.search import build_search_graph
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
 
     unreached = RunnableLambda(lambda messages: pytest.fail("no model may run for a bad photo"))
-    vsa = build_vision_search_graph(None, llm=unreached, vlm=Unreached(), detector=Unreached(), search=None)
+    vsa = build_vsa_graph(None, llm=unreached, vlm=Unreached(), detector=Unreached(), search=None)
     search = build_search_graph(gallery)
     for name, path in bad.items():
         with pytest.raises(ImageDecodeError, match=REASONS[name]):

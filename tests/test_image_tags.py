@@ -76,7 +76,7 @@ def test_plugir_describes_uncaptioned_candidates_from_their_stored_vectors():
     from langgraph.checkpoint.memory import InMemorySaver
 
     from pictrieve.evaluation.interactive import WithoutCaptions
-    from pictrieve.graphs.interactive_retrieval import build_plugir_graph
+    from pictrieve.graphs.plugir import build_plugir_graph
 
     gallery = FakeGallery(["a dog on some grass", "a dog on a bench", "a dog on some grass", "a dog on a bench"])
     gallery.embedder = WordSpace(VOCAB.words)

@@ -16,7 +16,7 @@ def test_one_real_round_with_offline_models(flickr_dir, tmp_path, offline_llm):
 
     from pictrieve.agents.plugir.simulated_user import CaptionAnswerer
     from pictrieve.evaluation.interactive import open_eval_gallery
-    from pictrieve.graphs.interactive_retrieval import build_plugir_graph
+    from pictrieve.graphs.plugir import build_plugir_graph
 
     torch.manual_seed(0)
     gallery, captions = open_eval_gallery(flickr_dir, "offline", location=tmp_path / "g", limit=100)

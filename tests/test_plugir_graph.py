@@ -11,7 +11,7 @@ from langgraph.types import Command
 from helpers.plugir_fakes import ScriptedChatModel, make_gallery
 
 from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION
-from pictrieve.graphs.interactive_retrieval import (
+from pictrieve.graphs.plugir import (
     ARMS,
     PlugIRSettings,
     build_plugir_graph,

@@ -21,7 +21,7 @@ from pictrieve.agents.plugir.offline_questioner import (
     reformulate_with_answers,
 )
 from pictrieve.agents.plugir.simulated_user import FreeTextCaptionUser
-from pictrieve.graphs.interactive_retrieval import build_plugir_graph
+from pictrieve.graphs.plugir import build_plugir_graph
 from pictrieve.vectorstore.hits import as_hit
 
 DOG_COLOUR = Question(text="What colour is the dog: black, brown or white?", kind="choice", key="colour of dog",

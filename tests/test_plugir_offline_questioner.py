@@ -28,7 +28,7 @@ from pictrieve.agents.plugir.offline_questioner import (
     vector_evidence,
 )
 from pictrieve.agents.plugir.simulated_user import CaptionUser
-from pictrieve.graphs.interactive_retrieval import build_plugir_graph
+from pictrieve.graphs.plugir import build_plugir_graph
 
 
 def test_caption_terms_find_things_colours_counts_and_actions():

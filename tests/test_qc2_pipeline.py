@@ -21,7 +21,7 @@ from pictrieve.agents.qc2.annotation import (  # noqa: E402
 )
 from pictrieve.agents.qc2.pipeline import load_for_gallery, train_on_gallery  # noqa: E402
 from pictrieve.agents.qc2.training import GalleryMismatchError, QC2ModelError, QC2TrainConfig  # noqa: E402
-from pictrieve.graphs.quality_retrieval import quality_search  # noqa: E402
+from pictrieve.graphs.qc2 import quality_search  # noqa: E402
 from pictrieve.tools.models.quality_scorers import create_quality_scorer  # noqa: E402
 from pictrieve.vectorstore.gallery import Gallery  # noqa: E402
 
@@ -134,7 +134,7 @@ def test_cli_annotate_train_search(annotated_gallery, tiny_checkpoint):
 
 
 def test_graph_takes_run_settings_from_context(annotated_gallery, tiny_checkpoint):
-    from pictrieve.graphs.quality_retrieval import QC2Settings, build_qc2_graph
+    from pictrieve.graphs.qc2 import QC2Settings, build_qc2_graph
     from pictrieve.graphs.settings import SettingsError
 
     assert QC2Settings.coerce({"temperature": 0.2}).sampling().temperature == 0.2

@@ -192,7 +192,7 @@ def test_train_from_captions_cli_portable_model_for_another_gallery(tiny_checkpo
     rows, and the model (no fingerprint) serves a different gallery."""
     from pictrieve.agents.qc2.pipeline import load_for_gallery
     from pictrieve.cli.quality import quality
-    from pictrieve.graphs.quality_retrieval import quality_search
+    from pictrieve.graphs.qc2 import quality_search
     from pictrieve.vectorstore.gallery import Gallery
 
     folder = _captioned_folder(tmp_path / "train")

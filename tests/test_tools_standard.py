@@ -125,11 +125,11 @@ class TestAskGalleryToolStandard(_StandardToolSuite):
 class TestAskAboutImageToolStandard(_StandardToolSuite):
     @pytest.fixture(autouse=True)
     def _tool(self, tiny_chat, vlm_endpoint, pages, tmp_path_factory):  # noqa: F811
-        from pictrieve.graphs.vision_search import build_vision_search_graph
+        from pictrieve.graphs.vsa import build_vsa_graph
         from pictrieve.tools.models.vlm import create_region_captioner
 
         self.photo = make_photo(tmp_path_factory.mktemp("ask-photo") / "horse.png", seed=7, size=(96, 80))
-        graph = build_vision_search_graph(
+        graph = build_vsa_graph(
             None, llm=tiny_chat, detector=tiny_owlvit_detector(), search=pages,
             vlm=create_region_captioner("openai:fake-vlm", base_url=vlm_endpoint.base_url))
         self.tool_instance = ask_about_image_tool(graph, allowed_dirs=[self.photo.parent])

@@ -123,10 +123,10 @@ def test_unparseable_plan_falls_back_to_rules():
 
 # -- graph ----------------------------------------------------------------------------------------
 def test_graph_runs_parallel_searchers_and_numbers_sources_globally(pages, photo):
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
 
     calls: list[str] = []
-    graph = build_vision_search_graph(None, llm=scripted(calls), vlm=Words(), detector=WholeImage(), search=pages)
+    graph = build_vsa_graph(None, llm=scripted(calls), vlm=Words(), detector=WholeImage(), search=pages)
     out = graph.invoke({"image": photo, "question": "How many teeth does this animal have?"},
                        context={"pages_per_search": 1})
     assert out["regions"][0]["label"] == "image" and out["regions"][0]["box"] == [0, 0, 64, 48]
@@ -140,9 +140,9 @@ def test_graph_runs_parallel_searchers_and_numbers_sources_globally(pages, photo
 
 
 def test_without_search_the_answer_says_nothing_was_found(photo):
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
 
-    graph = build_vision_search_graph(None, llm=scripted([]), vlm=Words(), detector=WholeImage(), search=None)
+    graph = build_vsa_graph(None, llm=scripted([]), vlm=Words(), detector=WholeImage(), search=None)
     out = graph.invoke({"image": photo, "question": "What is this?"})
     assert out["sources"] == [] and "found nothing" in out["answer"]
 
@@ -151,7 +151,7 @@ def test_planted_instruction_stays_inside_the_data_fence(tmp_path, photo, monkey
     """What this proves: page text reaches the model only between fence markers, with the prompt
     saying fenced text is data, and a page cannot forge a closing marker. It does NOT prove a real
     model resists the injection (a scripted model cannot)."""
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
 
     monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "pages"
@@ -165,7 +165,7 @@ def test_planted_instruction_stays_inside_the_data_fence(tmp_path, photo, monkey
         calls.append(text)
         return AIMessage(content="Horses have 36 to 44 teeth [1].")
 
-    graph = build_vision_search_graph(None, llm=RunnableLambda(reply), vlm=Words(), detector=WholeImage(),
+    graph = build_vsa_graph(None, llm=RunnableLambda(reply), vlm=Words(), detector=WholeImage(),
                                       search=f"local:{folder}")
     out = graph.invoke({"image": photo, "question": "How many teeth?"}, context={"plan_with_llm": False})
     searcher_prompts = [c for c in calls if "Sub-question" in c]

@@ -49,9 +49,9 @@ def folder(tmp_path, monkeypatch):
 
 
 def _graph(search, llm=RunnableLambda(no_llm), **kw):
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
 
-    return build_vision_search_graph(None, llm=llm, vlm=_Words(), detector=kw.pop("detector", _OneHorse()),
+    return build_vsa_graph(None, llm=llm, vlm=_Words(), detector=kw.pop("detector", _OneHorse()),
                                      search=search, **kw)
 
 
@@ -212,7 +212,7 @@ class _Boat(_OneHorse):
 
 
 def test_auto_answerer_is_extractive_only_for_the_offline_small_model():
-    from pictrieve.graphs.vision_search import is_offline_small_model
+    from pictrieve.graphs.vsa import is_offline_small_model
     from pictrieve.tools.models.chat_models import create_chat_model
 
     assert is_offline_small_model(create_chat_model("offline"))  # builds the wrapper; loads no weights

@@ -142,7 +142,7 @@ def test_a_wrong_search_name_is_refused_when_the_graph_is_built(name, error):
     """Issue 19.10: `--search bogus` was refused only after half a minute of loading models; the graph now
     checks the name when it is built, before any model (the detector here could never load)."""
     from pictrieve.errors import PictrieveError
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
 
     with pytest.raises(PictrieveError, match=error):
-        build_vision_search_graph(None, llm="offline", detector="zeroshot:/nonexistent/detector", search=name)
+        build_vsa_graph(None, llm="offline", detector="zeroshot:/nonexistent/detector", search=name)

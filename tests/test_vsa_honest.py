@@ -68,9 +68,9 @@ def horse_teeth_pages(tmp_path, monkeypatch):
 
 
 def _graph(search, detector, vlm=None):
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
 
-    return build_vision_search_graph(None, llm=RunnableLambda(no_llm), vlm=vlm or _Words(), detector=detector,
+    return build_vsa_graph(None, llm=RunnableLambda(no_llm), vlm=vlm or _Words(), detector=detector,
                                      search=search)
 
 
@@ -170,11 +170,11 @@ def test_the_region_step_loads_its_models_once_per_process(photo, monkeypatch):
                         detectors.DETECTORS._entries["ssd"].__class__("counting", build, "counts its builds"))
     forget_shared_models(lambda key: key[0] in ("vsa-detector", "vsa-describer"))
     try:
-        from pictrieve.graphs.vision_search import build_vision_search_graph
+        from pictrieve.graphs.vsa import build_vsa_graph
 
         describers = []
         for _ in range(2):
-            graph = build_vision_search_graph(None, llm=RunnableLambda(no_llm), detector="counting:x")
+            graph = build_vsa_graph(None, llm=RunnableLambda(no_llm), detector="counting:x")
             out = graph.invoke({"image": photo, "question": "What is this?"}, context=CONTEXT)
             assert [r["label"] for r in out["regions"]] == ["dog"]
             from pictrieve.agents.vsa.parts import make_parts

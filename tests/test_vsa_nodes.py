@@ -306,10 +306,10 @@ def test_extractive_answer_quotes_each_part_from_the_searchers_evidence():
 
 def test_following_the_stream_gives_what_invoke_gives(photo):
     from pictrieve.agents.vsa.progress import follow_run, step_line
-    from pictrieve.graphs.vision_search import build_vision_search_graph
+    from pictrieve.graphs.vsa import build_vsa_graph
     from pictrieve.tools.web.search import SEARCH_BACKENDS
 
-    graph = build_vision_search_graph(None, llm=scripted([]), vlm=Words(), detector=WholeImage(),
+    graph = build_vsa_graph(None, llm=scripted([]), vlm=Words(), detector=WholeImage(),
                                       search=SEARCH_BACKENDS.create(f"local:{PAGES}"))
     inputs, context = {"image": photo, "question": "How many teeth does this animal have?"}, {"pages_per_search": 1}
     lines = []

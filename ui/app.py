@@ -555,7 +555,7 @@ def _gallery_qc2_model(gallery: Any) -> Any:
 
 
 def _chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:
-    from pictrieve.graphs.interactive_retrieval import ARMS, default_arm
+    from pictrieve.graphs.plugir import ARMS, default_arm
 
     arm = body.get("arm") if body.get("arm") in ARMS else default_arm(llm)
     return {"shown_k": _k(body.get("shown_k"), 10), "arm": arm}

@@ -1,6 +1,6 @@
 """PlugIR (Lee et al., 2024): LLM agents for interactive text-to-image retrieval.
 
-The method, wired into a graph by :func:`pictrieve.graphs.interactive_retrieval.build_plugir_graph`:
+The method, wired into a graph by :func:`pictrieve.graphs.plugir.build_plugir_graph`:
 
 - :mod:`.settings`: the run settings (:class:`~.settings.PlugIRSettings`) and the paper's ablation arms;
 - :mod:`.state`: the input, output and state schemas;
@@ -26,7 +26,7 @@ from pictrieve.agents.method import Method
 METHOD = Method(
     name="plugir",
     description="PlugIR interactive retrieval: asks one question per round, pausing with interrupt() for the answer.",
-    builder="pictrieve.graphs.interactive_retrieval:build_plugir_graph",
+    builder="pictrieve.graphs.plugir:build_plugir_graph",
     settings="pictrieve.agents.plugir.settings:PlugIRSettings",
     input_schema="pictrieve.agents.plugir.state:PlugIRInput",
     output_schema="pictrieve.agents.plugir.state:PlugIROutput",

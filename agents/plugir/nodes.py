@@ -1,7 +1,7 @@
 """PlugIR's nodes: each a top-level function of the state and the run's settings, testable alone.
 
 What a node needs besides those comes as keyword arguments, which
-:func:`pictrieve.graphs.interactive_retrieval.build_plugir_graph` binds once per compiled graph:
+:func:`pictrieve.graphs.plugir.build_plugir_graph` binds once per compiled graph:
 
 - ``gallery`` (:class:`~.candidates.GalleryLike`) and its ``embedder``;
 - ``chat``: a function of no argument returning the chat model, made on first call (the offline

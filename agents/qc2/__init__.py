@@ -20,7 +20,7 @@ Python entry points::
 
     from pictrieve.agents.qc2.annotation import annotate_gallery
     from pictrieve.agents.qc2.pipeline import train_on_gallery
-    from pictrieve.graphs.quality_retrieval import quality_search
+    from pictrieve.graphs.qc2 import quality_search
     from pictrieve.tools.models.quality_scorers import create_quality_scorer
     from pictrieve.vectorstore.gallery import Gallery
 
@@ -30,7 +30,7 @@ Python entry points::
     result = quality_search(gallery, "a dog", {"relevance": "high", "quality": "low"}, k=10)
     result.completions, result.hits
 
-The LangGraph graph is :func:`pictrieve.graphs.quality_retrieval.build_qc2_graph`.
+The LangGraph graph is :func:`pictrieve.graphs.qc2.build_qc2_graph`.
 """
 
 from pictrieve.agents.method import Method
@@ -38,7 +38,7 @@ from pictrieve.agents.method import Method
 METHOD = Method(
     name="qc2",
     description="QC2 quality-controllable retrieval: completes a short query toward chosen relevance and quality levels.",
-    builder="pictrieve.graphs.quality_retrieval:build_qc2_graph",
+    builder="pictrieve.graphs.qc2:build_qc2_graph",
     settings="pictrieve.agents.qc2.nodes:QC2Settings",
     input_schema="pictrieve.agents.qc2.nodes:QC2Input",
     output_schema="pictrieve.agents.qc2.nodes:QC2Output",

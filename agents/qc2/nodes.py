@@ -1,7 +1,7 @@
 """QC2's graph parts: run settings, input and output schemas, and the nodes ``complete`` and ``retrieve``.
 
 Each node is a top-level function taking what it needs by keyword (the trained model, the gallery), so
-it runs (and is tested) without a graph; :func:`pictrieve.graphs.quality_retrieval.build_qc2_graph`
+it runs (and is tested) without a graph; :func:`pictrieve.graphs.qc2.build_qc2_graph`
 binds them and wires them.
 """
 

@@ -1,7 +1,7 @@
 """QC2 on a pictrieve gallery: train from its annotations, load for it, retrieve with completions.
 
 The graph that runs completion then retrieval, and the one-call ``quality_search``, live in
-:mod:`pictrieve.graphs.quality_retrieval` (agents never import graphs).
+:mod:`pictrieve.graphs.qc2` (agents never import graphs).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 - :mod:`.steps` (the LLM steps: planning, searching, answering; prompts in ``prompts/vsa/``),
   :mod:`.extractive` (the offline answerer), :mod:`.pages` (reading search results);
 - :mod:`.progress`: one line per streamed update, for the command line and the web page;
-- :mod:`pictrieve.graphs.vision_search`: the wiring of the nodes into a ``StateGraph``;
+- :mod:`pictrieve.graphs.vsa`: the wiring of the nodes into a ``StateGraph``;
 - ``METHOD`` (below): how the registry, the command line, the web page and the server find it.
 """
 
@@ -15,7 +15,7 @@ from pictrieve.agents.method import Method
 METHOD = Method(
     name="vsa",
     description="Vision Search Assistant: answer a question about a photo from its regions and a web or local search, with numbered sources.",
-    builder="pictrieve.graphs.vision_search:build_vision_search_graph",
+    builder="pictrieve.graphs.vsa:build_vsa_graph",
     settings="pictrieve.agents.vsa.state:VisionSearchSettings",
     input_schema="pictrieve.agents.vsa.state:VisionSearchInput",
     output_schema="pictrieve.agents.vsa.state:VisionSearchOutput",

@@ -5,7 +5,7 @@ run's ``runtime`` (its settings: :class:`~.state.VisionSearchSettings`; ``None``
 what it uses as keyword arguments: the gallery (``index``), the ``chat`` model, and functions of no
 argument returning the ``detector``, the region describer (``vlm``) and the page search (``backend``,
 ``None`` for none), made on first call (:mod:`.parts`).
-:func:`pictrieve.graphs.vision_search.build_vision_search_graph` binds those with ``functools.partial``
+:func:`pictrieve.graphs.vsa.build_vsa_graph` binds those with ``functools.partial``
 and wires the nodes; what each one does is in that module's docstring. The LLM steps themselves are in
 :mod:`.steps`, the extractive answerer in :mod:`.extractive`, the page reading in :mod:`.pages`.
 """

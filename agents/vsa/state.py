@@ -20,7 +20,7 @@ from pictrieve.vectorstore.hits import ImageHit
 
 @dataclass
 class VisionSearchSettings(RunSettings):
-    """Run settings of :func:`build_vision_search_graph` (defaults after the authors' code, scaled down)."""
+    """Run settings of :func:`build_vsa_graph` (defaults after the authors' code, scaled down)."""
     # (the served context schema's description, shown by Studio: kept as it was before the move)
 
     max_regions: int = 3

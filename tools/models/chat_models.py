@@ -572,7 +572,7 @@ def is_offline_chat_model(model: Any) -> bool:
     out, and inside LangChain wrappers such as ``.bind(...)``, ``.with_config(...)``, ``.with_retry()``).
 
     The server and the web page are given model objects, not names; PlugIR's default questioner
-    depends on this answer (:func:`pictrieve.graphs.interactive_retrieval.default_arm`).
+    depends on this answer (:func:`pictrieve.graphs.plugir.default_arm`).
     """
     if model is None or isinstance(model, str):
         return model is None or model.strip().lower() in _OFFLINE_ALIASES

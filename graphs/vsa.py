@@ -73,7 +73,7 @@ from pictrieve.agents.vsa.state import (  # noqa: F401  (the schemas: re-exporte
 )
 
 
-def build_vision_search_graph(
+def build_vsa_graph(
     index: Any = None,
     *,
     llm: Any = None,
