@@ -1,0 +1,50 @@
+"""The graph modules renamed to their method's one name keep their old import paths for one release, warning.
+
+Issue 29: PlugIR, QC2 and VSA had a second name in graphs/ (``interactive_retrieval``, ``quality_retrieval``,
+``vision_search``). The new modules are ``graphs/<method>.py``; the old paths are aliases that say so.
+"""
+
+import importlib
+import sys
+import warnings
+
+import pytest
+
+RENAMED = [
+    ("interactive_retrieval", "plugir", "build_plugir_graph"),
+    ("quality_retrieval", "qc2", "build_qc2_graph"),
+    ("vision_search", "vsa", "build_vsa_graph"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "builder"), RENAMED)
+def test_the_old_path_warns_and_gives_the_new_module_names(old, new, builder):
+    sys.modules.pop(f"pictrieve.graphs.{old}", None)
+    with pytest.warns(DeprecationWarning, match=f"pictrieve.graphs.{new}"):
+        legacy = importlib.import_module(f"pictrieve.graphs.{old}")
+    renamed = importlib.import_module(f"pictrieve.graphs.{new}")
+    assert getattr(legacy, builder) is getattr(renamed, builder)
+
+
+def test_the_old_vsa_builder_name_warns_and_builds_the_same_graph():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        legacy = importlib.import_module("pictrieve.graphs.vision_search")
+    from pictrieve.graphs import vsa
+
+    calls = []
+    original = vsa.build_vsa_graph
+    try:
+        vsa.build_vsa_graph = lambda *a, **k: calls.append((a, k)) or "graph"
+        with pytest.warns(DeprecationWarning, match="build_vsa_graph"):
+            assert legacy.build_vision_search_graph("gallery", llm="offline") == "graph"
+    finally:
+        vsa.build_vsa_graph = original
+    assert calls == [(("gallery",), {"llm": "offline"})]
+
+
+@pytest.mark.parametrize(("old", "new", "builder"), RENAMED)
+def test_each_method_names_its_builder_in_its_own_graph_module(old, new, builder):
+    from pictrieve.graphs.registry import get_method
+
+    assert get_method(new).builder == f"pictrieve.graphs.{new}:{builder}"
