@@ -48,8 +48,9 @@ class SyntheticEmbedder:
 
 
 def synthetic_vectors(n: int, rng: np.random.Generator, centres: np.ndarray) -> np.ndarray:
+    dim = centres.shape[1]  # DIM here; the model's own dimension in gpu_indexing.py
     picks = rng.integers(0, len(centres), size=n)
-    vectors = centres[picks] + rng.normal(scale=0.6 / np.sqrt(DIM), size=(n, DIM)).astype(np.float32)
+    vectors = centres[picks] + rng.normal(scale=0.6 / np.sqrt(dim), size=(n, dim)).astype(np.float32)
     return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
 
 

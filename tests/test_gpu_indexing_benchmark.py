@@ -1,0 +1,68 @@
+"""benchmarks/gpu_indexing.py in its CPU smoke mode: every arm runs on pictrieve's code with the tiny random
+CLIP, and the run's row lands in the markdown file it is given (no GPU is needed, none is assumed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import make_photo
+from helpers.benchmark_scripts import benchmark_script
+
+gpu_indexing = benchmark_script("gpu_indexing", "search_latency")
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpu-bench-photos")
+    for i in range(6):
+        make_photo(folder / f"p{i}.jpg", seed=i)
+    return folder
+
+
+def smoke_args(photos, tiny_clip_name, out) -> list[str]:
+    return [str(photos), "--device", "cpu", "--limit", "5", "--batch", "2", "--repeat", "2", "--workers", "2",
+            "--gallery-size", "300", "--queries", "4", "--model", tiny_clip_name, "--write", str(out)]
+
+
+def test_cpu_smoke_run_writes_its_rows(photos, tiny_clip_name, tmp_path):
+    out = tmp_path / "BENCH.md"
+    out.write_text("# Benchmarks\n\nearlier text stays\n", encoding="utf-8")
+    first = gpu_indexing.main(smoke_args(photos, tiny_clip_name, out))
+    assert first["images"] == 5 and first["repeat"] == 2 and first["batch"] == 2
+    for arm in ("model_only_images_per_s", "decode_embed_images_per_s", "index_images_per_s"):
+        assert first[arm] > 0
+    assert first["search"]["vectors"] == 300 and first["search"]["search_text"]["p95_ms"] > 0
+    assert first["device"].startswith("CPU") and "torch " in first["versions"]
+
+    gpu_indexing.main(smoke_args(photos, tiny_clip_name, out))
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Benchmarks\n\nearlier text stays\n")
+    assert text.count(gpu_indexing.SECTION) == 1
+    rows = text.split(gpu_indexing.ROWS_BEGIN)[1].split(gpu_indexing.ROWS_END)[0].strip().splitlines()
+    assert len(rows) == 2  # one per run, appended
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert len(cells) == 10
+        assert cells[1].startswith("CPU") and cells[2].startswith("torch ")
+        assert cells[4] == "5 x 2, 2, 2"
+        assert cells[9].startswith("`python benchmarks/gpu_indexing.py ") and "--device cpu" in cells[9]
+
+
+def test_a_gpu_row_replaces_the_not_measured_line(tmp_path):
+    out = tmp_path / "BENCH.md"
+    out.write_text(gpu_indexing.section_text([gpu_indexing.NOT_MEASURED]), encoding="utf-8")
+    gpu_indexing.write_row(out, "| cpu row |", measured_gpu=False)
+    assert gpu_indexing.NOT_MEASURED in out.read_text(encoding="utf-8")  # a CPU run measures no GPU
+    gpu_indexing.write_row(out, "| gpu row |", measured_gpu=True)
+    text = out.read_text(encoding="utf-8")
+    assert gpu_indexing.NOT_MEASURED not in text
+    assert text.index("| cpu row |") < text.index("| gpu row |") < text.index(gpu_indexing.ROWS_END)
+
+
+def test_bad_arguments_get_one_line(photos, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        gpu_indexing.parse_args([str(tmp_path / "missing"), "--device", "cpu"])
+    assert "is not a folder of photos" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        gpu_indexing.parse_args([str(photos), "--batch", "0"])
+    assert "--batch must be at least 1" in capsys.readouterr().err
