@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
+
+from pictrieve import prompts
 
 SCORE = re.compile(r"Score:\s*(-?[0-9]*\.?[0-9]+)")
 
@@ -45,8 +46,7 @@ class Rubric:
     parse: Callable[[str], float]
 
     def prompt(self) -> str:
-        return resources.files("pictrieve.prompts").joinpath("judges").joinpath(f"{self.name}.txt").read_text(
-            encoding="utf-8")
+        return prompts.text("judges", self.name)
 
 
 RUBRICS: dict[str, Rubric] = {

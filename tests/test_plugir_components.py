@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from pictrieve.agents.plugir.chat_prompts import load_prompt, render_prompt
+from pictrieve import prompts
+from pictrieve.agents.plugir.chat_prompts import render_prompt
 from pictrieve.agents.plugir.question_filter import (
     is_uncertain,
     kl_divergence,
@@ -102,7 +103,7 @@ def test_text_helpers():
 @pytest.mark.parametrize("name", ["questioner_baseline", "questioner_grounded", "filter", "reformulate",
                                   "paraphrase", "simulated_user"])
 def test_prompts_load_and_fill_every_placeholder(name):
-    turns = load_prompt(name)
+    turns = prompts.chat_turns("plugir", name)
     assert turns[0][0] == "system" and turns[-1][0] == "user"
     keys = ["description", "dialogue", "candidates", "context", "question", "caption", "text",
             "captions"]

@@ -25,8 +25,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Iterable
+
+from pictrieve import prompts
 
 _WORD = re.compile(r"[a-z]+")
 _DETERMINERS = frozenset({"a", "an", "the", "his", "her", "their", "its", "some", "this", "that", "these",
@@ -47,10 +48,7 @@ _BEFORE_TO = frozenset({"next", "close", "up"})  # "next to", "close to", "up to
 @lru_cache(maxsize=1)
 def vocabulary() -> dict[str, Any]:
     """The questioner's templates and word lists (``prompts/plugir/offline_questions.yaml``)."""
-    import yaml
-
-    text = resources.files("pictrieve.prompts").joinpath("plugir", "offline_questions.yaml").read_text("utf-8")
-    data = yaml.safe_load(text)
+    data = dict(prompts.data("plugir", "offline_questions"))
     for key in ("colours", "numbers", "places", "people", "mass_nouns", "ignored", "ing_nouns", "not_things",
                 "ed_nouns"):
         data[key] = frozenset(data[key])
@@ -92,10 +90,7 @@ def is_action(word: str) -> bool:
 @lru_cache(maxsize=1)
 def _narrower() -> dict[str, frozenset[str]]:
     """Every word of the hypernym table with all the words it covers, transitively."""
-    import yaml
-
-    text = resources.files("pictrieve.prompts").joinpath("plugir", "hypernyms.yaml").read_text("utf-8")
-    direct = {singular(k): {singular(w) for w in v} for k, v in yaml.safe_load(text).items()}
+    direct = {singular(k): {singular(w) for w in v} for k, v in prompts.data("plugir", "hypernyms").items()}
     closed: dict[str, frozenset[str]] = {}
 
     def cover(word: str, seen: frozenset[str] = frozenset()) -> frozenset[str]:

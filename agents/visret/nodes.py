@@ -27,13 +27,13 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from langgraph.graph import END
 from langgraph.runtime import Runtime
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
+from pictrieve import prompts
 from pictrieve.agents.guided import GalleryViews, Guide, as_visualizers, guides_from
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.fusion import fuse_hits
@@ -41,7 +41,6 @@ from pictrieve.vectorstore.hits import ImageHit
 
 logger = logging.getLogger(__name__)
 
-_PROMPTS = Path(__file__).resolve().parents[2] / "prompts" / "visret"
 
 EXEMPLAR_TEXT_WEIGHT = 8.0
 """Default ``text_weight`` for guides that are found photos (a visualizer whose ``generates`` is False,
@@ -131,7 +130,7 @@ def one_visualizer(visualizers: Any) -> Any:
 
 
 def rewrite_prompt_template() -> str:
-    return (_PROMPTS / "rewrite.txt").read_text(encoding="utf-8")
+    return prompts.text("visret", "rewrite")
 
 
 def visualization_prompt(query: str, llm: Any = None) -> str:

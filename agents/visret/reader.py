@@ -15,18 +15,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from pictrieve import prompts
 from pictrieve.agents.judge import SCORE, judge_answer, parse_score  # noqa: F401  (the judge: re-exported)
 from pictrieve.vectorstore.hits import ImageHit
-
-_PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
-
-
-def _prompt(name: str) -> str:
-    return (_PROMPTS / name).read_text(encoding="utf-8")
-
 
 def parse_answer(reply: str) -> tuple[str, str]:
     """``(reasoning, answer)`` from a ``### Reasoning: ... ### Answer: ...`` reply (the whole reply
@@ -64,7 +57,7 @@ def reader_messages(question: str, hits: Sequence[ImageHit], *, images: bool,
                 described = f"(picture unreadable) {described}"
             parts.append({"type": "text", "text": f"Picture {number}: {described}"})
     content: Any = parts if images else "\n".join(part["text"] for part in parts)
-    return [SystemMessage(_prompt("visret/reader.txt")), HumanMessage(content=content)]
+    return [SystemMessage(prompts.text("visret", "reader")), HumanMessage(content=content)]
 
 
 def _data_url(path: str) -> str | None:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-from importlib import resources
+
+from pictrieve import prompts
 
 _FENCE = re.compile(r"<<<\s*(END\s+)?(RESULT|FINDINGS)[^>]*>>>", re.IGNORECASE)
 
 
-@lru_cache(maxsize=None)
 def prompt(name: str) -> str:
     """The text of ``prompts/vsa/<name>.txt`` (``planner``, ``searcher``, ``answer`` ...)."""
-    return resources.files("pictrieve.prompts").joinpath("vsa").joinpath(f"{name}.txt").read_text(encoding="utf-8")
+    return prompts.text("vsa", name)
 
 
 def defang(text: str) -> str:

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Sequence
 
 import numpy as np
 
 from PIL import Image
 
+from pictrieve import prompts
 from pictrieve.tools.models.captioner_base import CaptionerBase, CaptionerUnavailableError
 
 TAGS = "tags"
@@ -69,9 +69,7 @@ class TagVocabulary:
 @functools.lru_cache(maxsize=1)
 def default_vocabulary() -> TagVocabulary:
     """The packaged vocabulary (``prompts/image_tags.yaml``)."""
-    import yaml
-
-    data = yaml.safe_load(resources.files("pictrieve.prompts").joinpath("image_tags.yaml").read_text("utf-8"))
+    data = prompts.data("image_tags")
     things = tuple(dict.fromkeys(data["things"]))
     actions = tuple(w for w in dict.fromkeys(data["actions"]) if w not in things)
     return TagVocabulary(things=things, actions=actions, mass_nouns=frozenset(data["mass_nouns"]),
