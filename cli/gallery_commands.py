@@ -10,6 +10,7 @@ import click
 
 from pictrieve.cli.method_search import PLAIN, method_options, run_method_showing_guides
 from pictrieve.cli.ray_engine import engine_options, ray_options, say
+from pictrieve.cli.runtime_options import runtime_options
 from pictrieve.tools.core.images import load_image
 from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
@@ -59,6 +60,7 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
 @allow_missing_folders_option
 @json_option
 @engine_options
+@runtime_options
 def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], batch_size: int,
           workers: int, max_pixels: int | None, prune: bool, yes: bool, allow_missing_folders: bool,
           as_json: bool, engine: str, **ray_settings: Any) -> None:
@@ -141,6 +143,7 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @click.option("--camera", help="Only photos from this camera (its name, make or model, exact).")
 @click.option("--folder", type=click.Path(file_okay=False), help="Only photos in this folder.")
 @method_options
+@runtime_options
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
            html_path: str | None, only_relevant: bool, as_json: bool, after: str | None = None,
            before: str | None = None, near: str | None = None, radius_km: float = 10.0, place: str | None = None,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from pictrieve.cli.runtime_options import runtime_options
+
 
 @click.command("mcp", epilog="Examples:\n\n\b\n  pictrieve mcp --gallery ./my.gallery\n"
                "  pictrieve mcp --gallery ./my.gallery --search local:./pages --allow-dir ~/Pictures\n"
@@ -49,6 +51,7 @@ import click
               help="Where find_photo sessions are kept (default: the pictrieve cache folder).")
 @click.option("--max-image-mb", default=20.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Largest image a tool accepts or a resource sends.")
+@runtime_options
 def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int, allow_origins: tuple[str, ...],
         token: str | None,
         search: str | None, llm: str, base_url: str | None, vlm: str, vlm_base_url: str | None, detector: str,

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import click
 
+from pictrieve.cli.runtime_options import runtime_options, runtime_settings
+
 logger = logging.getLogger(__name__)
 
 SETTING_OPTIONS = {  # option name -> environment variable the served graphs read (graphs/serving.py)
@@ -75,6 +77,7 @@ def parse_allow(values: tuple[str, ...]) -> dict[str, list[str]]:
 @click.option("--write-config", "write_config", default=None, type=click.Path(dir_okay=False), metavar="PATH",
               help="Write a langgraph.json serving every registered method (installed plugins included) to PATH "
                    "and exit; the settings above go into its env. Then: langgraph dev --config PATH.")
+@runtime_options
 def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ...], cors_origins: tuple[str, ...],
           token: str | None, host: str, port: int, write_config: str | None, web_search: str | None,
           **settings: str | None) -> None:
@@ -104,6 +107,7 @@ def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ..
            **({ENV_ALLOW: json.dumps(parse_allow(allow))} if allow else {}),
            **({ENV_ALLOW_DIRS: os.pathsep.join(map(str, dirs.dirs))} if dirs else {}),
            **({ENV_CORS_ORIGINS: " ".join(o.rstrip("/") for o in cors_origins)} if cors_origins else {})}
+    env.update(runtime_settings())  # --runtime/--quantize (or the variables) reach the served graphs and a written config
     if write_config:  # the token stays out of a file: the server reads it from $PICTRIEVE_SERVE_TOKEN
         Path(write_config).write_text(json.dumps(langgraph_config(env), indent=2) + "\n")
         click.echo(f"wrote {write_config}: {', '.join(langgraph_config()['graphs'])}")

@@ -8,6 +8,7 @@ from typing import Any
 
 from pictrieve.cli.gallery_commands import gallery_option
 from pictrieve.cli.ray_engine import engine_options, ray_options, say
+from pictrieve.cli.runtime_options import runtime_options
 from pictrieve.vectorstore.tiles import TilingSettings
 
 
@@ -22,6 +23,7 @@ from pictrieve.vectorstore.tiles import TilingSettings
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Tile only the first N images.")
 @engine_options
+@runtime_options
 def tile(gallery: str, embedders: tuple[str, ...], max_objects: int, min_fraction: float, batch_size: int,
          limit: int | None, engine: str, **ray_settings: Any) -> None:
     """Split every image of the gallery into tiles (NEEDLE's smart tiling) and embed them.

@@ -6,6 +6,8 @@ import socket
 
 import click
 
+from pictrieve.cli.runtime_options import runtime_options
+
 
 def free_port(host: str) -> int:
     """A port nobody listens on right now (the OS picks it)."""
@@ -41,6 +43,7 @@ def free_port(host: str) -> int:
 @click.option("--port", default=0, type=click.IntRange(0, 65535), help="Port (default: a free one, printed on start).")
 @click.option("--state-dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Where chat sessions are kept (default: the user cache folder).")
+@runtime_options
 def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, captioner: str, visualizer: str | None,
        image_embedder: str | None, search: str | None, detector: str, vlm: str, vlm_base_url: str | None, host: str, port: int,
        allow_hosts: tuple[str, ...], state_dir: str | None) -> None:

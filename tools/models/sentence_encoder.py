@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+
+from pictrieve.tools.core.threads import intra_op_threads
 
 logger = logging.getLogger(__name__)
 
@@ -48,25 +49,9 @@ def minilm_model_dir() -> Path:
 
 
 def bulk_threads() -> int:
-    """Intra-op threads for bulk work: ``OMP_NUM_THREADS`` when set, else the CPUs this process may use.
-
-    Counts the CPU affinity mask and a cgroup v2 quota (``cpu.max``), so a container limited to two
-    CPUs on a 64-core host uses two.
-    """
-    explicit = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if explicit.isdigit() and int(explicit) > 0:
-        return int(explicit)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, int(int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
+    """Intra-op threads for bulk work: ``OMP_NUM_THREADS`` when set, else the CPUs this process may use
+    (affinity mask and cgroup quota: :func:`pictrieve.tools.core.threads.intra_op_threads`)."""
+    return intra_op_threads()
 
 
 BULK_BATCH = 128

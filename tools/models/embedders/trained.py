@@ -25,20 +25,17 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.model_cache import shared_model
-from pictrieve.tools.models.embedders.backbone import PackagedBackbone, pooled_features_and_logits, squash_pixels
+from pictrieve.tools.models.embedders.backbone import PackagedBackbone, squash_array
 from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
 from pictrieve.tools.models.embedders.factory import UnknownEmbedderError
 from pictrieve.tools.models.sentence_encoder import SentenceEncoder, _gelu
-
-if TYPE_CHECKING:
-    import torch
 
 PACKAGED_HEAD = Path(__file__).parent / "weights" / "flickr8k_head.npz"
 HEAD_KEYS = ("mean", "std", "w1", "b1", "w2", "b2")
@@ -137,19 +134,16 @@ class TrainedEmbedder(PackagedBackbone, EmbedderBase):
             self._labels = OfflineEmbedder("", self._requested_device)
         return self._labels
 
-    def preprocess(self, image: Image.Image) -> "torch.Tensor":
-        import torch
+    def preprocess(self, image: Image.Image) -> np.ndarray:
+        """The squashed photo and its mirror image: ``(views, 3, 224, 224)`` float32 (numpy: no torch needed)."""
+        views = [squash_array(image)] + ([squash_array(image, flip=True)] if self.flips else [])
+        return np.stack(views)
 
-        views = [squash_pixels(image)] + ([squash_pixels(image, flip=True)] if self.flips else [])
-        return torch.stack(views)
-
-    def embed_preprocessed(self, batch: Sequence["torch.Tensor"]) -> np.ndarray:
-        import torch
-
+    def embed_preprocessed(self, batch: Sequence[np.ndarray]) -> np.ndarray:
         if not batch:
             return np.zeros((0, self.dim), dtype=np.float32)
         views = batch[0].shape[0]
-        features, logits = pooled_features_and_logits(self.backbone, torch.cat(list(batch)))
+        features, logits = self.trunk_outputs(np.concatenate([np.asarray(b) for b in batch]))
         projected = self.head(features).reshape(len(batch), views, self.dim).mean(axis=1)
         vectors = l2_normalize(projected)
         if self.label_weight > 0:

@@ -1,0 +1,301 @@
+"""Running a torch model on ONNX Runtime: exported once, cached by fingerprint, torch as the fallback.
+
+Eager PyTorch on a CPU leaves much of the machine's speed unused: ONNX Runtime runs the same
+EfficientNet-Lite0 trunk about 2.4 times as fast with outputs equal to 1e-5 (``BENCHMARKS.md``). A model
+that wants this path describes itself once as an :class:`OnnxExport` (a name, a fingerprint of its
+weights, how to build the torch module and example inputs) and asks :func:`try_onnx_model` for an
+:class:`OnnxModel`:
+
+- the first call exports the module with ``torch.onnx.export`` (the TorchScript exporter, which needs
+  the ``onnx`` package: ``pip install 'pictrieve[onnx]'``), checks that ONNX Runtime's outputs equal
+  torch's on the example inputs (``atol``), and writes the file atomically to
+  ``$PICTRIEVE_CACHE/onnx/NAME-KEY.onnx``; ``KEY`` hashes the fingerprint, the export settings and
+  torch's version (and onnxruntime's for int8), so a changed model or exporter never reads a stale file;
+- later calls, in any process, only open that file: neither torch nor the model's Python code is
+  imported, which is most of a cold start;
+- ``quantize="int8"`` adds a dynamically quantised copy (weights int8, activations quantised per
+  call; ``onnxruntime.quantization``), cached beside it;
+- anything failing (no ``onnx`` package, an unwritable cache, an operator the exporter refuses, outputs
+  that differ) is logged as one warning line and :func:`try_onnx_model` returns ``None``: the caller
+  runs torch, as before.
+
+Which runtime runs is :func:`choose_runtime`: ``--runtime``/``$PICTRIEVE_RUNTIME`` (``torch``,
+``onnx`` or ``auto``) when set, else the model's own measured choice on a CPU, and torch on a GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from pictrieve.errors import PictrieveError
+from pictrieve.tools.core.model_cache import shared_model
+from pictrieve.tools.core.pypi_assets import cache_root
+from pictrieve.tools.core.threads import intra_op_threads
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+RUNTIME_ENV = "PICTRIEVE_RUNTIME"
+QUANTIZE_ENV = "PICTRIEVE_QUANTIZE"
+RUNTIMES = ("auto", "torch", "onnx")
+QUANTIZATIONS = ("none", "int8")
+EXPORT_FORMAT = 1  # bump when the way files are exported changes (invalidates every cached file)
+DEFAULT_OPSET = 17
+
+
+class RuntimeSettingError(PictrieveError, ValueError):
+    """``--runtime``/``$PICTRIEVE_RUNTIME`` or ``--quantize``/``$PICTRIEVE_QUANTIZE`` holds an unknown value."""
+
+
+class OnnxExportError(PictrieveError, RuntimeError):
+    """A model could not be exported to, quantised for, or opened by ONNX Runtime."""
+
+
+def requested_runtime(value: str | None = None) -> str:
+    """``auto``, ``torch`` or ``onnx``: ``value`` when given, else ``$PICTRIEVE_RUNTIME``, else ``auto``."""
+    chosen = (value if value is not None else os.environ.get(RUNTIME_ENV, "")).strip().lower() or "auto"
+    if chosen not in RUNTIMES:
+        raise RuntimeSettingError(f"unknown runtime {chosen!r} (from --runtime or ${RUNTIME_ENV}); "
+                                  f"choose one of {', '.join(RUNTIMES)}")
+    return chosen
+
+
+def requested_quantization(value: str | None = None, default: str = "none") -> str | None:
+    """``"int8"`` or ``None``: ``value`` when given, else ``$PICTRIEVE_QUANTIZE``, else the model's ``default``."""
+    chosen = (value if value is not None else os.environ.get(QUANTIZE_ENV, "")).strip().lower() or default
+    if chosen not in QUANTIZATIONS:
+        raise RuntimeSettingError(f"unknown quantization {chosen!r} (from --quantize or ${QUANTIZE_ENV}); "
+                                  f"choose one of {', '.join(QUANTIZATIONS)}")
+    return None if chosen == "none" else chosen
+
+
+def choose_runtime(measured: str, device: str = "cpu", requested: str | None = None) -> str:
+    """``"torch"`` or ``"onnx"`` for a model whose measured choice on a CPU is ``measured``.
+
+    An explicit ``requested`` (or ``$PICTRIEVE_RUNTIME``) wins; ``auto`` takes ``measured`` on the CPU and
+    torch on any other device (ONNX Runtime runs here on the CPU only).
+    """
+    runtime = requested_runtime(requested)
+    if runtime != "auto":
+        return runtime
+    return measured if str(device).partition(":")[0] == "cpu" else "torch"
+
+
+def package_version(name: str) -> str:
+    """An installed distribution's version, read without importing it (``"none"`` if absent)."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """What it takes to export one torch model, and what its cached file is keyed by.
+
+    ``fingerprint`` must change whenever the exported graph would: hash the weights file and name the
+    architecture's version (e.g. timm's) there. It is computed by the caller without importing torch, so
+    a cached file opens fast. ``build`` and ``example_inputs`` are called only when exporting.
+    """
+
+    name: str  # file-name stem, e.g. "efficientnet-lite0-trunk"
+    fingerprint: str
+    build: Callable[[], "torch.nn.Module"]
+    example_inputs: Callable[[], tuple["torch.Tensor", ...]]
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    dynamic_axes: Mapping[str, Mapping[int, str]] | None = None  # default: axis 0 of every input and output
+    opset: int = DEFAULT_OPSET
+    atol: float = 1e-4  # largest difference from torch's outputs on the example inputs accepted
+    extra: Mapping[str, Any] = field(default_factory=dict)  # anything else the file depends on
+
+    def axes(self) -> dict[str, dict[int, str]]:
+        if self.dynamic_axes is not None:
+            return {k: dict(v) for k, v in self.dynamic_axes.items()}
+        return {name: {0: "batch"} for name in (*self.input_names, *self.output_names)}
+
+    def key(self, quantize: str | None = None) -> str:
+        """Hash of everything the file depends on: format, fingerprint, settings, exporter versions."""
+        parts = [
+            f"format={EXPORT_FORMAT}", f"name={self.name}", f"fingerprint={self.fingerprint}",
+            f"opset={self.opset}", f"inputs={self.input_names}", f"outputs={self.output_names}",
+            f"axes={sorted((k, sorted(v.items())) for k, v in self.axes().items())}",
+            f"extra={sorted(self.extra.items())}", f"torch={package_version('torch')}",
+        ]
+        if quantize:
+            parts += [f"quantize={quantize}", f"onnxruntime={package_version('onnxruntime')}"]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def path(self, quantize: str | None = None, root: Path | None = None) -> Path:
+        """Where the cached file lives: ``$PICTRIEVE_CACHE/onnx/NAME[-int8]-KEY.onnx``."""
+        stem = f"{self.name}-{quantize}" if quantize else self.name
+        return (root or cache_root()) / "onnx" / f"{stem}-{self.key(quantize)[:20]}.onnx"
+
+
+class OnnxModel:
+    """An ONNX Runtime session on a cached file: ``run(*arrays) -> list of output arrays`` (thread-safe).
+
+    ``threads`` intra-op threads (default :func:`~pictrieve.tools.core.threads.intra_op_threads`). The
+    threads sleep between calls instead of spinning, so image decoding beside the model keeps its CPUs.
+    """
+
+    def __init__(self, path: str | os.PathLike, threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        self.path = Path(path)
+        self.threads = threads or intra_op_threads()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3  # errors only: no warnings about unused initialisers on stderr
+        try:
+            self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+            raise OnnxExportError(f"ONNX Runtime cannot open {self.path}: {_first_line(exc)}") from exc
+        self.input_names = tuple(i.name for i in self.session.get_inputs())
+        self.output_names = tuple(o.name for o in self.session.get_outputs())
+
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """The outputs for ``inputs`` (float32 arrays, in :attr:`input_names` order)."""
+        feeds = {name: np.ascontiguousarray(x, dtype=np.float32) for name, x in zip(self.input_names, inputs)}
+        return self.session.run(None, feeds)
+
+    def __repr__(self) -> str:
+        return f"OnnxModel({self.path.name!r}, threads={self.threads})"
+
+
+def onnx_model(export: OnnxExport, quantize: str | None = None, threads: int | None = None) -> OnnxModel:
+    """The model's ONNX Runtime session, exporting (and quantising) it first when no cached file exists.
+
+    Raises :class:`OnnxExportError` with one line when that is impossible. Sessions are shared per file
+    and thread count within the process.
+    """
+    path = ensure_exported(export, quantize)
+    threads = threads or intra_op_threads()
+    return shared_model(("onnx-session", str(path), threads), lambda: OnnxModel(path, threads))
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def try_onnx_model(export: OnnxExport, quantize: str | None = None, threads: int | None = None) -> OnnxModel | None:
+    """:func:`onnx_model`, or ``None`` after one warning line when it fails (the caller runs torch)."""
+    try:
+        return onnx_model(export, quantize, threads)
+    except Exception as exc:  # noqa: BLE001 - any failure means: run torch instead, and say why once
+        with _warned_lock:
+            first = export.name not in _warned
+            _warned.add(export.name)
+        log = logger.warning if first else logger.debug
+        log("%s: running it with torch instead of ONNX Runtime (%s)", export.name, _first_line(exc))
+        return None
+
+
+_export_locks: dict[str, threading.Lock] = {}
+
+
+def ensure_exported(export: OnnxExport, quantize: str | None = None) -> Path:
+    """The cached file for ``export`` (and ``quantize``), made now when missing; see the module docstring."""
+    path = export.path(quantize)
+    if path.is_file():
+        return path
+    with _export_locks.setdefault(str(path), threading.Lock()):  # one export per process; files are atomic
+        if path.is_file():
+            return path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OnnxExportError(f"cannot create the ONNX cache folder {path.parent} ({exc.strerror or exc})") from exc
+        if quantize is None:
+            logger.info("exporting %s to ONNX once: %s", export.name, path)
+            _write_atomically(path, lambda tmp: _export(export, tmp))
+        elif quantize == "int8":
+            source = ensure_exported(export, None)
+            logger.info("quantising %s to int8 once: %s", export.name, path)
+            _write_atomically(path, lambda tmp: _quantize_int8(source, tmp))
+        else:
+            raise RuntimeSettingError(f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}")
+        return path
+
+
+def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` into a temporary file beside ``path``, then rename it over ``path``."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".part.onnx")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _export(export: OnnxExport, target: Path) -> None:
+    """Export with the TorchScript exporter and check ONNX Runtime's outputs against torch's."""
+    import importlib.util
+
+    if importlib.util.find_spec("onnx") is None:
+        raise OnnxExportError("exporting needs the onnx package: pip install 'pictrieve[onnx]'")
+    import torch
+
+    module = export.build().eval()
+    inputs = export.example_inputs()
+    with torch.inference_mode():
+        expected = module(*inputs)
+    expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the exporter's deprecation and tracer warnings
+            torch.onnx.export(
+                module, inputs, str(target), dynamo=False, opset_version=export.opset,
+                input_names=list(export.input_names), output_names=list(export.output_names),
+                dynamic_axes=export.axes(), do_constant_folding=True,
+            )
+    except Exception as exc:  # noqa: BLE001 - exporter errors come in many types
+        raise OnnxExportError(f"torch.onnx.export refused {export.name}: {_first_line(exc)}") from exc
+    got = OnnxModel(target, threads=1).run(*(x.numpy() for x in inputs))
+    worst = max(float(np.abs(g - e.float().numpy()).max()) for g, e in zip(got, expected))
+    if len(got) != len(expected) or not worst <= export.atol:
+        raise OnnxExportError(f"the ONNX export of {export.name} differs from torch by {worst:.2g} "
+                              f"(more than {export.atol:g}); not using it")
+
+
+def _quantize_int8(source: Path, target: Path) -> None:
+    """Dynamic int8 quantisation of ``source`` (weights int8; activations scaled per call)."""
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as exc:
+        raise OnnxExportError(f"int8 quantisation needs the onnx package: pip install 'pictrieve[onnx]' ({exc})") from exc
+    try:
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QUInt8)
+    except Exception as exc:  # noqa: BLE001
+        raise OnnxExportError(f"int8 quantisation of {source.name} failed: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def runtime_summary(models: Sequence[OnnxModel | None]) -> str:
+    """``"onnx (2 threads)"`` or ``"torch"``: for logs and benchmark rows."""
+    live = [m for m in models if m is not None]
+    return f"onnx ({live[0].threads} threads)" if live else "torch"
