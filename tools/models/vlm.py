@@ -115,7 +115,7 @@ class OfflineRegionCaptioner:
     def describe_region(self, image: Image.Image, label: str) -> dict[str, Any]:
         """``{"description", "subject"}`` of a region the detector labelled ``label`` (``"image"``: the whole
         photo, nothing detected). ``subject`` is the noun the photo is about (None when unsure)."""
-        from pictrieve.tools.models.imagenet_classifier import imagenet_readable_names
+        from pictrieve.tools.models.imagenet_names import imagenet_readable_names
 
         if label == "person":
             return {"description": "a person", "subject": "person"}

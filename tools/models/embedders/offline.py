@@ -31,7 +31,8 @@ CLIP model (``open_clip:...``) is far better; use it whenever its weights can be
 
 from __future__ import annotations
 
-# torch, timm and open_clip are imported only when an image is embedded: a text search in a new
+# torch and timm are imported only when an image is embedded (open_clip never: the class names ship
+# with the package): a text search in a new
 # process needs just the numpy sentence encoder (about 1 s instead of 9).
 
 import hashlib
@@ -283,7 +284,7 @@ def _encoder() -> SentenceEncoder:
 
 
 def _class_names() -> tuple[str, ...]:
-    from pictrieve.tools.models.imagenet_classifier import imagenet_readable_names
+    from pictrieve.tools.models.imagenet_names import imagenet_readable_names  # shipped: no torch, no open_clip
 
     return imagenet_readable_names()
 
