@@ -3,7 +3,8 @@
 FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these endpoints:
 
 - ``GET /api/status``: image count, embedders, which methods (tabs) are available.
-- ``GET /api/image/{id}``: the bytes of a gallery image, looked up by id only (never a request path).
+- ``GET /api/image/{id}``: the bytes of a gallery image, looked up by id only (never a request path); a format
+  browsers cannot show (HEIC, TIFF) comes as a JPEG of it, its longest side at most :data:`VIEW_SIDE`.
 - ``POST /api/search``: text query, uploaded image, or ``like`` (an id: "more like this").
 - ``POST /api/chat/start`` / ``/api/chat/reply`` / ``GET /api/chat/{thread}``: PlugIR rounds, each run as
   a background job (:mod:`pictrieve.ui.chat`); the sessions live in a SQLite checkpointer so they survive
@@ -49,6 +50,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pictrieve.errors import PictrieveError
+from pictrieve.tools.core.images import shown_by_browsers
+from pictrieve.tools.core.thumbnails import jpeg_thumbnail
 from pictrieve.graphs.registry import available_methods, get_method, method_origin
 from pictrieve.ui.guard import BodyTooLarge, PageGuard
 from pictrieve.ui.jobs import ABANDON_AFTER, MAX_RUNNING, Jobs, JobsBusy
@@ -60,6 +63,8 @@ STATIC = Path(__file__).parent / "static"
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 """Uploads above this size are refused before decoding."""
 MAX_K = 100
+VIEW_SIDE = 1600
+"""Longest side of the JPEG the page gets for a photo browsers cannot show (the larger view uses it too)."""
 MAX_CHATS = 200
 """Chat sessions kept in ``chat.sqlite``; starting one more deletes the one touched longest ago (see
 :func:`pictrieve.ui.chat.prune_chats`)."""
@@ -319,7 +324,13 @@ def create_app(
         path = Path(item.path)
         if not path.is_file():
             return JSONResponse({"error": "the image file is gone (run `pictrieve sync`)"}, status_code=404)
-        return FileResponse(path)
+        if shown_by_browsers(path):
+            return FileResponse(path)
+        try:  # HEIC, TIFF...: no browser shows them, so the page gets a JPEG (upright, as the models saw it)
+            return Response(jpeg_thumbnail(path, max_side=VIEW_SIDE), media_type="image/jpeg")
+        except (PictrieveError, OSError) as exc:
+            log.info("cannot show %s: %s", path, exc)
+            return JSONResponse({"error": "the image file cannot be read"}, status_code=404)
 
     @app.post("/api/search")
     async def search(request: Request) -> dict[str, Any]:

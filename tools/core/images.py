@@ -36,8 +36,37 @@ from pictrieve.errors import PictrieveError
 logger = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm"}
+    {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm", ".heic", ".heif", ".hif",
+     ".avif"}
 )
+"""The file names a folder walk takes for photos (the one list). HEIC/HEIF decode through the ``heic`` extra
+(``pillow-heif``); without it such a file is listed, then skipped with one line naming the extra. AVIF decodes
+through Pillow itself (built with libavif)."""
+
+BROWSER_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".avif"})
+"""Photos every current browser shows as they are; the page sends the others (HEIC, TIFF, PPM) as JPEG."""
+
+HEIC_EXTRA = "pictrieve[heic]"
+_HEIF_BRANDS = frozenset({b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"hevm", b"hevs", b"mif1", b"msf1",
+                          b"mif2", b"miaf"})
+"""ISO base media ``ftyp`` brands of HEIF files (HEVC-coded and generic): what a phone writes as .heic/.heif."""
+
+
+def _register_heif() -> bool:
+    """Teach Pillow to open HEIC/HEIF (the ``heic`` extra, ``pillow-heif``), once, at import; ``False`` without it.
+
+    pillow-heif applies the container's rotation (``irot``/``imir``) while decoding and then reports EXIF
+    Orientation 1, so a phone's sideways HEIC comes out upright and is never turned twice."""
+    try:
+        from pillow_heif import register_heif_opener
+    except ImportError:
+        return False
+    register_heif_opener()
+    return True
+
+
+HEIF_READABLE = _register_heif()
+"""Whether HEIC/HEIF photos can be decoded here (``pillow-heif`` is installed)."""
 
 DEFAULT_MAX_PIXELS = 180_000_000
 """Largest image decoded by default: 180 MP (above today's largest phone sensors, 200 MP excepted).
@@ -72,6 +101,11 @@ class ImageTooLargeError(ImageDecodeError):
 
 def is_image_path(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_EXTENSIONS
+
+
+def shown_by_browsers(path: str | os.PathLike) -> bool:
+    """Whether a browser shows the photo at ``path`` as it is (by its name; see :data:`BROWSER_EXTENSIONS`)."""
+    return Path(path).suffix.lower() in BROWSER_EXTENSIONS
 
 
 def iter_image_files(
@@ -354,10 +388,17 @@ def _open_header(path: str | os.PathLike) -> ImageFile.ImageFile:
                     continue
                 image._exclusive_fp = True  # closing the image closes the file
                 return image
+        if not HEIF_READABLE and _is_heif(prefix):
+            raise ImageDecodeError(f"{path}: a HEIC/HEIF photo, which needs pillow-heif: pip install '{HEIC_EXTRA}'")
         raise UnidentifiedImageError(f"cannot identify image file {str(path)!r}")
     except BaseException:
         handle.close()
         raise
+
+
+def _is_heif(prefix: bytes) -> bool:
+    """Whether a file's first bytes are a HEIF ``ftyp`` box (``....ftypheic``), whatever its name."""
+    return prefix[4:8] == b"ftyp" and prefix[8:12] in _HEIF_BRANDS
 
 
 def file_sha256(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
