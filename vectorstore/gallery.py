@@ -404,14 +404,25 @@ class Gallery:
     # ------------------------------------------------------------------ searching
 
     def search_text(self, query: str, k: int = 10, where: Where = None, *,
-                    only_relevant: bool = False) -> list[ImageHit]:
+                    only_relevant: bool = False, hybrid: bool = False) -> list[ImageHit]:
         """The ``k`` images closest to a text query, each marked ``relevant`` or not (see
         :meth:`search_vector`); with ``only_relevant`` the others are dropped. ``where``: a Chroma filter or a
-        :class:`PhotoFilter`."""
+        :class:`PhotoFilter`.
+
+        ``hybrid``: rank by vectors *and* by the photos' own words (folder and file names, captions, place,
+        photo text), fused (see :func:`~pictrieve.vectorstore.keywords.hybrid_search`; what ``pictrieve
+        search``, the search graph, MCP, the retriever and the page do by default). Off here, so the methods
+        that build on this call keep ranking by vectors alone."""
         if not query or not query.strip():
             raise QueryError("empty text query: describe the image you are looking for")
         _check_k(k)
-        return self.search_vector(self.embedder.embed_texts([query])[0], k, where, only_relevant=only_relevant)
+        vector = self.embedder.embed_texts([query])[0]
+        if hybrid:
+            from pictrieve.vectorstore.keywords import hybrid_search
+
+            hits = hybrid_search(self, query, vector, k, where)
+            return relevant_hits(hits) if only_relevant else hits
+        return self.search_vector(vector, k, where, only_relevant=only_relevant)
 
     def search_image(
         self, image: Image.Image | str | os.PathLike, k: int = 10, where: Where = None, *,

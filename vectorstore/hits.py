@@ -37,6 +37,9 @@ class ImageHit(BaseModel):
     """Whether the hit matches its query well: its score reaches the embedder's calibrated cutoff (see
     :mod:`~pictrieve.vectorstore.relevance`). Plain search sets it on every hit; ``None``: not judged
     (a method whose fused scores are not the embedder's cosine)."""
+    keyword_match: bool = False
+    """Whether the photo's own words (folder, file name, captions, place, photo text) matched the query in a
+    hybrid search (:mod:`~pictrieve.vectorstore.keywords`); ``False`` for a search by vectors alone."""
 
     @field_validator("score")
     @classmethod

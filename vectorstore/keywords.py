@@ -1,0 +1,277 @@
+"""The keyword side of hybrid search: BM25 over the words a photo carries, fused with the vector ranking.
+
+People search their photos by the words they gave them: a folder named ``lisbon/``, a file named
+``germany_2019_beach.jpg``, a caption, the place it was taken, the text in the picture. An image
+embedder knows none of these, so :func:`hybrid_search` ranks the gallery twice, by vectors and by
+BM25 over those words (:data:`KEYWORD_FIELDS`), and fuses the two rankings by reciprocal rank fusion.
+
+BM25 comes from ``bm25s`` (maintained, releases through 2025-2026, needs only numpy, scores with sparse
+matrices). ``rank_bm25``, the other common choice, has had no release since 2022 and scores every
+document in pure Python per query.
+
+Freshness: the index is built from the gallery's records and kept per process, tagged with the gallery's
+write counter (:func:`~pictrieve.vectorstore.chroma_store.read_generation`, bumped by every write of
+every process); a search whose gallery changed since rebuilds it first, so no result ever comes from a
+stale index. A ``chroma run`` server has no such counter: there the index is rebuilt for each search
+(one read of every record's metadata).
+
+Ranks on the keyword side are tie-aware (photos with the same BM25 score share a rank), so a word every
+photo carries (a common parent folder) shifts nothing. Photos without a single query word get no
+keyword contribution at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+import numpy as np
+
+from pictrieve.vectorstore.chroma_store import is_server, read_generation
+from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.photo_filter import PhotoFilter
+
+logger = logging.getLogger(__name__)
+
+KEYWORD_FIELDS: tuple[str, ...] = ("folder", "name", "captions", "place", "photo_text")
+"""The words a photo carries: its folder (last :data:`FOLDER_PARTS` parts), its file name (without the
+extension), its captions, its place name (``place``: city, region, country code) and the text read from
+the photo (``photo_text``, stored by OCR when it ran)."""
+
+FOLDER_PARTS = 3
+"""How many trailing folder names count (``.../2019/germany_2019/day1``): the ones people name; the rest
+(``/home/me/Pictures``) is shared by every photo."""
+
+RRF_K = 60
+"""Reciprocal rank fusion constant (Cormack et al. 2009's value; see :mod:`pictrieve.vectorstore.fusion`)."""
+
+KEYWORD_WEIGHT = 1.0
+"""Weight of the keyword ranking against the vector ranking's 1 in the fusion."""
+
+POOL = 100
+"""How many photos each side brings to the fusion (at least ``k``): a photo just outside the vector
+top-k that the keywords also name can still rise into it."""
+
+BM25_K1, BM25_B = 1.2, 0.0
+"""BM25's term-frequency saturation and length normalisation (see :class:`KeywordIndex`)."""
+
+MAX_CACHED = 4
+"""Keyword indexes kept per process (one per gallery and field set)."""
+
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD = re.compile(r"[^\W\d_]+|\d+")
+
+
+def _stopwords() -> frozenset[str]:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN) | {"jpg", "jpeg", "png", "heic", "img", "dsc", "photo", "photos"}
+
+
+def words(text: str) -> list[str]:
+    """The searchable words of ``text``, lower case and without accents: camelCase, underscores, dashes and
+    digit runs split (``IMG_2019-06-01_LisbonTrip`` -> ``2019 06 01 lisbon trip``); English stop words and
+    single letters left out."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    stop = _STOP or _load_stop()
+    out = []
+    for token in _WORD.findall(_CAMEL.sub(" ", plain)):
+        token = token.lower()
+        if len(token) > 1 and token not in stop:
+            out.append(token)
+    return out
+
+
+_STOP: frozenset[str] = frozenset()
+
+
+def _load_stop() -> frozenset[str]:
+    global _STOP
+    _STOP = _stopwords()
+    return _STOP
+
+
+def record_words(metadata: Mapping[str, Any], fields: Sequence[str] = KEYWORD_FIELDS) -> list[str]:
+    """The words of one stored record's ``fields`` (see :data:`KEYWORD_FIELDS`)."""
+    parts: list[str] = []
+    for name in fields:
+        value = metadata.get(name)
+        if not value:
+            continue
+        if name == "folder":
+            parts.extend(PurePath(str(value)).parts[-FOLDER_PARTS:])
+        elif name == "name":
+            parts.append(PurePath(str(value)).stem)
+        elif isinstance(value, (list, tuple)):
+            parts.extend(str(v) for v in value)
+        else:
+            parts.append(str(value))
+    if "name" in fields and not metadata.get("name") and metadata.get("path"):
+        parts.append(PurePath(str(metadata["path"])).stem)
+    if "folder" in fields and not metadata.get("folder") and metadata.get("path"):
+        parts.extend(PurePath(str(metadata["path"])).parent.parts[-FOLDER_PARTS:])
+    return [w for part in parts for w in words(part)]
+
+
+@dataclass(frozen=True)
+class KeywordRank:
+    """One photo on the keyword side: its BM25 ``score`` and tie-aware 1-based ``rank``."""
+
+    id: str
+    score: float
+    rank: int
+
+
+class KeywordIndex:
+    """BM25 over the words of a fixed set of records (build a new one when the records change)."""
+
+    def __init__(self, ids: Sequence[str], documents: Sequence[list[str]]) -> None:
+        import bm25s
+
+        self.ids = list(ids)
+        self.words = [frozenset(doc) for doc in documents]
+        self._row = {id_: row for row, id_ in enumerate(self.ids)}
+        self._bm25: Any = None
+        if any(documents):
+            # b=0: no length normalisation, so photos that share a word score the same for it (a
+            # word of a common folder then ties every photo, and ties shift no ranks; see ``rank``).
+            self._bm25 = bm25s.BM25(k1=BM25_K1, b=BM25_B)
+            self._bm25.index([list(doc) for doc in documents], show_progress=False)
+
+    @classmethod
+    def from_records(cls, records: Iterable[tuple[str, Mapping[str, Any]]],
+                     fields: Sequence[str] = KEYWORD_FIELDS) -> "KeywordIndex":
+        """From ``(id, metadata)`` pairs as the gallery stores them."""
+        ids, documents = [], []
+        for id_, metadata in records:
+            ids.append(str(id_))
+            documents.append(record_words(metadata or {}, fields))
+        return cls(ids, documents)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def rank(self, query: str) -> list[KeywordRank]:
+        """Every photo with at least one of the query's words, best first; equal scores share a rank."""
+        terms = [t for t in dict.fromkeys(words(query)) if self._bm25 is not None and t in self._bm25.vocab_dict]
+        if not terms:
+            return []
+        scores = np.asarray(self._bm25.get_scores(terms), dtype=np.float64)
+        found = np.flatnonzero(scores > 0)
+        order = found[np.argsort(-scores[found], kind="stable")]
+        ranked: list[KeywordRank] = []
+        for position, row in enumerate(order, start=1):
+            score = float(scores[row])
+            rank = ranked[-1].rank if ranked and ranked[-1].score == score else position
+            ranked.append(KeywordRank(self.ids[row], score, rank))
+        return ranked
+
+    def has_all(self, id_: str, query: str) -> bool:
+        """Whether the photo's words hold every word of ``query`` (``False`` for a query of stop words only)."""
+        terms = set(words(query))
+        row = self._row.get(id_)
+        return row is not None and bool(terms) and terms <= self.words[row]
+
+
+_cache: "OrderedDict[tuple[str, str, tuple[str, ...]], tuple[Any, KeywordIndex]]" = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def keyword_index(gallery: Any, fields: Sequence[str] = KEYWORD_FIELDS) -> KeywordIndex:
+    """The keyword index of ``gallery``'s records (this embedder's collection), as fresh as the gallery:
+    rebuilt when any process wrote to it since it was built (always, for a ``chroma run`` server)."""
+    location = str(gallery.location)
+    key = (location, gallery.collection_name, tuple(fields))
+    stamp = None if is_server(location) else read_generation(location)  # read before the records are
+    with _cache_lock:
+        cached = _cache.get(key)
+        if cached is not None and stamp is not None and cached[0] == stamp:
+            _cache.move_to_end(key)
+            return cached[1]
+    records = _all_records(gallery)
+    index = KeywordIndex.from_records(records, fields)
+    logger.debug("keyword index of %s: %d photos (write %s)", location, len(index), stamp)
+    with _cache_lock:
+        _cache[key] = (stamp, index)
+        _cache.move_to_end(key)
+        while len(_cache) > MAX_CACHED:
+            _cache.popitem(last=False)
+    return index
+
+
+def _all_records(gallery: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    return [(item.id, item.metadata) for item in gallery.items()]
+
+
+def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = None, *,
+                  fields: Sequence[str] = KEYWORD_FIELDS, rrf_k: float = RRF_K, weight: float = KEYWORD_WEIGHT,
+                  pool: int = POOL) -> list[ImageHit]:
+    """The ``k`` best photos of ``gallery`` for ``query`` by vectors (``vector``: the query's embedding) and
+    keywords, fused by reciprocal rank fusion: ``1/(rrf_k + vector rank) + weight/(rrf_k + keyword rank)``,
+    each side cut at ``max(k, pool)`` photos that pass ``where`` (a Chroma filter or a
+    :class:`PhotoFilter`, applied on both sides).
+
+    Each hit keeps its cosine as ``score`` (so the relevance cutoff still reads it) and its fused position as
+    ``rank``; ``keyword_match`` says whether the photo's words matched; ``relevant`` is the cutoff's verdict,
+    or true when the photo's words hold every word of the query."""
+    depth = max(int(k), int(pool))
+    vector_hits = gallery.search_vector(vector, depth, where)
+    index = keyword_index(gallery, fields)
+    keyword = _passing(gallery, index.rank(query), where, depth)
+    fused: dict[str, float] = {}
+    for hit in vector_hits:
+        fused[hit.id] = 1.0 / (rrf_k + hit.rank)
+    for found in keyword:
+        fused[found.id] = fused.get(found.id, 0.0) + float(weight) / (rrf_k + found.rank)
+    first_seen = {id_: n for n, id_ in enumerate(fused)}
+    chosen = sorted(fused, key=lambda id_: (-fused[id_], first_seen[id_]))[: int(k)]
+    by_id = {hit.id: hit for hit in vector_hits}
+    matched = {found.id for found in keyword}
+    extra = _keyword_only_hits(gallery, [id_ for id_ in chosen if id_ not in by_id], vector)
+    hits = [(by_id.get(id_) or extra[id_]).model_copy(update={"rank": rank, "keyword_match": id_ in matched})
+            for rank, id_ in enumerate(chosen, start=1)]
+    verdicts = gallery.relevance_cutoff().judge([hit.score for hit in hits])
+    return [hit.model_copy(update={"relevant": bool(v) or (hit.keyword_match and index.has_all(hit.id, query))})
+            for hit, v in zip(hits, verdicts)]
+
+
+def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) -> list[KeywordRank]:
+    """The keyword ranking cut to the photos that pass ``where``, ranked again among them (tie-aware),
+    down to ``depth`` photos and the end of the last tie."""
+    photo_filter = where if isinstance(where, PhotoFilter) else None
+    chroma_where = photo_filter.where() if photo_filter is not None else where
+    collection = gallery._get_collection(create=False) if chroma_where or photo_filter else None
+    kept: list[tuple[str, float]] = []
+    for start in range(0, len(ranked), 4 * depth):
+        batch = ranked[start : start + 4 * depth]
+        if len(kept) >= depth and batch[0].score < kept[-1][1]:
+            break
+        if collection is not None:
+            got = collection.get(ids=[r.id for r in batch], where=chroma_where, include=["metadatas"])
+            passing = {id_ for id_, meta in zip(got["ids"], got["metadatas"])
+                       if photo_filter is None or photo_filter.accepts(meta or {})}
+            batch = [r for r in batch if r.id in passing]
+        for found in batch:
+            if len(kept) >= depth and found.score < kept[-1][1]:
+                break
+            kept.append((found.id, found.score))
+    out: list[KeywordRank] = []
+    for position, (id_, score) in enumerate(kept, start=1):
+        out.append(KeywordRank(id_, score, out[-1].rank if out and out[-1].score == score else position))
+    return out
+
+
+def _keyword_only_hits(gallery: Any, ids: list[str], vector: Any) -> dict[str, ImageHit]:
+    """Hits for photos only the keywords found, scored by their cosine to the query as the vector side's are."""
+    if not ids:
+        return {}
+    metadata = gallery.metadata_of(ids)
+    cosines = np.asarray(gallery.embeddings(ids), dtype=np.float32) @ np.asarray(vector, dtype=np.float32).reshape(-1)
+    return {id_: ImageHit.from_record(id_, metadata.get(id_), score=float(c)) for id_, c in zip(ids, cosines)}
