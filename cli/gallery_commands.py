@@ -142,20 +142,27 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @click.option("--place", help="Only photos whose place is this city, region or country code (exact).")
 @click.option("--camera", help="Only photos from this camera (its name, make or model, exact).")
 @click.option("--folder", type=click.Path(file_okay=False), help="Only photos in this folder.")
+@click.option("--hybrid/--no-hybrid", default=True, show_default=True,
+              help="Rank by the photos' own words too (folder and file names, captions, place, photo text), "
+                   "fused with the vectors; --no-hybrid ranks by vectors alone.")
 @method_options
 @runtime_options
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
            html_path: str | None, only_relevant: bool, as_json: bool, after: str | None = None,
            before: str | None = None, near: str | None = None, radius_km: float = 10.0, place: str | None = None,
-           camera: str | None = None, folder: str | None = None, method: str = PLAIN, **method_args: Any) -> None:
+           camera: str | None = None, folder: str | None = None, hybrid: bool = True, method: str = PLAIN,
+           **method_args: Any) -> None:
     """Find the images that best match QUERY (text) or --image.
 
     With --method NAME another registered method searches for QUERY (`pictrieve methods` lists them):
     visret and needle first turn the query into guide images by --visualizer (offline:
     exemplar:FOLDER finds matching photos of a captioned folder; it does not generate).
 
-    Each hit is marked relevant or not by the embedder's relevance cutoff (`pictrieve calibrate`);
-    when none is, the list starts with "no photo matches well; the closest are:".
+    A text query also matches the photos' own words (folder and file names, captions, place, text in
+    the photo), fused with the vectors; hits matched by words are marked "[words]" (--no-hybrid: vectors
+    alone). Each hit is marked relevant or not by the embedder's relevance cutoff (`pictrieve calibrate`),
+    or by holding every word of the query; when none is, the list starts with "no photo matches well; the
+    closest are:".
     """
     from pictrieve.vectorstore.relevance import judge_by_text
 
@@ -178,7 +185,7 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
         hits = judge_by_text(store, query or "", hits)
     else:
         hits = (store.search_image(photo, k=k, where=where) if photo is not None
-                else store.search_text(query or "", k=k, where=where))
+                else store.search_text(query or "", k=k, where=where, hybrid=hybrid))
     _print_hits(hits, query=query, image=image, as_json=as_json, only_relevant=only_relevant,
                 cutoff=store.relevance_cutoff().to_json(), guides=guides)
     if only_relevant:
@@ -234,7 +241,8 @@ def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, a
         caption = f"  {hit.captions[0]}" if hit.captions else ""
         taken = hit.taken_at[:10] if hit.metadata.get("taken_at_source") == "exif" else ""  # not the file's time
         about = "  ".join(part for part in (taken, hit.place, hit.camera) if part)
-        click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}" + (f"  [{about}]" if about else ""))
+        words = "  [words]" if hit.keyword_match else ""
+        click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}" + (f"  [{about}]" if about else "") + words)
 
 
 def _write_sheet(hits: list[ImageHit], html_path: str, *, title: str, quiet: bool,

@@ -19,6 +19,8 @@ class Hit(BaseModel):
     relevant: bool | None = Field(default=None, description="Whether it matches the query well (its score reaches "
                                   "the embedder's calibrated cutoff); false: only the closest there is")
     caption: str = Field(default="", description="The photo's first stored caption, if it has one")
+    keyword_match: bool = Field(default=False, description="Whether the photo's own words (folder or file name, "
+                                "caption, place, text in the photo) matched the query")
     path: str = Field(default="", description="The photo's file on the server")
 
 

@@ -145,7 +145,7 @@ def _image_mime(data: bytes) -> str | None:
 
 def hit_json(hit: ImageHit) -> dict[str, Any]:
     """A hit as the tools report it (the LangChain tools' JSON: rank, id, path, score, caption)."""
-    return hit_rows([hit])[0]
+    return {**hit_rows([hit])[0], "keyword_match": hit.keyword_match}
 
 
 def photo_content(hits: Sequence[ImageHit]) -> list[Any]:
@@ -250,6 +250,9 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
                                                        "code, exactly as stored (e.g. 'Lisbon', 'PT')")] = None,
         camera: Annotated[str | None, Field(description="Only photos from this camera (name, make or model)")] = None,
         folder: Annotated[str | None, Field(description="Only photos in this folder (its full path)")] = None,
+        hybrid: Annotated[bool, Field(description="Match the photos' own words too (folder and file names, "
+                                                  "captions, place, text in the photo), fused with what they show; "
+                                                  "false: by what they show alone")] = True,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Find photos in the user's gallery that match a description. Says whether any matches well ("No photo
         in the gallery matches ... well" when none does), then each photo's gallery id, score, relevant and
@@ -257,8 +260,8 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         filters = {name: value for name, value in dict(after=after, before=before, near=near, radius_km=radius_km,
                                                        place=place, camera=camera, folder=folder).items()
                    if value is not None}
-        found = await in_thread(ctx, functools.partial(service.search, filters=filters), query, k, method,
-                                progress=True)
+        found = await in_thread(ctx, functools.partial(service.search, filters=filters, hybrid=hybrid), query, k,
+                                method, progress=True)
         hits = relevant_hits(found) if only_relevant else found
         summary = agent_summary(query, found)
         return result(SearchResult(method=method, summary=summary, hits=[hit_json(h) for h in hits]), hits,

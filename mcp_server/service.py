@@ -144,10 +144,12 @@ class PictrieveService:
                 "max_image_bytes": self.settings.max_image_bytes}
 
     def search(self, query: str, k: int, method: str, progress: Progress = no_progress, *,
-               only_relevant: bool = False, filters: dict[str, Any] | None = None) -> list[ImageHit]:
+               only_relevant: bool = False, filters: dict[str, Any] | None = None,
+               hybrid: bool = True) -> list[ImageHit]:
         """The hits of ``method`` for ``query``, each marked ``relevant`` (a method's fused hits by the query's
         cosine to each photo); with ``only_relevant`` the others are dropped. ``filters``: the search graph's
-        photo filters (after, before, near, radius_km, place, camera, folder), plain search only."""
+        photo filters (after, before, near, radius_km, place, camera, folder), plain search only. ``hybrid``: plain
+        search matches the photos' own words too (the search graph's default)."""
         query = _text(query, "the query", "say in words what the photos should show")
         if method not in SEARCH_METHODS:
             raise ToolInputError(f"unknown method {method!r}: use one of {', '.join(SEARCH_METHODS)}")
@@ -158,7 +160,8 @@ class PictrieveService:
             raise ToolInputError("the date, place, camera and folder filters work with method 'search' only")
         graph = self.graph(method)
         hits: list[ImageHit] = []
-        state: dict[str, Any] = {"query": query, **({"filters": filters} if filters else {})}
+        state: dict[str, Any] = {"query": query, **({"filters": filters} if filters else {}),
+                                 **({"hybrid": bool(hybrid)} if method == "search" else {})}
         for mode, chunk in graph.stream(state, context={"k": _k(k)}, stream_mode=["updates", "values"]):
             if mode == "values":
                 hits = list(chunk.get("hits") or [])

@@ -42,6 +42,12 @@ def test_index_search_and_json_reports(tmp_path, photo_folder, tiny_clip_name):
     html = tmp_path / "results.html"
     hits = json.loads(pictrieve("search", "a red square", "--gallery", gallery, "-k", "4", "--json", "--html", str(html)).stdout)["hits"]
     assert [h["rank"] for h in hits] == [1, 2, 3, 4]
+    # Hybrid by default: the photo captioned "a red square" first, matched by its words; --no-hybrid: vectors alone.
+    assert hits[0]["path"].endswith("img0.png") and hits[0]["keyword_match"]
+    assert "[words]" in pictrieve("search", "a red square", "--gallery", gallery, "-k", "1").stdout
+    alone = json.loads(pictrieve("search", "a red square", "--gallery", gallery, "-k", "4", "--json",
+                                 "--no-hybrid").stdout)["hits"]
+    assert not any(h["keyword_match"] for h in alone) and [h["id"] for h in alone] != [h["id"] for h in hits]
     sheet = html.read_text()
     assert sheet.count("data:image/jpeg;base64,") == 4 and hits[0]["path"] in sheet
 

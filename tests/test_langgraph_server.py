@@ -100,7 +100,7 @@ def test_search_over_the_server_matches_the_library(server):
     served = {a["graph_id"] for a in client.assistants.search(limit=100)}
     assert served == set(builtin_methods())
     result = client.runs.wait(None, "search", input={"query": "a red square"}, context={"k": 3})
-    expected = server["gallery"].search_text("a red square", k=3)
+    expected = server["gallery"].search_text("a red square", k=3, hybrid=True)
     assert [h["id"] for h in result["hits"]] == [h.id for h in expected]
     assert result["hits"][0]["rank"] == 1 and isinstance(result["hits"][0]["score"], float)
     target = str(server["photos"] / "img4.png")
@@ -152,7 +152,7 @@ def test_pictrieve_serve_takes_a_gallery_relative_to_the_folder_it_is_run_in(ser
         url = f"http://127.0.0.1:{port}"
         assert answers(process, url), "pictrieve serve did not start"
         result = get_sync_client(url=url).runs.wait(None, "search", input={"query": "a red square"}, context={"k": 2})
-        assert [hit["id"] for hit in result["hits"]] == [h.id for h in server["gallery"].search_text("a red square", k=2)]
+        assert [hit["id"] for hit in result["hits"]] == [h.id for h in server["gallery"].search_text("a red square", k=2, hybrid=True)]
     finally:
         os.killpg(process.pid, signal.SIGTERM)  # pictrieve serve and the langgraph dev it started
         try:

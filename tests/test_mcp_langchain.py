@@ -64,7 +64,7 @@ async def test_a_langgraph_agent_uses_the_servers_tools(served):  # noqa: F811
     assert "k: Input should be less than or equal to 20" in str(failed.content)
     assert answered.status == "success" and answered.tool_call_id == "call-2" and answered.name == "search_images"
     hits = answered.artifact["structured_content"]["hits"]
-    assert [h["id"] for h in hits] == [h.id for h in served.gallery.search_text("a red square", k=2)]
+    assert [h["id"] for h in hits] == [h.id for h in served.gallery.search_text("a red square", k=2, hybrid=True)]
     images = [block for block in answered.content if block["type"] == "image"]
     assert len(images) == 2 and all(block["mime_type"] == "image/jpeg" for block in images)
     for hit, block in zip(hits, images):

@@ -46,7 +46,12 @@ async def check_search_images_returns_the_galleries_hits_and_their_photos(sessio
     result = await session.call_tool("search_images", {"query": "a red square", "k": 3})
     assert not result.isError, result.content
     hits = result.structuredContent["hits"]
-    assert [h["id"] for h in hits] == [h.id for h in served.gallery.search_text("a red square", k=3)]
+    assert [h["id"] for h in hits] == [h.id for h in served.gallery.search_text("a red square", k=3, hybrid=True)]
+    assert hits[0]["keyword_match"]  # its caption says "a red square"
+    alone = await session.call_tool("search_images", {"query": "a red square", "k": 3, "hybrid": False})
+    assert [h["id"] for h in alone.structuredContent["hits"]] == [
+        h.id for h in served.gallery.search_text("a red square", k=3)]
+    assert not any(h["keyword_match"] for h in alone.structuredContent["hits"])
     assert json.loads(result.content[0].text) == result.structuredContent
     shown = pictures(result)
     assert len(shown) == 3

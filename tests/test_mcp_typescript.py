@@ -38,7 +38,7 @@ def test_the_typescript_sdk_lists_the_tools_and_searches(served):  # noqa: F811
     result = out["result"]
     assert not result.get("isError"), result
     hits = result["structuredContent"]["hits"]
-    assert [h["id"] for h in hits] == [h.id for h in served.gallery.search_text("a green field", k=2)]
+    assert [h["id"] for h in hits] == [h.id for h in served.gallery.search_text("a green field", k=2, hybrid=True)]
     images = [block for block in result["content"] if block["type"] == "image"]
     assert len(images) == 2 and all(block["mimeType"] == "image/jpeg" for block in images)
     for block in images:

@@ -401,6 +401,22 @@ class Gallery:
         """Stored metadata of those of ``ids`` this embedder has, by id (the others are left out)."""
         return self._reads().metadata_of(ids)
 
+    def metadata_where(self, ids: Sequence[str], where: Where = None) -> dict[str, dict[str, Any]]:
+        """Stored metadata of those of ``ids`` that pass ``where`` (a Chroma filter or a :class:`PhotoFilter`,
+        its ``near`` radius checked exactly), by id: the same test a filtered search applies in the store."""
+        photo_filter = where if isinstance(where, PhotoFilter) else None
+        chroma_where = photo_filter.where() if photo_filter is not None else where
+        collection = self._get_collection(create=False)
+        if collection is None or not len(ids):
+            return {}
+        found: dict[str, dict[str, Any]] = {}
+        step = self._max_batch()
+        for start in range(0, len(ids), step):
+            got = collection.get(ids=list(ids[start : start + step]), where=chroma_where or None, include=["metadatas"])
+            found.update((id_, dict(meta or {})) for id_, meta in zip(got["ids"], got["metadatas"])
+                         if photo_filter is None or photo_filter.accepts(meta or {}))
+        return found
+
     # ------------------------------------------------------------------ searching
 
     def search_text(self, query: str, k: int = 10, where: Where = None, *,

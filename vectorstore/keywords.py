@@ -245,18 +245,14 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
 def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) -> list[KeywordRank]:
     """The keyword ranking cut to the photos that pass ``where``, ranked again among them (tie-aware),
     down to ``depth`` photos and the end of the last tie."""
-    photo_filter = where if isinstance(where, PhotoFilter) else None
-    chroma_where = photo_filter.where() if photo_filter is not None else where
-    collection = gallery._get_collection(create=False) if chroma_where or photo_filter else None
+    filtered = where is not None and not (isinstance(where, PhotoFilter) and where.is_empty)
     kept: list[tuple[str, float]] = []
     for start in range(0, len(ranked), 4 * depth):
         batch = ranked[start : start + 4 * depth]
         if len(kept) >= depth and batch[0].score < kept[-1][1]:
             break
-        if collection is not None:
-            got = collection.get(ids=[r.id for r in batch], where=chroma_where, include=["metadatas"])
-            passing = {id_ for id_, meta in zip(got["ids"], got["metadatas"])
-                       if photo_filter is None or photo_filter.accepts(meta or {})}
+        if filtered:
+            passing = gallery.metadata_where([r.id for r in batch], where)
             batch = [r for r in batch if r.id in passing]
         for found in batch:
             if len(kept) >= depth and found.score < kept[-1][1]:

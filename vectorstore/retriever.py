@@ -4,7 +4,8 @@ Each result is a ``Document`` whose ``page_content`` is the image's label (first
 name) and whose metadata is the :class:`ImageHit` as JSON (``id``, ``path``, ``score``, ``rank``,
 ``captions``, ``metadata``, and ``relevant``: whether it reaches the embedder's relevance cutoff), so a
 downstream VLM or answer node can open the image itself.
-``retriever.invoke(query, k=3, where={...})`` overrides ``k`` and ``where`` for one call; ``where`` is a Chroma
+``retriever.invoke(query, k=3, where={...}, hybrid=False)`` overrides ``k``, ``where`` and ``hybrid`` (on by
+default: the photos' own words count too) for one call; ``where`` is a Chroma
 filter or a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter` (``PhotoFilter.parse(after="2023-06-01",
 near="Lisbon")``: when, where, camera, folder), applied in the store.
 """
@@ -41,6 +42,9 @@ class GalleryRetriever(BaseRetriever):
     """Optional filter: a Chroma ``where`` or a :class:`PhotoFilter` on the photos' own metadata."""
     only_relevant: bool = False
     """Return only the images that reach the embedder's relevance cutoff (maybe none)."""
+    hybrid: bool = True
+    """Match the photos' own words too (folder and file names, captions, place, photo text), fused with the
+    vectors (:mod:`~pictrieve.vectorstore.keywords`); ``False``: by vectors alone."""
 
     def _get_relevant_documents(
         self,
@@ -49,10 +53,12 @@ class GalleryRetriever(BaseRetriever):
         run_manager: CallbackManagerForRetrieverRun,
         k: int | None = None,
         where: dict[str, Any] | PhotoFilter | None = None,
+        hybrid: bool | None = None,
     ) -> list[Document]:
-        """Search; ``k`` and ``where`` passed to ``invoke`` override the retriever's own for one call."""
+        """Search; ``k``, ``where`` and ``hybrid`` passed to ``invoke`` override the retriever's own for one call."""
         gallery: Gallery = self.gallery
-        hits = gallery.search_text(query, k=self.k if k is None else k, where=self.where if where is None else where)
+        hits = gallery.search_text(query, k=self.k if k is None else k, where=self.where if where is None else where,
+                                   hybrid=self.hybrid if hybrid is None else bool(hybrid))
         return [hit_to_document(hit) for hit in (relevant_hits(hits) if self.only_relevant else hits)]
 
 

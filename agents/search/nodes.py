@@ -33,11 +33,14 @@ class SearchSettings(RunSettings):
 class SearchInput(TypedDict):
     """A text ``query`` or an ``image`` (path of a file the graph's process can read), and optional ``filters``
     on the photos' own metadata: ``after``, ``before`` (YYYY-MM-DD), ``near`` ("LAT,LON" or a city),
-    ``radius_km``, ``place``, ``camera``, ``folder`` (:meth:`PhotoFilter.parse`), applied in the store."""
+    ``radius_km``, ``place``, ``camera``, ``folder`` (:meth:`PhotoFilter.parse`), applied in the store.
+    ``hybrid`` (default true): a text query ranks by the photos' own words too (folder and file names,
+    captions, place, photo text), fused with the vectors; false ranks by vectors alone."""
 
     query: NotRequired[str]
     image: NotRequired[str]
     filters: NotRequired[dict[str, Any]]
+    hybrid: NotRequired[bool]
 
 
 class SearchOutput(TypedDict):
@@ -60,8 +63,23 @@ def retrieve(state: SearchState, runtime: Runtime[SearchSettings] | None = None,
     if state.get("image"):
         return {"hits": index.search_image(state["image"], k=settings.k, **options)}
     if (state.get("query") or "").strip():
+        hybrid = state.get("hybrid", True)
+        if not isinstance(hybrid, bool):
+            raise SettingsError(f"'hybrid' must be true or false, not {hybrid!r}")
+        if hybrid and _takes_hybrid(index):
+            options["hybrid"] = True
         return {"hits": index.search_text(state["query"], k=settings.k, **options)}
     raise SettingsError("the search graph needs a text 'query' or an 'image' path in its input")
+
+
+def _takes_hybrid(index: Any) -> bool:
+    """Whether ``index.search_text`` can rank by keywords too (a :class:`Gallery` can; a plugin's index may not)."""
+    import inspect
+
+    try:
+        return "hybrid" in inspect.signature(index.search_text).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def photo_filter(filters: dict[str, Any] | None) -> PhotoFilter | None:
