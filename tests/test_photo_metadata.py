@@ -5,19 +5,17 @@ written here with PIL's EXIF writer; the gallery is real Chroma with the tiny ra
 from __future__ import annotations
 
 import io
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-from PIL.TiffImagePlugin import IFDRational
-
+from helpers.exif_photos import exif_block
 from pictrieve.tools.core.images import load_image, load_service_image
 from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metadata
 from pictrieve.tools.core.thumbnails import jpeg_thumbnail
 from pictrieve.vectorstore.chroma_store import path_id
 from pictrieve.vectorstore.gallery import Gallery
+from PIL import Image
 
 
 def _upright(width: int = 96, height: int = 64) -> Image.Image:
@@ -30,40 +28,11 @@ def _upright(width: int = 96, height: int = 64) -> Image.Image:
     return Image.fromarray(pixels)
 
 
-def _exif(orientation: int | None = None, *, taken: str | None = None, offset: str | None = None,
-          gps: tuple[float, float] | None = None, make: str | None = None, model: str | None = None) -> Image.Exif:
-    exif = Image.Exif()
-    if orientation is not None:
-        exif[0x0112] = orientation
-    if make:
-        exif[0x010F] = make
-    if model:
-        exif[0x0110] = model
-    if taken:
-        sub = exif.get_ifd(0x8769)
-        sub[0x9003] = taken
-        if offset:
-            sub[0x9011] = offset
-    if gps:
-        lat, lon = gps
-        ifd = exif.get_ifd(0x8825)
-        ifd[1], ifd[2] = ("S" if lat < 0 else "N"), _dms(abs(lat))
-        ifd[3], ifd[4] = ("W" if lon < 0 else "E"), _dms(abs(lon))
-    return exif
-
-
-def _dms(value: float) -> tuple[IFDRational, IFDRational, IFDRational]:
-    degrees = int(value)
-    minutes = int((value - degrees) * 60)
-    seconds = Fraction((value - degrees - minutes / 60) * 3600).limit_denominator(1000)
-    return IFDRational(degrees, 1), IFDRational(minutes, 1), IFDRational(seconds.numerator, seconds.denominator)
-
-
 def _sideways(path: Path, fmt: str = "PNG") -> Image.Image:
     """Write the upright picture as a phone does: pixels turned, Orientation 6 saying "turn 90 degrees clockwise"."""
     upright = _upright()
     path.parent.mkdir(parents=True, exist_ok=True)
-    upright.transpose(Image.Transpose.ROTATE_90).save(path, format=fmt, exif=_exif(6))
+    upright.transpose(Image.Transpose.ROTATE_90).save(path, format=fmt, exif=exif_block(6))
     return upright
 
 
@@ -123,10 +92,10 @@ def test_records_from_before_the_reader_are_reembedded_only_when_turned(tmp_path
     assert gallery.add(folder, progress=False).unchanged == 2  # and the next run plans nothing
 
 
-def test_capture_time_place_and_camera_are_read_from_exif(tmp_path):
+def test_capture_time_place_and_camera_are_read_fromexif_block(tmp_path):
     path = tmp_path / "trip" / "lisbon.jpg"
     path.parent.mkdir()
-    _upright().save(path, exif=_exif(1, taken="2023:06:14 18:02:33", offset="+01:00", gps=(38.7223, -9.1393),
+    _upright().save(path, exif=exif_block(1, taken="2023:06:14 18:02:33", offset="+01:00", gps=(38.7223, -9.1393),
                                      make="Canon", model="Canon EOS 5D"))
     meta = read_photo_metadata(path)
     fields = meta.fields
@@ -151,10 +120,10 @@ def test_a_photo_without_exif_takes_the_file_time(tmp_path):
 
 
 @pytest.mark.parametrize("exif, note", [
-    (_exif(taken="1970:01:01 00:00:00"), "capture date"),
-    (_exif(taken="2099:01:01 00:00:00"), "capture date"),
-    (_exif(taken="not a date at all"), "capture date"),
-    (_exif(gps=(0.0, 0.0)), "GPS position 0,0"),
+    (exif_block(taken="1970:01:01 00:00:00"), "capture date"),
+    (exif_block(taken="2099:01:01 00:00:00"), "capture date"),
+    (exif_block(taken="not a date at all"), "capture date"),
+    (exif_block(gps=(0.0, 0.0)), "GPS position 0,0"),
 ])
 def test_bad_metadata_is_a_note_never_a_failure(tmp_path, tiny_clip_embedder, exif, note):
     folder = tmp_path / "photos"
@@ -184,11 +153,11 @@ def trip_gallery(tmp_path, tiny_clip_embedder):
     (folder / "lisbon").mkdir(parents=True)
     (folder / "porto").mkdir()
     for i in range(6):
-        _upright().rotate(i * 7).save(folder / "lisbon" / f"l{i}.jpg", exif=_exif(
+        _upright().rotate(i * 7).save(folder / "lisbon" / f"l{i}.jpg", exif=exif_block(
             taken=f"2023:06:{10 + i} 12:00:00", offset="+01:00", gps=(38.72 + i * 0.001, -9.14),
             make="Canon", model="Canon EOS 5D"))
     for i in range(3):
-        _upright().rotate(50 + i * 7).save(folder / "porto" / f"p{i}.jpg", exif=_exif(
+        _upright().rotate(50 + i * 7).save(folder / "porto" / f"p{i}.jpg", exif=exif_block(
             taken=f"2022:0{i + 1}:01 09:00:00", gps=(41.15, -8.61), make="Google", model="Pixel 7"))
         _upright().rotate(90 + i * 7).save(folder / f"plain{i}.png")
     gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
@@ -224,7 +193,6 @@ def test_filters_apply_in_the_store_and_return_k_when_there_are_k(trip_gallery):
 
 def test_the_cli_filters_and_shows_when_where_and_what(trip_gallery):
     from click.testing import CliRunner
-
     from pictrieve.cli.gallery_commands import search
 
     gallery, _ = trip_gallery

@@ -5,7 +5,9 @@ FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these end
 - ``GET /api/status``: image count, embedders, which methods (tabs) are available.
 - ``GET /api/image/{id}``: the bytes of a gallery image, looked up by id only (never a request path); a format
   browsers cannot show (HEIC, TIFF) comes as a JPEG of it, its longest side at most :data:`VIEW_SIDE`.
-- ``POST /api/search``: text query, uploaded image, or ``like`` (an id: "more like this").
+- ``POST /api/search``: text query, uploaded image, or ``like`` (an id: "more like this"), with the CLI's filters
+  (``after``, ``before``, ``near``, ``radius_km``, ``place``, ``camera``, ``folder``) and ``hybrid`` (default on:
+  the photos' own words count too).
 - ``POST /api/chat/start`` / ``/api/chat/reply`` / ``GET /api/chat/{thread}``: PlugIR rounds, each run as
   a background job (:mod:`pictrieve.ui.chat`); the sessions live in a SQLite checkpointer so they survive
   a page reload and a server restart.
@@ -339,14 +341,15 @@ def create_app(
     def search_now(form: dict[str, Any]) -> dict[str, Any]:
         k = _k(form.get("k"), 24)
         search_graph = graph("search")
+        options = _search_options(form)
         if form.get("like"):
             item = gallery_item(form["like"])
-            result = search_graph.invoke({"image": item.path}, context={"k": k})
+            result = search_graph.invoke({"image": item.path, **options}, context={"k": k})
         elif isinstance(form.get("image"), UploadFile) or hasattr(form.get("image"), "read"):
             with _guarded_upload(form["image"], max_upload_bytes) as path:
-                result = search_graph.invoke({"image": str(path)}, context={"k": k})
+                result = search_graph.invoke({"image": str(path), **options}, context={"k": k})
         elif str(form.get("query") or "").strip():
-            result = search_graph.invoke({"query": str(form["query"])}, context={"k": k})
+            result = search_graph.invoke({"query": str(form["query"]), **options}, context={"k": k})
         else:
             raise UIError("type what you are looking for, or drop a picture")
         return search_body(result["hits"], only=str(form.get("only_relevant") or "").lower() in {"1", "true", "on"})
@@ -570,6 +573,30 @@ def _chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:
 
     arm = body.get("arm") if body.get("arm") in ARMS else default_arm(llm)
     return {"shown_k": _k(body.get("shown_k"), 10), "arm": arm}
+
+
+def _search_options(form: dict[str, Any]) -> dict[str, Any]:
+    """The search graph's ``filters`` and ``hybrid`` from the search form (a JSON body or a multipart upload's
+    fields); the graph checks the filters and answers a bad one in one line."""
+    from pictrieve.agents.search.nodes import FILTER_WORDS
+
+    filters: dict[str, Any] = {}
+    for name in sorted(FILTER_WORDS):
+        value = form.get(name)
+        if value in (None, "") or hasattr(value, "read"):
+            continue
+        text = _text(value, name, 200)
+        if name == "radius_km":
+            try:
+                filters[name] = float(text)
+            except ValueError:
+                raise UIError(f"the radius must be a number of kilometres, not {text!r}") from None
+        elif text:
+            filters[name] = text
+    hybrid = form.get("hybrid", True)
+    if not isinstance(hybrid, bool):
+        hybrid = str(hybrid).strip().lower() not in {"0", "false", "off", "no"}
+    return {**({"filters": filters} if filters else {}), "hybrid": hybrid}
 
 
 def _thread(value: Any) -> str:

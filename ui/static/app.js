@@ -43,8 +43,16 @@ function card(hit, onClick) {
   cap.textContent = (hit.captions && hit.captions[0]) || (hit.path || "").split("/").pop() || hit.id;
   const score = document.createElement("div");
   score.className = "score";
-  score.textContent = `#${hit.rank} · score ${Number(hit.score).toFixed(3)}`;
+  score.textContent = `#${hit.rank} · score ${Number(hit.score).toFixed(3)}` + (hit.keyword_match ? " · words" : "");
   div.append(img, cap, score);
+  const meta = hit.metadata || {};
+  const about = [(meta.taken_at || "").slice(0, 16).replace("T", " "), meta.place || "", meta.camera || ""].filter(Boolean);
+  if (about.length) {
+    const line = document.createElement("div");
+    line.className = "about";
+    line.textContent = about.join(" · ");
+    div.append(line);
+  }
   div.addEventListener("click", () => onClick(hit));
   return div;
 }
@@ -73,7 +81,7 @@ $("viewer-close").onclick = () => $("viewer").close();
 $("viewer-like").onclick = async () => {
   $("viewer").close();
   selectTab("search");
-  renderSearch(await postJSON("/api/search", { like: viewed.id }, "finding similar photos…"));
+  renderSearch(await postJSON("/api/search", { like: viewed.id, ...searchOptions() }, "finding similar photos…"));
 };
 
 // --- tabs ---
@@ -85,13 +93,22 @@ function selectTab(name) {
 document.querySelectorAll("#tabs button").forEach((b) => b.addEventListener("click", () => selectTab(b.dataset.tab)));
 
 // --- search ---
+// The filters (as the CLI's --after/--before/--near/--radius/--place/--camera/--folder) and the hybrid switch.
+const FILTERS = { after: "f-after", before: "f-before", near: "f-near", radius_km: "f-radius", place: "f-place",
+  camera: "f-camera", folder: "f-folder" };
+function searchOptions() {
+  const options = { hybrid: $("hybrid").checked };
+  for (const [name, id] of Object.entries(FILTERS)) { const v = $(id).value.trim(); if (v) options[name] = v; }
+  return options;
+}
 $("search-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
-  renderSearch(await postJSON("/api/search", { query: $("query").value }, "searching…"));
+  renderSearch(await postJSON("/api/search", { query: $("query").value, ...searchOptions() }, "searching…"));
 });
 async function searchFile(file) {
   const form = new FormData();
   form.append("image", file);
+  for (const [name, value] of Object.entries(searchOptions())) form.append(name, String(value));
   renderSearch(await api("/api/search", { method: "POST", body: form }, "searching by picture…"));
 }
 const drop = $("drop");
