@@ -43,15 +43,16 @@ async def check_tools_are_listed_with_schemas(session):
 
 
 async def check_search_images_returns_the_galleries_hits_and_their_photos(session, served):
-    result = await session.call_tool("search_images", {"query": "a red square", "k": 3})
+    # Hybrid by default: the photo whose caption says "a red square" is matched by its words too.
+    hybrid = (await session.call_tool("search_images", {"query": "a red square", "k": 3})).structuredContent["hits"]
+    assert [h["id"] for h in hybrid] == [h.id for h in served.gallery.search_text("a red square", k=3, hybrid=True)]
+    assert hybrid[0]["keyword_match"] and hybrid[0]["relevant"] and hybrid[0]["id"] == served.ids["a red square"]
+    # By vectors alone (hybrid off), which the rest checks: photos, relevance, summary.
+    result = await session.call_tool("search_images", {"query": "a red square", "k": 3, "hybrid": False})
     assert not result.isError, result.content
     hits = result.structuredContent["hits"]
-    assert [h["id"] for h in hits] == [h.id for h in served.gallery.search_text("a red square", k=3, hybrid=True)]
-    assert hits[0]["keyword_match"]  # its caption says "a red square"
-    alone = await session.call_tool("search_images", {"query": "a red square", "k": 3, "hybrid": False})
-    assert [h["id"] for h in alone.structuredContent["hits"]] == [
-        h.id for h in served.gallery.search_text("a red square", k=3)]
-    assert not any(h["keyword_match"] for h in alone.structuredContent["hits"])
+    assert [h["id"] for h in hits] == [h.id for h in served.gallery.search_text("a red square", k=3)]
+    assert not any(h["keyword_match"] for h in hits)
     assert json.loads(result.content[0].text) == result.structuredContent
     shown = pictures(result)
     assert len(shown) == 3

@@ -225,13 +225,7 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     vector_hits = gallery.search_vector(vector, depth, where)
     index = keyword_index(gallery, fields)
     keyword = _passing(gallery, index.rank(query), where, depth)
-    fused: dict[str, float] = {}
-    for hit in vector_hits:
-        fused[hit.id] = 1.0 / (rrf_k + hit.rank)
-    for found in keyword:
-        fused[found.id] = fused.get(found.id, 0.0) + float(weight) / (rrf_k + found.rank)
-    first_seen = {id_: n for n, id_ in enumerate(fused)}
-    chosen = sorted(fused, key=lambda id_: (-fused[id_], first_seen[id_]))[: int(k)]
+    chosen = fuse([hit.id for hit in vector_hits], keyword, k, rrf_k=rrf_k, weight=weight)
     by_id = {hit.id: hit for hit in vector_hits}
     matched = {found.id for found in keyword}
     extra = _keyword_only_hits(gallery, [id_ for id_ in chosen if id_ not in by_id], vector)
@@ -240,6 +234,19 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     verdicts = gallery.relevance_cutoff().judge([hit.score for hit in hits])
     return [hit.model_copy(update={"relevant": bool(v) or (hit.keyword_match and index.has_all(hit.id, query))})
             for hit, v in zip(hits, verdicts)]
+
+
+def fuse(vector_ids: Sequence[str], keyword: Sequence[KeywordRank], k: int, *, rrf_k: float = RRF_K,
+         weight: float = KEYWORD_WEIGHT) -> list[str]:
+    """The best ``k`` ids by ``1/(rrf_k + vector rank) + weight/(rrf_k + keyword rank)`` (``vector_ids`` best
+    first; a side that lacks an id adds nothing); ties keep the vector order, then the keyword order."""
+    fused: dict[str, float] = {}
+    for rank, id_ in enumerate(vector_ids, start=1):
+        fused.setdefault(id_, 1.0 / (rrf_k + rank))
+    for found in keyword:
+        fused[found.id] = fused.get(found.id, 0.0) + float(weight) / (rrf_k + found.rank)
+    first_seen = {id_: n for n, id_ in enumerate(fused)}
+    return sorted(fused, key=lambda id_: (-fused[id_], first_seen[id_]))[: int(k)]
 
 
 def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) -> list[KeywordRank]:
