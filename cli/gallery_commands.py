@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from pictrieve.cli.method_search import PLAIN, method_options, run_method_showing_guides
+from pictrieve.cli.method_search import PLAIN, StepClock, method_options, run_method_showing_guides
 from pictrieve.cli.ray_engine import engine_options, ray_options, say
 from pictrieve.cli.runtime_options import runtime_options
 from pictrieve.tools.core.images import load_image
@@ -178,10 +178,14 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
     where = None if photo_filter.is_empty else photo_filter
     # Decoded before the gallery and its model open: a bad photo is one line, at once.
     photo = load_image(image) if image else None
+    clock = None
+    if method != PLAIN:  # a method runs for many seconds: its step lines start now, before the gallery opens
+        clock = StepClock()
+        clock.say(f"opening the gallery {gallery} ...")
     store = Gallery.open(gallery, embedder, create=False)
     guides: list[dict[str, Any]] = []
     if method != PLAIN:
-        hits, guides = run_method_showing_guides(store, method, query, k=k, **method_args)
+        hits, guides = run_method_showing_guides(store, method, query, k=k, clock=clock, **method_args)
         hits = judge_by_text(store, query or "", hits)
     else:
         hits = (store.search_image(photo, k=k, where=where) if photo is not None

@@ -37,7 +37,8 @@ SETTING_SHORTCUTS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 class MethodChoice(click.ParamType):
-    """A registered method whose input takes a text ``query`` (looked up when used, not at import)."""
+    """A registered method (looked up when used, not at import); :func:`check_takes_query` checks that its
+    input takes a text ``query`` once the command shows its steps."""
 
     name = "NAME"
 
@@ -47,13 +48,12 @@ class MethodChoice(click.ParamType):
         if value == PLAIN:
             return value
         try:
-            method = get_method(str(value))
+            get_method(str(value))
         except UnknownMethodError:
             self.fail(f"{value!r} is not a registered method; choose from {', '.join(query_methods())} "
                       "(`pictrieve methods` lists them)", param, ctx)
-        if not method.takes("query"):
-            self.fail(f"{value!r} takes no text query (its input: {_input_names(method)}); "
-                      f"choose from {', '.join(query_methods())}", param, ctx)
+        # Whether it takes a text query is checked when it runs (check_takes_query): reading its input
+        # imports its graph (LangGraph: seconds), which would pass silently before the first step line.
         return str(value)
 
 
@@ -65,6 +65,13 @@ class MethodOption(click.Option):
                      f"text query: {', '.join(query_methods())}. `pictrieve methods` lists what each needs "
                      "and its settings.")
         return super().get_help_record(ctx)
+
+
+def check_takes_query(spec: Any) -> None:
+    """A usage error (one line) unless the method's input takes a text ``query``."""
+    if not spec.takes("query"):
+        raise click.UsageError(f"--method {spec.name} takes no text query (its input: {_input_names(spec)}); "
+                               f"choose from {', '.join(query_methods())}")
 
 
 def query_methods() -> list[str]:
@@ -121,18 +128,34 @@ def run_method_showing_guides(store: Any, method: str, query: str | None, *, k: 
                               visualizers: tuple[str, ...] = (), llm: str | None = None, base_url: str | None = None,
                               qc2_model: str | None = None, rank_with: tuple[str, ...] = (), guides: int | None = None,
                               tiles: bool | None = None, feedback: str | None = None, topic: str | None = None,
-                              settings: tuple[str, ...] = ()) -> tuple[list[ImageHit], list[dict[str, Any]]]:
+                              settings: tuple[str, ...] = (), clock: StepClock | None = None,
+                              ) -> tuple[list[ImageHit], list[dict[str, Any]]]:
     """:func:`run_method`'s hits and the guide pictures the method made (VisRet, NEEDLE; ``[]`` for the
     others): each as its state holds it (``id``, ``path``, ``visualizer``, ``generated``, ``status``), so a
-    person sees what the search was guided by."""
+    person sees what the search was guided by. Step lines go to stderr timed by ``clock`` (the command's,
+    so the first line can come before the gallery opens), and so does each model loaded meanwhile
+    ("  loading the MiniLM sentence encoder ...")."""
+    if not query:
+        raise click.UsageError(f"--method {method} searches with a text QUERY (not --image)")
+    clock = clock or StepClock()
+    with clock.announcing_model_loads():
+        return _run_method(store, method, query, clock, k=k, visualizers=visualizers, llm=llm, base_url=base_url,
+                           qc2_model=qc2_model, rank_with=rank_with, guides=guides, tiles=tiles, feedback=feedback,
+                           topic=topic, settings=settings)
+
+
+def _run_method(store: Any, method: str, query: str, clock: "StepClock", *, k: int, visualizers: tuple[str, ...],
+                llm: str | None, base_url: str | None, qc2_model: str | None, rank_with: tuple[str, ...],
+                guides: int | None, tiles: bool | None, feedback: str | None, topic: str | None,
+                settings: tuple[str, ...]) -> tuple[list[ImageHit], list[dict[str, Any]]]:
     from langgraph.types import Command
 
     from pictrieve.graphs.checkpoints import memory_checkpointer
     from pictrieve.graphs.registry import get_method
 
-    if not query:
-        raise click.UsageError(f"--method {method} searches with a text QUERY (not --image)")
+    clock.say(f"loading {method} ...")  # importing its graph and making its visualizers take seconds
     spec = get_method(method)
+    check_takes_query(spec)
     kwargs = _needs(spec, visualizers=visualizers, llm=llm, base_url=base_url, qc2_model=qc2_model)
     context = _context(spec, k, settings, {"guides": guides, "rank_with": list(rank_with) or None,
                                             "tiles": tiles, "feedback": feedback})
@@ -143,27 +166,44 @@ def run_method_showing_guides(store: Any, method: str, query: str | None, *, k: 
         inputs["topic"] = topic
     graph = spec.build(store, checkpointer=memory_checkpointer(), **kwargs)
     config = {"configurable": {"thread_id": "cli"}}
-    result = run_showing_steps(graph, inputs, config, context)
+    result = run_showing_steps(graph, inputs, config, context, clock)
     while result.get("__interrupt__"):
         request = result["__interrupt__"][0].value
-        result = run_showing_steps(graph, Command(resume=_ask(method, request)), config, context)
+        result = run_showing_steps(graph, Command(resume=_ask(method, request)), config, context, clock)
     if result.get("weights"):
         click.echo("trust weights: " + json.dumps({n: round(w, 3) for n, w in result["weights"].items()}), err=True)
     return result["hits"], [dict(guide) for guide in result.get("guides") or []]
 
 
-def run_showing_steps(graph: Any, value: Any, config: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+class StepClock:
+    """Step lines on stderr, ``[  12.3s] what ...``, timed from one start (the command's, by default now)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def say(self, text: str) -> None:
+        click.echo(f"[{time.perf_counter() - self.start:6.1f}s] {text}", err=True)
+
+    def announcing_model_loads(self) -> Any:
+        """A context in which each labelled model that starts loading is a line ("  loading ... ...")."""
+        from pictrieve.tools.core.model_cache import announcing_model_loads
+
+        return announcing_model_loads(lambda label: self.say(f"  loading {label} ..."))
+
+
+def run_showing_steps(graph: Any, value: Any, config: dict[str, Any], context: dict[str, Any],
+                      clock: StepClock | None = None) -> dict[str, Any]:
     """Run ``graph`` (compiled with a checkpointer) to its end or next pause, printing each step to stderr
-    as it starts, with the seconds since the run began: a step that loads a model or encodes a folder
-    for a while says so instead of leaving the terminal silent. Returns the state, with
+    as it starts, with the seconds since ``clock`` started (default: now): a step that loads a model or
+    encodes a folder for a while says so instead of leaving the terminal silent. Returns the state, with
     ``__interrupt__`` holding the pending interrupts when the graph paused."""
-    start = time.perf_counter()
+    clock = clock or StepClock()
     shown = ""
     for event in graph.stream(value, config, context=context, stream_mode="tasks"):
         name = event.get("name", "")
         if "result" in event or "error" in event or name == shown:  # a finish, or parallel copies of one step
             continue
-        click.echo(f"[{time.perf_counter() - start:6.1f}s] {name}...", err=True)
+        clock.say(f"{name}...")
         shown = name
     snapshot = graph.get_state(config)
     result: dict[str, Any] = dict(snapshot.values)

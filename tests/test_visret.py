@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,7 @@ def test_cli_search_method_visret(gallery, photos, tmp_path, monkeypatch):
     hits = json.loads(result.stdout)["hits"]  # stderr carries the progress
     # Each step is announced as it starts, so a slow one (a model loading) never leaves the terminal silent.
     steps = set(build_visret_graph(gallery, visualizers=f"exemplar:{photos}").get_graph().nodes) - {"__start__", "__end__"}
-    announced = {line.split("] ", 1)[1].removesuffix("...") for line in result.stderr.splitlines() if line.endswith("...")}
+    announced = set(re.findall(r"^\[ *[\d.]+s\] (\w+)\.\.\.$", result.stderr, re.M))  # "[   0.1s] retrieve..."
     assert {"rewrite", "visualize", "retrieve"} <= announced <= steps, result.stderr  # `read` runs for a question
     expected = build_visret_graph(gallery, visualizers=f"exemplar:{photos}").invoke(
         {"query": "a man riding a bicycle"}, context={"k": 2})["hits"]

@@ -8,11 +8,17 @@ that trains or modifies a model must load its own copy.
 
 Keys are tuples that say everything the built object depends on, e.g.
 ``("sentence-encoder", "cpu")`` or ``("causal-lm", name, device)``.
+
+A build that can take seconds passes a ``label`` ("the MiniLM sentence encoder"): inside
+:func:`announcing_model_loads` it is announced as it starts, so a command that shows its steps says
+what it is loading instead of sitting silent in the middle of a step.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable, Hashable, TypeVar
 
 T = TypeVar("T")
@@ -20,12 +26,27 @@ T = TypeVar("T")
 _models: dict[Hashable, Any] = {}
 _key_locks: dict[Hashable, threading.Lock] = {}
 _registry_lock = threading.Lock()
+_listeners: list[Callable[[str], None]] = []
 
 
-def shared_model(key: Hashable, build: Callable[[], T]) -> T:
+@contextmanager
+def announcing_model_loads(listener: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, call ``listener(label)`` as each labelled shared model starts to build (in any
+    thread), e.g. to print "loading the MiniLM sentence encoder ..." under the step that needs it."""
+    with _registry_lock:
+        _listeners.append(listener)
+    try:
+        yield
+    finally:
+        with _registry_lock:
+            _listeners.remove(listener)
+
+
+def shared_model(key: Hashable, build: Callable[[], T], label: str | None = None) -> T:
     """The object cached under ``key``, calling ``build()`` once if there is none yet.
 
-    If ``build`` raises, nothing is cached and the next call tries again.
+    ``label`` names what a build loads, for :func:`announcing_model_loads` (give one when it can take
+    seconds). If ``build`` raises, nothing is cached and the next call tries again.
     """
     try:
         return _models[key]
@@ -35,6 +56,9 @@ def shared_model(key: Hashable, build: Callable[[], T]) -> T:
         lock = _key_locks.setdefault(key, threading.Lock())
     with lock:
         if key not in _models:
+            if label:
+                for listener in list(_listeners):
+                    listener(label)
             _models[key] = build()
         return _models[key]
 

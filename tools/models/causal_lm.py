@@ -60,7 +60,8 @@ def load_causal_lm(name: str = OFFLINE_DEFAULT_LM, *, device: str | None = None)
 def shared_causal_lm(name: str = OFFLINE_DEFAULT_LM, device: str | None = None) -> tuple[Any, Any]:
     """A cached ``(model, tokenizer)`` for inference only (:mod:`~pictrieve.tools.core.model_cache`)."""
     device = pick_device(device)
-    return shared_model(("causal-lm", name, device), lambda: load_causal_lm(name, device=device))
+    return shared_model(("causal-lm", name, device), lambda: load_causal_lm(name, device=device),
+                        label=f"the language model {name}")
 
 
 def resolve_checkpoint(name: str) -> str:

@@ -105,7 +105,7 @@ class ExemplarVisualizer:
             from pictrieve.tools.core.model_cache import shared_model
             from pictrieve.tools.models.sentence_encoder import SentenceEncoder
 
-            encoder = shared_model(("sentence-encoder",), SentenceEncoder)  # the offline embedder's too
+            encoder = shared_model(("sentence-encoder",), SentenceEncoder, label="the MiniLM sentence encoder")  # the offline embedder's too
         self.encoder = encoder
         self.caption_vectors = self._caption_vectors(cache_dir, progress)
 

@@ -78,7 +78,8 @@ def offline_describer() -> Any:
     from pictrieve.tools.core.model_cache import shared_model
     from pictrieve.tools.models.embedders.factory import create_embedder
 
-    return shared_model(("region-describer-embedder", "offline"), lambda: create_embedder("offline"))
+    return shared_model(("region-describer-embedder", "offline"), lambda: create_embedder("offline"),
+                        label="the region describer (the offline embedder)")
 
 
 class OfflineRegionCaptioner:

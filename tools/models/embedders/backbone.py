@@ -62,7 +62,8 @@ class PackagedBackbone:
         from pictrieve.tools.models.imagenet_classifier import ImageNetClassifier
 
         device = self.device
-        return shared_model(("imagenet-classifier", device), lambda: ImageNetClassifier(device))
+        return shared_model(("imagenet-classifier", device), lambda: ImageNetClassifier(device),
+                            label="EfficientNet-Lite0 on torch (torch and timm import for seconds)")
 
     @property
     def backbone(self):
@@ -76,7 +77,8 @@ class PackagedBackbone:
         if choose_runtime(TRUNK_RUNTIME, self.device) != "onnx":
             return None
         quantize = requested_quantization(default=TRUNK_QUANTIZE)
-        return shared_model(("efficientnet-lite0-trunk-onnx", quantize), lambda: try_onnx_model(trunk_export(), quantize))
+        return shared_model(("efficientnet-lite0-trunk-onnx", quantize), lambda: try_onnx_model(trunk_export(), quantize),
+                            label="EfficientNet-Lite0 on ONNX Runtime (exported once, then read from the cache)")
 
     def trunk_outputs(self, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pooled features ``(n, 1280)`` and ImageNet logits ``(n, 1000)`` for ``(n, 3, 224, 224)`` pixels in [-1, 1],

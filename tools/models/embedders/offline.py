@@ -280,7 +280,7 @@ def _crop(image: Image.Image, where: str) -> "torch.Tensor":
 
 # Models are shared between embedder instances and threads (they only run inference).
 def _encoder() -> SentenceEncoder:
-    return shared_model(("sentence-encoder",), SentenceEncoder)
+    return shared_model(("sentence-encoder",), SentenceEncoder, label="the MiniLM sentence encoder")
 
 
 def _class_names() -> tuple[str, ...]:
@@ -290,7 +290,7 @@ def _class_names() -> tuple[str, ...]:
 
 
 def _detector() -> ObjectDetector:
-    return shared_model(("ssd-mobilenet-v2-coco",), ObjectDetector)
+    return shared_model(("ssd-mobilenet-v2-coco",), ObjectDetector, label="the SSD-MobileNet COCO detector")
 
 
 def _class_embeddings(template: str) -> np.ndarray:

@@ -123,7 +123,7 @@ class TrainedEmbedder(PackagedBackbone, EmbedderBase):
         self._requested_device = device
         self._device: str | None = None
         self._labels = None
-        self.encoder = shared_model(("sentence-encoder",), SentenceEncoder)
+        self.encoder = shared_model(("sentence-encoder",), SentenceEncoder, label="the MiniLM sentence encoder")
 
     @property
     def labels(self):
