@@ -56,6 +56,12 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
               "or PICTRIEVE_MAX_IMAGE_PIXELS).")
 @click.option("--sync", "prune", is_flag=True,
               help="Also drop gallery images whose files are gone (guarded as `pictrieve sync` is).")
+@click.option("--watch", is_flag=True,
+              help="Keep the gallery in step with the PHOTOS folders until Ctrl-C: catch up, then index new and "
+              "changed photos, follow moved ones, forget deleted ones (guarded as `pictrieve sync` is).")
+@click.option("--poll", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
+              help="With --watch: look for changes every SECONDS instead of waiting for the file system's "
+              "events (network shares, which send none).")
 @yes_option
 @allow_missing_folders_option
 @json_option
@@ -63,11 +69,14 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
 @runtime_options
 def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], batch_size: int,
           workers: int, max_pixels: int | None, prune: bool, yes: bool, allow_missing_folders: bool,
-          as_json: bool, engine: str, **ray_settings: Any) -> None:
+          as_json: bool, engine: str, watch: bool = False, poll: float | None = None, **ray_settings: Any) -> None:
     """Add PHOTOS (folders, files or quoted globs) to a gallery.
 
     Safe to interrupt and re-run: finished batches are kept, unchanged files are skipped, and
     unreadable files are listed at the end. Captions are read from captions.jsonl or NAME.txt.
+
+    With --watch it keeps going: the gallery follows the folders (one line per batch of changes;
+    --json: one JSON object per batch) until Ctrl-C or SIGTERM, and a restart catches up.
 
     With --engine ray a Ray Data pool of workers (on this machine, or a cluster's machines with
     --ray-address) embeds the photos and writes them to the --gallery http:// server; every
@@ -75,6 +84,17 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
     """
     names = _embedder_list(embedders)
     options = ray_options(engine, batch_size, ray_settings)
+    if poll is not None and not watch:
+        raise click.UsageError("--poll goes with --watch")
+    if watch:
+        if options is not None:
+            raise click.UsageError("--watch indexes in this process: leave out --engine ray")
+        from pictrieve.cli.watch import watch_folders
+
+        watch_folders(Gallery.open(gallery, names[0] if names else None), sources, embedders=names, poll=poll,
+                      batch_size=batch_size, workers=workers, max_pixels=max_pixels, as_json=as_json,
+                      allow_missing_folders=allow_missing_folders, allow_large=yes)
+        return
     if options is not None:
         from pictrieve.vectorstore.distributed.cluster import check_server_gallery
 
