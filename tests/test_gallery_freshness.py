@@ -115,3 +115,28 @@ def test_servers_and_readers_see_photos_indexed_by_another_process_on_a_chroma_s
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_a_gallery_opened_again_after_its_handles_went_sees_writes_made_meanwhile(tmp_path, tiny_clip_name):
+    """A process that dropped every handle of a gallery folder, and opens it again after another process wrote,
+    searches the new photos: Chroma keeps its system of the path cached after the handles go, and the new
+    handle must not reuse that stale index (found when `index --watch`'s test read a vector it could not find)."""
+    import gc
+
+    from pictrieve.vectorstore.chroma_store import path_id
+    from pictrieve.vectorstore.gallery import Gallery
+
+    location = str(tmp_path / "gallery")
+    make_photo(tmp_path / "photos" / "old.png", seed=1)
+    new = make_photo(tmp_path / "later" / "new.png", seed=2).resolve()
+    gallery = Gallery.open(location, tiny_clip_name)
+    gallery.add([tmp_path / "photos"], progress=False)
+    assert len(gallery.search_text("a photo", k=10)) == 1  # the index is loaded in this process
+    del gallery
+    gc.collect()
+    indexed = subprocess.run([*CLI, "index", str(tmp_path / "later"), "--gallery", location, "-e", tiny_clip_name],
+                             capture_output=True, text=True, timeout=600, env=server_env())
+    assert indexed.returncode == 0, indexed.stderr
+    again = Gallery.open(location, tiny_clip_name, create=False)
+    assert str(new) in {hit.path for hit in again.search_text("a photo", k=10)}
+    assert again.embeddings([path_id(new)]).shape[0] == 1

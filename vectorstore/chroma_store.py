@@ -365,6 +365,10 @@ class Database:
             if self._chroma is None:
                 if not self.server:
                     self._seen = read_generation(self.location)
+                    # Chroma may still cache a system of this path from an earlier Database of this process
+                    # (dropped with its last gallery handle), loaded before other processes' later writes: this
+                    # Database counts from today's write counter, so it must load today's index too.
+                    _drop_cached_system(self.location)
                 self._chroma = connect(self.location, create=create)
                 if self._chroma is not None:
                     self.epoch += 1
@@ -422,16 +426,22 @@ class Database:
 def _fresh_client(location: str) -> Any:
     """A new Chroma client with its own system for an embedded gallery: Chroma caches one system per
     path and would hand back the stale one. Handles on the old system keep it until they go."""
+    _drop_cached_system(location)
+    client = connect(location, create=False)
+    if client is None:
+        raise NotAGalleryError(f"gallery {location} was removed while open", location=str(location))
+    return client
+
+
+def _drop_cached_system(location: str) -> None:
+    """Make Chroma's next client of an embedded gallery build its own system (loading the index from disk)
+    instead of the one it caches per path; handles on the old system keep it until they go."""
     from chromadb.api.shared_system_client import SharedSystemClient
 
     identifier = str(Path(location).expanduser())  # what `connect` passes as the path
     with SharedSystemClient._refcount_lock:
         SharedSystemClient._identifier_to_system.pop(identifier, None)
         SharedSystemClient._identifier_to_refcount.pop(identifier, None)
-    client = connect(location, create=False)
-    if client is None:
-        raise NotAGalleryError(f"gallery {location} was removed while open", location=str(location))
-    return client
 
 
 _shared_lock = threading.Lock()
