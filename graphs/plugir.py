@@ -83,6 +83,7 @@ from pictrieve.agents.plugir.nodes import (
     reformulate,
     retrieve,
 )
+from pictrieve.agents.plugir.questioners import QuestionerParts, Questioners
 from pictrieve.agents.plugir.replies import parse_reply  # noqa: F401  (re-exported)
 from pictrieve.agents.plugir.settings import ARMS, QUESTIONERS, PlugIRSettings, default_arm  # noqa: F401
 from pictrieve.agents.plugir.simulated_user import Answerer
@@ -122,23 +123,20 @@ def build_plugir_graph(
     gallery = index
     # Made on first use: the offline questioner never needs a language model.
     chat = cache(lambda: create_chat_model(llm, base_url=base_url))
-    default_questioner = ARMS[default_arm(llm)]["questioner"]
     # What is read about the candidates is kept for this compiled graph (the nodes' caches).
     vectors = CandidateVectors(gallery)
-    captions = CandidateCaptions(resolve_captioner(captioner, gallery), vectors)
-    caption_vectors = CaptionVectors(gallery.embedder)
-    questioner = {"default_questioner": default_questioner}
+    parts = QuestionerParts(chat=chat, embedder=gallery.embedder, vectors=vectors,
+                            captions=CandidateCaptions(resolve_captioner(captioner, gallery), vectors),
+                            caption_vectors=CaptionVectors(gallery.embedder))
+    questioners = Questioners(parts, default=ARMS[default_arm(llm)]["questioner"])
 
     builder = StateGraph(PlugIRState, context_schema=PlugIRSettings, input_schema=PlugIRInput,
                          output_schema=PlugIROutput)
-    builder.add_node("reformulate", partial(reformulate, chat=chat, **questioner))
-    builder.add_node("retrieve", partial(retrieve, gallery=gallery, captions=captions, vectors=vectors,
-                                         caption_vectors=caption_vectors, **questioner))
-    builder.add_node("extract_context", partial(extract_context, captions=captions, vectors=vectors,
-                                                caption_vectors=caption_vectors, **questioner))
-    builder.add_node("generate_questions", partial(generate_questions, chat=chat, captions=captions, **questioner))
-    builder.add_node("filter_and_select", partial(filter_and_select, chat=chat, embedder=gallery.embedder,
-                                                  captions=captions, vectors=vectors, **questioner))
+    builder.add_node("reformulate", partial(reformulate, questioners=questioners))
+    builder.add_node("retrieve", partial(retrieve, gallery=gallery, questioners=questioners))
+    builder.add_node("extract_context", partial(extract_context, questioners=questioners))
+    builder.add_node("generate_questions", partial(generate_questions, questioners=questioners))
+    builder.add_node("filter_and_select", partial(filter_and_select, questioners=questioners))
     builder.add_node("ask", partial(ask, answerer=answerer))
     builder.add_edge(START, "reformulate")
     builder.add_edge("reformulate", "retrieve")

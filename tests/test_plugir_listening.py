@@ -167,7 +167,7 @@ def test_the_free_text_person_answers_with_the_targets_captions():
 def test_fuse_answers_searches_with_the_mean_of_the_description_and_each_phrase():
     import numpy as np
 
-    from pictrieve.agents.plugir.nodes import query_vector
+    from pictrieve.agents.plugir.questioners import OfflineQuestioner, QuestionerParts
     from pictrieve.agents.plugir.settings import PlugIRSettings
 
     embedder = FakeGallery(["a dog"]).embedder
@@ -175,7 +175,9 @@ def test_fuse_answers_searches_with_the_mean_of_the_description_and_each_phrase(
     state = {"description": "a girl", "query": reformulate_with_answers("a girl", dialogue), "dialogue": dialogue}
     parts = embedder.embed_texts(["a girl", "indoors on a carpet", "a red ball"]).astype(np.float64)
     mean = (parts / np.linalg.norm(parts, axis=1, keepdims=True)).mean(axis=0)
-    fused = query_vector(state, PlugIRSettings(fuse_answers=True), embedder, "offline")
+    offline = OfflineQuestioner(QuestionerParts(chat=None, embedder=embedder, captions=None, vectors=None,
+                                                caption_vectors=None))
+    fused = offline.query_vector(state, PlugIRSettings(fuse_answers=True))
     np.testing.assert_allclose(fused, mean / np.linalg.norm(mean), rtol=1e-5, atol=1e-6)
-    whole = query_vector(state, PlugIRSettings(), embedder, "offline")  # the default: the whole text
+    whole = offline.query_vector(state, PlugIRSettings())  # the default: the whole text
     np.testing.assert_allclose(whole, embedder.embed_texts([state["query"]])[0], rtol=1e-6)

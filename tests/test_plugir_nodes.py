@@ -22,6 +22,7 @@ from pictrieve.agents.plugir.candidates import (
 from pictrieve.agents.plugir.offline_questioner import Question
 from pictrieve.agents.plugir.question_filter import select_least_disruptive
 from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION
+from pictrieve.agents.plugir.questioners import QuestionerParts, Questioners
 from pictrieve.agents.plugir.retrieval_context import cluster_candidates
 from pictrieve.agents.plugir.settings import PlugIRSettings
 from pictrieve.vectorstore.hits import as_hit
@@ -52,9 +53,13 @@ class Parts:
         self.captions = CandidateCaptions(captioner, self.vectors)
         self.caption_vectors = CaptionVectors(self.gallery.embedder)
 
+    def questioners(self, default="llm", chat=no_chat):
+        """Both questioners over these parts, ``default`` for runs that name none."""
+        return Questioners(QuestionerParts(chat=chat, embedder=self.gallery.embedder, captions=self.captions,
+                                           vectors=self.vectors, caption_vectors=self.caption_vectors), default)
+
     def retrieve(self, state, runtime, default_questioner="llm"):
-        return nodes.retrieve(state, runtime, gallery=self.gallery, default_questioner=default_questioner,
-                              captions=self.captions, vectors=self.vectors, caption_vectors=self.caption_vectors)
+        return nodes.retrieve(state, runtime, gallery=self.gallery, questioners=self.questioners(default_questioner))
 
     def candidates(self, query=DESCRIPTION, k=12):
         state = {"description": DESCRIPTION, "query": query}
@@ -67,16 +72,16 @@ class Parts:
 
 def test_reformulate_starts_from_the_description_and_folds_answers_in_by_arm():
     turn = {"question": "What color is the dog?", "answer": "brown"}
-    first = nodes.reformulate({"description": DESCRIPTION}, settings(), chat=no_chat, default_questioner="llm")
+    first = nodes.reformulate({"description": DESCRIPTION}, settings(), questioners=Parts().questioners("llm"))
     assert first["query"] == DESCRIPTION and first["queries"] == [DESCRIPTION]
     assert [t["node"] for t in first["timings"]] == ["reformulation"]
 
     llm = ScriptedChatModel(reformulation=lambda prompt: "a brown dog running in the park")
     state = {"description": DESCRIPTION, "dialogue": [turn], "query": DESCRIPTION}
-    cr = nodes.reformulate(state, settings(arm="cr"), chat=lambda: llm, default_questioner="llm")
+    cr = nodes.reformulate(state, settings(arm="cr"), questioners=Parts().questioners("llm", chat=lambda: llm))
     assert cr["query"] == "a brown dog running in the park" and llm.kinds() == ["reformulate"]
     assert llm.calls[0][2]["max_tokens"] == 512  # reformulation_max_tokens reaches the model
-    zs = nodes.reformulate(state, settings(arm="zs"), chat=no_chat, default_questioner="llm")
+    zs = nodes.reformulate(state, settings(arm="zs"), questioners=Parts().questioners("llm"))
     assert zs["query"] == f"{DESCRIPTION}, What color is the dog? brown"
 
 
@@ -84,10 +89,10 @@ def test_reformulate_offline_appends_what_was_confirmed_without_a_model():
     dialogue = [{"question": DOG_COLOUR.text, "answer": "black", "spec": DOG_COLOUR.to_json()},
                 {"question": RED_DOG.text, "answer": "no", "spec": RED_DOG.to_json()}]
     state = {"description": DESCRIPTION, "dialogue": dialogue}
-    offline = nodes.reformulate(state, settings(), chat=no_chat, default_questioner="offline")
+    offline = nodes.reformulate(state, settings(), questioners=Parts().questioners("offline"))
     assert offline["query"] == f"{DESCRIPTION}, black dog"  # the denied red dog stays out of the text
-    kept = nodes.reformulate(state, settings(arm="offline", append_answers=False), chat=no_chat,
-                             default_questioner="llm")
+    kept = nodes.reformulate(state, settings(arm="offline", append_answers=False),
+                             questioners=Parts().questioners("llm"))
     assert kept["query"] == DESCRIPTION
 
 
@@ -127,8 +132,7 @@ def test_extract_context_gives_one_candidate_caption_per_cluster():
     parts = Parts()
     candidates = parts.candidates()
     state = {"description": DESCRIPTION, "candidates": candidates}
-    out = nodes.extract_context(state, settings(clusters=4), default_questioner="llm", captions=parts.captions,
-                                vectors=parts.vectors, caption_vectors=parts.caption_vectors)
+    out = nodes.extract_context(state, settings(clusters=4), questioners=parts.questioners("llm"))
     texts = out["retrieval_context"]
     captions = [c.caption for c in candidates]
     assert len(texts) == 4 and len(set(texts)) == 4 and set(texts) <= set(captions)
@@ -139,8 +143,7 @@ def test_extract_context_gives_one_candidate_caption_per_cluster():
     assert [t["node"] for t in out["timings"]] == ["rce"]
     # nothing without RCE, nor for the offline questioner (which reads no context)
     for run, default in ((settings(clusters=4, retrieval_context=False), "llm"), (settings(clusters=4), "offline")):
-        skipped = nodes.extract_context(state, run, default_questioner=default, captions=parts.captions,
-                                        vectors=parts.vectors, caption_vectors=parts.caption_vectors)
+        skipped = nodes.extract_context(state, run, questioners=parts.questioners(default))
         assert skipped == {"retrieval_context": []}
 
 
@@ -154,8 +157,7 @@ def test_extract_context_describes_uncaptioned_candidates_with_the_captioner():
     parts = Parts(captioner)
     candidates = [h.model_copy(update={"captions": []}) for h in parts.candidates()]
     out = nodes.extract_context({"description": DESCRIPTION, "candidates": candidates}, settings(clusters=3),
-                                default_questioner="llm", captions=parts.captions, vectors=parts.vectors,
-                                caption_vectors=parts.caption_vectors)
+                                questioners=parts.questioners("llm"))
     assert len(out["retrieval_context"]) == 3
     assert all(t.startswith("a photo numbered ") for t in out["retrieval_context"])
     assert sorted(described) == sorted(c.path for c in candidates)
@@ -167,23 +169,23 @@ def test_extract_context_describes_uncaptioned_candidates_with_the_captioner():
 def test_generate_questions_asks_the_model_grounded_in_the_context_when_rce_is_on():
     llm = ScriptedChatModel(questions=QUESTIONS)
     state = {"description": DESCRIPTION, "retrieval_context": ["a red dog running in the park"]}
-    out = nodes.generate_questions(state, settings(questions_per_round=3), chat=lambda: llm,
-                                   default_questioner="llm", captions=None)
+    out = nodes.generate_questions(state, settings(questions_per_round=3),
+                                   questioners=Parts().questioners("llm", chat=lambda: llm))
     assert out["questions"] == QUESTIONS[:3] and out["offline_questions"] == []
     assert [t["node"] for t in out["timings"]] == ["questioner"]
     prompts = [p for kind, p, _ in llm.calls if kind == "questioner"]
     assert prompts and all("a red dog running in the park" in p for p in prompts)
 
     ungrounded = ScriptedChatModel(questions=QUESTIONS)
-    nodes.generate_questions(state, settings(retrieval_context=False), chat=lambda: ungrounded,
-                             default_questioner="llm", captions=None)
+    nodes.generate_questions(state, settings(retrieval_context=False),
+                             questioners=Parts().questioners("llm", chat=lambda: ungrounded))
     assert not any("a red dog running in the park" in p for _, p, _ in ungrounded.calls)
 
 
 def test_generate_questions_falls_back_when_no_reply_holds_a_question():
     llm = ScriptedChatModel(questions=["Sure! Here it comes:"])
-    out = nodes.generate_questions({"description": DESCRIPTION}, settings(), chat=lambda: llm,
-                                   default_questioner="llm", captions=None)
+    out = nodes.generate_questions({"description": DESCRIPTION}, settings(),
+                                   questioners=Parts().questioners("llm", chat=lambda: llm))
     assert out["questions"] == [FALLBACK_QUESTION]
     assert llm.kinds().count("questioner") == 2 * 5  # one retry of q_n samples
 
@@ -191,8 +193,7 @@ def test_generate_questions_falls_back_when_no_reply_holds_a_question():
 def test_generate_questions_offline_asks_about_what_tells_the_candidates_apart():
     parts = Parts()
     state = {"description": DESCRIPTION, "candidates": parts.candidates()}
-    out = nodes.generate_questions(state, settings(), chat=no_chat, default_questioner="offline",
-                                   captions=parts.captions)
+    out = nodes.generate_questions(state, settings(), questioners=parts.questioners("offline"))
     specs = [Question.from_json(q) for q in out["offline_questions"]]
     assert out["questions"] == [q.text for q in specs]
     keys = {q.key for q in specs}
@@ -201,13 +202,11 @@ def test_generate_questions_offline_asks_about_what_tells_the_candidates_apart()
 
     # asked once, never again (even unanswered); denied, nor anything said of it
     asked = {**state, "dialogue": [{"question": RED_DOG.text, "answer": "not sure", "spec": RED_DOG.to_json()}]}
-    again = nodes.generate_questions(asked, settings(), chat=no_chat, default_questioner="offline",
-                                     captions=parts.captions)
+    again = nodes.generate_questions(asked, settings(), questioners=parts.questioners("offline"))
     assert keys - {Question.from_json(q).key for q in again["offline_questions"]} == {"red dog"}
     no_dog = {**state, "dialogue": [{"question": "Is there a dog?", "answer": "no",
                                      "spec": Question(text="Is there a dog?", kind="yes_no", key="dog").to_json()}]}
-    left = nodes.generate_questions(no_dog, settings(), chat=no_chat, default_questioner="offline",
-                                    captions=parts.captions)
+    left = nodes.generate_questions(no_dog, settings(), questioners=parts.questioners("offline"))
     assert not any("dog" in Question.from_json(q).key for q in left["offline_questions"])
 
 
@@ -219,8 +218,7 @@ def test_filter_and_select_keeps_unanswerable_questions_and_asks_the_least_disru
     llm = ScriptedChatModel(questions=QUESTIONS, filter_answer="Uncertain")
     state = {"description": DESCRIPTION, "query": DESCRIPTION, "questions": QUESTIONS[:3],
              "candidates": parts.candidates()}
-    out = nodes.filter_and_select(state, settings(), chat=lambda: llm, default_questioner="llm",
-                                  embedder=parts.gallery.embedder, captions=parts.captions, vectors=parts.vectors)
+    out = nodes.filter_and_select(state, settings(), questioners=parts.questioners("llm", chat=lambda: llm))
     assert llm.kinds() == ["filter"] * 3 and out["question_spec"] is None
     candidates = state["candidates"]
     vectors = parts.gallery.embeddings([c.id for c in candidates])
@@ -234,34 +232,31 @@ def test_filter_and_select_regenerates_then_falls_back_to_the_unfiltered_first_q
     llm = ScriptedChatModel(questions=[f"{q[:-1]} number {i}?" for i in range(3) for q in QUESTIONS],
                             filter_answer="In the park.")
     state = {"description": DESCRIPTION, "query": DESCRIPTION, "questions": QUESTIONS[:2]}
-    out = nodes.filter_and_select(state, settings(filter_attempts=3), chat=lambda: llm, default_questioner="llm",
-                                  embedder=None, captions=None, vectors=None)
+    out = nodes.filter_and_select(state, settings(filter_attempts=3),
+                                  questioners=Parts().questioners("llm", chat=lambda: llm))
     assert llm.kinds().count("filter") == 2 + 2 * 5  # the given two, then two fresh batches of q_n
     assert out["question"] == QUESTIONS[0]
 
-    unfiltered = nodes.filter_and_select(state, settings(filter_questions=False), chat=no_chat,
-                                         default_questioner="llm", embedder=None, captions=None, vectors=None)
+    unfiltered = nodes.filter_and_select(state, settings(filter_questions=False),
+                                         questioners=Parts().questioners("llm"))
     assert unfiltered["question"] == QUESTIONS[0]
-    empty = nodes.filter_and_select({**state, "questions": []}, settings(filter_questions=False), chat=no_chat,
-                                    default_questioner="llm", embedder=None, captions=None, vectors=None)
+    empty = nodes.filter_and_select({**state, "questions": []}, settings(filter_questions=False),
+                                    questioners=Parts().questioners("llm"))
     assert empty["question"] == FALLBACK_QUESTION
 
 
 def test_filter_and_select_offline_picks_one_of_its_questions_with_its_spec():
     parts = Parts()
     state = {"description": DESCRIPTION, "candidates": parts.candidates()}
-    asked = nodes.generate_questions(state, settings(), chat=no_chat, default_questioner="offline",
-                                     captions=parts.captions)
+    asked = nodes.generate_questions(state, settings(), questioners=parts.questioners("offline"))
     asked["offline_questions"].reverse()  # the best is not merely the first
-    out = nodes.filter_and_select({**state, **asked}, settings(), chat=no_chat, default_questioner="offline",
-                                  embedder=None, captions=parts.captions, vectors=parts.vectors)
+    out = nodes.filter_and_select({**state, **asked}, settings(), questioners=parts.questioners("offline"))
     assert out["question"] in asked["questions"] and out["question_spec"]["text"] == out["question"]
     assert out["question_spec"] in asked["offline_questions"]
     # The candidates' colours split them most evenly: the colour question is worth the most.
     assert out["question_spec"]["key"] == "colour of dog"
-    nothing = nodes.filter_and_select({**state, "offline_questions": []}, settings(), chat=no_chat,
-                                      default_questioner="offline", embedder=None, captions=parts.captions,
-                                      vectors=parts.vectors)
+    nothing = nodes.filter_and_select({**state, "offline_questions": []}, settings(),
+                                      questioners=parts.questioners("offline"))
     assert nothing == {"question": FALLBACK_QUESTION, "question_spec": None, "timings": nothing["timings"]}
 
 
@@ -336,3 +331,26 @@ def test_the_candidate_caches_read_each_thing_once():
 def test_settings_refuse_bad_values(value):
     with pytest.raises(ValueError):
         PlugIRSettings(**value)
+
+
+def test_no_node_forks_on_which_questioner_a_run_uses():
+    """Issue 29: what differs between the LLM and the offline questioner is theirs (agents/plugir/questioners.py);
+    a node names neither, so a third questioner is a class, not an edit of five nodes."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(nodes))
+    named = [node.lineno for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and node.value in ("offline", "llm")]
+    assert named == []
+    assert "questioner_or" not in inspect.getsource(nodes)
+
+
+def test_each_run_gets_the_questioner_its_settings_name_else_the_graphs_default():
+    parts = Parts()
+    questioners = parts.questioners("offline")
+    assert questioners.for_run(PlugIRSettings()).name == "offline"
+    assert questioners.for_run(PlugIRSettings(questioner="llm")).name == "llm"
+    assert parts.questioners("llm").for_run(PlugIRSettings(arm="offline")).name == "offline"
+    with pytest.raises(ValueError, match="unknown questioner 'oracle'"):
+        parts.questioners("oracle")
