@@ -41,7 +41,8 @@ def main() -> None:
     from plugir_offline_design import _selected_rows
 
     from pictrieve.agents.plugir.caption_terms import caption_terms, settled_by
-    from pictrieve.agents.plugir.offline_questioner import Question, answered_facts, read_answer
+    from pictrieve.agents.plugir.offline_answers import answered_facts, read_answer
+    from pictrieve.agents.plugir.offline_questions import Question
     from pictrieve.evaluation.interactive import open_eval_gallery
     from pictrieve.vectorstore.gallery import path_id
 

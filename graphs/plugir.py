@@ -35,7 +35,7 @@ picks the question of highest expected information, ``reformulate`` appends conf
 description, ``retrieve`` re-ranks the best ``ranked_k`` images by the answers (a denied thing
 lowers the images whose description holds it, a confirmed one raises them), and the interrupt
 carries the choice question's ``options``; an answer that picks none of them is asked again with
-the options spelled out (:mod:`pictrieve.agents.plugir.offline_questioner`). Each round's
+the options spelled out (:mod:`pictrieve.agents.plugir.offline_answers`). Each round's
 ``ranking`` (ids and scores of the ``ranked_k`` best, in the order shown) is what an evaluation
 ranks. A run that names no questioner gets the
 offline one when the graph was built with the bundled offline model (whose own questions made

@@ -10,16 +10,15 @@ from langgraph.types import Command
 from helpers.plugir_fakes import FakeGallery
 
 from pictrieve.agents.plugir.caption_terms import caption_terms
-from pictrieve.agents.plugir.offline_questioner import (
-    Question,
-    answer_adjustments,
+from pictrieve.agents.plugir.offline_answers import (
     answer_facts,
     answered_facts,
-    candidate_questions,
     is_valid_answer,
     read_answer,
     reformulate_with_answers,
 )
+from pictrieve.agents.plugir.offline_questions import Question, candidate_questions
+from pictrieve.agents.plugir.offline_reranking import answer_adjustments
 from pictrieve.agents.plugir.simulated_user import FreeTextCaptionUser
 from pictrieve.graphs.plugir import build_plugir_graph
 from pictrieve.vectorstore.hits import as_hit

@@ -19,7 +19,7 @@ from pictrieve.agents.plugir.candidates import (
     CandidateVectors,
     CaptionVectors,
 )
-from pictrieve.agents.plugir.offline_questioner import Question
+from pictrieve.agents.plugir.offline_questions import Question
 from pictrieve.agents.plugir.question_filter import select_least_disruptive
 from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION
 from pictrieve.agents.plugir.questioners import QuestionerParts, Questioners

@@ -12,21 +12,21 @@ from langgraph.types import Command
 from helpers.plugir_fakes import FakeGallery, make_gallery
 
 from pictrieve.agents.plugir.caption_terms import caption_terms, singular
-from pictrieve.agents.plugir.offline_questioner import (
-    Question,
-    answer_adjustments,
-    answer_outcomes,
+from pictrieve.agents.plugir.offline_answers import (
     answered_facts,
+    is_valid_answer,
+    read_answer,
+    reformulate_with_answers,
+)
+from pictrieve.agents.plugir.offline_questions import (
+    Question,
+    answer_outcomes,
     candidate_distribution,
     candidate_questions,
     choose_question,
     expected_information,
-    is_valid_answer,
-    read_answer,
-    reformulate_with_answers,
-    term_phrase,
-    vector_evidence,
 )
+from pictrieve.agents.plugir.offline_reranking import answer_adjustments, term_phrase, vector_evidence
 from pictrieve.agents.plugir.simulated_user import CaptionUser
 from pictrieve.graphs.plugir import build_plugir_graph
 

@@ -48,3 +48,16 @@ def test_each_method_names_its_builder_in_its_own_graph_module(old, new, builder
     from pictrieve.graphs.registry import get_method
 
     assert get_method(new).builder == f"pictrieve.graphs.{new}:{builder}"
+
+
+def test_the_split_offline_questioner_keeps_its_old_path_for_one_release():
+    from pictrieve.agents.plugir import offline_answers, offline_questions, offline_reranking
+
+    sys.modules.pop("pictrieve.agents.plugir.offline_questioner", None)
+    with pytest.warns(DeprecationWarning, match="offline_questions, offline_answers and offline_reranking"):
+        legacy = importlib.import_module("pictrieve.agents.plugir.offline_questioner")
+    assert legacy.Question is offline_questions.Question
+    assert legacy.answered_facts is offline_answers.answered_facts
+    assert legacy.answer_adjustments is offline_reranking.answer_adjustments
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        legacy.nothing_here

@@ -15,8 +15,10 @@ The pieces the nodes use, each usable on its own:
 - :mod:`.retrieval_context`: Algorithm 1, distinctive captions of the top candidates (RCE);
 - :mod:`.questioner`: candidate questions from the description, dialogue and candidates;
 - :mod:`.question_filter`: Algorithm 2, drop answerable questions, keep the least disruptive (F);
-- :mod:`.offline_questioner` and :mod:`.caption_terms`: questions without a language model, from what
-  tells the candidates' captions apart, chosen by the expected information of their answer;
+- :mod:`.questioners`: the LLM and the offline questioner as strategies, one picked per run;
+- :mod:`.offline_questions`, :mod:`.offline_answers`, :mod:`.offline_reranking` and :mod:`.caption_terms`:
+  questions without a language model, from what tells the candidates' captions apart, chosen by the
+  expected information of their answer; what an answer means; how answers re-score the ranking;
 - :mod:`.simulated_user`: answers from a target's captions, for unattended evaluation (by an LLM,
   or by rules with no model: :class:`~.simulated_user.CaptionUser`).
 """

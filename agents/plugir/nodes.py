@@ -24,7 +24,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from pictrieve.agents.plugir.candidates import GalleryLike
-from pictrieve.agents.plugir.offline_questioner import Question, clarified, is_valid_answer
+from pictrieve.agents.plugir.offline_answers import clarified, is_valid_answer
+from pictrieve.agents.plugir.offline_questions import Question
 from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION, Turn
 from pictrieve.agents.plugir.questioners import Questioners
 from pictrieve.agents.plugir.reformulator import concatenate_dialogue

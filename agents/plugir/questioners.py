@@ -25,18 +25,14 @@ from langchain_core.language_models.chat_models import BaseChatModel
 
 from pictrieve.agents.plugir.candidates import CandidateCaptions, CandidateVectors, CaptionVectors, score_spread
 from pictrieve.agents.plugir.caption_terms import CaptionTerms, caption_terms
-from pictrieve.agents.plugir.offline_questioner import (
+from pictrieve.agents.plugir.offline_answers import answered_facts, query_parts, reformulate_with_answers
+from pictrieve.agents.plugir.offline_questions import (
     Question,
-    answer_adjustments,
-    answered_facts,
     candidate_distribution,
     candidate_questions,
     choose_question,
-    query_parts,
-    reformulate_with_answers,
-    term_phrase,
-    vector_evidence,
 )
+from pictrieve.agents.plugir.offline_reranking import answer_adjustments, term_phrase, vector_evidence
 from pictrieve.agents.plugir.question_filter import select_least_disruptive, unanswerable_questions
 from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION
 from pictrieve.agents.plugir.questioner import generate_questions as sample_questions

@@ -28,7 +28,7 @@ ARMS: dict[str, dict[str, Any]] = {
 }
 """The paper's ablation arms (Table 13) as run settings of the same graph, and ``offline``: questions
 made from the candidates' captions and chosen by expected information, no language model at all
-(:mod:`pictrieve.agents.plugir.offline_questioner`)."""
+(:mod:`pictrieve.agents.plugir.offline_questions`)."""
 QUESTIONERS = ("llm", "offline")
 
 

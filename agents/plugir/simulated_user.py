@@ -78,7 +78,7 @@ class CaptionUser:
         self.min_similarity = min_similarity
 
     def __call__(self, question: str, state: Mapping[str, Any] | None = None) -> str:
-        from pictrieve.agents.plugir.offline_questioner import Question
+        from pictrieve.agents.plugir.offline_questions import Question
 
         spec = (state or {}).get("question_spec")
         # The graph may ask a choice question again with its options spelled out (same spec).
