@@ -13,9 +13,11 @@ from pictrieve.agents.plugir.caption_terms import caption_terms
 from pictrieve.agents.plugir.offline_answers import (
     answer_facts,
     answered_facts,
+    fold_facts,
     is_valid_answer,
     read_answer,
     reformulate_with_answers,
+    turn_facts,
 )
 from pictrieve.agents.plugir.offline_questions import Question, candidate_questions
 from pictrieve.agents.plugir.offline_reranking import answer_adjustments
@@ -180,3 +182,37 @@ def test_fuse_answers_searches_with_the_mean_of_the_description_and_each_phrase(
     np.testing.assert_allclose(fused, mean / np.linalg.norm(mean), rtol=1e-5, atol=1e-6)
     whole = offline.query_vector(state, PlugIRSettings())  # the default: the whole text
     np.testing.assert_allclose(whole, embedder.embed_texts([state["query"]])[0], rtol=1e-6)
+
+
+def test_each_answer_is_read_once_and_its_meaning_kept_in_the_state(monkeypatch):
+    """Issue 29: the offline questioner re-read every raw answer four times a round. Now ``ask`` reads an
+    answer once and the state's reducer folds it into ``facts``, which every later step uses."""
+    from helpers.plugir_fakes import make_gallery
+
+    from pictrieve.agents.plugir import offline_answers
+
+    reads = []
+    real = offline_answers.answer_facts
+    monkeypatch.setattr(offline_answers, "answer_facts", lambda q, a: reads.append(a) or real(q, a))
+    replies = iter(["no, it is brown", "in the snow, not the park", "yes"])
+    graph = build_plugir_graph(make_gallery(), llm="offline", checkpointer=InMemorySaver(),
+                               answerer=lambda question, state: next(replies))
+    result = graph.invoke({"description": "a dog running"}, {"configurable": {"thread_id": "once"}},
+                          context={"max_rounds": 3, "candidate_k": 20})
+    assert result["round"] == 3
+    assert reads == ["no, it is brown", "in the snow, not the park", "yes"]  # once each, in order
+    state = graph.get_state({"configurable": {"thread_id": "once"}}).values
+    expected = offline_answers.dialogue_facts(result["dialogue"])
+    assert state["facts"] == expected and expected["confirmed"] and expected["denied"]
+    assert result["query"] == offline_answers.reformulate_with_answers("a dog running", result["dialogue"])
+
+
+def test_folding_answers_one_at_a_time_is_reading_the_whole_dialogue():
+    dialogue = [turn(ANIMAL, "no"), turn(BALL, "yes, and a puppy"), turn(PLACE, "none of these, indoors on a carpet")]
+    folded = {}
+    for each in dialogue:
+        folded = fold_facts(folded, turn_facts(each))
+    confirmed, denied = answered_facts(dialogue)
+    assert set(folded["confirmed"]) == confirmed and set(folded["denied"]) == denied
+    assert "puppy" in confirmed and "animal" not in denied  # the puppy voided the earlier "no" to animal
+    assert reformulate_with_answers("a girl", folded) == reformulate_with_answers("a girl", dialogue)

@@ -273,7 +273,8 @@ def test_ask_records_the_answer_a_pick_or_a_stop():
     heard = []
     state = shown_state("What color is the dog?")
     out = nodes.ask(state, answerer=lambda q, s: heard.append((q, s)) or "brown")
-    assert out == {"dialogue": [{"question": "What color is the dog?", "answer": "brown"}], "round": 3}
+    assert out == {"dialogue": [{"question": "What color is the dog?", "answer": "brown"}], "round": 3,
+                   "facts": {"confirmed": ["brown"], "denied": [], "phrases": ["brown"]}}  # its meaning, read once
     assert heard == [("What color is the dog?", state)]
     picked = nodes.ask(state, answerer=lambda q, s: "found 2")
     # a pick or a stop ends the round it was made in (the state said 2 answers, this was round 3)

@@ -24,7 +24,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from pictrieve.agents.plugir.candidates import GalleryLike
-from pictrieve.agents.plugir.offline_answers import clarified, is_valid_answer
+from pictrieve.agents.plugir.offline_answers import DialogueFacts, clarified, is_valid_answer, turn_facts
 from pictrieve.agents.plugir.offline_questions import Question
 from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION, Turn
 from pictrieve.agents.plugir.questioners import Questioners
@@ -161,7 +161,10 @@ def ask(state: PlugIRState, *, answerer: Answerer | None = None) -> dict[str, An
     turn = Turn(question=question, answer=parsed["answer"])
     if spec:
         turn["spec"] = spec
-    return {"dialogue": [turn], "round": state.get("round", 0) + 1}
+    # The answer's meaning is read once, here; the state's reducer folds it into the dialogue's facts.
+    said = turn_facts(turn)
+    facts = DialogueFacts(confirmed=sorted(said.confirmed), denied=sorted(said.denied), phrases=list(said.phrases))
+    return {"dialogue": [turn], "facts": facts, "round": state.get("round", 0) + 1}
 
 
 # --- routing -------------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
+
 from pictrieve.agents.plugir.caption_terms import (
     CaptionTerms,
     broader_terms,
@@ -41,29 +43,64 @@ _UNKNOWN = re.compile(r"\b(unknown|not sure|don'?t know|do not know|can'?t tell|
 # --- a dialogue's facts ----------------------------------------------------------------------------
 
 
-def answered_facts(turns: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str]]:
-    """``(confirmed, denied)`` term keys of every answer so far (:func:`answer_facts` of each turn).
+class DialogueFacts(TypedDict, total=False):
+    """What a dialogue's answers mean, folded answer by answer (the state's ``facts``): the term keys
+    ``confirmed`` and ``denied`` (never sharing a key) and the ``phrases`` the answers added to the
+    query, in order (before removing those a later answer denied). Plain JSON lists, so any
+    checkpointer stores it."""
+
+    confirmed: list[str]
+    denied: list[str]
+    phrases: list[str]
+
+
+def fold_facts(facts: DialogueFacts | None, answer: AnswerFacts | DialogueFacts) -> DialogueFacts:
+    """``facts`` with one more ``answer`` (:func:`answer_facts`) folded in: the reducer of the state's
+    ``facts``, so each answer is read once, when it is given.
 
     A later answer overrides an earlier one: what it confirms is no longer denied (nor what that
     implies: "a dog" now voids an earlier "no" to "animal"), what it denies is no longer confirmed
     (nor what that covers: "no animal" now voids an earlier "a dog"). Within one answer a thing
-    said in words beats an option left unpicked. The two sets never share a key.
+    said in words beats an option left unpicked.
     """
-    confirmed: set[str] = set()
-    denied: set[str] = set()
+    facts = facts or {}
+    confirmed, denied = set(facts.get("confirmed", ())), set(facts.get("denied", ()))
+    if isinstance(answer, AnswerFacts):
+        said, unsaid, phrases = answer.confirmed, answer.denied, answer.phrases
+    else:
+        said, unsaid, phrases = set(answer.get("confirmed", ())), set(answer.get("denied", ())), \
+            tuple(answer.get("phrases", ()))
+    newly_denied = set(unsaid) - set(said)
+    for key in said:
+        denied.discard(key)
+        denied.difference_update(broader_terms(key))
+    for key in newly_denied:
+        confirmed.discard(key)
+        confirmed.difference_update(narrower_terms(key))
+    confirmed |= set(said)
+    denied |= newly_denied
+    return DialogueFacts(confirmed=sorted(confirmed), denied=sorted(denied),
+                         phrases=[*facts.get("phrases", ()), *phrases])
+
+
+def turn_facts(turn: Mapping[str, Any]) -> AnswerFacts:
+    """What one dialogue turn's answer says, read against its question when it was an offline one."""
+    spec = turn.get("spec")
+    return answer_facts(Question.from_json(spec) if spec else None, str(turn.get("answer", "")))
+
+
+def dialogue_facts(turns: Sequence[Mapping[str, Any]]) -> DialogueFacts:
+    """Every turn's answer folded (:func:`fold_facts`): what a dialogue means, read from its text."""
+    facts: DialogueFacts = {}
     for turn in turns:
-        spec = turn.get("spec")
-        facts = answer_facts(Question.from_json(spec) if spec else None, str(turn.get("answer", "")))
-        newly_denied = facts.denied - facts.confirmed
-        for key in facts.confirmed:
-            denied.discard(key)
-            denied.difference_update(broader_terms(key))
-        for key in newly_denied:
-            confirmed.discard(key)
-            confirmed.difference_update(narrower_terms(key))
-        confirmed |= facts.confirmed
-        denied |= newly_denied
-    return confirmed, denied
+        facts = fold_facts(facts, turn_facts(turn))
+    return facts
+
+
+def answered_facts(turns: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str]]:
+    """``(confirmed, denied)`` term keys of every answer so far (:func:`dialogue_facts`)."""
+    facts = dialogue_facts(turns)
+    return set(facts.get("confirmed", ())), set(facts.get("denied", ()))
 
 
 # --- reading answers -------------------------------------------------------------------------------
@@ -302,27 +339,27 @@ def confirmed_phrase(question: Question, answer: str) -> str | None:
     return _option_phrase(question, option) if option else None
 
 
-def query_parts(description: str, turns: Sequence[Mapping[str, Any]]) -> list[str]:
+def query_parts(description: str, facts: DialogueFacts | Sequence[Mapping[str, Any]]) -> list[str]:
     """The description, then each phrase the answers added, in order and without repeats.
 
-    ``turns`` are dialogue turns; those with a ``spec`` (an offline question) are read against it,
-    others as free answers (:func:`answer_facts`). A phrase whose thing a later answer denied is left
-    out; denied things never enter the text (a sentence encoder reads "no snow" as snow).
+    ``facts`` are a dialogue's folded facts (the state's ``facts``), or its turns, read here
+    (:func:`dialogue_facts`). A phrase whose thing a later answer denied is left out; denied things
+    never enter the text (a sentence encoder reads "no snow" as snow).
     """
-    _, denied = answered_facts(turns)
+    if not isinstance(facts, Mapping):
+        facts = dialogue_facts(facts)
+    denied = set(facts.get("denied", ()))
     parts = [description.strip().rstrip(".").strip()]
-    for turn in turns:
-        spec = Question.from_json(turn["spec"]) if turn.get("spec") else None
-        for phrase in answer_facts(spec, str(turn.get("answer", ""))).phrases:
-            if phrase and phrase not in parts and not caption_terms(phrase).things & denied:
-                parts.append(phrase)
+    for phrase in facts.get("phrases", ()):
+        if phrase and phrase not in parts and not caption_terms(phrase).things & denied:
+            parts.append(phrase)
     return [p for p in parts if p]
 
 
-def reformulate_with_answers(description: str, turns: Sequence[Mapping[str, Any]]) -> str:
+def reformulate_with_answers(description: str, facts: DialogueFacts | Sequence[Mapping[str, Any]]) -> str:
     """The description, then what each answer added (``"..., a ball, the beach, on a carpet"``):
     :func:`query_parts` joined."""
-    return ", ".join(query_parts(description, turns))
+    return ", ".join(query_parts(description, facts))
 
 
 _LEAD = re.compile(r"^\s*(?:(?:yes|yeah|yep|yup|sure|no|nope|nah|not really|correct|right|none of (?:these|them|those)|"

@@ -25,7 +25,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 
 from pictrieve.agents.plugir.candidates import CandidateCaptions, CandidateVectors, CaptionVectors, score_spread
 from pictrieve.agents.plugir.caption_terms import CaptionTerms, caption_terms
-from pictrieve.agents.plugir.offline_answers import answered_facts, query_parts, reformulate_with_answers
+from pictrieve.agents.plugir.offline_answers import DialogueFacts, dialogue_facts, query_parts, reformulate_with_answers
 from pictrieve.agents.plugir.offline_questions import (
     Question,
     candidate_distribution,
@@ -165,8 +165,7 @@ class OfflineQuestioner:
         self.parts = parts
 
     def query(self, state: PlugIRState, settings: PlugIRSettings) -> str:
-        dialogue = state.get("dialogue", [])
-        return reformulate_with_answers(state["description"], dialogue) if settings.append_answers \
+        return reformulate_with_answers(state["description"], facts_of(state)) if settings.append_answers \
             else state["description"]
 
     def query_vector(self, state: PlugIRState, settings: PlugIRSettings) -> np.ndarray:
@@ -176,7 +175,8 @@ class OfflineQuestioner:
         embedder = self.parts.embedder
         if not (settings.fuse_answers and dialogue and settings.append_answers):
             return embedder.embed_texts([state["query"]])[0]
-        vectors = np.asarray(embedder.embed_texts(query_parts(state["description"], dialogue)), dtype=np.float64)
+        vectors = np.asarray(embedder.embed_texts(query_parts(state["description"], facts_of(state))),
+                             dtype=np.float64)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         mean = vectors.mean(axis=0)
         return (mean / max(float(np.linalg.norm(mean)), 1e-12)).astype(np.float32)
@@ -187,7 +187,8 @@ class OfflineQuestioner:
         Each image's description is its stored caption, else the captioner's (every hit when the
         captioner reads stored vectors, as tags do; only the top ``n`` when it reads files); an image
         without one keeps its score."""
-        confirmed, denied = answered_facts(state.get("dialogue", []))
+        facts = facts_of(state)
+        confirmed, denied = set(facts.get("confirmed", ())), set(facts.get("denied", ()))
         if not confirmed and not denied or not hits:
             return hits
         captions, vectors = self.parts.captions, self.parts.vectors
@@ -224,9 +225,10 @@ class OfflineQuestioner:
         settles, nothing asked before."""
         dialogue = state.get("dialogue", [])
         asked = [Question.from_json(t["spec"]) for t in dialogue if t.get("spec")]
-        _, denied = answered_facts(dialogue)
-        known = reformulate_with_answers(state["description"], dialogue)
-        offline = candidate_questions(self.candidate_terms(state), known=known, asked=asked, denied=denied)
+        facts = facts_of(state)
+        known = reformulate_with_answers(state["description"], facts)
+        offline = candidate_questions(self.candidate_terms(state), known=known, asked=asked,
+                                      denied=set(facts.get("denied", ())))
         return {"questions": [q.text for q in offline], "offline_questions": [q.to_json() for q in offline]}
 
     def select(self, state: PlugIRState, settings: PlugIRSettings) -> dict[str, Any]:
@@ -263,6 +265,14 @@ class Questioners:
 
     def for_run(self, settings: PlugIRSettings) -> Questioner:
         return self._made[settings.questioner_or(self.default)]
+
+
+def facts_of(state: PlugIRState) -> DialogueFacts:
+    """What the answers so far mean: the state's ``facts`` (read once per answer by ``ask``), or, for a
+    state made without it (an older checkpoint, a hand-made state), read from the dialogue's text."""
+    if "facts" in state or not state.get("dialogue"):
+        return state.get("facts") or {}
+    return dialogue_facts(state["dialogue"])
 
 
 def ask_for_questions(llm: BaseChatModel, state: PlugIRState, settings: PlugIRSettings, n: int,

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
+from pictrieve.agents.plugir.offline_answers import DialogueFacts, fold_facts
 from pictrieve.agents.plugir.questioner import Turn
 
 
@@ -48,3 +49,6 @@ class PlugIRState(PlugIRInput, PlugIROutput, total=False):
     candidates: list[dict[str, Any]]  # top-n of this round's query
     questions: list[str]  # this round's candidate questions
     offline_questions: list[dict[str, Any]]  # the offline questioner's candidate questions (specs)
+    # What the answers mean (confirmed, denied, the phrases they add), read once per answer by ``ask``
+    # and folded by :func:`~.offline_answers.fold_facts`, a later answer overriding an earlier one.
+    facts: Annotated[DialogueFacts, fold_facts]
