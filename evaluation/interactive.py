@@ -272,8 +272,7 @@ class ExactSearch:
             if missing:  # an approximate index may leave some out of one query: read them directly
                 from pictrieve.vectorstore.hits import ImageHit
 
-                records = self.gallery.collection.get(ids=missing, include=["metadatas"])
-                for id_, meta in zip(records["ids"], records["metadatas"]):
+                for id_, meta in self.gallery.metadata_of(missing).items():
                     self._hits[id_] = ImageHit.from_record(id_, meta, score=0.0, rank=0)
         return self._hits
 

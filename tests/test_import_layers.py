@@ -213,3 +213,20 @@ def test_nothing_outside_gallery_py_touches_a_private_gallery_name():
         for access in private_accesses(path.read_text(encoding="utf-8"), names)
     ]
     assert not touched, "private Gallery names used outside vectorstore/gallery.py:\n" + "\n".join(touched)
+
+
+def test_only_the_store_touches_chroma():
+    """Issue 29: Chroma stays behind ``vectorstore/``: no other installed module imports ``chromadb`` or
+    reaches for a gallery's Chroma collection, so a second store needs no edit elsewhere."""
+    touching = []
+    for name, path in modules().items():
+        if name.split(".")[1:2] == ["vectorstore"]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            imported = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                        else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(m == "chromadb" or m.startswith("chromadb.") for m in imported):
+                touching.append(f"{name}:{node.lineno} imports chromadb")
+            if isinstance(node, ast.Attribute) and node.attr in ("collection", "_collection"):
+                touching.append(f"{name}:{node.lineno} reads .{node.attr}")
+    assert not touching, "Chroma used outside vectorstore/:\n" + "\n".join(touching)

@@ -1,23 +1,30 @@
 """The offline search backend: a folder of pages (HTML, Markdown, text) searched like the web.
 
 Pages are split into passages, embedded with all-MiniLM-L6-v2 (:class:`SentenceEncoder`, local
-files only) and stored in a Chroma collection named after the folder's content, so re-opening an
-unchanged folder re-uses the index. By default the collection lives in a Chroma database in the
-pictrieve cache (or ``$PICTRIEVE_PAGES_DB``); pass ``client=gallery.client`` to keep it in the same database as a gallery.
-A result's ``url`` is ``file://`` + the page's absolute path, and its ``text`` is the page's
-readable text (no fetching needed).
+files only) and searched exactly (a matrix product: a folder of pages holds thousands of passages, not
+millions, and an approximate index would only lose some). The passage vectors are kept in a file named
+after the folder's content, so re-opening an unchanged folder re-uses them; the files live in the
+pictrieve cache (or ``$PICTRIEVE_PAGES_DB``). A result's ``url`` is ``file://`` + the page's absolute
+path, and its ``text`` is the page's readable text (no fetching needed).
+
+No vector database here: Chroma is the galleries' store and stays behind ``vectorstore/`` (this module is
+below it), and the pages' vectors are a cache, not a store.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pictrieve.errors import PictrieveError
+from pictrieve.tools.core.files import atomic_write_bytes
 from pictrieve.tools.core.model_cache import shared_model
 from pictrieve.tools.core.pypi_assets import cache_root
 from pictrieve.tools.models.sentence_encoder import SentenceEncoder
@@ -89,7 +96,7 @@ def page_folder(folder: str | Path) -> Path:
 class LocalPages:
     """``search(query, k)`` over the pages in ``folder`` (see the module docstring)."""
 
-    def __init__(self, folder: str | Path, *, client: Any = None) -> None:
+    def __init__(self, folder: str | Path) -> None:
         self.folder = page_folder(folder)
         self.name = f"local:{self.folder}"
         self.pages: dict[str, tuple[str, str]] = {}
@@ -103,45 +110,48 @@ class LocalPages:
         digest = hashlib.sha1()
         for url, (title, text) in self.pages.items():
             digest.update(f"{url}\0{title}\0{text}\0".encode())
-        self._client = client or self._default_client()
-        self.collection = self._client.get_or_create_collection(
-            f"pictrieve-pages-{digest.hexdigest()[:16]}", metadata={"hnsw:space": "cosine"}
-        )
-        if self.collection.count() == 0:
-            self._index()
+        self.urls: list[str] = []
+        self.passages: list[str] = []
+        for url, (_, text) in self.pages.items():
+            for passage in _passages(text):
+                self.urls.append(url)
+                self.passages.append(passage)
+        self.vectors = self._vectors(digest.hexdigest()[:16])
 
-    @staticmethod
-    def _default_client() -> Any:
-        import chromadb
-
-        path = Path(os.environ.get("PICTRIEVE_PAGES_DB") or cache_root() / "local-pages")
-        path.mkdir(parents=True, exist_ok=True)
-        return chromadb.PersistentClient(path=str(path))
-
-    def _index(self) -> None:
-        ids, docs, metas = [], [], []
-        for url, (title, text) in self.pages.items():
-            for number, passage in enumerate(_passages(text)):
-                ids.append(f"{url}#{number}")
-                docs.append(passage)
-                metas.append({"url": url, "title": title})
-        logger.info("indexing %d passages of %d pages from %s", len(ids), len(self.pages), self.folder)
-        vectors = shared_encoder().encode(docs)
-        self.collection.add(ids=ids, documents=docs, metadatas=metas, embeddings=vectors.tolist())
+    def _vectors(self, key: str) -> np.ndarray:
+        """The passages' unit vectors, read from the cache file of this content or embedded and kept there."""
+        folder = Path(os.environ.get("PICTRIEVE_PAGES_DB") or cache_root() / "local-pages")
+        path = folder / f"minilm-l6-{key}-{len(self.passages)}.npy"  # the encoder is fixed: all-MiniLM-L6-v2
+        if path.is_file():
+            try:
+                vectors = np.load(path, allow_pickle=False)
+                if vectors.shape[0] == len(self.passages):
+                    return vectors
+            except (OSError, ValueError) as error:
+                logger.info("re-embedding the pages of %s: their cached vectors are unreadable (%s)", self.folder, error)
+        logger.info("embedding %d passages of %d pages from %s", len(self.passages), len(self.pages), self.folder)
+        vectors = np.asarray(shared_encoder().encode(self.passages), dtype=np.float32)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        buffer = io.BytesIO()
+        np.save(buffer, vectors, allow_pickle=False)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, buffer.getvalue())
+        return vectors
 
     def search(self, query: str, *, k: int = 6) -> list[SearchResult]:
         """The ``k`` pages whose best passage is closest to ``query`` (best first)."""
-        vector = shared_encoder().encode([query])[0].tolist()
-        found = self.collection.query(query_embeddings=[vector], n_results=min(self.collection.count(), 4 * k))
+        vector = np.asarray(shared_encoder().encode([query])[0], dtype=np.float32)
+        scores = self.vectors @ (vector / max(float(np.linalg.norm(vector)), 1e-12))
+        order = np.argsort(-scores, kind="stable")
         results: list[SearchResult] = []
         seen: set[str] = set()
-        for passage, meta, distance in zip(found["documents"][0], found["metadatas"][0], found["distances"][0]):
-            url = str(meta["url"])
+        for i in order:
+            url, passage = self.urls[i], self.passages[i]
             if url in seen:
                 continue
             seen.add(url)
             title, text = self.pages[url]
-            results.append(SearchResult(url=url, title=title, snippet=passage[:300], text=text, score=1.0 - float(distance)))
+            results.append(SearchResult(url=url, title=title, snippet=passage[:300], text=text, score=float(scores[i])))
             if len(results) == k:
                 break
         return results
