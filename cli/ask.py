@@ -44,19 +44,23 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     Example (offline):
       pictrieve ask photo.jpg "how many teeth does this animal have?" --search local:examples/vsa-offline/pages -v
     """
-    from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
-    from pictrieve.graphs.vsa import build_vsa_graph
-    from pictrieve.tools.models.chat_models import create_chat_model
-    from pictrieve.tools.models.vlm import create_region_captioner
-
+    start = time.perf_counter()
     if image is not None:
         from pictrieve.tools.core.images import load_image
 
         load_image(image)  # a bad photo is one line (ImageDecodeError), before any model loads
+    elif not gallery:
+        raise click.UsageError("give an IMAGE, or --gallery to find the photo in a gallery")
+    # Importing the graph (LangGraph), opening a gallery and making the chat model take seconds: say so first.
+    click.echo(f"[{time.perf_counter() - start:6.1f}s] loading the Vision Search Assistant ...", err=True)
+    from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
+    from pictrieve.graphs.vsa import build_vsa_graph
+    from pictrieve.tools.core.model_cache import announcing_model_loads
+    from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.vlm import create_region_captioner
+
     index = None
     if image is None:
-        if not gallery:
-            raise click.UsageError("give an IMAGE, or --gallery to find the photo in a gallery")
         from pictrieve.vectorstore.gallery import Gallery
 
         index = Gallery.open(gallery, create=False)
@@ -68,7 +72,6 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     context: dict[str, Any] = {"answerer": answerer}
     if max_plan_turns is not None:
         context["max_plan_turns"] = max_plan_turns
-    start = time.perf_counter()
 
     def show(node: str, change: dict[str, Any]) -> None:
         line = step_line(node, change, detail=verbose)
@@ -82,7 +85,10 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
 
     # Each slow step is one line on stderr as it starts and one as it finishes, -v or not: a run takes
     # tens of seconds on a CPU, and the first describes regions while models load.
-    state = follow_run(graph.stream(inputs, context=context, stream_mode=STREAM_MODES), show, starting)
+    # ... and each model a step loads is a line too ("  loading the region describer ...").
+    with announcing_model_loads(lambda label: click.echo(f"[{time.perf_counter() - start:6.1f}s]   loading {label} ...",
+                                                         err=True)):
+        state = follow_run(graph.stream(inputs, context=context, stream_mode=STREAM_MODES), show, starting)
     if as_json:
         out = {k: v for k, v in state.items() if k != "timings"} | {"timings": state.get("timings")}
         out["hits"] = [h.to_json() for h in out.get("hits") or []]

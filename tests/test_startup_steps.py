@@ -97,3 +97,46 @@ def test_a_labelled_model_load_is_announced_once_in_any_thread():
     shared_model(("test-announced", 4), object, label="not heard: the block ended")
     assert heard == ["model one", "model three"]
     forget_shared_models(lambda key: key[0] == "test-announced")
+
+
+# ---------------------------------------------------------------------- ask's region step
+
+
+def test_the_describer_sees_what_the_torch_classifier_saw():
+    """The region describer asks the trunk on its runtime (ONNX Runtime on a CPU) with a numpy centre crop:
+    the same crop and, to float rounding, the same class probabilities as the torch classifier it used."""
+    import numpy as np
+    from PIL import Image
+
+    from pictrieve.tools.models.embedders.backbone import center_crop_array
+    from pictrieve.tools.models.imagenet_classifier import preprocess_image
+    from pictrieve.tools.models.vlm import OfflineRegionCaptioner, offline_describer
+
+    skimage_data = pytest.importorskip("skimage.data")
+    captioner = OfflineRegionCaptioner()
+    labels = offline_describer().labels
+    for photo in (Image.fromarray(skimage_data.chelsea()), Image.fromarray(skimage_data.astronaut())):
+        np.testing.assert_allclose(center_crop_array(photo), preprocess_image(photo).numpy(), atol=1e-6)
+        torch_probs = labels.classifier.logits(preprocess_image(photo)[None]).softmax(-1)[0].numpy()
+        classes = captioner._classes(photo)
+        assert [i for i, _ in classes[:5]] == list(np.argsort(-torch_probs)[:5])
+        np.testing.assert_allclose([p for _, p in classes], torch_probs[[i for i, _ in classes]], atol=1e-4)
+
+
+def test_describing_a_region_imports_no_torch():
+    """Once the trunk's export is cached (the first use of any process), ``ask``'s describe step runs on
+    ONNX Runtime and numpy: torch and timm (8 s of CPU, 20 s on a busy machine) stay out of every later run."""
+    from pictrieve.tools.models.embedders.backbone import trunk_export
+    from pictrieve.tools.models.onnx_runtime import try_onnx_model
+
+    assert try_onnx_model(trunk_export()) is not None  # exported into the session's cache if it was not there
+    code = (
+        "from PIL import Image\n"
+        "from pictrieve.tools.models.vlm import OfflineRegionCaptioner\n"
+        "print(OfflineRegionCaptioner().describe_region(Image.new('RGB', (64, 48), 'red'), 'image'))\n"
+        "import sys\n"
+        "print(sorted(m for m in ('torch', 'timm', 'torchvision', 'open_clip') if m in sys.modules))\n"
+    )
+    done = subprocess.run([*CLI[:1], "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "'description'" in done.stdout and done.stdout.strip().splitlines()[-1] == "[]", done.stdout

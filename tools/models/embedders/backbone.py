@@ -101,6 +101,21 @@ def squash_array(image: Image.Image, flip: bool = False) -> np.ndarray:
     return np.ascontiguousarray((pixels - np.float32(0.5)) / np.float32(0.5))
 
 
+def center_crop_array(image: Image.Image, crop_fraction: float = 0.875) -> np.ndarray:
+    """The classifier's own view of a photo: short side resized to ``224 / crop_fraction``, the centre 224x224
+    cut out, scaled to [-1, 1]: ``(3, 224, 224)`` float32, as ``imagenet_classifier.preprocess_image`` makes
+    it but without torch (so the describer can ask the trunk on ONNX Runtime)."""
+    image = image.convert("RGB")
+    width, height = image.size
+    scale = IMAGE_SIZE / crop_fraction / min(width, height)
+    resized = image.resize((max(IMAGE_SIZE, round(width * scale)), max(IMAGE_SIZE, round(height * scale))),
+                           Image.BICUBIC)
+    left, top = (resized.width - IMAGE_SIZE) // 2, (resized.height - IMAGE_SIZE) // 2
+    crop = resized.crop((left, top, left + IMAGE_SIZE, top + IMAGE_SIZE))
+    pixels = (np.asarray(crop, dtype=np.float32) / np.float32(255.0)).transpose(2, 0, 1)
+    return np.ascontiguousarray((pixels - np.float32(0.5)) / np.float32(0.5))
+
+
 def squash_pixels(image: Image.Image, flip: bool = False) -> "torch.Tensor":
     """:func:`squash_array` as a torch tensor."""
     import torch
