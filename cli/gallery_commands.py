@@ -134,6 +134,8 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
         f"indexed {report.indexed}, unchanged {report.unchanged}, failed {len(report.failed)} "
         f"of {report.total} files; gallery {store.location} now holds {store.count()} images "
         f"({', '.join(report.embedders)})"
+        + (f"; {report.copied} exact copies reused (the vector of a stored photo with the same content, "
+           "not embedded again)" if report.copied else "")
     )
     if removed is not None:
         _print_removed(removed, dry_run=False)

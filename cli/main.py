@@ -21,6 +21,7 @@ COMMANDS = {
     "methods": ("pictrieve.cli.methods:methods", "List the retrieval methods (what --method accepts), their needs and settings."),
     "sync": ("pictrieve.cli.gallery_commands:sync", "Drop images whose files were deleted."),
     "info": ("pictrieve.cli.gallery_commands:info", "Show what a gallery holds."),
+    "duplicates": ("pictrieve.cli.duplicates:duplicates", "List groups of near-identical photos in a gallery."),
     "tile": ("pictrieve.cli.tile:tile", "Index tiles of every image so NEEDLE finds small objects."),
     "demo": ("pictrieve.cli.demo:demo", "Index bundled sample photos, search them, write an HTML sheet."),
     "chat": ("pictrieve.cli.chat:chat", "Find a photo by answering questions (PlugIR)."),

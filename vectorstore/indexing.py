@@ -4,8 +4,12 @@ Built to lose nothing and to decode each image once: files are hashed, decoded a
 every embedder that needs them in worker threads while the models embed the previous batch; each
 batch is written as soon as it is embedded (an interrupted run resumes where it stopped, and ids are
 path hashes, so a re-run never duplicates); unchanged files are skipped by size and modification
-time, then by content hash; unreadable files and folders are reported, not fatal. Writers to one
-embedded gallery take turns through the gallery's write lock (see :meth:`Gallery.writing`).
+time, then by content hash; unreadable files and folders are reported, not fatal. A file whose content
+(``sha256``) a stored record already has (a copy, or a file moved to a new path) gets that record's vector
+copied instead of being embedded again (:attr:`IndexReport.copied`). Each record also keeps the photo's
+perceptual hash (``phash``, :mod:`~pictrieve.tools.core.perceptual_hash`) for finding near-duplicates;
+records stored before it existed gain it on the next run (the photo is decoded, not embedded again).
+Writers to one embedded gallery take turns through the gallery's write lock (see :meth:`Gallery.writing`).
 
 :meth:`Gallery.add` runs it all in this process (:func:`index_sources`). The steps are public, so a
 run can be split across processes or machines writing to a ``chroma run`` server:
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import numpy as np
 
 from pictrieve.tools.core.images import ImageDecodeError, file_sha256, iter_image_files, load_image
+from pictrieve.tools.core.perceptual_hash import perceptual_hash
 from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metadata
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import path_id
@@ -76,6 +81,9 @@ class IndexReport:
     total: int = 0
     embedders: list[str] = field(default_factory=list)
     stopped_early: bool = False  # a time budget ran out: what was embedded is stored, a re-run does the rest
+    copied: int = 0
+    """Of ``indexed``, files whose content a stored (or earlier embedded) record has: its vector was copied,
+    not embedded again (exact copies, moved files)."""
     notes: list[str] = field(default_factory=list)
     """Metadata that was ignored (a corrupt EXIF block, a GPS of 0,0, a date in 1970): never a failure."""
 
@@ -143,9 +151,10 @@ class IndexPlan:
 def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing) -> IndexPlan:
     """Which files of ``sources`` each gallery view (one per embedder, of one database) must embed.
 
-    The skip rules of indexing: a file whose stored record has the same size and modification time is
-    unchanged (only its captions are refreshed when they changed); any other file is planned, with the
-    records there are, and :func:`prepare_file` later compares content hashes. Reads only.
+    The skip rules of indexing: a file whose stored record has the same size and modification time (and
+    the current reader's fields, ``phash`` among them) is unchanged (only its captions are refreshed when
+    they changed); any other file is planned, with the records there are, and :func:`prepare_file` later
+    compares content hashes. Reads only.
     """
     listing = sources if isinstance(sources, ImageListing) else list_images(sources)
     plan = IndexPlan(embedders=[view.embedder_name for view in views], failed=list(listing.failed),
@@ -165,7 +174,7 @@ def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing) -> I
         for view, records in zip(views, known):
             record = records.get(id_)
             if (record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns
-                    and record.get("reader") == READER_VERSION):
+                    and record.get("reader") == READER_VERSION and record.get(PHASH_KEY)):
                 wanted = caption_metadata(planned.captions)
                 if wanted and wanted.get("captions") != record.get("captions"):
                     plan.caption_updates.setdefault(view.embedder_name, []).append((id_, wanted))
@@ -250,14 +259,25 @@ class PreparedFile:
     """Per embedder whose vector must be made, the preprocessed image (``Embedder.preprocess``)."""
     touched: list[str] = field(default_factory=list)
     """Embedders whose stored vector still fits (same content hash): their metadata is refreshed."""
+    copies: dict[str, str] = field(default_factory=dict)
+    """Per embedder, the id of a stored record with the same content (an exact copy, a moved file), whose
+    vector is copied instead of embedding this file (:class:`BatchWriter` copies it)."""
     notes: list[str] = field(default_factory=list)
     """The photo's metadata that was ignored, and why (:func:`read_photo_metadata`)."""
 
 
+CopyFinder = Callable[[str, str, str], "tuple[str, dict[str, Any]] | None"]
+"""``find(embedder, sha256, id)``: a stored record of that embedder, other than ``id``, whose file had that
+content and whose vector was made upright, as ``(id, metadata)``; ``None`` when there is none."""
+
+
 def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
-                 max_pixels: int | None = None) -> PreparedFile:
-    """Hash the file, decode it once (only when some embedder needs a new vector) and preprocess it
-    for each embedder in ``planned.embedders`` (``embedders`` maps their names to models). Raises
+                 max_pixels: int | None = None, find_copy: CopyFinder | None = None) -> PreparedFile:
+    """Hash the file, decode it once (when some embedder needs a new vector, or to compute its
+    perceptual hash) and preprocess it for each embedder in ``planned.embedders`` (``embedders`` maps
+    their names to models). With ``find_copy`` (:meth:`BatchWriter.find_copy`) an embedder that has a
+    stored record of the same content copies that vector (``copies``) instead: nothing to preprocess,
+    and nothing to decode when that record holds the perceptual hash. Raises
     :class:`~pictrieve.tools.core.images.ImageDecodeError` or ``OSError`` for a file that cannot be read."""
     path = Path(planned.path)
     stat = path.stat()
@@ -274,12 +294,25 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
     prepared = PreparedFile(planned.id, planned.path, meta, notes=photo.notes)
     image = None
     for name in planned.embedders:
-        if _vector_fits(planned.stored.get(name), digest, photo.orientation):
+        stored = planned.stored.get(name)
+        if _vector_fits(stored, digest, photo.orientation):
             prepared.touched.append(name)
+            if stored and stored.get(PHASH_KEY):
+                meta.setdefault(PHASH_KEY, stored[PHASH_KEY])
+            continue
+        copy = find_copy(name, digest, planned.id) if find_copy is not None else None
+        if copy is not None:
+            prepared.copies[name] = copy[0]
+            if copy[1].get(PHASH_KEY):
+                meta.setdefault(PHASH_KEY, copy[1][PHASH_KEY])
             continue
         if image is None:
             image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
         prepared.inputs[name] = embedders[name].preprocess(image)
+    if PHASH_KEY not in meta:
+        if image is None:
+            image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
+        meta[PHASH_KEY] = perceptual_hash(image)
     meta.update(caption_metadata(planned.captions))
     return prepared
 
@@ -290,6 +323,10 @@ class BatchWriter:
     is refreshed at once (:meth:`Gallery.update_metadata`). ``views`` are gallery views, one per
     embedder, each able to embed (``view.embedder``). Use it in a ``with`` block, or call :meth:`flush`.
     ``on_embedded(n)``, when given, is called as each few images of a batch are embedded (progress).
+
+    Exact copies are not embedded twice: a file whose content a stored record has (found by
+    :func:`prepare_file` through :meth:`find_copy`, or here), or a file already queued in this run has,
+    gets that record's vector, copied in batches once the source is written. :attr:`copied` counts them.
     """
 
     def __init__(self, views: Sequence["Gallery"], batch_size: int = 32,
@@ -298,23 +335,81 @@ class BatchWriter:
         self.batch_size = max(1, int(batch_size))
         self.on_embedded = on_embedded
         self._batches: dict[str, list[tuple[str, Any, dict[str, Any]]]] = {name: [] for name in self.views}
+        self._copies: dict[str, list[tuple[str, str, dict[str, Any]]]] = {name: [] for name in self.views}
+        self._seen: dict[str, dict[str, str]] = {name: {} for name in self.views}
+        """Per embedder, content hash -> id of a file this run embeds or copies."""
+        self.copied = 0
+
+    def find_copy(self, embedder: str, digest: str, id_: str) -> tuple[str, dict[str, Any]] | None:
+        """A stored record of ``embedder`` other than ``id_`` whose file had content ``digest`` and whose vector
+        was made upright (it has ``reader``), as ``(id, metadata)`` (a :data:`CopyFinder`; reads only)."""
+        view = self.views[embedder]
+        collection = view._get_collection(create=False)
+        if collection is None:
+            return None
+        found = collection.get(where={"$and": [{"sha256": digest}, {"reader": {"$gte": 1}}]}, limit=2,
+                               include=["metadatas"])
+        for other, meta in zip(found["ids"], found["metadatas"]):
+            if other != id_:
+                return other, dict(meta or {})
+        return None
 
     def add(self, prepared: PreparedFile) -> bool:
-        """Queue one file; ``True`` when some embedder embeds it (``False``: metadata refresh only)."""
+        """Queue one file; ``True`` when some embedder stores a new vector for it, embedded or copied
+        (``False``: metadata refresh only)."""
         for name in prepared.touched:  # same content: refresh metadata (mtime) only
             self.views[name].update_metadata([prepared.id], [dict(prepared.metadata)])
+        digest = prepared.metadata.get("sha256")
+        copied = False
+        for name, source in prepared.copies.items():
+            self._queue_copy(name, prepared.id, source, prepared.metadata)
+            copied = True
         for name, tensor in prepared.inputs.items():
+            source = self._seen[name].get(digest) if digest else None
+            if source is not None and source != prepared.id:  # the same content earlier in this run
+                self._queue_copy(name, prepared.id, source, prepared.metadata)
+                copied = True
+                continue
+            if digest:
+                self._seen[name][digest] = prepared.id
             batch = self._batches[name]
             batch.append((prepared.id, tensor, dict(prepared.metadata)))
             if len(batch) >= self.batch_size:
                 self._write(name)
-        return bool(prepared.inputs)
+        embedded = any(self._seen[name].get(digest) == prepared.id for name in prepared.inputs) if digest \
+            else bool(prepared.inputs)
+        if copied and not embedded:
+            self.copied += 1
+        return copied or embedded
+
+    def _queue_copy(self, name: str, id_: str, source: str, metadata: dict[str, Any]) -> None:
+        queue = self._copies[name]
+        queue.append((id_, source, dict(metadata)))
+        if len(queue) >= self.batch_size:
+            self._write_copies(name)
+
+    def _write_copies(self, name: str) -> None:
+        """Store the queued copies of ``name``: their sources' vectors, read back from the store (a source
+        still waiting in this run's batch is embedded and written first)."""
+        queue, self._copies[name] = self._copies[name], []
+        if not queue:
+            return
+        waiting = {id_ for id_, _, _ in self._batches[name]}
+        if any(source in waiting for _, source, _ in queue):
+            self._write(name)
+        view = self.views[name]
+        sources = list(dict.fromkeys(source for _, source, _ in queue))
+        vectors = dict(zip(sources, view.embeddings(sources)))
+        view.upsert([id_ for id_, _, _ in queue], np.stack([vectors[source] for _, source, _ in queue]),
+                    [meta for _, _, meta in queue])
 
     def flush(self) -> None:
-        """Embed and write every batch still queued."""
+        """Embed and write every batch still queued, then the copies."""
         for name, batch in self._batches.items():
             if batch:
                 self._write(name)
+        for name in self._copies:
+            self._write_copies(name)
 
     def _write(self, name: str) -> None:
         view, batch = self.views[name], self._batches[name]
@@ -367,7 +462,8 @@ def _embed_and_write(
 
     writer = BatchWriter(targets, batch_size, on_embedded=show_embedded if progress else None)
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
-        prepare = functools.partial(prepare_file, embedders=embedders, max_pixels=max_pixels)
+        prepare = functools.partial(prepare_file, embedders=embedders, max_pixels=max_pixels,
+                                    find_copy=writer.find_copy)
         for seen, (planned, prepared) in enumerate(_prefetch(pool, todo, prepare, window=4 * batch_size), 1):
             bar.update(1)
             if isinstance(prepared, FailedImage):
@@ -384,6 +480,7 @@ def _embed_and_write(
                     report.stopped_early = True
                     break
         writer.flush()
+    report.copied += writer.copied
     bar.close()
 
 
@@ -427,6 +524,10 @@ def _vector_fits(record: Mapping[str, Any] | None, digest: str, orientation: int
     if not record or record.get("sha256") != digest:
         return False
     return record.get("reader") is not None or orientation == 1
+
+
+PHASH_KEY = "phash"
+"""The record field holding the photo's perceptual hash (:func:`~pictrieve.tools.core.perceptual_hash.perceptual_hash`)."""
 
 
 def caption_metadata(captions: list[str]) -> dict[str, Any]:

@@ -1,0 +1,129 @@
+"""Near-duplicates and exact copies (issue 30, item 6): the perceptual hash stored at index time, copies whose
+vector is reused instead of embedded again, `pictrieve duplicates`, and search collapsing a group to one hit.
+Photos are real flickr8k-dev photos and copies of them made here (resized, recompressed, cropped a little,
+stored sideways with EXIF Orientation 6); galleries are real Chroma."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from helpers import FLICKR8K_DEV
+from helpers.cli import run
+
+from pictrieve.evaluation.near_duplicates import COPY_KINDS, write_copies
+from pictrieve.tools.core.images import load_image
+from pictrieve.tools.core.perceptual_hash import hamming, perceptual_hash
+from pictrieve.vectorstore.chroma_store import path_id
+from pictrieve.vectorstore.duplicates import DEFAULT_MAX_DISTANCE, candidate_pairs, popcount
+from pictrieve.vectorstore.gallery import Gallery
+
+
+@pytest.fixture(scope="module")
+def dev_photos():
+    """Four flickr8k-dev photos (skips when the folder is absent)."""
+    photos = sorted((FLICKR8K_DEV / "images").glob("*.jpg"))[:4]
+    if len(photos) < 4:
+        pytest.skip(f"flickr8k-dev not found at {FLICKR8K_DEV} (set PICTRIEVE_FLICKR8K_DEV)")
+    return photos
+
+
+def _embedding_calls(embedder, monkeypatch) -> list[int]:
+    """Count the images ``embedder`` embeds from now on."""
+    calls: list[int] = []
+    real = embedder.embed_preprocessed
+
+    def counted(batch):
+        calls.append(len(batch))
+        return real(batch)
+
+    monkeypatch.setattr(embedder, "embed_preprocessed", counted)
+    return calls
+
+
+def test_copies_hash_close_to_their_original_and_unrelated_photos_far(tmp_path, dev_photos):
+    original, *others = dev_photos
+    copies = write_copies(original, tmp_path)
+    base = perceptual_hash(load_image(original))
+    for kind, path in copies.items():
+        assert hamming(base, perceptual_hash(load_image(path))) <= DEFAULT_MAX_DISTANCE, kind
+    for other in others:
+        assert hamming(base, perceptual_hash(load_image(other))) > DEFAULT_MAX_DISTANCE + 4
+    # the rotated copy is stored sideways: hashed as stored, it would be far from the original
+    from PIL import Image
+    with Image.open(copies["rotated"]) as sideways:
+        assert hamming(base, perceptual_hash(sideways.convert("RGB"))) > DEFAULT_MAX_DISTANCE
+
+
+def test_candidate_pairs_match_comparing_every_pair():
+    rng = np.random.default_rng(7)
+    hashes = rng.integers(0, 2**63, 400, dtype=np.int64).astype(np.uint64) * np.uint64(2)
+    for k in range(0, 200, 2):  # plant pairs 0..12 bits apart, and a run of identical hashes
+        flips = rng.choice(64, int(rng.integers(0, 13)), replace=False)
+        hashes[k + 1] = hashes[k] ^ np.uint64(sum(1 << int(f) for f in flips))
+    hashes[300:310] = hashes[0]
+    every = popcount(hashes[:, None] ^ hashes[None, :])
+    for distance in (0, 4, 10, 11):
+        i, j, d = candidate_pairs(hashes, distance)
+        want_i, want_j = np.nonzero(np.triu(every <= distance, 1))
+        assert set(zip(i.tolist(), j.tolist())) == set(zip(want_i.tolist(), want_j.tolist()))
+        assert (d <= distance).all()
+
+
+def test_index_stores_the_hash_and_older_records_gain_it_without_embedding(tmp_path, dev_photos, tiny_clip_embedder,
+                                                                           monkeypatch):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for photo in dev_photos[:3]:
+        shutil.copy(photo, folder / photo.name)
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(folder, progress=False)
+    ids = [path_id(folder / photo.name) for photo in dev_photos[:3]]
+    stored = gallery.metadata_of(ids)
+    assert all(stored[id_]["phash"] == perceptual_hash(load_image(folder / p.name)) for id_, p in zip(ids, dev_photos))
+    # a gallery indexed before hashes were stored: the same records without `phash`
+    vectors = gallery.embeddings(ids)
+    older = [{k: v for k, v in stored[id_].items() if k != "phash"} for id_ in ids]
+    gallery.collection.delete(ids=ids)  # (an upsert would merge the old keys in)
+    gallery.collection.add(ids=ids, embeddings=vectors, metadatas=older)
+    assert not any("phash" in meta for meta in gallery.metadata_of(ids).values())
+    calls = _embedding_calls(tiny_clip_embedder, monkeypatch)
+    report = gallery.add(folder, progress=False)
+    assert (report.indexed, report.unchanged, calls) == (0, 3, [])
+    assert {id_: meta["phash"] for id_, meta in gallery.metadata_of(ids).items()} == \
+        {id_: stored[id_]["phash"] for id_ in ids}
+    np.testing.assert_allclose(gallery.embeddings(ids), vectors)
+
+
+def test_exact_copies_and_moved_files_reuse_the_stored_vector(tmp_path, dev_photos, tiny_clip_embedder,
+                                                              tiny_clip_name, monkeypatch):
+    first, second = tmp_path / "photos" / "a", tmp_path / "photos" / "b"
+    first.mkdir(parents=True)
+    for photo in dev_photos[:2]:
+        shutil.copy(photo, first / photo.name)
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(first, progress=False)
+    # a later folder: a copy of a stored photo, a moved one (new path, same bytes), and two new identical files
+    second.mkdir()
+    shutil.copy(first / dev_photos[0].name, second / "copy.jpg")
+    os.rename(first / dev_photos[1].name, second / "moved.jpg")
+    shutil.copy(dev_photos[2], second / "new.jpg")
+    shutil.copy(dev_photos[2], second / "new-again.jpg")
+    calls = _embedding_calls(tiny_clip_embedder, monkeypatch)
+    report = gallery.add(second, progress=False)
+    assert (report.indexed, report.copied, sum(calls)) == (4, 3, 1)  # only one of the new pair is embedded
+    vectors = dict(zip(["copy", "moved", "new", "new-again"],
+                       gallery.embeddings([path_id(second / f"{n}.jpg") for n in ("copy", "moved", "new", "new-again")])))
+    np.testing.assert_allclose(vectors["copy"], gallery.embeddings([path_id(first / dev_photos[0].name)])[0])
+    np.testing.assert_allclose(vectors["new"], vectors["new-again"])
+    copied = gallery.metadata_of([path_id(second / "copy.jpg")])[path_id(second / "copy.jpg")]
+    assert copied["path"] == str(second / "copy.jpg") and copied["phash"]
+    # the command says so
+    shutil.copy(dev_photos[3], second / "fourth.jpg")
+    shutil.copy(dev_photos[3], tmp_path / "photos" / "fourth-copy.jpg")
+    result = run("index", str(tmp_path / "photos"), "--gallery", str(tmp_path / "g"), "-e", tiny_clip_name)
+    assert result.returncode == 0, result.stderr
+    assert "indexed 2," in result.stdout and "1 exact copies reused" in result.stdout, result.stdout

@@ -1,0 +1,200 @@
+"""Near-duplicate photos: groups of near-identical pictures (copies resized, recompressed, cropped a little, turned).
+
+Two stored photos are near-duplicates when their perceptual hashes (``phash``, stored on each record at index
+time, :mod:`~pictrieve.tools.core.perceptual_hash`) differ in at most ``max_distance`` of 64 bits **and** their
+embeddings' cosine similarity is at least ``min_cosine``: the hash finds candidates cheaply, the embedding
+confirms them (a hash alone pairs some unrelated photos of similar layout; an embedding alone pairs photos of
+one scene taken seconds apart). Groups are the connected pairs.
+
+Candidates are found without comparing every pair (:func:`candidate_pairs`, multi-index hashing): the 64 bits
+are cut in four 16-bit bands; two hashes within ``d`` bits agree within ``d // 4`` bits on some band, so each
+band's values are tabled once and every hash looks up its band's neighbours within that many bits (137
+look-ups for ``d`` up to 11), all in numpy. Only candidate pairs' vectors are read. The defaults were chosen
+on flickr8k-train with synthetic copies (``benchmarks/near_duplicates.py``; BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from pictrieve.tools.core.perceptual_hash import hash_to_int
+from pictrieve.vectorstore.indexing import PHASH_KEY
+
+if TYPE_CHECKING:
+    from pictrieve.vectorstore.gallery import Gallery
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_DISTANCE = 10
+"""Hash bits two near-duplicates may differ in (a 5% crop moves up to 10 of 64; unrelated photos about 32)."""
+DEFAULT_MIN_COSINE = 0.9
+"""Embedding cosine two near-duplicates reach at least (chosen for the offline embedder on flickr8k-train)."""
+BANDS = 4
+BAND_BITS = 64 // BANDS
+
+
+@dataclass
+class DuplicateGroup:
+    """Near-identical photos: ``ids``/``paths`` (the one to keep first: the most pixels, then the largest file),
+    and the weakest link that joined them (``min_cosine``, ``max_distance`` in hash bits)."""
+
+    ids: list[str]
+    paths: list[str]
+    min_cosine: float
+    max_distance: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DuplicatesReport:
+    """What :func:`find_duplicates` found: the ``groups`` (largest first), how many records were compared, and
+    how many had no perceptual hash yet (indexed before it existed: the next ``index`` adds it)."""
+
+    groups: list[DuplicateGroup] = field(default_factory=list)
+    compared: int = 0
+    unhashed: int = 0
+    max_distance: int = DEFAULT_MAX_DISTANCE
+    min_cosine: float = DEFAULT_MIN_COSINE
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def popcount(values: np.ndarray) -> np.ndarray:
+    """Set bits of each unsigned 64-bit value."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(values).astype(np.int64)
+    as_bytes = values.astype(np.uint64).view(np.uint8).reshape(-1, 8)  # numpy < 2
+    return _BYTE_BITS[as_bytes].sum(axis=1).astype(np.int64)
+
+
+_BYTE_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+
+
+def _band_masks(radius: int) -> np.ndarray:
+    """Every 16-bit value with at most ``radius`` bits set (the flips a band look-up tries)."""
+    masks = [0]
+    for bits in range(1, radius + 1):
+        masks += [sum(1 << b for b in chosen) for chosen in itertools.combinations(range(BAND_BITS), bits)]
+    return np.array(masks, dtype=np.int64)
+
+
+def candidate_pairs(hashes: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair ``i < j`` of ``hashes`` (unsigned 64-bit) within ``max_distance`` bits, as arrays ``(i, j,
+    distance)``, without comparing all pairs (see the module docstring)."""
+    hashes = np.asarray(hashes, dtype=np.uint64)
+    n = len(hashes)
+    empty = np.zeros(0, dtype=np.int64)
+    if n < 2:
+        return empty, empty, empty
+    masks = _band_masks(max(0, int(max_distance)) // BANDS)
+    found: list[np.ndarray] = []
+    for band in range(BANDS):
+        values = ((hashes >> np.uint64(band * BAND_BITS)) & np.uint64(0xFFFF)).astype(np.int64)
+        order = np.argsort(values, kind="stable")
+        per_value = np.bincount(values, minlength=1 << BAND_BITS)  # a direct table: value -> its run in `order`
+        first = np.cumsum(per_value) - per_value
+        for mask in masks:
+            probe = values ^ mask
+            counts = per_value[probe]
+            rows = np.flatnonzero(counts)
+            if not len(rows):
+                continue
+            sizes = counts[rows]
+            starts = np.repeat(first[probe[rows]] - np.cumsum(sizes) + sizes, sizes)
+            cols = order[starts + np.arange(int(sizes.sum()))]
+            rows = np.repeat(rows, sizes)
+            keep = rows < cols
+            rows, cols = rows[keep], cols[keep]
+            close = popcount(hashes[rows] ^ hashes[cols]) <= max_distance
+            found.append(rows[close] * n + cols[close])
+    if not found:
+        return empty, empty, empty
+    keys = np.unique(np.concatenate(found))
+    i, j = keys // n, keys % n
+    return i, j, popcount(hashes[i] ^ hashes[j])
+
+
+def _components(n: int, pairs: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """Connected groups (of two or more) of ``n`` items joined by ``pairs`` (union-find)."""
+    parent = list(range(n))
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for x in range(n):
+        groups.setdefault(root(x), []).append(x)
+    return [members for members in groups.values() if len(members) > 1]
+
+
+def confirmed_groups(hashes: Sequence[str | None], vectors: np.ndarray | None = None, *,
+                     max_distance: int = DEFAULT_MAX_DISTANCE, min_cosine: float = DEFAULT_MIN_COSINE,
+                     vector_of: Any = None) -> list[tuple[list[int], float, int]]:
+    """Groups of indices into ``hashes`` whose pairs are within ``max_distance`` bits and ``min_cosine``
+    (``vectors``: unit rows aligned with ``hashes``, or ``vector_of(indices)`` giving those rows on demand).
+    Entries without a hash join nothing. Each group comes with its weakest cosine and largest distance."""
+    known = [k for k, value in enumerate(hashes) if value]
+    if len(known) < 2:
+        return []
+    as_ints = np.array([hash_to_int(hashes[k]) for k in known], dtype=np.uint64)
+    i, j, dist = candidate_pairs(as_ints, max_distance)
+    if not len(i):
+        return []
+    i, j = np.asarray(known)[i], np.asarray(known)[j]
+    involved = np.unique(np.concatenate([i, j]))
+    rows = vectors[involved] if vectors is not None else np.asarray(vector_of(involved.tolist()), dtype=np.float32)
+    position = {int(k): p for p, k in enumerate(involved)}
+    a = rows[[position[int(k)] for k in i]]
+    b = rows[[position[int(k)] for k in j]]
+    cosine = np.einsum("ij,ij->i", a, b) / np.maximum(
+        np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+    ok = cosine >= min_cosine
+    links = {(int(x), int(y)): (float(c), int(d)) for x, y, c, d, good in zip(i, j, cosine, dist, ok) if good}
+    out = []
+    for members in _components(len(hashes), list(links)):
+        inside = [link for pair, link in links.items() if pair[0] in set(members)]
+        out.append((members, min(c for c, _ in inside), max(d for _, d in inside)))
+    return out
+
+
+def find_duplicates(gallery: "Gallery", *, max_distance: int = DEFAULT_MAX_DISTANCE,
+                    min_cosine: float = DEFAULT_MIN_COSINE) -> DuplicatesReport:
+    """The groups of near-identical photos in ``gallery`` (its embedder's collection confirms them)."""
+    ids: list[str] = []
+    hashes: list[str | None] = []
+    metas: list[dict[str, Any]] = []
+    for item in gallery.items():
+        ids.append(item.id)
+        hashes.append(item.metadata.get(PHASH_KEY) or None)
+        metas.append(item.metadata)
+    report = DuplicatesReport(compared=sum(1 for value in hashes if value),
+                              unhashed=sum(1 for value in hashes if not value),
+                              max_distance=int(max_distance), min_cosine=float(min_cosine))
+    found = confirmed_groups(hashes, max_distance=max_distance, min_cosine=min_cosine,
+                             vector_of=lambda rows: gallery.embeddings([ids[r] for r in rows]))
+    for members, weakest, farthest in found:
+        members.sort(key=lambda k: (-_pixels(metas[k]), -int(metas[k].get("size") or 0), str(metas[k].get("path"))))
+        report.groups.append(DuplicateGroup(ids=[ids[k] for k in members],
+                                            paths=[str(metas[k].get("path", "")) for k in members],
+                                            min_cosine=round(weakest, 4), max_distance=farthest))
+    report.groups.sort(key=lambda group: (-len(group.ids), group.paths[0]))
+    return report
+
+
+def _pixels(meta: dict[str, Any]) -> int:
+    return int(meta.get("width") or 0) * int(meta.get("height") or 0)
