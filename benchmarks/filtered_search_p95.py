@@ -157,7 +157,7 @@ def build(store: Path, records: Records) -> tuple[Any, float]:
 
 def filters_for(records: Records, rng: np.random.Generator) -> dict[str, tuple[Any, np.ndarray]]:
     """One filter of each kind (a :class:`PhotoFilter`) and the mask of records that pass it."""
-    from pictrieve.vectorstore.photo_filter import PhotoFilter, distance_km
+    from pictrieve.vectorstore.photo_filter import EARTH_RADIUS_KM, PhotoFilter
 
     year = int(rng.integers(START.year, START.year + YEARS))
     month = int(rng.integers(1, 13))
@@ -174,8 +174,9 @@ def filters_for(records: Records, rng: np.random.Generator) -> dict[str, tuple[A
     folder = f"/photos/{year}/{year}-{month:02d}"
     near = (CITIES[city][3], CITIES[city][4])
     with_pos = records.city >= 0
-    dists = np.array([distance_km(near, (float(a), float(b))) if ok else 1e9
-                      for a, b, ok in zip(records.lat, records.lon, with_pos)])
+    lat1, lon1, lat2, lon2 = np.radians(near[0]), np.radians(near[1]), np.radians(records.lat), np.radians(records.lon)
+    h = np.sin((lat2 - lat1) / 2) ** 2 + np.cos(lat1) * np.cos(lat2) * np.sin((lon2 - lon1) / 2) ** 2
+    dists = np.where(with_pos, 2 * EARTH_RADIUS_KM * np.arcsin(np.minimum(1.0, np.sqrt(h))), 1e9)  # as distance_km
     return {
         "none": (None, np.ones(len(records.ts), bool)),
         "date_month": (PhotoFilter(after=m_start, before=m_end), in_range(m_start, m_end)),

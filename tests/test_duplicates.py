@@ -127,3 +127,25 @@ def test_exact_copies_and_moved_files_reuse_the_stored_vector(tmp_path, dev_phot
     result = run("index", str(tmp_path / "photos"), "--gallery", str(tmp_path / "g"), "-e", tiny_clip_name)
     assert result.returncode == 0, result.stderr
     assert "indexed 2," in result.stdout and "1 exact copies reused" in result.stdout, result.stdout
+
+
+def test_duplicates_command_lists_each_photo_with_its_copies(tmp_path, dev_photos, tiny_clip_name):
+    photos = tmp_path / "photos"
+    for photo in dev_photos[:3]:
+        photos.mkdir(exist_ok=True)
+        shutil.copy(photo, photos / photo.name)
+    copies = write_copies(dev_photos[0], photos / "copies")
+    gallery = str(tmp_path / "g")
+    assert run("index", str(photos), "--gallery", gallery, "-e", tiny_clip_name).returncode == 0
+    result = run("duplicates", "--gallery", gallery, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["compared"] == 7 and report["unhashed"] == 0
+    assert [sorted(group["paths"]) for group in report["groups"]] == \
+        [sorted([str(photos / dev_photos[0].name), *(str(copies[kind]) for kind in COPY_KINDS)])]
+    # the most pixels first, then the largest file: the original or its sideways copy (same pixels, quality 90)
+    assert report["groups"][0]["paths"][0] in (str(photos / dev_photos[0].name), str(copies["rotated"]))
+    text = run("duplicates", "--gallery", gallery)
+    assert text.stdout.startswith("1 groups of near-identical photos (4 copies) among 7 photos"), text.stdout
+    refused = run("duplicates", "--gallery", str(tmp_path / "nothing"))
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr

@@ -417,6 +417,20 @@ class Gallery:
                          if photo_filter is None or photo_filter.accepts(meta or {}))
         return found
 
+    def find_content(self, sha256: str, *, other_than: str | None = None) -> tuple[str, dict[str, Any]] | None:
+        """A stored record (not ``other_than``) whose file had content ``sha256`` and whose vector was made upright
+        (it has ``reader``), as ``(id, metadata)``; ``None`` when there is none. Exact copies and moved files
+        reuse its vector (:class:`~pictrieve.vectorstore.indexing.BatchWriter`)."""
+        collection = self._get_collection(create=False)
+        if collection is None:
+            return None
+        found = collection.get(where={"$and": [{"sha256": sha256}, {"reader": {"$gte": 1}}]}, limit=2,
+                               include=["metadatas"])
+        for other, meta in zip(found["ids"], found["metadatas"]):
+            if other != other_than:
+                return other, dict(meta or {})
+        return None
+
     # ------------------------------------------------------------------ searching
 
     def search_text(self, query: str, k: int = 10, where: Where = None, *,

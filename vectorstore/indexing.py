@@ -343,16 +343,7 @@ class BatchWriter:
     def find_copy(self, embedder: str, digest: str, id_: str) -> tuple[str, dict[str, Any]] | None:
         """A stored record of ``embedder`` other than ``id_`` whose file had content ``digest`` and whose vector
         was made upright (it has ``reader``), as ``(id, metadata)`` (a :data:`CopyFinder`; reads only)."""
-        view = self.views[embedder]
-        collection = view._get_collection(create=False)
-        if collection is None:
-            return None
-        found = collection.get(where={"$and": [{"sha256": digest}, {"reader": {"$gte": 1}}]}, limit=2,
-                               include=["metadatas"])
-        for other, meta in zip(found["ids"], found["metadatas"]):
-            if other != id_:
-                return other, dict(meta or {})
-        return None
+        return self.views[embedder].find_content(digest, other_than=id_)
 
     def add(self, prepared: PreparedFile) -> bool:
         """Queue one file; ``True`` when some embedder stores a new vector for it, embedded or copied
