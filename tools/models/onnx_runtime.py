@@ -14,7 +14,9 @@ weights, how to build the torch module and example inputs) and asks :func:`try_o
 - later calls, in any process, only open that file: neither torch nor the model's Python code is
   imported, which is most of a cold start;
 - ``quantize="int8"`` adds a dynamically quantised copy (weights int8, activations quantised per
-  call; ``onnxruntime.quantization``), cached beside it;
+  call; ``onnxruntime.quantization``), cached beside it. It suits models whose time goes to matrix
+  products (transformer towers); on a convolutional network it runs ``ConvInteger``, which measured
+  slower than fp32 and far less faithful on EfficientNet-Lite0 (``BENCHMARKS.md``): measure first;
 - anything failing (no ``onnx`` package, an unwritable cache, an operator the exporter refuses, outputs
   that differ) is logged as one warning line and :func:`try_onnx_model` returns ``None``: the caller
   runs torch, as before.
@@ -34,7 +36,7 @@ import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
@@ -286,19 +288,25 @@ def _quantize_int8(source: Path, target: Path) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:
         raise OnnxExportError(f"int8 quantisation needs the onnx package: pip install 'pictrieve[onnx]' ({exc})") from exc
+    quiet = _QuietQuantizer()
+    logging.getLogger().addFilter(quiet)  # it logs pages of advice through the root logger
     try:
         quantize_dynamic(str(source), str(target), weight_type=QuantType.QUInt8)
     except Exception as exc:  # noqa: BLE001
         raise OnnxExportError(f"int8 quantisation of {source.name} failed: {_first_line(exc)}") from exc
+    finally:
+        logging.getLogger().removeFilter(quiet)
+
+
+class _QuietQuantizer(logging.Filter):
+    """Drops what ``onnxruntime.quantization`` logs below ERROR through the root logger (advice and shape
+    notes, dozens of lines per model); everything else passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or "onnxruntime" not in record.pathname
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     line = text[0] if text else type(exc).__name__
     return line if len(line) <= 300 else line[:297] + "..."
-
-
-def runtime_summary(models: Sequence[OnnxModel | None]) -> str:
-    """``"onnx (2 threads)"`` or ``"torch"``: for logs and benchmark rows."""
-    live = [m for m in models if m is not None]
-    return f"onnx ({live[0].threads} threads)" if live else "torch"
