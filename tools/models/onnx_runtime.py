@@ -27,6 +27,7 @@ Which runtime runs is :func:`choose_runtime`: ``--runtime``/``$PICTRIEVE_RUNTIME
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -36,7 +37,7 @@ import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -266,7 +267,7 @@ def _export(export: OnnxExport, target: Path) -> None:
         expected = module(*inputs)
     expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _exporter_log_off():
             warnings.simplefilter("ignore")  # the exporter's deprecation and tracer warnings
             torch.onnx.export(
                 module, inputs, str(target), dynamo=False, opset_version=export.opset,
@@ -280,6 +281,30 @@ def _export(export: OnnxExport, target: Path) -> None:
     if len(got) != len(expected) or not worst <= export.atol:
         raise OnnxExportError(f"the ONNX export of {export.name} differs from torch by {worst:.2g} "
                               f"(more than {export.atol:g}); not using it")
+
+
+@contextlib.contextmanager
+def _exporter_log_off() -> Iterator[None]:
+    """Keep the TorchScript exporter's C++ log off while it runs.
+
+    Its ``setup_onnx_logging`` tests the *function* ``_jit_is_onnx_log_enabled`` for truth (torch 2.9-2.14), so
+    the log is always on, and an operator it refuses prints the whole graph to **stdout**, where ``--json``
+    output and an MCP server's stdio protocol go. The failure is reported in one log line instead.
+    """
+    try:
+        from torch.onnx._internal.torchscript_exporter import utils
+    except ImportError:  # another torch: nothing to correct
+        yield
+        return
+    original = getattr(utils, "setup_onnx_logging", None)
+    if original is None:
+        yield
+        return
+    utils.setup_onnx_logging = lambda verbose: contextlib.nullcontext()
+    try:
+        yield
+    finally:
+        utils.setup_onnx_logging = original
 
 
 def _quantize_int8(source: Path, target: Path) -> None:
