@@ -128,3 +128,47 @@ def test_fetch_models_best_effort_reports_an_unreachable_model_and_exits_0(tmp_p
     assert lenient.exit_code == 0, lenient.output
     assert "demo-asset: not fetched: " in lenient.output and "network is unreachable" in lenient.output
     assert "not ready: no GGUF file" in lenient.output
+
+
+def test_file_digests_are_remembered_across_processes_and_never_stale(tmp_path, monkeypatch):
+    """files_fingerprint keys the model caches by content; a new process no longer reads MiniLM's 90 MB to
+    get it: each file's digest is kept with the file's identity, and any change to the file is read again."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from pictrieve.tools.core import pypi_assets
+    from pictrieve.tools.core.pypi_assets import FILE_DIGESTS, file_sha256_remembered, files_fingerprint
+
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(pypi_assets, "_digests", None)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"a" * 3000)
+    (model / "config.json").write_text("{}")
+    first = files_fingerprint(model)
+    remembered = json.loads((tmp_path / "cache" / FILE_DIGESTS).read_text())
+    assert remembered[str((model / "weights.bin").resolve())][-1] == hashlib.sha256(b"a" * 3000).hexdigest()
+    # A new process reads the remembered digests, not the files (opening weights.bin fails there).
+    code = ("import pathlib\n"
+            "opened = pathlib.Path.open\n"
+            "def refuse(self, *args, **kwargs):\n"
+            "    assert self.name != 'weights.bin', 'weights.bin was read again'\n"
+            "    return opened(self, *args, **kwargs)\n"
+            "pathlib.Path.open = refuse\n"
+            "from pictrieve.tools.core.pypi_assets import files_fingerprint\n"
+            f"print(files_fingerprint({str(model)!r}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PICTRIEVE_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0 and done.stdout.strip() == first, done.stderr
+    # Same size, same modification time, other content: the change time differs, so it is read again.
+    stat = (model / "weights.bin").stat()
+    (model / "weights.bin").write_bytes(b"b" * 3000)
+    os.utime(model / "weights.bin", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert file_sha256_remembered(model / "weights.bin") == hashlib.sha256(b"b" * 3000).hexdigest()
+    assert files_fingerprint(model) != first
+    # A damaged memo is ignored, not trusted.
+    (tmp_path / "cache" / FILE_DIGESTS).write_text("not json")
+    monkeypatch.setattr(pypi_assets, "_digests", None)
+    assert file_sha256_remembered(model / "config.json") == hashlib.sha256(b"{}").hexdigest()
