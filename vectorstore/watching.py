@@ -19,7 +19,9 @@ then follows the folders' changes in batches:
 
 Events come from ``watchdog``: inotify on Linux (FSEvents, kqueue, ReadDirectoryChangesW elsewhere), its
 polling observer where the native one cannot start (inotify's watch limit, some network file systems) or
-when asked (``poll``). Events only say where to look: every batch compares the files with the stored
+when asked (``poll``). Polling alone was measured and not kept as the default: it stats every file each pass, 1.7 CPU
+seconds a minute for 6,215 photos at a 2 s interval (about 45% of a core at 100k), where inotify costs nothing until
+a file changes (BENCHMARKS.md, ``benchmarks/watch_cost.py``). Events only say where to look: every batch compares the files with the stored
 records, so a missed or repeated event costs at most a look, and the catch-up at start repairs anything
 that happened while nothing watched.
 
@@ -372,7 +374,7 @@ class FolderWatch:
         self._gone: dict[str, float] = {}
         self._dirs_new: dict[str, float] = {}
         self._dirs_gone: dict[str, float] = {}
-        self._looked: dict[str, tuple[int, int, float]] = {}  # path -> (size, mtime_ns, when), for settling
+        self._looked: dict[str, tuple[int, int, float]] = {}  # path -> (size, mtime_ns, since when), settling
         self._last_event = 0.0
         self._lost: set[Path] = set()
         self._observer: Any = None
@@ -500,12 +502,26 @@ class FolderWatch:
             return
         if is_image_path(file):
             self._changed[path] = now
+            self._look(path, now)
         elif file.name == "captions.jsonl":
             self._dirs_new[str(file.parent)] = now  # its folder's captions: look at the folder's photos
         elif file.suffix.lower() == ".txt":  # a photo's NAME.txt captions
             for sibling in file.parent.glob(glob_escape(file.stem) + ".*"):
                 if is_image_path(sibling):
                     self._changed[str(sibling)] = now
+
+    def _look(self, path: str, now: float) -> None:
+        """Note a changed file's size and modification time as of its event (called holding the lock): it is
+        ready once they stay the same for ``settle`` seconds, so a copy waits ``settle`` after its last write,
+        not ``quiet`` and then ``settle``."""
+        try:
+            stat = os.stat(path)
+        except OSError:
+            self._looked.pop(path, None)
+            return
+        seen = (stat.st_size, stat.st_mtime_ns)
+        if self._looked.get(path, (None, None))[:2] != seen:  # unchanged since the last look: still since then
+            self._looked[path] = (*seen, now)
 
     def _take(self) -> tuple[list[Path], list[str]] | None:
         """What is due, or ``None``. Nothing until the folders were quiet for ``quiet`` seconds and every changed
@@ -547,26 +563,25 @@ class FolderWatch:
 
     def _settled(self, now: float) -> tuple[list[Path], bool]:
         """The changed files that stood still for ``settle`` seconds (and those gone again since: their paths
-        are looked at as gone ones), and whether others are still changing or waiting for their second look."""
+        are looked at as gone ones), and whether others are still changing or waiting to be looked at again."""
         ready: list[Path] = []
         settling = False
         with self._lock:
-            waiting = list(self._changed)
-        for path in waiting:
-            try:
-                stat = os.stat(path)
-            except OSError:  # gone again (a temporary file renamed away, a deleted file): its path is looked at
-                ready.append(Path(path))
-                continue
-            seen = (stat.st_size, stat.st_mtime_ns)
-            looked = self._looked.get(path)
-            if looked is None or looked[:2] != seen:
-                self._looked[path] = (*seen, now)
-                settling = True
-            elif now - looked[2] >= self.settle:
-                ready.append(Path(path))
-            else:
-                settling = True
+            for path in list(self._changed):
+                try:
+                    stat = os.stat(path)
+                except OSError:  # gone again (a temporary file renamed away, a deleted file)
+                    ready.append(Path(path))
+                    continue
+                seen = (stat.st_size, stat.st_mtime_ns)
+                looked = self._looked.get(path)
+                if looked is None or looked[:2] != seen:
+                    self._looked[path] = (*seen, now)
+                    settling = True
+                elif now - looked[2] >= self.settle:
+                    ready.append(Path(path))
+                else:
+                    settling = True
         return ready, settling
 
     # ------------------------------------------------------------------ watched folders coming and going
