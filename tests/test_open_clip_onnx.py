@@ -1,0 +1,122 @@
+"""open_clip image towers on ONNX Runtime (issue 31): exported at first use with the real exporter, cached by the
+model's fingerprint, the same vectors as torch to 1e-4, torch with one warning line when the export cannot be
+made, int8 only when asked. The tiny random CLIP of tests/data stands in for ViT-B-32 (same code path)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from helpers import make_photo
+
+pytest.importorskip("onnx", reason="exporting needs the onnx package (pip install 'pictrieve[onnx]')")
+
+from pictrieve.tools.models.embedders import open_clip as open_clip_embedders  # noqa: E402
+from pictrieve.tools.models.embedders.factory import create_embedder  # noqa: E402
+from pictrieve.tools.models.onnx_runtime import QUANTIZE_ENV, RUNTIME_ENV  # noqa: E402
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(folder))
+    monkeypatch.delenv(QUANTIZE_ENV, raising=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("onnx-clip-photos")
+    return [Image.open(make_photo(folder / f"p{i}.png", seed=i, size=(64, 48))).convert("RGB") for i in range(6)]
+
+
+def exports(cache):
+    return sorted((cache / "onnx").glob("*.onnx")) if (cache / "onnx").is_dir() else []
+
+
+def test_onnx_vectors_equal_torchs_and_the_export_is_reused(cache, tiny_clip_name, photos, monkeypatch, caplog):
+    embedder = create_embedder(tiny_clip_name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    assert embedder.image_runtime is None
+    on_torch = embedder.embed_images(photos)
+    monkeypatch.setenv(RUNTIME_ENV, "auto")  # the default on a CPU: ONNX Runtime, as measured
+    with caplog.at_level(logging.INFO, logger="pictrieve"):
+        on_onnx = embedder.embed_images(photos)
+    assert embedder.image_runtime is not None
+    np.testing.assert_allclose(on_onnx, on_torch, atol=1e-4, rtol=0)
+    [exported] = exports(cache)
+    assert exported.name.startswith("open_clip-pictrieve-tiny-clip-image-")
+    assert sum("exporting open_clip-pictrieve-tiny-clip-image" in r.getMessage() for r in caplog.records) == 1
+
+    stamp = exported.stat().st_mtime_ns
+    caplog.clear()
+    again = create_embedder(tiny_clip_name, device="cpu")  # a new model object, as a new process makes
+    with caplog.at_level(logging.INFO, logger="pictrieve"):
+        np.testing.assert_allclose(again.embed_images(photos), on_torch, atol=1e-4, rtol=0)
+    assert not [r for r in caplog.records if "exporting" in r.getMessage()]
+    assert exports(cache) == [exported] and exported.stat().st_mtime_ns == stamp
+
+
+def test_the_fingerprint_follows_the_weights_and_the_architecture(tmp_path):
+    fingerprint = open_clip_embedders.image_tower_fingerprint
+    for folder, content in (("a", b"weights one"), ("b", b"weights one"), ("c", b"weights two")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model.bin").write_bytes(content)
+    same = fingerprint("ViT-B-32", str(tmp_path / "a" / "model.bin"))
+    assert same == fingerprint("ViT-B-32", str(tmp_path / "b" / "model.bin"))  # the content counts, not where
+    assert same != fingerprint("ViT-B-32", str(tmp_path / "c" / "model.bin"))
+    assert same != fingerprint("ViT-B-16", str(tmp_path / "a" / "model.bin"))
+    assert fingerprint("ViT-B-32", "laion2b_s34b_b79k") != fingerprint("ViT-B-32", "openai")
+    assert fingerprint("ViT-B-32", None) == fingerprint("ViT-B-32", None)  # seeded random weights
+
+
+def test_a_gallery_indexed_on_onnx_is_searched_on_torch(cache, tiny_clip_name, tmp_path, monkeypatch):
+    from pictrieve.vectorstore.gallery import Gallery
+
+    paths = [make_photo(tmp_path / "photos" / f"p{i}.jpg", seed=10 + i, size=(64, 48)) for i in range(4)]
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    gallery = Gallery.open(tmp_path / "gallery", tiny_clip_name)
+    assert gallery.add(paths, progress=False).indexed == 4
+    assert gallery.embedder.image_runtime is not None
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    reopened = Gallery.open(tmp_path / "gallery", tiny_clip_name, create=False)
+    for path in paths:
+        [top] = reopened.search_image(path, k=1)
+        assert top.path == str(path.resolve()) and top.score == pytest.approx(1.0, abs=1e-4)
+
+
+def test_an_export_that_fails_falls_back_to_torch_with_one_line(tmp_path, tiny_clip_name, photos, monkeypatch, caplog):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "onnx").write_text("a file where the ONNX folder should be")
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(cache))
+    embedder = create_embedder(tiny_clip_name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    on_torch = embedder.embed_images(photos)
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    with caplog.at_level(logging.INFO, logger="pictrieve"):
+        fallen_back = embedder.embed_images(photos)
+        embedder.embed_images(photos)  # tried once per embedder, said once
+    np.testing.assert_array_equal(fallen_back, on_torch)
+    assert embedder.image_runtime is None
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and "ONNX" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    message = warnings[0].getMessage()
+    assert "running it with torch instead of ONNX Runtime" in message and "\n" not in message
+    assert warnings[0].exc_info is None  # one line, no traceback
+
+
+def test_int8_is_opt_in(cache, tiny_clip_name, photos, monkeypatch):
+    embedder = create_embedder(tiny_clip_name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    fp32 = embedder.embed_images(photos)
+    assert [p.name for p in exports(cache) if "-int8-" in p.name] == []  # not the default
+    monkeypatch.setenv(QUANTIZE_ENV, "int8")
+    int8 = embedder.embed_images(photos)
+    assert len([p for p in exports(cache) if "-int8-" in p.name]) == 1
+    assert not np.allclose(int8, fp32, atol=1e-6)  # a different model ran
+    assert (int8 * fp32).sum(axis=1).min() > 0.99
