@@ -15,7 +15,7 @@ overrides, see :mod:`pictrieve.tools.models.onnx_runtime`): exported once per mo
 by the model's fingerprint (:func:`image_tower_fingerprint`), with the same vectors as torch to 1e-4, so a
 gallery indexed with one runtime is searched with the other. ``--quantize int8`` opts in to a dynamically
 quantised tower; it is never the default here, because its recall cannot be checked without real weights
-(README, "Faster indexing on a CPU"). The text tower stays on torch.
+(README, "Runtimes"). The text tower stays on torch.
 """
 
 from __future__ import annotations
