@@ -14,20 +14,18 @@ method reasons over), ``k`` (images returned), ``sample_top_k`` (top-k sampling 
 Values are checked in ``__post_init__`` by :meth:`RunSettings.validate` so a bad value fails at the
 start of a run with a message that says which setting and what is allowed.
 
-Each field says what it is in a docstring under it (or a comment on its line): :func:`describe_fields`
-reads those, so ``pictrieve methods``, the web page and the docs show them with the field's type and
-default. The module lives below ``graphs`` so that each method's folder, ``agents/<method>/``, can hold
-its own settings; :mod:`pictrieve.graphs.settings` re-exports it.
+Each field says what it is in its type: ``k: Annotated[int, Field(description="How many images to
+return.")] = 10`` (pydantic's ``Field``). LangGraph puts that description in the graph's JSON schemas (so
+Studio and the server's assistant schema show it), and :func:`describe_fields` reads it, so ``pictrieve
+methods``, the web page, MCP and the docs show it with the field's type and default.
+
+The module lives below ``graphs`` so that each method's folder, ``agents/<method>/``, can hold its own
+settings.
 """
 
 from __future__ import annotations
 
-import ast
-import inspect
-import io
 import json
-import textwrap
-import tokenize
 import types
 import typing
 from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
@@ -99,11 +97,12 @@ def describe_fields(cls: type) -> list[dict[str, Any]]:
     """One JSON-able record per field of a settings dataclass or a TypedDict, in declaration order.
 
     Each record has ``name``, ``type`` (as written, e.g. ``"int | None"``), ``description`` (the field's
-    docstring or line comment, first paragraph) and, for a dataclass, ``default`` (JSON-able, else its
+    ``Field(description=...)``) and, for a dataclass, ``default`` (JSON-able, else its
     ``repr``) or, for a TypedDict, ``required``. A ``Literal`` field also lists its ``choices``.
+    The description is the field's own (:func:`field_descriptions`), never read from source code.
     """
     hints = _type_hints(cls)
-    docs = field_docs(cls)
+    docs = field_descriptions(cls)
     records: list[dict[str, Any]] = []
     if is_dataclass(cls):
         for f in fields(cls):
@@ -136,35 +135,28 @@ def parse_setting(cls: type[RunSettings], name: str, text: str) -> Any:
     return _parse(hints[name], text.strip(), name)
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """``{field: description}`` from the docstring under each annotated field (or the comment on its
-    line), read from the source of ``cls`` and of the classes it derives from; ``{}`` without source."""
-    docs: dict[str, str] = {}
-    for klass in reversed(_schema_classes(cls)):
-        try:
-            source = textwrap.dedent(inspect.getsource(klass))
-        except (OSError, TypeError):
-            continue
-        try:
-            (node,) = ast.parse(source).body
-        except (SyntaxError, ValueError):
-            continue
-        comments = {token.start[0]: token.string.lstrip("#").strip()
-                    for token in tokenize.generate_tokens(io.StringIO(source).readline)
-                    if token.type == tokenize.COMMENT}
-        body = getattr(node, "body", [])
-        for i, statement in enumerate(body):
-            if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)):
-                continue
-            following = body[i + 1] if i + 1 < len(body) else None
-            if (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                    and isinstance(following.value.value, str)):
-                text = inspect.cleandoc(following.value.value).split("\n\n")[0]
-            else:
-                text = comments.get(statement.end_lineno or statement.lineno, "")
-            if text:
-                docs[statement.target.id] = " ".join(text.split())
-    return docs
+def field_descriptions(cls: type) -> dict[str, str]:
+    """``{field: description}`` from each field's ``Annotated[..., Field(description=...)]`` (pydantic's
+    ``Field``, which LangGraph's schemas and Studio show too), over ``cls`` and the classes it derives from.
+
+    A ``typing_extensions.Doc`` in the ``Annotated`` is read as well. Fields without one are left out.
+    """
+    descriptions: dict[str, str] = {}
+    for name, hint in _type_hints(cls, extras=True).items():
+        text = _description(hint)
+        if text:
+            descriptions[name] = " ".join(text.split())
+    return descriptions
+
+
+def _description(hint: Any) -> str | None:
+    while typing.get_origin(hint) in (typing.NotRequired, typing.Required):
+        hint = typing.get_args(hint)[0]
+    for meta in getattr(hint, "__metadata__", ()):
+        text = getattr(meta, "description", None) or getattr(meta, "documentation", None)
+        if isinstance(text, str):
+            return text
+    return None
 
 
 def type_name(hint: Any) -> str:

@@ -244,7 +244,7 @@ def _needs(spec: Any, *, visualizers: tuple[str, ...], llm: str | None, base_url
 def _context(spec: Any, k: int, settings: tuple[str, ...], shortcuts: dict[str, Any]) -> dict[str, Any]:
     """The run settings: ``k``, the shortcut options given, then ``--set KEY=VALUE`` (checked by the
     method's settings class, so a bad value is one line naming the setting)."""
-    from pictrieve.graphs.settings import SettingsError, parse_setting
+    from pictrieve.agents.settings import SettingsError, parse_setting
 
     cls = spec.settings_class()
     names = cls.names()

@@ -1,16 +1,20 @@
-"""Run settings as LangGraph context: re-exported from :mod:`pictrieve.agents.settings`.
+"""Deprecated alias of :mod:`pictrieve.agents.settings` (run settings as LangGraph context), kept for one release.
 
 The classes moved below ``graphs`` so that each method's folder, ``agents/<method>/``, can declare its own
-settings; ``from pictrieve.graphs.settings import RunSettings`` keeps working.
+settings; importing them from here warns.
 """
 
-from pictrieve.agents.settings import (  # noqa: F401  (re-exported)
-    RunSettings,
-    SettingsError,
-    describe_fields,
-    parse_setting,
-    require_positive,
-    settings_of,
+import warnings
+
+from pictrieve.agents import settings as _moved
+
+warnings.warn(
+    "pictrieve.graphs.settings moved to pictrieve.agents.settings; import from there "
+    "(this alias goes in the next release)",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
-__all__ = ["RunSettings", "SettingsError", "describe_fields", "parse_setting", "require_positive", "settings_of"]
+
+def __getattr__(name: str):
+    return getattr(_moved, name)

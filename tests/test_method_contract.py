@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import inspect
 import json
+import typing
+from dataclasses import dataclass
 
 import pytest
+from pydantic import Field
 
 from helpers.galleries import tiny_gallery  # noqa: F401  (fixture)
 from helpers.plugir_fakes import ScriptedChatModel
 
 from pictrieve.graphs.registry import UnknownMethodError, available_methods, get_method
-from pictrieve.graphs.settings import RunSettings, SettingsError
+from pictrieve.agents.settings import RunSettings, SettingsError, describe_fields
 from pictrieve.vectorstore.fusion import fuse_hits, reciprocal_rank_fusion
 from pictrieve.vectorstore.hits import ImageHit, as_hit
 
@@ -124,6 +127,31 @@ def test_method_describes_itself_as_json(name):
     assert set(method.example_input) <= {f["name"] for f in described["input"]}
 
 
+@pytest.mark.parametrize("name", available_methods())
+def test_every_setting_says_what_it_is_in_its_type(name):
+    """Issue 29: a setting's description is part of its type (``Annotated[int, Field(description=...)]``),
+    not parsed from source, so LangGraph's context schema (what Studio and the server show) carries it and
+    ``describe_fields`` reads the same words."""
+    method = get_method(name)
+    described = {s["name"]: s["description"] for s in method.settings_fields()}
+    assert all(described.values()), f"settings without a description: {[n for n, d in described.items() if not d]}"
+    annotated = typing.get_type_hints(method.settings_class(), include_extras=True)
+    for field in described:
+        assert any(getattr(meta, "description", None) for meta in getattr(annotated[field], "__metadata__", ())), field
+
+
+def test_descriptions_come_from_the_type_never_from_source():
+    """A class without source (made by exec, as a notebook or a REPL would) is described all the same; a
+    docstring under a field is not read."""
+    namespace = {"Annotated": typing.Annotated, "Field": Field, "dataclass": dataclass, "RunSettings": RunSettings}
+    source = ("@dataclass\nclass Made(RunSettings):\n    k: Annotated[int, Field(description='How many.')] = 3\n"
+              "    plain: int = 1\n    '''A docstring is not read.'''\n")
+    exec(compile(source, "<made at run time>", "exec", dont_inherit=True), namespace)
+    assert describe_fields(namespace["Made"]) == [
+        {"name": "k", "type": "int", "description": "How many.", "default": 3},
+        {"name": "plain", "type": "int", "description": "", "default": 1}]
+
+
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_method_keeps_the_contract(name, tiny_gallery, builder_kwargs):
     method = get_method(name)
@@ -143,6 +171,9 @@ def test_method_keeps_the_contract(name, tiny_gallery, builder_kwargs):
     assert graph.builder.context_schema is method.settings_class()
     assert graph.get_input_jsonschema()["properties"] and "hits" in graph.get_output_jsonschema()["properties"]
     assert set(graph.get_context_jsonschema()["properties"]) == set(method.settings_class().names())
+    described = {s["name"]: s["description"] for s in method.settings_fields()}
+    shown = {field: spec.get("description") for field, spec in graph.get_context_jsonschema()["properties"].items()}
+    assert shown == described, "the server's context schema (what Studio shows) has each setting's description"
     edges = {(e.source, e.target) for e in graph.get_graph().edges}
     assert edges == SHAPES[name]
 

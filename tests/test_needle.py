@@ -19,7 +19,7 @@ from pictrieve.agents.needle.aggregation import aggregate_rankings, position_sco
 from pictrieve.agents.needle.anomaly import screen_guides
 from pictrieve.agents.needle.trust import TRUST_RECORD, TrustTable, feedback_loss, load_trust
 from pictrieve.graphs.needle import NeedleSettings, build_needle_graph, refine_query
-from pictrieve.graphs.settings import SettingsError
+from pictrieve.agents.settings import SettingsError
 from pictrieve.tools.models.guide_images import guide_paths
 from pictrieve.vectorstore.tiles import TileIndex, TilingSettings, index_tiles, smart_tiles
 

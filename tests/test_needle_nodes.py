@@ -34,7 +34,7 @@ from pictrieve.agents.needle.nodes import (
 )
 from pictrieve.agents.needle.trust import TRUST_RECORD, TrustTable, load_trust, save_trust
 from pictrieve.graphs.needle import build_needle_graph
-from pictrieve.graphs.settings import SettingsError
+from pictrieve.agents.settings import SettingsError
 from pictrieve.tools.models.visualizers import create_visualizer
 
 EFFNET = "efficientnet-lite0"

@@ -135,7 +135,7 @@ def test_cli_annotate_train_search(annotated_gallery, tiny_checkpoint):
 
 def test_graph_takes_run_settings_from_context(annotated_gallery, tiny_checkpoint):
     from pictrieve.graphs.qc2 import QC2Settings, build_qc2_graph
-    from pictrieve.graphs.settings import SettingsError
+    from pictrieve.agents.settings import SettingsError
 
     assert QC2Settings.coerce({"temperature": 0.2}).sampling().temperature == 0.2
     assert QC2Settings().sampling().top_k == 50  # the paper's sampling top-k, named sample_top_k here

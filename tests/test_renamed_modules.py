@@ -61,3 +61,12 @@ def test_the_split_offline_questioner_keeps_its_old_path_for_one_release():
     assert legacy.answer_adjustments is offline_reranking.answer_adjustments
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         legacy.nothing_here
+
+
+def test_the_old_settings_path_warns():
+    from pictrieve.agents import settings
+
+    sys.modules.pop("pictrieve.graphs.settings", None)
+    with pytest.warns(DeprecationWarning, match="pictrieve.agents.settings"):
+        legacy = importlib.import_module("pictrieve.graphs.settings")
+    assert legacy.RunSettings is settings.RunSettings

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from helpers.visret_fakes import PhotoVisualizer, RecordingChat, gallery, hand_fused, photos  # noqa: F401  (fixtures)
-from pictrieve.graphs.settings import SettingsError
+from pictrieve.agents.settings import SettingsError
 from pictrieve.graphs.visret import VisRetSettings, build_visret_graph
 from pictrieve.vectorstore.gallery import Gallery
 

@@ -24,7 +24,7 @@ from pictrieve.agents.visret.nodes import (
     rewrite,
     visualize,
 )
-from pictrieve.graphs.settings import SettingsError
+from pictrieve.agents.settings import SettingsError
 from pictrieve.graphs.visret import build_visret_graph
 
 

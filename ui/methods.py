@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pictrieve.errors import PictrieveError
-from pictrieve.graphs.settings import SettingsError, parse_setting
+from pictrieve.agents.settings import SettingsError, parse_setting
 from pictrieve.ui.jobs import Job
 from pictrieve.vectorstore.hits import as_hit
 

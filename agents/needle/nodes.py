@@ -28,12 +28,13 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from langgraph.graph import END
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
+from pydantic import Field
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from pictrieve.agents.guided import GalleryViews, Guide, guides_from
@@ -51,40 +52,39 @@ GUIDE_VECTOR_CACHE = 4096
 class NeedleSettings(RunSettings):
     """Run settings of :func:`build_needle_graph`."""
 
-    k: int = 10
-    """How many images to return."""
-    guides: int = 2
-    """Pictures asked of each visualizer (the paper's object-detection runs: 2 generators x 2 = 4)."""
-    embedders: list[str] | None = None
-    """Embedders to rank with (default: every embedder the gallery holds)."""
-    candidate_k: int = 40
-    """How deep each (embedder, guide) ranking goes (the authors' code: 4 x the images wanted)."""
-    tiles: bool | None = None
-    """Rank by tiles (``None``: whenever every embedder used has tiles stored)."""
-    tiles_per_image: int = 4
-    """Tiles fetched per image wanted when ranking by tiles."""
-    screen: bool = True
-    """Drop outlying guides automatically (ignored when a person reviews the guides)."""
-    tau: float = 1.5
-    """Outlier threshold on the trust-weighted LOF score (higher keeps more guides)."""
-    reducer: str = "pca"
-    """Reduction before LOF: "pca" (default, see agents/needle/anomaly.py), "umap" (the paper's) or "none"."""
-    feedback: Literal["off", "guides", "results", "both"] = "off"
-    """Ask a person about the guides before the search, the results after it, or both."""
-    max_regenerations: int = 3
-    """Rounds of replacing rejected guides before searching with what is left."""
-    eta: float = 0.2
-    """Learning rate of the trust weights: 0.2 for the "share" loss, chosen on flickr8k-train (the authors'
-    0.05 was for Eq. 5; BENCHMARKS.md, NEEDLE's learned trust)."""
-    learn: bool = True
-    """Store trust weights learned from result feedback in the gallery."""
-    trust_loss: str = "share"
-    """How feedback charges embedders: "share" (default: Eq. 5 divided by what the embedder ranked of the
-    shown results) or "eq5" (the paper's, which let a planted random embedder gain weight on flickr8k-dev
-    and lost to equal weights; agents/needle/trust.py, BENCHMARKS.md)."""
-    prompt_prefix: str = ""
-    prompt_suffix: str = ""
-    seed: int = 0
+    k: Annotated[int, Field(description="How many images to return.")] = 10
+    guides: Annotated[int, Field(description=(
+        "Pictures asked of each visualizer (the paper's object-detection runs: 2 generators x 2 = 4)."))] = 2
+    embedders: Annotated[list[str] | None, Field(description=(
+        "Embedders to rank with (default: every embedder the gallery holds)."))] = None
+    candidate_k: Annotated[int, Field(description=(
+        "How deep each (embedder, guide) ranking goes (the authors' code: 4 x the images wanted)."))] = 40
+    tiles: Annotated[bool | None, Field(description=(
+        "Rank by tiles (``None``: whenever every embedder used has tiles stored)."))] = None
+    tiles_per_image: Annotated[int, Field(description="Tiles fetched per image wanted when ranking by tiles.")] = 4
+    screen: Annotated[bool, Field(description=(
+        "Drop outlying guides automatically (ignored when a person reviews the guides)."))] = True
+    tau: Annotated[float, Field(description=(
+        "Outlier threshold on the trust-weighted LOF score (higher keeps more guides)."))] = 1.5
+    reducer: Annotated[str, Field(description=(
+        'Reduction before LOF: "pca" (default, see agents/needle/anomaly.py), "umap" (the paper\'s) '
+        'or "none".'))] = "pca"
+    feedback: Annotated[Literal["off", "guides", "results", "both"], Field(description=(
+        "Ask a person about the guides before the search, the results after it, or both."))] = "off"
+    max_regenerations: Annotated[int, Field(description=(
+        "Rounds of replacing rejected guides before searching with what is left."))] = 3
+    eta: Annotated[float, Field(description=(
+        "Learning rate of the trust weights: 0.2 for the \"share\" loss, chosen on flickr8k-train (the authors' 0.05 "
+        "was for Eq. 5; BENCHMARKS.md, NEEDLE's learned trust)."))] = 0.2
+    learn: Annotated[bool, Field(description="Store trust weights learned from result feedback in the gallery.")] = True
+    trust_loss: Annotated[str, Field(description=(
+        "How feedback charges embedders: \"share\" (default: Eq. 5 divided by what the embedder ranked of the shown "
+        "results) or \"eq5\" (the paper's, which let a planted random embedder gain weight on flickr8k-dev and lost to "
+        "equal weights; agents/needle/trust.py, BENCHMARKS.md)."))] = "share"
+    prompt_prefix: Annotated[str, Field(description=(
+        "Words put before the query in every visualizer prompt (the paper's query refinement)."))] = ""
+    prompt_suffix: Annotated[str, Field(description="Words put after the query in every visualizer prompt.")] = ""
+    seed: Annotated[int, Field(description="Seed of the guide pictures and of the outlier reduction.")] = 0
 
     def validate(self) -> None:
         require_positive(self, "k", "guides", "candidate_k", "tiles_per_image")
@@ -113,8 +113,8 @@ class NeedleOutput(TypedDict):
     hits: list[ImageHit]
     prompt: NotRequired[str]
     guides: NotRequired[list[Guide]]
-    weights: NotRequired[dict[str, float]]
-    """The embedders ranked with and their trust weights for the topic (after learning, when it learned)."""
+    weights: NotRequired[Annotated[dict[str, float], Field(description=(
+        "The embedders ranked with and their trust weights for the topic (after learning, when it learned)."))]]
     irrelevant: NotRequired[list[str]]
 
 

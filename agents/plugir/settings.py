@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive
 
@@ -45,38 +47,46 @@ def default_arm(llm: Any) -> str:
 class PlugIRSettings(RunSettings):
     """Run settings of :func:`build_plugir_graph` (LangGraph context). ``arm`` sets the three flags."""
 
-    shown_k: int = 10  # images shown per round
-    candidate_k: int | None = None  # retrieval candidates; None = max(20, 1% of the gallery)
-    clusters: int = 10  # m in Algorithm 1
-    questions_per_round: int = 5  # q_n
-    max_rounds: int = 10  # question budget T
-    filter_attempts: int = 3  # regenerations before falling back to unfiltered questions
-    reformulation_max_tokens: int = 512  # paper setting; a caption needs far fewer
-    reformulate: bool = True  # CR
-    retrieval_context: bool = True  # RCE (grounded questioner)
-    filter_questions: bool = True  # F
-    seed: int = 0
-    # "llm" (the paper's), "offline" (caption terms + expected information), or None: the graph's
-    # default, offline with the bundled offline model and llm with any other (see default_arm)
-    questioner: str | None = None
-    arm: str | None = None  # "zs", "cr", "cr+rce", "cr+rce+f" or "offline": overrides the flags above
+    shown_k: Annotated[int, Field(description="images shown per round")] = 10
+    candidate_k: Annotated[int | None, Field(description=(
+        "retrieval candidates; None = max(20, 1% of the gallery)"))] = None
+    clusters: Annotated[int, Field(description="m in Algorithm 1")] = 10
+    questions_per_round: Annotated[int, Field(description="q_n")] = 5
+    max_rounds: Annotated[int, Field(description="question budget T")] = 10
+    filter_attempts: Annotated[int, Field(description="regenerations before falling back to unfiltered questions")] = 3
+    reformulation_max_tokens: Annotated[int, Field(description="paper setting; a caption needs far fewer")] = 512
+    reformulate: Annotated[bool, Field(description="CR")] = True
+    retrieval_context: Annotated[bool, Field(description="RCE (grounded questioner)")] = True
+    filter_questions: Annotated[bool, Field(description="F")] = True
+    seed: Annotated[int, Field(description="seed of RCE's clustering")] = 0
+    questioner: Annotated[str | None, Field(description=(
+        "\"llm\" (the paper's), \"offline\" (caption terms + expected information), or None: the graph's "
+        "default, offline with the bundled offline model and llm with any other"))] = None
+    arm: Annotated[str | None, Field(description=(
+        "\"zs\", \"cr\", \"cr+rce\", \"cr+rce+f\" or \"offline\": overrides the flags above"))] = None
     # The offline questioner (chosen on flickr8k-train's dev rows, BENCHMARKS.md "PlugIR offline"):
-    ranked_k: int | None = None  # images re-ranked by the answers each round; None: RANKED_K
+    ranked_k: Annotated[int | None, Field(description=(
+        "images re-ranked by the answers each round; None: RANKED_K"))] = None
     # weights and temperature in units of the candidates' score spread (standard deviation)
-    confirm_weight: float = 1.0  # score added per confirmed term a stored caption implies
-    deny_weight: float = 3.0  # score taken per denied term a stored caption implies
-    described_trust: float = 0.2  # weight of a captioner's description (tags) relative to a stored caption
-    # photos without a stored caption, per confirmed term: its text vector's standardised similarity to
-    # each image (added); per denied term: the above-average part of it (taken off). 0.3 chosen on
-    # flickr8k-train with the free-text user (BENCHMARKS.md, "PlugIR offline: a chat that hears")
-    confirm_vector_weight: float = 0.3
-    deny_vector_weight: float = 0.0
-    question_temperature: float = 100.0  # softmax temperature of the candidate distribution
-    append_answers: bool = True  # confirmed terms are appended to the query text (else they only re-rank)
-    # the query vector: the embedding of the whole text (False), or the mean of the description's and
-    # each answer phrase's embeddings (True), so long free answers do not drown the description
-    fuse_answers: bool = False
-    yes_weight: float = 0.0  # value of a likely "yes" beside the expected information
+    confirm_weight: Annotated[float, Field(description="score added per confirmed term a stored caption implies")] = 1.0
+    deny_weight: Annotated[float, Field(description="score taken per denied term a stored caption implies")] = 3.0
+    described_trust: Annotated[float, Field(description=(
+        "weight of a captioner's description (tags) relative to a stored caption"))] = 0.2
+    # 0.3 chosen on flickr8k-train with the free-text user (BENCHMARKS.md, "PlugIR offline: a chat that hears")
+    confirm_vector_weight: Annotated[float, Field(description=(
+        "photos without a stored caption: score added per confirmed term, times its text vector's standardised "
+        "similarity to the photo"))] = 0.3
+    deny_vector_weight: Annotated[float, Field(description=(
+        "photos without a stored caption: score taken per denied term, times the above-average part of that "
+        "similarity"))] = 0.0
+    question_temperature: Annotated[float, Field(description=(
+        "softmax temperature of the candidate distribution"))] = 100.0
+    append_answers: Annotated[bool, Field(description=(
+        "confirmed terms are appended to the query text (else they only re-rank)"))] = True
+    fuse_answers: Annotated[bool, Field(description=(
+        "search with the mean of the description's and each answer phrase's embeddings (so long free answers "
+        "do not drown the description) instead of the embedding of the whole text"))] = False
+    yes_weight: Annotated[float, Field(description="value of a likely \"yes\" beside the expected information")] = 0.0
 
     def validate(self) -> None:
         require_positive(self, "shown_k", "candidate_k", "clusters", "questions_per_round", "filter_attempts",

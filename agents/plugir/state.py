@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any
 
+from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from pictrieve.agents.plugir.offline_answers import DialogueFacts, fold_facts
@@ -26,19 +27,22 @@ class PlugIRInput(TypedDict):
 class PlugIROutput(TypedDict, total=False):
     """What a caller reads back: the dialogue, the queries, what was shown and what was found."""
 
-    dialogue: Annotated[list[Turn], operator.add]  # (Q_1, A_1), ..., (Q_t, A_t)
-    round: int  # t: answers received so far; after a pick or a stop, the round it ended in
-    query: str  # this round's retrieval query (reformulated caption or concatenation)
-    queries: Annotated[list[str], operator.add]  # query of every round, index = round
+    dialogue: Annotated[list[Turn], Field(description="(Q_1, A_1), ..., (Q_t, A_t)"), operator.add]
+    round: Annotated[int, Field(description=(
+        "t: answers received so far; after a pick or a stop, the round it ended in"))]
+    query: Annotated[str, Field(description="this round's retrieval query (reformulated caption or concatenation)")]
+    queries: Annotated[list[str], Field(description="query of every round, index = round"), operator.add]
     # Hits are plain JSON dicts (``ImageHit.to_json()``; ``as_hit`` reads one back), so every
     # checkpointer can store and read the state without being told about our types.
-    shown: list[dict[str, Any]]  # the top images shown to the user this round
-    hits: list[dict[str, Any]]  # the same images: every method's output carries ``hits``
-    ranking: list[tuple[str, float]]  # (id, score) of the ranked_k best this round, in the order shown
-    retrieval_context: list[str]  # RCE captions shown to the questioner this round
-    question: str  # the question asked this round
-    question_spec: dict[str, Any] | None  # the offline questioner's question (kind, term, options)
-    found: dict[str, Any] | None  # the image the user picked
+    shown: Annotated[list[dict[str, Any]], Field(description="the top images shown to the user this round")]
+    hits: Annotated[list[dict[str, Any]], Field(description="the same images: every method's output carries ``hits``")]
+    ranking: Annotated[list[tuple[str, float]], Field(description=(
+        "(id, score) of the ranked_k best this round, in the order shown"))]
+    retrieval_context: Annotated[list[str], Field(description="RCE captions shown to the questioner this round")]
+    question: Annotated[str, Field(description="the question asked this round")]
+    question_spec: Annotated[dict[str, Any] | None, Field(description=(
+        "the offline questioner's question (kind, term, options)"))]
+    found: Annotated[dict[str, Any] | None, Field(description="the image the user picked")]
     stopped: bool
     timings: Annotated[list[Timing], operator.add]
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from langgraph.runtime import Runtime
+from pydantic import Field
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12
 
 from pictrieve.agents.qc2.bundle import QC2Model
@@ -29,15 +30,17 @@ _PAPER = SamplingSettings()
 class QC2Settings(RunSettings):
     """Run settings of :func:`build_qc2_graph` (LangGraph context); sampling defaults are the paper's."""
 
-    k: int = 10  # images returned
-    samples: int = 1  # completions sampled; several are fused by RRF
-    seed: int | None = None  # seeds this run's sampling only
-    temperature: float = _PAPER.temperature
-    sample_top_k: int = _PAPER.top_k  # top-k sampling of the language model (not images)
-    top_p: float = _PAPER.top_p
-    repetition_penalty: float = _PAPER.repetition_penalty
-    no_repeat_ngram_size: int = _PAPER.no_repeat_ngram_size
-    max_new_tokens: int = _PAPER.max_new_tokens
+    k: Annotated[int, Field(description="images returned")] = 10
+    samples: Annotated[int, Field(description="completions sampled; several are fused by RRF")] = 1
+    seed: Annotated[int | None, Field(description="seeds this run's sampling only")] = None
+    temperature: Annotated[float, Field(description="sampling temperature of the language model")] = _PAPER.temperature
+    sample_top_k: Annotated[int, Field(description="top-k sampling of the language model (not images)")] = _PAPER.top_k
+    top_p: Annotated[float, Field(description="nucleus (top-p) sampling of the language model")] = _PAPER.top_p
+    repetition_penalty: Annotated[float, Field(description="penalty on repeated tokens (1: none)")] = \
+        _PAPER.repetition_penalty
+    no_repeat_ngram_size: Annotated[int, Field(description="n-grams never repeated in a completion (0: off)")] = \
+        _PAPER.no_repeat_ngram_size
+    max_new_tokens: Annotated[int, Field(description="tokens a completion adds at most")] = _PAPER.max_new_tokens
 
     def validate(self) -> None:
         require_positive(self, "k", "samples", "sample_top_k", "max_new_tokens")
@@ -51,13 +54,14 @@ class QC2Settings(RunSettings):
 
 
 class QC2Input(TypedDict):
-    query: str  # the user's short query, e.g. "a dog"
-    levels: NotRequired[dict[str, str]]  # {"relevance": "high", "quality": "low"}; missing axes: Medium
+    query: Annotated[str, Field(description="the user's short query, e.g. \"a dog\"")]
+    levels: NotRequired[Annotated[dict[str, str], Field(description=(
+        "{\"relevance\": \"high\", \"quality\": \"low\"}; missing axes: Medium"))]]
 
 
 class QC2Output(TypedDict, total=False):
-    resolved_levels: dict[str, str]  # canonical level per model axis
-    completions: list[str]  # what was searched for
+    resolved_levels: Annotated[dict[str, str], Field(description="canonical level per model axis")]
+    completions: Annotated[list[str], Field(description="what was searched for")]
     hits: list[ImageHit]
 
 

@@ -7,9 +7,10 @@ without a graph; :func:`pictrieve.graphs.search.build_search_graph` binds the ga
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from langgraph.runtime import Runtime
+from pydantic import Field
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
@@ -21,10 +22,9 @@ from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
 class SearchSettings(RunSettings):
     """Run settings of plain search."""
 
-    k: int = 10
-    """How many images to return."""
-    only_relevant: bool = False
-    """Drop the hits below the embedder's relevance cutoff (every hit carries ``relevant`` either way)."""
+    k: Annotated[int, Field(description="How many images to return.")] = 10
+    only_relevant: Annotated[bool, Field(description=(
+        "Drop the hits below the embedder's relevance cutoff (every hit carries ``relevant`` either way)."))] = False
 
     def validate(self) -> None:
         require_positive(self, "k")
@@ -44,8 +44,8 @@ class SearchInput(TypedDict):
 
 
 class SearchOutput(TypedDict):
-    hits: list[ImageHit]
-    """Best first, each with ``relevant``: whether it reaches the embedder's relevance cutoff."""
+    hits: Annotated[list[ImageHit], Field(description=(
+        "Best first, each with ``relevant``: whether it reaches the embedder's relevance cutoff."))]
 
 
 class SearchState(SearchInput, SearchOutput, total=False):

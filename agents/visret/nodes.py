@@ -27,10 +27,11 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from langgraph.graph import END
 from langgraph.runtime import Runtime
+from pydantic import Field
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from pictrieve import prompts
@@ -57,28 +58,22 @@ model can run offline here, so no other weight has been measured for them."""
 class VisRetSettings(RunSettings):
     """Run settings of :func:`build_visret_graph`."""
 
-    k: int = 10
-    """How many images to return."""
-    guides: int = 3
-    """How many guide images to visualize (the paper's m)."""
-    candidate_k: int = 100
-    """How deep each per-guide ranking goes before fusion."""
-    rrf_k: float = 1.0
-    """Reciprocal rank fusion constant (the authors' code uses 1)."""
-    text_weight: float | None = None
-    """Weight of the text query's own ranking in the fusion, against 1 for each guide's ranking: 0 leaves
-    it out (guides only, the paper), 1 counts it as one more guide, larger trusts it more. ``None``: by
-    the guides' family, :data:`EXEMPLAR_TEXT_WEIGHT` for found photos (``exemplar:``), 0 for generated
-    ones (:func:`default_text_weight`)."""
-    seed: int = 0
-    """Seed passed to the visualizer."""
-    reader_k: int = 1
-    """Images the reader answers from (the paper: 1 or 10)."""
-    reader_images: bool | None = None
-    """Send the pictures to the reader (None: when it accepts images, else their descriptions)."""
-    image_embedder: str | None = None
-    """Gallery embedder for the image-to-image searches (default: the gallery's own). Offline, index
-    ``efficientnet-lite0`` next to the text embedder and name it here; text fusion keeps the gallery's."""
+    k: Annotated[int, Field(description="How many images to return.")] = 10
+    guides: Annotated[int, Field(description="How many guide images to visualize (the paper's m).")] = 3
+    candidate_k: Annotated[int, Field(description="How deep each per-guide ranking goes before fusion.")] = 100
+    rrf_k: Annotated[float, Field(description="Reciprocal rank fusion constant (the authors' code uses 1).")] = 1.0
+    text_weight: Annotated[float | None, Field(description=(
+        "Weight of the text query's own ranking in the fusion, against 1 for each guide's ranking: 0 leaves it out "
+        "(guides only, the paper), 1 counts it as one more guide, larger trusts it more. ``None``: by the guides' "
+        "family, :data:`EXEMPLAR_TEXT_WEIGHT` for found photos (``exemplar:``), 0 for generated ones "
+        "(:func:`default_text_weight`)."))] = None
+    seed: Annotated[int, Field(description="Seed passed to the visualizer.")] = 0
+    reader_k: Annotated[int, Field(description="Images the reader answers from (the paper: 1 or 10).")] = 1
+    reader_images: Annotated[bool | None, Field(description=(
+        "Send the pictures to the reader (None: when it accepts images, else their descriptions)."))] = None
+    image_embedder: Annotated[str | None, Field(description=(
+        "Gallery embedder for the image-to-image searches (default: the gallery's own). Offline, index "
+        "``efficientnet-lite0`` next to the text embedder and name it here; text fusion keeps the gallery's."))] = None
 
     def validate(self) -> None:
         require_positive(self, "k", "guides", "candidate_k", "reader_k")
@@ -93,16 +88,16 @@ class VisRetSettings(RunSettings):
 
 class VisRetInput(TypedDict):
     query: str
-    question: NotRequired[str]
-    """Optional: a question answered from the retrieved images (default: none, retrieval only)."""
+    question: NotRequired[Annotated[str, Field(description=(
+        "Optional: a question answered from the retrieved images (default: none, retrieval only)."))]]
 
 
 class VisRetOutput(TypedDict):
     hits: list[ImageHit]
-    prompt: NotRequired[str]
-    """What was visualized: the query, or the LLM's rewrite of it."""
-    guides: NotRequired[list[Guide]]
-    """The guide pictures searched with (file paths; ``generated`` False for found photos)."""
+    prompt: NotRequired[Annotated[str, Field(description=(
+        "What was visualized: the query, or the LLM's rewrite of it."))]]
+    guides: NotRequired[Annotated[list[Guide], Field(description=(
+        "The guide pictures searched with (file paths; ``generated`` False for found photos)."))]]
     answer: NotRequired[str]
     reasoning: NotRequired[str]
 

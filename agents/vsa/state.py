@@ -12,6 +12,7 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from pydantic import Field
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive
@@ -23,41 +24,37 @@ class VisionSearchSettings(RunSettings):
     """Run settings of :func:`build_vsa_graph` (defaults after the authors' code, scaled down)."""
     # (the served context schema's description, shown by Studio: kept as it was before the move)
 
-    max_regions: int = 3
-    """Regions described at most (best detections first)."""
-    min_score: float = 0.4
-    """Detector box threshold (the authors' Grounding DINO box threshold)."""
-    max_sub_questions: int = 3
-    """Sub-questions the planner may ask (the authors allow up to 10 planning turns)."""
-    search_k: int = 6
-    """Results per search (the authors: DuckDuckGo top 6)."""
-    pages_per_search: int = 2
-    """Pages opened per sub-question (the authors: up to 4)."""
-    page_chars: int = 8192
-    """Characters kept per page (the authors: 8,192)."""
-    answer_context_chars: int = 3500
-    """Characters of findings given to the answer step (the authors: 3,500)."""
-    correlate: bool | None = None
-    """Rewrite each region's description with the others as context (2+ regions). None (default):
-    yes, except with the offline 135M model, whose rewrites are worse than what they replace."""
-    summarize_regions: bool | None = None
-    """One summary of the findings per region before answering (llm answerer). None: yes, except
-    with the offline 135M model."""
-    plan_with_llm: bool | None = None
-    """Ask the LLM for the plan; False uses the rule plan (the question's parts with the photo's
-    labels, and the question per region label). None: the LLM, except the offline 135M model,
-    which rarely writes a usable JSON plan and spends a minute trying."""
-    candidate_k: int = 3
-    """Visual RAG: gallery photos retrieved for a question without an image."""
-    max_plan_turns: int = 3
-    """Planner turns of the chain of search (the authors: 10); each turn may add sub-questions."""
-    max_search_turns: int = 2
-    """Searches per sub-question: the searcher may ask for a follow-up search (the authors: 3 turns)."""
-    answerer: str = "auto"
-    """``llm``, ``extractive`` (quoted sentences of the pages read, no generation) or ``auto``:
-    extractive when the chat model is the offline 135M model, llm otherwise."""
-    evidence_sentences: int = 2
-    """Extractive answerer: sentences quoted at most per part of the question."""
+    max_regions: Annotated[int, Field(description="Regions described at most (best detections first).")] = 3
+    min_score: Annotated[float, Field(description=(
+        "Detector box threshold (the authors' Grounding DINO box threshold)."))] = 0.4
+    max_sub_questions: Annotated[int, Field(description=(
+        "Sub-questions the planner may ask (the authors allow up to 10 planning turns)."))] = 3
+    search_k: Annotated[int, Field(description="Results per search (the authors: DuckDuckGo top 6).")] = 6
+    pages_per_search: Annotated[int, Field(description="Pages opened per sub-question (the authors: up to 4).")] = 2
+    page_chars: Annotated[int, Field(description="Characters kept per page (the authors: 8,192).")] = 8192
+    answer_context_chars: Annotated[int, Field(description=(
+        "Characters of findings given to the answer step (the authors: 3,500)."))] = 3500
+    correlate: Annotated[bool | None, Field(description=(
+        "Rewrite each region's description with the others as context (2+ regions). None (default): yes, except with "
+        "the offline 135M model, whose rewrites are worse than what they replace."))] = None
+    summarize_regions: Annotated[bool | None, Field(description=(
+        "One summary of the findings per region before answering (llm answerer). None: yes, except with the offline "
+        "135M model."))] = None
+    plan_with_llm: Annotated[bool | None, Field(description=(
+        "Ask the LLM for the plan; False uses the rule plan (the question's parts with the photo's labels, and the "
+        "question per region label). None: the LLM, except the offline 135M model, which rarely writes a usable JSON "
+        "plan and spends a minute trying."))] = None
+    candidate_k: Annotated[int, Field(description=(
+        "Visual RAG: gallery photos retrieved for a question without an image."))] = 3
+    max_plan_turns: Annotated[int, Field(description=(
+        "Planner turns of the chain of search (the authors: 10); each turn may add sub-questions."))] = 3
+    max_search_turns: Annotated[int, Field(description=(
+        "Searches per sub-question: the searcher may ask for a follow-up search (the authors: 3 turns)."))] = 2
+    answerer: Annotated[str, Field(description=(
+        "``llm``, ``extractive`` (quoted sentences of the pages read, no generation) or ``auto``: extractive when the "
+        "chat model is the offline 135M model, llm otherwise."))] = "auto"
+    evidence_sentences: Annotated[int, Field(description=(
+        "Extractive answerer: sentences quoted at most per part of the question."))] = 2
 
     def validate(self) -> None:
         for name in ("max_regions", "max_sub_questions", "search_k", "pages_per_search", "page_chars",
@@ -77,32 +74,27 @@ class VisionSearchInput(TypedDict):
 
 
 class VisionSearchOutput(TypedDict, total=False):
-    answer: str
-    """The answer, citing the numbered ``sources`` as ``[n]``."""
-    sources: list[dict[str, Any]]
-    """The pages read: ``{"number", "url", "title"}``, numbered across all searches."""
-    regions: list[dict[str, Any]]
-    """The photo's regions: ``{"label", "score", "box", "description"}`` (box in pixels)."""
-    sub_questions: list[dict[str, Any]]
-    """What the planner asked: ``{"question", "region", "turn", "order"}``."""
-    findings: list[dict[str, Any]]
-    """Each sub-question's search: queries, answer (global source numbers), evidence, sources, error."""
-    region_summaries: list[str]
-    """One summary of the findings per region (llm answerer with 2+ regions)."""
-    hits: list[ImageHit]
-    """The gallery photos retrieved for a question without an image (empty when one was given)."""
-    image: str
-    """The photo the question was answered about."""
-    plan_mode: str
-    """How the plan was made: structured, json, fallback, rules or no search."""
-    plan_turns: int
-    """Planner turns taken."""
-    answerer: str
-    """Who wrote the answer: llm or extractive."""
-    citations: dict[str, Any]
-    """``{"cited", "dropped", "uncited"}``: source numbers cited, citations of unread sources removed."""
-    timings: dict[str, float]
-    """Seconds per node (summed over the parallel searchers)."""
+    answer: Annotated[str, Field(description="The answer, citing the numbered ``sources`` as ``[n]``.")]
+    sources: Annotated[list[dict[str, Any]], Field(description=(
+        "The pages read: ``{\"number\", \"url\", \"title\"}``, numbered across all searches."))]
+    regions: Annotated[list[dict[str, Any]], Field(description=(
+        "The photo's regions: ``{\"label\", \"score\", \"box\", \"description\"}`` (box in pixels)."))]
+    sub_questions: Annotated[list[dict[str, Any]], Field(description=(
+        "What the planner asked: ``{\"question\", \"region\", \"turn\", \"order\"}``."))]
+    findings: Annotated[list[dict[str, Any]], Field(description=(
+        "Each sub-question's search: queries, answer (global source numbers), evidence, sources, error."))]
+    region_summaries: Annotated[list[str], Field(description=(
+        "One summary of the findings per region (llm answerer with 2+ regions)."))]
+    hits: Annotated[list[ImageHit], Field(description=(
+        "The gallery photos retrieved for a question without an image (empty when one was given)."))]
+    image: Annotated[str, Field(description="The photo the question was answered about.")]
+    plan_mode: Annotated[str, Field(description=(
+        "How the plan was made: structured, json, fallback, rules or no search."))]
+    plan_turns: Annotated[int, Field(description="Planner turns taken.")]
+    answerer: Annotated[str, Field(description="Who wrote the answer: llm or extractive.")]
+    citations: Annotated[dict[str, Any], Field(description=(
+        "``{\"cited\", \"dropped\", \"uncited\"}``: source numbers cited, citations of unread sources removed."))]
+    timings: Annotated[dict[str, float], Field(description="Seconds per node (summed over the parallel searchers).")]
 
 
 def merge_timings(left: dict[str, float] | None, right: dict[str, float] | None) -> dict[str, float]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
+from pydantic import Field
 from typing_extensions import TypedDict
 
 from pictrieve.agents.method import config_value
@@ -16,10 +17,8 @@ from pictrieve.vectorstore.hits import ImageHit
 
 @dataclass
 class ToySettings(RunSettings):
-    k: int = 3
-    """How many images to return."""
-    reverse: bool = False
-    """Return the k best images worst first."""
+    k: Annotated[int, Field(description="How many images to return.")] = 3
+    reverse: Annotated[bool, Field(description="Return the k best images worst first.")] = False
 
     def validate(self) -> None:
         require_positive(self, "k")
