@@ -140,6 +140,12 @@ def test_every_setting_says_what_it_is_in_its_type(name):
         assert any(getattr(meta, "description", None) for meta in getattr(annotated[field], "__metadata__", ())), field
 
 
+@pytest.mark.parametrize("name", available_methods())
+def test_every_input_field_is_described_for_studio(name):
+    method = get_method(name)
+    assert all(f["description"] for f in method.input_fields()), [f["name"] for f in method.input_fields()]
+
+
 def test_descriptions_come_from_the_type_never_from_source():
     """A class without source (made by exec, as a notebook or a REPL would) is described all the same; a
     docstring under a field is not read."""

@@ -75,7 +75,8 @@ def test_methods_json_lists_the_plugin_with_its_settings_and_skips_the_broken_on
 
 def test_search_runs_the_plugin_with_its_settings(plugins, gallery):
     args = ["search", "a red square", "-g", str(gallery.location), "-k", "4", "--json"]
-    plain = [h["id"] for h in json.loads(pictrieve(plugins, *args).stdout)["hits"]]
+    # The toy ranks by vectors alone; plain search is hybrid by default (img0's caption says the words).
+    plain = [h["id"] for h in json.loads(pictrieve(plugins, *args, "--no-hybrid").stdout)["hits"]]
     toy = json.loads(pictrieve(plugins, *args, "--method", "toy", "--set", "reverse=true").stdout)["hits"]
     assert [h["id"] for h in toy] == plain[::-1] and [h["rank"] for h in toy] == [1, 2, 3, 4]
     assert "toy" in pictrieve(plugins, "search", "--help").stdout  # the help lists it
@@ -210,7 +211,7 @@ def test_langgraph_dev_serves_the_plugin_from_the_written_config(plugins, galler
     try:
         client = get_sync_client(url=url)
         assert {a["graph_id"] for a in client.assistants.search(limit=100)} == {*available_methods(), "toy"}
-        plain = client.runs.wait(None, "search", input={"query": "a red square"}, context={"k": 3})
+        plain = client.runs.wait(None, "search", input={"query": "a red square", "hybrid": False}, context={"k": 3})
         toy = client.runs.wait(None, "toy", input={"query": "a red square"}, context={"k": 3, "reverse": True})
         assert [h["id"] for h in toy["hits"]] == [h["id"] for h in plain["hits"]][::-1]
         assert toy["note"] == "toy ranked 3 images for 'a red square'"

@@ -105,8 +105,9 @@ class NeedleSettings(RunSettings):
 
 
 class NeedleInput(TypedDict):
-    query: str
-    topic: NotRequired[str]
+    query: Annotated[str, Field(description="What to find, in words.")]
+    topic: NotRequired[Annotated[str, Field(description=(
+        "Whose learned trust weights the run reads and updates (default: one shared topic)."))]]
 
 
 class NeedleOutput(TypedDict):

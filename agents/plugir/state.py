@@ -21,7 +21,7 @@ class Timing(TypedDict):
 class PlugIRInput(TypedDict):
     """What a session starts from: the user's first description of the photo (D_0)."""
 
-    description: str
+    description: Annotated[str, Field(description="The person's first description of the photo they look for.")]
 
 
 class PlugIROutput(TypedDict, total=False):

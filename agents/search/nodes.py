@@ -37,10 +37,15 @@ class SearchInput(TypedDict):
     ``hybrid`` (default true): a text query ranks by the photos' own words too (folder and file names,
     captions, place, photo text), fused with the vectors; false ranks by vectors alone."""
 
-    query: NotRequired[str]
-    image: NotRequired[str]
-    filters: NotRequired[dict[str, Any]]
-    hybrid: NotRequired[bool]
+    query: NotRequired[Annotated[str, Field(description="What to find, in words.")]]
+    image: NotRequired[Annotated[str, Field(description=(
+        "A photo to search with instead of words (a path; a served graph takes what its operator allows)."))]]
+    filters: NotRequired[Annotated[dict[str, Any], Field(description=(
+        "Only photos whose own metadata match: after, before (YYYY-MM-DD), near (\"LAT,LON\" or a city), "
+        "radius_km, place, camera, folder."))]]
+    hybrid: NotRequired[Annotated[bool, Field(description=(
+        "Rank by the photos' own words too (names, captions, place, photo text), fused with the vectors "
+        "(default true)."))]]
 
 
 class SearchOutput(TypedDict):

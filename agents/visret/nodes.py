@@ -87,7 +87,7 @@ class VisRetSettings(RunSettings):
 
 
 class VisRetInput(TypedDict):
-    query: str
+    query: Annotated[str, Field(description="What to find, in words.")]
     question: NotRequired[Annotated[str, Field(description=(
         "Optional: a question answered from the retrieved images (default: none, retrieval only)."))]]
 

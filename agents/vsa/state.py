@@ -69,8 +69,9 @@ class VisionSearchSettings(RunSettings):
 # gallery's best match for the question (visual RAG). No docstring: it would become the served input schema's
 # description, which stays as it was.
 class VisionSearchInput(TypedDict):
-    question: str
-    image: NotRequired[str]
+    question: Annotated[str, Field(description="The question to answer about the photo.")]
+    image: NotRequired[Annotated[str, Field(description=(
+        "The photo asked about (without one, the gallery's best match for the question)."))]]
 
 
 class VisionSearchOutput(TypedDict, total=False):
