@@ -11,13 +11,14 @@ Each tool's result has its structured result (``structuredContent``, described b
 returns ``isError`` with one line saying what to do (a bad argument, an unknown id or session, a path
 outside the allowed folders, a model that cannot be called); nothing a client sends stops the server.
 
-Blocking work (loading models, running graphs) runs in worker threads, never on the event loop, and
-reports each step as an MCP progress notification when the client asked for progress.
+Blocking work (loading models, running graphs) runs in worker threads, never on the event loop. Every tool
+that may load a model (all but ``gallery_info``) reports progress when the client asked for it: a first line
+at once, a line when a model starts loading (repeated every few seconds while it loads), and each step,
+with values that only increase (:mod:`pictrieve.mcp_server.progress`).
 """
 
 import functools
 import io
-import itertools
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +27,7 @@ from typing import Annotated, Any, BinaryIO, Literal
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
@@ -36,6 +38,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from pictrieve.errors import PictrieveError, causes
 from pictrieve.graphs.vision_search_tools import hit_rows
+from pictrieve.mcp_server.progress import StepProgress
 from pictrieve.mcp_server.schemas import GalleryAnswer, GalleryInfo, ImageAnswer, PhotoSession, SearchResult
 from pictrieve.mcp_server.service import MAX_K, PictrieveService
 from pictrieve.vectorstore.hits import ImageHit
@@ -194,20 +197,29 @@ def session_result(view: dict[str, Any]) -> CallToolResult:
 
 # --- the server ---------------------------------------------------------------------------------------------
 
-async def in_thread(ctx: Context, work: Callable[..., Any], *args: Any, progress: bool = False) -> Any:
-    """Run ``work(*args)`` in a worker thread; with ``progress``, it gets a ``progress(message)`` that sends MCP
-    progress notifications (when the client asked for them) and logs the step."""
-    if not progress:
-        return await anyio.to_thread.run_sync(functools.partial(work, *args))
-    steps = itertools.count(1)
+async def in_thread(ctx: Context, work: Callable[..., Any], *args: Any, first: str | None = None) -> Any:
+    """Run ``work(*args)`` in a worker thread.
 
-    def report(message: str) -> None:
+    With ``first`` (a tool that may load a model), ``first`` is reported at once and ``work`` gets a
+    ``progress(message)`` that reports each later step: an MCP progress notification when the client asked
+    for progress (values strictly increasing, :class:`~pictrieve.mcp_server.progress.StepProgress`), and a
+    log line either way.
+    """
+    if first is None:
+        return await anyio.to_thread.run_sync(functools.partial(work, *args))
+    token = anyio.lowlevel.current_token()  # a heartbeat thread reports too, not only anyio's worker
+
+    def send(value: float, message: str) -> None:
         log.info("%s", message)
+        if ctx.request_context.meta is None or ctx.request_context.meta.progressToken is None:
+            return
         try:
-            anyio.from_thread.run(ctx.report_progress, next(steps), None, message)
+            anyio.from_thread.run(ctx.report_progress, value, None, message, token=token)
         except Exception:  # the client went away: the work finishes, the result is dropped
             log.debug("could not report progress", exc_info=True)
 
+    report = StepProgress(send)
+    await anyio.to_thread.run_sync(report, first)
     return await anyio.to_thread.run_sync(functools.partial(work, *args, progress=report))
 
 
@@ -261,7 +273,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
                                                        place=place, camera=camera, folder=folder).items()
                    if value is not None}
         found = await in_thread(ctx, functools.partial(service.search, filters=filters, hybrid=hybrid), query, k,
-                                method, progress=True)
+                                method, first=f"search_images: searching with {method}")
         hits = relevant_hits(found) if only_relevant else found
         summary = agent_summary(query, found)
         return result(SearchResult(method=method, summary=summary, hits=[hit_json(h) for h in hits]), hits,
@@ -275,7 +287,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     ) -> Annotated[CallToolResult, SearchResult]:
         """Find the photos in the user's gallery that look most like a given photo (a gallery photo finds itself
         first). Returns ids, scores and captions (JSON), then the photos."""
-        hits = await in_thread(ctx, service.search_by_image, image, k)
+        hits = await in_thread(ctx, service.search_by_image, image, k, first="search_by_image: reading the photo")
         summary = agent_summary(None, hits)
         return result(SearchResult(method="search", summary=summary, hits=[hit_json(h) for h in hits]), hits,
                       text=summary)
@@ -290,7 +302,8 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         """Answer a question about a photo: finds what is in it, searches (the web or the server's page folder)
         and answers citing numbered sources [n]. Returns the answer and the sources (title, URL). Can take a
         minute on a CPU."""
-        answer = await in_thread(ctx, service.ask_about_image, image, question, progress=True)
+        answer = await in_thread(ctx, service.ask_about_image, image, question,
+                                 first="ask_about_image: reading the photo")
         structured = ImageAnswer(**answer)
         listed = "\n".join(f"[{s.number}] {s.title} ({s.url})" for s in structured.sources if s.cited)
         return result(structured, text=structured.answer + (f"\n\nSources:\n{listed}" if listed else ""))
@@ -304,7 +317,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     ) -> Annotated[CallToolResult, GalleryAnswer]:
         """Answer a question about the user's own photos (visual RAG): finds the photos that best match the
         question and answers from them. Returns the answer, then the photos it read (Picture n = hits[n-1])."""
-        found = await in_thread(ctx, service.ask_gallery, question, k)
+        found = await in_thread(ctx, service.ask_gallery, question, k, first="ask_gallery: finding the photos to read")
         return result(GalleryAnswer(answer=found["answer"], hits=[hit_json(h) for h in found["hits"]]),
                       found["hits"], text=found["answer"])
 
@@ -320,7 +333,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         """Start finding one particular photo: searches with the description and asks a question whose answer
         best narrows the photos down. Returns a session id, the question and the current best photos. Answer
         with answer_question(session, answer) until the photo shows up ('found N' picks photo N)."""
-        view = await in_thread(ctx, service.find_photo, description, progress=True)
+        view = await in_thread(ctx, service.find_photo, description, first="find_photo: starting a session")
         if ask_person and _client_elicits(ctx):
             view = await _ask_person(ctx, service, view)
         elif ask_person:
@@ -336,7 +349,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     ) -> Annotated[CallToolResult, PhotoSession]:
         """Answer the pending question of a find_photo session. Returns the next question and the current best
         photos, or, when the session ends, the final results."""
-        view = await in_thread(ctx, service.answer_question, session, answer, progress=True)
+        view = await in_thread(ctx, service.answer_question, session, answer, first="answer_question: reading the answer")
         return session_result(view)
 
     @server.tool(name="gallery_info", title="What the gallery holds", annotations=read_only)
@@ -381,5 +394,6 @@ async def _ask_person(ctx: Context, service: PictrieveService, view: dict[str, A
         if asked.action != "accept" or not asked.data.answer.strip():
             return {**view, "note": f"the person {'declined' if asked.action == 'decline' else 'did not answer'}; "
                                     "answer with answer_question, or ask them yourself"}
-        view = await in_thread(ctx, service.answer_question, view["session"], asked.data.answer, progress=True)
+        view = await in_thread(ctx, service.answer_question, view["session"], asked.data.answer,
+                               first="answer_question: reading the answer")
     return view
