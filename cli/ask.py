@@ -51,6 +51,10 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
         load_image(image)  # a bad photo is one line (ImageDecodeError), before any model loads
     elif not gallery:
         raise click.UsageError("give an IMAGE, or --gallery to find the photo in a gallery")
+    from pictrieve.tools.models.llm_calls import check_endpoint
+
+    check_endpoint(llm, base_url)  # a dead or refusing endpoint is one line now, not after the regions
+    check_endpoint(vlm, vlm_base_url, option="--vlm", base_option="--vlm-base-url")
     # Importing the graph (LangGraph), opening a gallery and making the chat model take seconds: say so first.
     click.echo(f"[{time.perf_counter() - start:6.1f}s] loading the Vision Search Assistant ...", err=True)
     from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line

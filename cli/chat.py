@@ -73,8 +73,10 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
         default_arm,
         sqlite_checkpointer,
     )
+    from pictrieve.tools.models.llm_calls import check_endpoint
     from pictrieve.vectorstore.gallery import Gallery
 
+    check_endpoint(llm, base_url)  # a dead or refusing endpoint is one line now, not after the first search
     store = Gallery.open(gallery, embedder, create=False)
     saver = sqlite_checkpointer(checkpoint or default_checkpoint_path())
     graph = build_plugir_graph(

@@ -1,8 +1,9 @@
 """A local OpenAI-compatible HTTP server for tests: the real `openai` / langchain-openai clients talk to it.
 
 It answers ``POST /v1/chat/completions`` with the text a test's ``reply(messages) -> str`` returns
-(streamed or not), and ``POST /v1/images/generations`` with small solid-colour PNGs, and records every
-request body so a test can check what the client sent (e.g. image content blocks).
+(streamed or not), ``POST /v1/images/generations`` with small solid-colour PNGs and ``GET /v1/models`` with
+its ``models`` (none by default), and records every request (``requests``: POSTs; ``listings``: GETs) so a test can check what the client sent (e.g.
+image content blocks).
 
 >>> with OpenAIFake(lambda messages: "Is it red?") as fake:
 ...     llm = ChatOpenAI(model="fake", base_url=fake.base_url, api_key="test")
@@ -30,15 +31,29 @@ Reply = Callable[[list[dict[str, Any]]], str]
 class OpenAIFake:
     """Serve on 127.0.0.1 (a free port) until the ``with`` block ends."""
 
-    def __init__(self, reply: Reply = lambda messages: "", *, status: int | None = None) -> None:
+    def __init__(self, reply: Reply = lambda messages: "", *, status: int | None = None,
+                 models: tuple[str, ...] = ()) -> None:
         self.reply = reply
         self.status = status
+        self.models = models
+        self.listings: list[dict[str, Any]] = []
+        """Each ``GET .../models`` (its path and Authorization header); ``requests`` holds the POSTs."""
         self.requests: list[dict[str, Any]] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
+
+            def do_GET(self) -> None:  # noqa: N802 - the model list, which pictrieve's endpoint check asks for
+                fake.listings.append({"path": self.path, "authorization": self.headers.get("Authorization")})
+                if fake.status is not None:
+                    self._json(fake.status, _error_body(fake.status, ""))
+                elif self.path.endswith("/models"):
+                    self._json(200, {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "fake"}
+                                                                for name in fake.models]})
+                else:
+                    self._json(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -133,3 +148,12 @@ EXPECTED_ERRORS = {  # what pictrieve's one-line error says of each failing endp
     "404": "no such model there",
     "closed": "could not connect",
 }
+
+
+@contextmanager
+def silent_endpoint() -> Iterator[str]:
+    """A base URL whose server takes every connection and never answers (its port listens; nothing accepts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)  # the kernel completes each handshake; the request then waits for an answer forever
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"

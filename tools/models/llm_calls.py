@@ -135,6 +135,99 @@ def is_model_call_failure(exc: BaseException) -> bool:
     return reason not in ("rejected", "failed")
 
 
+ENDPOINT_CHECK_S = 5.0
+"""How long :func:`check_endpoint` waits for a named endpoint's answer, all in all."""
+
+
+def check_endpoint(name: str | None, base_url: str | None = None, *, option: str = "--llm",
+                   base_option: str = "--base-url", timeout: float = ENDPOINT_CHECK_S) -> None:
+    """Check with one cheap call that the endpoint of a named OpenAI-compatible model answers and takes the key.
+
+    A command that is given ``--llm openai:MODEL`` spends its first half minute on local work (loading models,
+    describing photos) before it calls the model: a dead server or a wrong key was reported only then. This asks
+    ``GET {base_url}/models`` (which OpenAI, vLLM, llama.cpp, Ollama and LM Studio answer; no tokens spent) with
+    the key the model will use, and waits at most ``timeout`` seconds in all. A refused connection, no answer,
+    HTTP 401/403/404/5xx each raise :class:`ModelCallError` with one line naming ``option`` and what to do; the
+    endpoint's reply is never quoted (a 401 body may carry part of the key). A model the endpoint does not list
+    is only logged (a llama.cpp server answers under any name). Names of local models (``offline``,
+    ``local:DIR``) and other providers are not checked (nothing to call, or no common cheap call).
+    Blocking: a server calls it before its event loop starts, or in a worker thread.
+    """
+    provider, _, model = (name or "").strip().partition(":")
+    if provider != "openai" or not model:
+        return
+    import os
+
+    base = (base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
+            or "https://api.openai.com/v1").rstrip("/")
+    key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else "")
+    shown = _without_credentials(base)
+    answer: dict[str, Any] = {}
+
+    def ask() -> None:
+        import httpx
+
+        try:
+            with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+                reply = client.get(f"{base}/models", headers={"Authorization": f"Bearer {key}"} if key else {})
+                answer["status"] = reply.status_code
+                answer["models"] = _listed_models(reply) if reply.status_code == 200 else None
+        except Exception as exc:  # noqa: BLE001 - every failure to get an answer is reported below
+            answer["error"] = exc
+
+    worker = threading.Thread(target=ask, name="endpoint-check", daemon=True)
+    worker.start()
+    worker.join(timeout)  # in all: an endpoint that accepts and then trickles bytes cannot hold the command
+
+    def failed(reason: str, problem: str, fix: str) -> ModelCallError:
+        return ModelCallError(f"{option} model {model!r} at {shown}: {problem}", model=model, endpoint=shown,
+                              reason=reason, fix=fix)
+
+    error = answer.get("error")
+    if worker.is_alive() or _is_timeout(error):
+        raise failed("timeout", f"no answer within {timeout:g} s",
+                     f"check that the server is up and not overloaded, and {base_option}")
+    if error is not None:
+        logger.debug("endpoint check of %s failed", shown, exc_info=error)
+        raise failed("connection", f"could not connect ({type(error).__name__})",
+                     f"check that the server is running and {base_option} (OpenAI-compatible servers usually end "
+                     "in /v1)")
+    status = int(answer["status"])
+    if status == 200:
+        listed = answer.get("models")
+        if listed and model not in listed:
+            logger.warning("%s %s: the endpoint %s does not list model %r; going on (some servers answer under any "
+                           "name)", option, name, shown, model)
+        return
+    for reason, _core, _sdk, code, meaning, advice in _REASONS:
+        if code == status or (code == 500 and status >= 500):
+            raise failed(reason, f"{meaning} (HTTP {status})", advice.replace("the base URL", base_option))
+    raise failed("failed", f"the endpoint answered HTTP {status}", f"check {base_option} and the server")
+
+
+def _is_timeout(error: BaseException | None) -> bool:
+    return error is not None and any("Timeout" in cls.__name__ for cls in type(error).__mro__)
+
+
+def _listed_models(reply: Any) -> set[str] | None:
+    """The model ids an OpenAI-style ``/models`` reply lists (``None`` when it is not one)."""
+    try:
+        rows = reply.json().get("data")
+        return {str(row["id"]) for row in rows if isinstance(row, dict) and "id" in row}
+    except Exception:  # noqa: BLE001 - not the usual JSON: nothing to compare with
+        return None
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` without a ``user:password@`` part (a message never shows a secret)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
 @contextmanager
 def calling(llm: Any) -> Iterator[None]:
     """Turn any failure of the calls to ``llm`` inside the block into a :class:`ModelCallError`.
