@@ -63,10 +63,9 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
     Over stdio (the default) the MCP client starts this command itself; nothing but protocol messages is
     written to stdout (logs go to stderr). Models load on first need.
     """
-    import importlib.util
+    from pictrieve.tools.core.extras import require_extra
 
-    if importlib.util.find_spec("mcp") is None:
-        raise click.UsageError("the MCP server needs the official MCP SDK: pip install 'pictrieve[mcp]'")
+    require_extra("mcp", "the MCP server (the official MCP SDK)")
     from pictrieve.cli.chat import default_checkpoint_path
     from pictrieve.mcp_server.http import check_exposure, normalise_host, url_host
     from pictrieve.mcp_server.server import create_server
@@ -106,18 +105,22 @@ def _check_names(llm: str, base_url: str | None, vlm: str, vlm_base_url: str | N
                  visualizer: str | None) -> None:
     """Refuse a misspelt model, search or visualizer now, not at the first tool call (cheap: nothing loads)."""
     from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.llm_calls import check_endpoint
     from pictrieve.tools.models.vlm import create_region_captioner
 
     create_chat_model(llm, base_url=base_url)  # models load on first use; the name is checked here
     create_region_captioner(vlm, base_url=vlm_base_url)
+    # and a named endpoint answers (one cheap call each, before the server starts)
+    check_endpoint(llm, base_url)
+    check_endpoint(vlm, vlm_base_url, option="--vlm", base_option="--vlm-base-url")
     if search:
         from pictrieve.tools.web.search import check_search_name
 
         check_search_name(search)
     if visualizer:
-        from pictrieve.tools.models.visualizers import VISUALIZERS
+        from pictrieve.tools.models.visualizers import check_visualizer_name
 
-        VISUALIZERS.check(visualizer)
+        check_visualizer_name(visualizer)
 
 
 def _take_stdout():  # noqa: ANN202 - a binary file

@@ -223,7 +223,9 @@ def _needs(spec: Any, *, visualizers: tuple[str, ...], llm: str | None, base_url
     if visualizers:
         if "visualizers" not in needs:
             raise click.UsageError(f"--visualizer does not apply to --method {name} (it makes no guide images)")
-        kwargs["visualizers"] = list(visualizers)
+        from pictrieve.tools.models.visualizers import check_visualizer_name
+
+        kwargs["visualizers"] = [check_visualizer_name(v) for v in visualizers]  # a missing extra: now, in one line
     elif "visualizers" in needs:
         raise click.UsageError(f"--method {name} needs --visualizer, e.g. exemplar:/path/to/captioned-folder")
     if base_url and not llm:
@@ -232,8 +234,10 @@ def _needs(spec: Any, *, visualizers: tuple[str, ...], llm: str | None, base_url
         if "llm" not in needs:
             raise click.UsageError(f"--llm does not apply to --method {name} (it uses no chat model)")
         from pictrieve.tools.models.chat_models import create_chat_model
+        from pictrieve.tools.models.llm_calls import check_endpoint
 
         kwargs["llm"] = create_chat_model(llm, base_url=base_url)
+        check_endpoint(llm, base_url)  # a dead or refusing endpoint is one line now, not after the guide pictures
     if qc2_model:
         if "qc2_model" not in needs:
             raise click.UsageError(f"--qc2-model does not apply to --method {name}")

@@ -114,8 +114,17 @@ def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ..
         return
     if not gallery:
         raise click.UsageError("give --gallery PATH (the gallery to serve), or --write-config PATH")
+    from pictrieve.tools.models.llm_calls import check_endpoint
     from pictrieve.vectorstore.chroma_store import is_gallery_folder, is_server, not_a_gallery
 
+    # the operator's endpoints answer before the server starts (a dead one is one line, not a failed first run)
+    check_endpoint(settings.get("llm") or os.environ.get(SETTING_OPTIONS["llm"]),
+                   settings.get("base_url") or os.environ.get(SETTING_OPTIONS["base_url"]))
+    check_endpoint(settings.get("vlm") or os.environ.get(SETTING_OPTIONS["vlm"]),
+                   settings.get("vlm_base_url") or os.environ.get(SETTING_OPTIONS["vlm_base_url"]),
+                   option="--vlm", base_option="--vlm-base-url")
+    _check_extras(settings.get("search") or os.environ.get(SETTING_OPTIONS["search"]),
+                  settings.get("visualizer") or os.environ.get(SETTING_OPTIONS["visualizer"]))
     if not is_server(gallery) and not is_gallery_folder(gallery):
         raise not_a_gallery(gallery)  # at start, in one line, writing nothing (the served graphs open it read-only)
     executable = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
@@ -124,6 +133,20 @@ def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ..
     if token:
         env[ENV_TOKEN] = token
     raise SystemExit(_run(executable, normalise_host(host), port, env, gallery))
+
+
+def _check_extras(search: str | None, visualizers: str | None) -> None:
+    """Refuse the operator's search or visualizer now when it needs an extra that is not installed (or is
+    misspelt), not at the first run that uses it."""
+    if search:
+        from pictrieve.tools.web.search import check_search_name
+
+        check_search_name(search)
+    for name in (visualizers or "").split(","):
+        if name.strip():
+            from pictrieve.tools.models.visualizers import check_visualizer_name
+
+            check_visualizer_name(name.strip())
 
 
 def _run(executable: str, host: str, port: int, env: dict[str, str], gallery: str) -> int:

@@ -51,13 +51,28 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
 
     Opens nothing by itself: visit the printed URL in a browser.
     """
+    from pictrieve.tools.core.extras import require_extra
+
+    require_extra("ui", "pictrieve ui")  # before the import that would fail with a traceback
     import uvicorn
 
     from pictrieve.cli.chat import default_checkpoint_path
     from pictrieve.tools.models.chat_models import create_chat_model
+    from pictrieve.tools.models.llm_calls import check_endpoint
     from pictrieve.ui.app import create_app
     from pictrieve.vectorstore.gallery import Gallery
 
+    if search:  # what needs an extra or a folder is refused now, not at a tab's first run
+        from pictrieve.tools.web.search import check_search_name
+
+        check_search_name(search)
+    if visualizer:
+        from pictrieve.tools.models.visualizers import check_visualizer_name
+
+        check_visualizer_name(visualizer)
+    # the operator's endpoints answer before anything else (a dead one is one line, not a failed first run)
+    check_endpoint(llm, base_url)
+    check_endpoint(vlm, vlm_base_url, option="--vlm", base_option="--vlm-base-url")
     opened = Gallery.open(gallery, embedder, create=False)  # opening never writes
     if image_embedder and image_embedder not in opened.embedder_names:
         raise click.UsageError(f"--image-embedder {image_embedder}: the gallery holds {', '.join(opened.embedder_names)}; "

@@ -100,6 +100,10 @@ class NeedleSettings(RunSettings):
             raise SettingsError(f"trust_loss must be eq5 or share, got {self.trust_loss!r}")
         if self.reducer not in ("pca", "umap", "none"):
             raise SettingsError(f"reducer must be pca, umap or none, got {self.reducer!r}")
+        if self.reducer == "umap":  # refused before the guides are made, not when they are screened
+            from pictrieve.tools.core.extras import require_extra
+
+            require_extra("needle", "reducer umap")
         if self.embedders is not None and not self.embedders:
             raise SettingsError("embedders must name at least one embedder (or be omitted for all)")
 

@@ -266,6 +266,22 @@ VISUALIZERS.register("tiny-random", "pictrieve.tools.models.text_to_image:build_
                      "a tiny random-weight diffusers pipeline: real code path, meaningless pictures (tests, cost)")
 
 
+GENERATING_FAMILIES = ("diffusers", "tiny-random")
+"""Visualizer families that run a diffusers pipeline here (the generation extra)."""
+
+
+def check_visualizer_name(name: str) -> str:
+    """``name`` if it names a visualizer that can be built here: its family is known and, for a diffusers
+    pipeline, the generation extra is installed. Cheap (nothing loads), for a command's start."""
+    from pictrieve.tools.core.extras import require_extra
+    from pictrieve.tools.core.registry import split_name
+
+    name = VISUALIZERS.check(name)
+    if split_name(name)[0] in GENERATING_FAMILIES:
+        require_extra("generation", f"the visualizer {name!r}")
+    return name
+
+
 def create_visualizer(name: str, **kwargs: Any) -> Any:
     """Build a visualizer from its name, e.g. ``exemplar:/data/flickr8k-train``."""
     return VISUALIZERS.create(name, **kwargs)

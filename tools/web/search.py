@@ -145,13 +145,17 @@ def as_search_backend(value: Any) -> SearchBackend:
 def check_search_name(name: str) -> str:
     """``name`` if it names a search backend that can be built here; a one-line error otherwise.
 
-    Cheap (no model, no index), so a command can refuse ``--search bogus`` or ``local:/nonexistent``
-    before it spends half a minute loading its models.
+    Cheap (no model, no index), so a command can refuse ``--search bogus``, ``local:/nonexistent`` or
+    ``ddgs`` without the web extra before it spends half a minute loading its models.
     """
     name = SEARCH_BACKENDS.check(name)
     family, _, folder = name.partition(":")
     if family == "local":
         _local_folder(folder)
+    elif family == "ddgs":
+        from pictrieve.tools.core.extras import require_extra
+
+        require_extra("web", "web search (ddgs)")
     return name
 
 
