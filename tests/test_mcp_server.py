@@ -286,10 +286,11 @@ async def test_visret_and_needle_search_with_a_visualizer(served):
         info = (await session.call_tool("gallery_info", {})).structuredContent
         assert info["search_methods"] == ["search", "visret", "needle"]
         for method in ("visret", "needle"):
-            steps = []
+            steps, values = [], []
 
             async def on_progress(step, total, message):
                 steps.append(message)
+                values.append(step)
 
             result = await session.call_tool("search_images", {"query": "a red square", "k": 3, "method": method},
                                              progress_callback=on_progress)
@@ -298,6 +299,9 @@ async def test_visret_and_needle_search_with_a_visualizer(served):
             assert {h["id"] for h in result.structuredContent["hits"]} <= set(served.paths)
             assert len(pictures(result)) == 3
             assert f"{method}: visualize done" in steps  # the method's own graph ran, making guide pictures
+            assert all(b > a for a, b in zip(values, values[1:])), list(zip(values, steps))  # MCP: only increasing
+            # the first use loads the visualizer (once per server), and says so while it does
+            assert any(m.startswith("loading the visualizer") for m in steps) == (method == "visret"), steps
 
 
 STRAY_WRITER = """
