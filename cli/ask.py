@@ -55,6 +55,10 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
 
     check_endpoint(llm, base_url)  # a dead or refusing endpoint is one line now, not after the regions
     check_endpoint(vlm, vlm_base_url, option="--vlm", base_option="--vlm-base-url")
+    if search:  # a misspelt name, a missing folder or extra: now, not after the photo is analysed
+        from pictrieve.tools.web.search import check_search_name
+
+        check_search_name(search)
     # Importing the graph (LangGraph), opening a gallery and making the chat model take seconds: say so first.
     click.echo(f"[{time.perf_counter() - start:6.1f}s] loading the Vision Search Assistant ...", err=True)
     from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line

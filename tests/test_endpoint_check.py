@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from helpers.cli import one_clear_line, run
+from helpers.cli import one_clear_line, refused_at_the_start, run
 from helpers.galleries import tiny_gallery  # noqa: F401  (fixture)
 from helpers.openai_fake import OpenAIFake, dead_endpoint, silent_endpoint
 from pictrieve.tools.models.llm_calls import ModelCallError, check_endpoint
@@ -112,5 +112,5 @@ def test_visret_and_needle_stop_at_a_dead_llm_before_their_first_step(tiny_galle
         for method in ("visret", "needle"):
             result = run("search", "a dog", "-g", str(tiny_gallery.location), "--method", method,
                          "--visualizer", f"exemplar:{reference}", "--llm", "openai:m", "--base-url", fake.base_url)
-            line = one_clear_line(result)  # no "[ 0.0s] visualize..." step line: nothing ran
+            line = refused_at_the_start(result)  # no "  loading ..." model line, no "visualize..." step: nothing ran
             assert result.returncode == 2 and "--llm model 'm'" in line and "refused the API key" in line, line

@@ -3,7 +3,8 @@
 The extra's modules are made unimportable for real in the command's process: a ``sitecustomize`` on its
 ``PYTHONPATH`` puts a finder first on ``sys.meta_path`` that refuses them (as Python does for a package that
 is not installed). Nothing of pictrieve is replaced. That the refusal comes before any slow work shows as
-the command's only line: a run that had started would have printed its first step line (``[  0.0s] ...``).
+the command's only line (after ``search --method``'s start-up lines): a run that had started would have
+printed a model's ``loading ...`` line or its first step line.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 
 import pytest
 
-from helpers.cli import CLI, one_clear_line
+from helpers.cli import CLI, one_clear_line, refused_at_the_start
 from helpers.galleries import tiny_gallery  # noqa: F401  (fixture)
 
 BLOCKER = """
@@ -53,7 +54,7 @@ def run_without(tmp_path, modules: tuple[str, ...], *args: str) -> subprocess.Co
 
 
 def refused_for(result: subprocess.CompletedProcess, extra: str) -> str:
-    line = one_clear_line(result)
+    line = refused_at_the_start(result) if " --method " in " ".join(result.args) else one_clear_line(result)
     assert result.returncode == 2 and line.startswith("error: ") and f"needs the {extra} extra" in line, line
     assert line.endswith(f"pip install 'pictrieve[{extra}]'"), line
     return line

@@ -24,3 +24,19 @@ def one_clear_line(result: subprocess.CompletedProcess) -> str:
              if line.strip() and not line.startswith("WARNING ") and not PROGRESS_BAR.search(line)]
     assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr
     return lines[0]
+
+
+START_LINES = re.compile(r"^\[ *\d+\.\ds\] (opening the gallery .* \.\.\.|loading (visret|needle) \.\.\.)$")
+"""What ``search --method visret|needle`` says before it has done any slow work (the gallery is opened
+lazily, the method's graph not yet imported): the only lines allowed before a refusal at the start."""
+
+
+def refused_at_the_start(result: subprocess.CompletedProcess) -> str:
+    """The one ``error:`` line of a command refused before any slow work: exit 2, no traceback, and before
+    it only the start-up lines of :data:`START_LINES` (no model loading, ``  loading ... ...``, and no
+    step of a run)."""
+    lines = [line for line in result.stderr.splitlines()
+             if line.strip() and not line.startswith("WARNING ") and not PROGRESS_BAR.search(line)]
+    assert result.returncode == 2 and "Traceback" not in result.stderr and lines, result.stderr
+    assert lines[-1].startswith("error: ") and all(START_LINES.match(line) for line in lines[:-1]), result.stderr
+    return lines[-1]
