@@ -219,8 +219,17 @@ async def in_thread(ctx: Context, work: Callable[..., Any], *args: Any, first: s
             log.debug("could not report progress", exc_info=True)
 
     report = StepProgress(send)
+
+    def run() -> Any:
+        from pictrieve.tools.core.model_cache import announcing_model_loads
+
+        # each labelled model a step loads is a line too ("loading the MiniLM sentence encoder ..."); another
+        # call's loads meanwhile are heard as well (models are shared by the whole server)
+        with announcing_model_loads(lambda label: report(f"loading {label} ...")):
+            return work(*args, progress=report)
+
     await anyio.to_thread.run_sync(report, first)
-    return await anyio.to_thread.run_sync(functools.partial(work, *args, progress=report))
+    return await anyio.to_thread.run_sync(run)
 
 
 class PersonAnswer(BaseModel):
