@@ -120,3 +120,20 @@ def test_int8_is_opt_in(cache, tiny_clip_name, photos, monkeypatch):
     assert len([p for p in exports(cache) if "-int8-" in p.name]) == 1
     assert not np.allclose(int8, fp32, atol=1e-6)  # a different model ran
     assert (int8 * fp32).sum(axis=1).min() > 0.99
+
+
+def test_a_single_image_never_waits_for_an_export_but_uses_one_that_exists(cache, tiny_clip_name, photos, monkeypatch):
+    """A query's one image runs on torch rather than start the one-time export (tens of seconds for ViT-B-32);
+    once indexing has exported the tower, a single image runs on it too."""
+    embedder = create_embedder(tiny_clip_name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    on_torch = embedder.embed_images(photos)
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    np.testing.assert_allclose(embedder.embed_images(photos[:1]), on_torch[:1], atol=1e-4, rtol=0)
+    assert exports(cache) == [] and not embedder._towers  # torch ran it; nothing was exported
+    embedder.embed_images(photos[:2])  # a batch: exports
+    assert len(exports(cache)) == 1
+    fresh = create_embedder(tiny_clip_name, device="cpu")
+    single = fresh.embed_images(photos[2:3])
+    assert fresh._towers  # the existing file was opened for one image
+    np.testing.assert_allclose(single, on_torch[2:3], atol=1e-4, rtol=0)

@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import re
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -49,6 +50,9 @@ ViT-B-32 (``BENCHMARKS.md``, "open_clip image towers on ONNX Runtime")."""
 IMAGE_QUANTIZE = "none"
 """int8 (``--quantize int8``) is opt-in only: no real weights here to check that recall holds."""
 TOWER_FORMAT = 1  # bump when image_tower's computation changes (invalidates cached exports)
+EXPORT_MIN_BATCH = 2
+"""A batch this big may start the one-time export (12-80 s for ViT-B-32 on a CPU); a query's single image runs
+on the export when it exists and on torch otherwise, so a search never waits for an export indexing can make."""
 
 
 class EmbedderWeightsUnavailableError(PictrieveError, RuntimeError):
@@ -98,6 +102,8 @@ class OpenCLIPEmbedder(EmbedderBase):
         self.name = f"open_clip:{arch}/{pretrained or RANDOM_WEIGHTS}"
         self._weights = weights
         self._towers: dict[str | None, OnnxModel | None] = {}
+        self._towers_lock = threading.Lock()
+        self._export: OnnxExport | None = None
 
     def preprocess(self, image: Image.Image) -> Any:
         return self._preprocess(image.convert("RGB"))
@@ -107,15 +113,29 @@ class OpenCLIPEmbedder(EmbedderBase):
         """The image tower on ONNX Runtime when that is the runtime chosen here (:data:`IMAGE_RUNTIME`,
         ``--runtime``) and it could be exported, else ``None``: torch runs it. A failed export was said in
         one warning line and is not tried again by this embedder."""
+        return self._tower_for(EXPORT_MIN_BATCH)
+
+    def _tower_for(self, batch_size: int) -> OnnxModel | None:
+        """:attr:`image_runtime` for a batch of ``batch_size`` images (see :data:`EXPORT_MIN_BATCH`)."""
         if choose_runtime(IMAGE_RUNTIME, self.device) != "onnx" or self.precision != "fp32":
             return None
         quantize = requested_quantization(default=IMAGE_QUANTIZE)
-        if quantize not in self._towers:
-            self._towers[quantize] = try_onnx_model(self.image_export(), quantize)
-        return self._towers[quantize]
+        with self._towers_lock:
+            if quantize not in self._towers:
+                export = self.image_export()
+                if batch_size < EXPORT_MIN_BATCH and not export.path(quantize).is_file():
+                    return None
+                self._towers[quantize] = try_onnx_model(export, quantize)
+            return self._towers[quantize]
 
     def image_export(self) -> OnnxExport:
-        """How to export this model's image tower (pixels -> unit vectors), keyed by its fingerprint."""
+        """How to export this model's image tower (pixels -> unit vectors), keyed by its fingerprint
+        (made once per embedder: a local checkpoint's content is hashed)."""
+        if self._export is None:
+            self._export = self._make_export()
+        return self._export
+
+    def _make_export(self) -> OnnxExport:
         import torch
 
         size = _image_size(self.model)
@@ -133,7 +153,7 @@ class OpenCLIPEmbedder(EmbedderBase):
     def embed_preprocessed(self, batch: Sequence[Any]) -> np.ndarray:
         import torch
 
-        tower = self.image_runtime
+        tower = self._tower_for(len(batch))
         if tower is not None:
             pixels = np.stack([np.asarray(item, dtype=np.float32) for item in batch])
             return tower.run(pixels)[0]
