@@ -58,7 +58,7 @@ ROWS_BEGIN = "<!-- gpu_indexing rows: benchmarks/gpu_indexing.py --write appends
 ROWS_END = "<!-- /gpu_indexing rows -->"
 NOT_MEASURED = "| GPU: not measured (no GPU machine was lent) | | | | | | | | | |"
 HEADER = (
-    "| run (UTC) | device | torch / CUDA | model, precision | images x repeat, batch, workers "
+    "| run (UTC) | device | torch / CUDA | model, precision, runtime | images x repeat, batch, workers "
     "| model-only img/s | decode+embed img/s | `pictrieve index` img/s | search p50 / p95 ms (vectors) | command |\n"
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
@@ -187,6 +187,11 @@ def device_name(device: str) -> str:
     return f"CPU {model} ({os.cpu_count()} cores, torch threads {torch.get_num_threads()})".replace("  ", " ")
 
 
+def image_runtime(embedder: Any) -> str:
+    """``"onnx"`` when the image tower runs on ONNX Runtime (a CPU, by default), else ``"torch"``."""
+    return "onnx" if getattr(embedder, "image_runtime", None) is not None else "torch"
+
+
 def versions() -> str:
     import torch
 
@@ -197,7 +202,7 @@ def markdown_row(results: dict[str, Any], command: str) -> str:
     """One table row of a run (see :data:`HEADER`)."""
     search = results["search"]
     return "| " + " | ".join([
-        results["run_utc"], results["device"], results["versions"], f"{results['model']}, {results['precision']}",
+        results["run_utc"], results["device"], results["versions"], f"{results['model']}, {results['precision']}, {results['runtime']}",
         f"{results['images']} x {results['repeat']}, {results['batch']}, {results['workers']}",
         f"{results['model_only_images_per_s']:.1f}", f"{results['decode_embed_images_per_s']:.1f}",
         f"{results['index_images_per_s']:.1f}",
@@ -243,7 +248,8 @@ def run(setup: Setup, gallery_size: int, queries: int) -> dict[str, Any]:
     results: dict[str, Any] = {
         "run_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "device": device_name(device), "versions": versions(), "model": embedder.name,
-        "precision": getattr(embedder, "precision", "fp32"), "images": len(setup.paths),
+        "precision": getattr(embedder, "precision", "fp32"), "runtime": image_runtime(embedder),
+        "images": len(setup.paths),
         "repeat": setup.repeat, "batch": setup.batch, "workers": setup.workers,
     }
     with tempfile.TemporaryDirectory(prefix="gpu-indexing-") as scratch_name:
