@@ -180,8 +180,8 @@ def test_a_deleted_photo_is_forgotten(watched, flickr_dir):
 
 
 def test_a_burst_is_a_few_batches_and_a_file_being_written_waits(watched, flickr_dir):
-    """500 photos copied at once are indexed in a few batches; a photo still being written meanwhile is not
-    read until its writer is done."""
+    """500 photos copied one after another are indexed in a few batches, not 500; a photo still being written
+    meanwhile is not read until its writer is done."""
     slow = watched.folder / "burst-slow" / "slow.jpg"
     slow.parent.mkdir()
     content = sorted((flickr_dir / "images").iterdir())[30].read_bytes()
@@ -206,8 +206,12 @@ def test_a_burst_is_a_few_batches_and_a_file_being_written_waits(watched, flickr
     try:
         written.wait(10)
         before = len(watched.batches())
-        shutil.copytree(flickr_dir / "images", watched.folder / "burst")
-        photos = sorted((watched.folder / "burst").iterdir())
+        burst = watched.folder / "burst"
+        burst.mkdir()
+        for photo in sorted((flickr_dir / "images").iterdir()):  # a card reader's pace: 500 files over 5 s or more
+            shutil.copy2(photo, burst / photo.name)
+            time.sleep(0.01)
+        photos = sorted(burst.iterdir())
         view = watched.view()
         watched.wait_for(lambda: len(view.metadata_of([path_id(p) for p in photos])) == len(photos),
                          "all 500 photos indexed")
@@ -299,3 +303,22 @@ def test_a_restart_catches_up_and_a_stop_loses_nothing(tmp_path, flickr_dir, tin
         np.testing.assert_allclose(again.vector(moved), marker, atol=1e-6)
     finally:
         assert again.stop() == 0, again.err
+
+
+def test_polling_follows_a_new_photo_and_a_move(tmp_path, flickr_dir, tiny_clip_name):
+    """--poll (network shares; also the fallback when inotify cannot start) finds the same changes."""
+    photos = tmp_path / "photos"
+    copy_photos(flickr_dir, photos, 80, 6)
+    watcher = Watcher(photos, tmp_path / "gallery", tiny_clip_name, "--poll", "0.5")
+    try:
+        watcher.wait_ready()
+        assert "(polling every 0.5 s)" in watcher.err
+        [photo] = copy_photos(flickr_dir, photos / "new", 86, 1)
+        watcher.wait_for(lambda: watcher.record(photo), "the new photo's record")
+        marker = mark_vector(watcher, photo)
+        target = photos / "moved.jpg"
+        photo.rename(target)
+        watcher.wait_for(lambda: watcher.record(target) and watcher.record(photo) is None, "the move followed")
+        np.testing.assert_allclose(watcher.vector(target), marker, atol=1e-6)
+    finally:
+        assert watcher.stop() == 0, watcher.err

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 
 from pictrieve.tools.core.images import file_sha256, is_image_path
 from pictrieve.vectorstore.chroma_store import path_id
-from pictrieve.vectorstore.errors import SyncRefusedError
+from pictrieve.vectorstore.errors import MissingFoldersError, SyncRefusedError
 from pictrieve.vectorstore.indexing import (
     BatchWriter,
     FailedImage,
@@ -323,7 +323,9 @@ def _forget(views: Sequence["Gallery"], records: dict[str, dict[str, dict[str, A
         check_removal(paths, views[0].count(), allow_missing_folders=allow_missing_folders,
                       allow_large=allow_large, location=str(views[0].location))
     except SyncRefusedError as exc:
-        batch.kept, batch.refused = len(paths), exc.problem
+        flag = "--allow-missing-folders" if isinstance(exc, MissingFoldersError) else "--yes"
+        batch.kept = len(paths)
+        batch.refused = f"{exc.problem} (`pictrieve sync {flag}` forgets them once you are sure)"
         return
     for view in views:
         view.delete(list(records))
