@@ -45,8 +45,9 @@ logger = logging.getLogger(__name__)
 RANDOM_WEIGHTS = "random"
 
 IMAGE_RUNTIME = "onnx"
-"""The image tower's runtime on a CPU unless told otherwise: ONNX Runtime measured faster than torch for
-ViT-B-32 (``BENCHMARKS.md``, "open_clip image towers on ONNX Runtime")."""
+"""The image tower's runtime on a CPU unless told otherwise: ONNX Runtime ran ViT-B-32's tower 1.48x torch's
+images/s with the same vectors, and ``pictrieve index`` 1.00-1.13x (two runs on a loaded machine; ``BENCHMARKS.md``,
+"open_clip image towers on ONNX Runtime"). Set it to ``"torch"`` if a quiet rerun finds it slower end to end."""
 IMAGE_QUANTIZE = "none"
 """int8 (``--quantize int8``) is opt-in only: no real weights here to check that recall holds."""
 TOWER_FORMAT = 1  # bump when image_tower's computation changes (invalidates cached exports)
