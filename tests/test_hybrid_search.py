@@ -95,3 +95,19 @@ def test_another_process_writing_is_seen_by_the_next_search(named_gallery, tmp_p
                    check=True, env=env, timeout=300)
     hits = named_gallery.search_text("porto", k=3, hybrid=True)
     assert _folders(hits)[:2] == ["porto", "porto"] and hits[0].keyword_match
+
+
+def test_photos_with_every_word_of_the_query_come_first():
+    from pictrieve.vectorstore.keywords import KeywordRank, fuse
+
+    vector_ids = [f"v{n}" for n in range(1, 60)] + ["named"]
+    keyword = [KeywordRank("named", 3.0, 1, all_words=True), KeywordRank("v40", 1.0, 2)]
+    assert fuse(vector_ids, keyword, 3, rrf_k=5, weight=0.5) == ["named", "v1", "v2"]
+    assert fuse(vector_ids, keyword, 3, rrf_k=5, weight=0.5, all_words_first=False) == ["v1", "v2", "v3"]
+    assert fuse(vector_ids, keyword, 1)[0] == "named"  # the shipped setting
+
+
+def test_hash_like_file_names_give_no_words():
+    assert record_words({"path": "/data/flickr8k-dev/images/1000268201_693b08cb0e.jpg"}, ("name",)) == ["1000268201"]
+    assert record_words({"name": "IMG_20190601_beach.jpg", "folder": "/x/deadbeef12/cafe"}, ("folder", "name")) == \
+        ["cafe", "20190601", "beach"]

@@ -55,6 +55,10 @@ RRF_K = 60
 KEYWORD_WEIGHT = 1.0
 """Weight of the keyword ranking against the vector ranking's 1 in the fusion."""
 
+ALL_WORDS_FIRST = True
+"""Photos whose words hold every word of the query (a folder ``lisbon/`` for "lisbon", a caption with each word
+of "red tram") come before the others, in fused order: what someone who named them expects."""
+
 POOL = 100
 """How many photos each side brings to the fusion (at least ``k``): a photo just outside the vector
 top-k that the keywords also name can still rise into it."""
@@ -98,26 +102,35 @@ def _load_stop() -> frozenset[str]:
     return _STOP
 
 
+_SEGMENT = re.compile(r"[^\W_]+")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def name_words(name: str) -> list[str]:
+    """The words of a folder or file name, leaving out hash-like parts: a run of 6 or more hex digits mixing
+    letters and digits (``693b08cb0e`` of ``1000268201_693b08cb0e.jpg``) names no thing, and its letter pieces
+    (``b``, ``cb``, ``e``, or ``ad`` elsewhere) would match query words by chance."""
+    kept = [seg for seg in _SEGMENT.findall(name)
+            if not (len(seg) >= 6 and set(seg) <= _HEX and any(c.isdigit() for c in seg)
+                    and any(c.isalpha() for c in seg))]
+    return words(" ".join(kept))
+
+
 def record_words(metadata: Mapping[str, Any], fields: Sequence[str] = KEYWORD_FIELDS) -> list[str]:
     """The words of one stored record's ``fields`` (see :data:`KEYWORD_FIELDS`)."""
-    parts: list[str] = []
+    path = PurePath(str(metadata.get("path") or ""))
+    out: list[str] = []
     for name in fields:
         value = metadata.get(name)
-        if not value:
-            continue
-        if name == "folder":
-            parts.extend(PurePath(str(value)).parts[-FOLDER_PARTS:])
-        elif name == "name":
-            parts.append(PurePath(str(value)).stem)
+        if name == "folder" and (value or metadata.get("path")):  # older records have only the path
+            out += [w for part in PurePath(str(value or path.parent)).parts[-FOLDER_PARTS:] for w in name_words(part)]
+        elif name == "name" and (value or metadata.get("path")):
+            out += name_words(PurePath(str(value or path.name)).stem)
         elif isinstance(value, (list, tuple)):
-            parts.extend(str(v) for v in value)
-        else:
-            parts.append(str(value))
-    if "name" in fields and not metadata.get("name") and metadata.get("path"):
-        parts.append(PurePath(str(metadata["path"])).stem)
-    if "folder" in fields and not metadata.get("folder") and metadata.get("path"):
-        parts.extend(PurePath(str(metadata["path"])).parent.parts[-FOLDER_PARTS:])
-    return [w for part in parts for w in words(part)]
+            out += [w for v in value for w in words(str(v))]
+        elif value:
+            out += words(str(value))
+    return out
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,8 @@ class KeywordRank:
     id: str
     score: float
     rank: int
+    all_words: bool = False
+    """Whether the photo's words hold every word of the query."""
 
 
 class KeywordIndex:
@@ -137,7 +152,6 @@ class KeywordIndex:
 
         self.ids = list(ids)
         self.words = [frozenset(doc) for doc in documents]
-        self._row = {id_: row for row, id_ in enumerate(self.ids)}
         self._bm25: Any = None
         if any(documents):
             # b=0: no length normalisation, so photos that share a word score the same for it (a
@@ -160,6 +174,7 @@ class KeywordIndex:
 
     def rank(self, query: str) -> list[KeywordRank]:
         """Every photo with at least one of the query's words, best first; equal scores share a rank."""
+        asked = set(words(query))
         terms = [t for t in dict.fromkeys(words(query)) if self._bm25 is not None and t in self._bm25.vocab_dict]
         if not terms:
             return []
@@ -170,14 +185,9 @@ class KeywordIndex:
         for position, row in enumerate(order, start=1):
             score = float(scores[row])
             rank = ranked[-1].rank if ranked and ranked[-1].score == score else position
-            ranked.append(KeywordRank(self.ids[row], score, rank))
+            ranked.append(KeywordRank(self.ids[row], score, rank, asked <= self.words[row]))
         return ranked
 
-    def has_all(self, id_: str, query: str) -> bool:
-        """Whether the photo's words hold every word of ``query`` (``False`` for a query of stop words only)."""
-        terms = set(words(query))
-        row = self._row.get(id_)
-        return row is not None and bool(terms) and terms <= self.words[row]
 
 
 _cache: "OrderedDict[tuple[str, str, tuple[str, ...]], tuple[Any, KeywordIndex]]" = OrderedDict()
@@ -232,28 +242,32 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     hits = [(by_id.get(id_) or extra[id_]).model_copy(update={"rank": rank, "keyword_match": id_ in matched})
             for rank, id_ in enumerate(chosen, start=1)]
     verdicts = gallery.relevance_cutoff().judge([hit.score for hit in hits])
-    return [hit.model_copy(update={"relevant": bool(v) or (hit.keyword_match and index.has_all(hit.id, query))})
-            for hit, v in zip(hits, verdicts)]
+    full = {found.id for found in keyword if found.all_words}
+    return [hit.model_copy(update={"relevant": bool(v) or hit.id in full}) for hit, v in zip(hits, verdicts)]
 
 
 def fuse(vector_ids: Sequence[str], keyword: Sequence[KeywordRank], k: int, *, rrf_k: float = RRF_K,
-         weight: float = KEYWORD_WEIGHT) -> list[str]:
+         weight: float = KEYWORD_WEIGHT, all_words_first: bool = ALL_WORDS_FIRST) -> list[str]:
     """The best ``k`` ids by ``1/(rrf_k + vector rank) + weight/(rrf_k + keyword rank)`` (``vector_ids`` best
-    first; a side that lacks an id adds nothing); ties keep the vector order, then the keyword order."""
+    first; a side that lacks an id adds nothing); ties keep the vector order, then the keyword order. With
+    ``all_words_first`` the photos whose words hold every word of the query come before the others."""
     fused: dict[str, float] = {}
     for rank, id_ in enumerate(vector_ids, start=1):
         fused.setdefault(id_, 1.0 / (rrf_k + rank))
+    full: set[str] = set()
     for found in keyword:
         fused[found.id] = fused.get(found.id, 0.0) + float(weight) / (rrf_k + found.rank)
+        if all_words_first and found.all_words:
+            full.add(found.id)
     first_seen = {id_: n for n, id_ in enumerate(fused)}
-    return sorted(fused, key=lambda id_: (-fused[id_], first_seen[id_]))[: int(k)]
+    return sorted(fused, key=lambda id_: (id_ not in full, -fused[id_], first_seen[id_]))[: int(k)]
 
 
 def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) -> list[KeywordRank]:
     """The keyword ranking cut to the photos that pass ``where``, ranked again among them (tie-aware),
     down to ``depth`` photos and the end of the last tie."""
     filtered = where is not None and not (isinstance(where, PhotoFilter) and where.is_empty)
-    kept: list[tuple[str, float]] = []
+    kept: list[tuple[str, float, bool]] = []
     for start in range(0, len(ranked), 4 * depth):
         batch = ranked[start : start + 4 * depth]
         if len(kept) >= depth and batch[0].score < kept[-1][1]:
@@ -264,10 +278,10 @@ def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) ->
         for found in batch:
             if len(kept) >= depth and found.score < kept[-1][1]:
                 break
-            kept.append((found.id, found.score))
+            kept.append((found.id, found.score, found.all_words))
     out: list[KeywordRank] = []
-    for position, (id_, score) in enumerate(kept, start=1):
-        out.append(KeywordRank(id_, score, out[-1].rank if out and out[-1].score == score else position))
+    for position, (id_, score, full) in enumerate(kept, start=1):
+        out.append(KeywordRank(id_, score, out[-1].rank if out and out[-1].score == score else position, full))
     return out
 
 
