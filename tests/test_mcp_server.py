@@ -75,8 +75,12 @@ async def check_search_images_returns_the_galleries_hits_and_their_photos(sessio
         {id_ for id_, path in served.paths.items() if Path(path).parent == folder}
     bad = await session.call_tool("search_images", {"query": "a red square", "after": "last june"})
     assert bad.isError and "is not a date" in error_text(bad)
-    only = await session.call_tool("search_images", {"query": "a red square", "k": 3, "only_relevant": True})
+    only = await session.call_tool("search_images", {"query": "a red square", "k": 3, "only_relevant": True,
+                                                     "hybrid": False})
     assert [h["id"] for h in only.structuredContent["hits"]] == [hits[0]["id"]] and len(pictures(only)) == 1
+    # Hybrid: the photo whose words hold the query is relevant too.
+    both = await session.call_tool("search_images", {"query": "a red square", "k": 3, "only_relevant": True})
+    assert {h["id"] for h in both.structuredContent["hits"]} == {hits[0]["id"], served.ids["a red square"]}
     like = await session.call_tool("search_by_image", {"image": served.ids["a green field"], "k": 2})
     assert like.structuredContent["hits"][0]["id"] == served.ids["a green field"]  # a photo finds itself first
     by_path = await session.call_tool("search_by_image", {"image": str(served.allowed / "inside.png"), "k": 1})

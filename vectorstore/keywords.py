@@ -22,6 +22,7 @@ keyword contribution at all.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -49,11 +50,14 @@ FOLDER_PARTS = 3
 """How many trailing folder names count (``.../2019/germany_2019/day1``): the ones people name; the rest
 (``/home/me/Pictures``) is shared by every photo."""
 
-RRF_K = 60
-"""Reciprocal rank fusion constant (Cormack et al. 2009's value; see :mod:`pictrieve.vectorstore.fusion`)."""
+RRF_K = 2
+"""Reciprocal rank fusion constant. Cormack et al. (2009) use 60; chosen here on flickr8k-train (a 4,000-caption
+sample, each photo's other captions as its words; best MRR of a grid of 1-100 x weights 0.25-2,
+benchmarks/results/hybrid/sweep-flickr8k-train.json): 60 with weight 1 lost recall@10 there (0.900 against 0.929 by
+vectors alone); small constants let the vector side's first places count."""
 
-KEYWORD_WEIGHT = 1.0
-"""Weight of the keyword ranking against the vector ranking's 1 in the fusion."""
+KEYWORD_WEIGHT = 0.75
+"""Weight of the keyword ranking against the vector ranking's 1 in the fusion (chosen with :data:`RRF_K`)."""
 
 ALL_WORDS_FIRST = True
 """Photos whose words hold every word of the query (a folder ``lisbon/`` for "lisbon", a caption with each word
@@ -73,7 +77,9 @@ _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[^\W\d_]+|\d+")
 
 
+@functools.lru_cache(maxsize=1)
 def _stopwords() -> frozenset[str]:
+    """English stop words (bm25s's list) and the words every photo's name or folder may carry."""
     from bm25s.stopwords import STOPWORDS_EN
 
     return frozenset(STOPWORDS_EN) | {"jpg", "jpeg", "png", "heic", "img", "dsc", "photo", "photos"}
@@ -84,22 +90,13 @@ def words(text: str) -> list[str]:
     digit runs split (``IMG_2019-06-01_LisbonTrip`` -> ``2019 06 01 lisbon trip``); English stop words and
     single letters left out."""
     plain = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
-    stop = _STOP or _load_stop()
+    stop = _stopwords()
     out = []
     for token in _WORD.findall(_CAMEL.sub(" ", plain)):
         token = token.lower()
         if len(token) > 1 and token not in stop:
             out.append(token)
     return out
-
-
-_STOP: frozenset[str] = frozenset()
-
-
-def _load_stop() -> frozenset[str]:
-    global _STOP
-    _STOP = _stopwords()
-    return _STOP
 
 
 _SEGMENT = re.compile(r"[^\W_]+")
