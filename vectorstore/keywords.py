@@ -60,8 +60,9 @@ KEYWORD_WEIGHT = 0.75
 """Weight of the keyword ranking against the vector ranking's 1 in the fusion (chosen with :data:`RRF_K`)."""
 
 ALL_WORDS_FIRST = True
-"""Photos whose words hold every word of the query (a folder ``lisbon/`` for "lisbon", a caption with each word
-of "red tram") come before the others, in fused order: what someone who named them expects."""
+"""Photos whose words hold every word of the query that any photo carries (a folder ``lisbon/`` for "photos from
+lisbon" or "a tram in lisbon" when no photo's words say "tram") come before the others, in fused order: what
+someone who named them expects."""
 
 POOL = 100
 """How many photos each side brings to the fusion (at least ``k``): a photo just outside the vector
@@ -82,7 +83,10 @@ def _stopwords() -> frozenset[str]:
     """English stop words (bm25s's list) and the words every photo's name or folder may carry."""
     from bm25s.stopwords import STOPWORDS_EN
 
-    return frozenset(STOPWORDS_EN) | {"jpg", "jpeg", "png", "heic", "img", "dsc", "photo", "photos"}
+    return frozenset(STOPWORDS_EN) | {
+        "from", "with", "near", "taken", "my", "our", "me", "we", "you", "your",  # how people ask for photos
+        "photo", "photos", "picture", "pictures", "pic", "pics", "image", "images", "shot", "shots",
+        "jpg", "jpeg", "png", "heic", "img", "dsc"}  # what file names carry
 
 
 def words(text: str) -> list[str]:
@@ -138,7 +142,9 @@ class KeywordRank:
     score: float
     rank: int
     all_words: bool = False
-    """Whether the photo's words hold every word of the query."""
+    """Whether the photo's words hold every word of the query that some photo carries (it ranks first)."""
+    every_word: bool = False
+    """Whether the photo's words hold every word of the query (it is marked relevant)."""
 
 
 class KeywordIndex:
@@ -171,10 +177,10 @@ class KeywordIndex:
 
     def rank(self, query: str) -> list[KeywordRank]:
         """Every photo with at least one of the query's words, best first; equal scores share a rank."""
-        asked = set(words(query))
         terms = [t for t in dict.fromkeys(words(query)) if self._bm25 is not None and t in self._bm25.vocab_dict]
         if not terms:
             return []
+        asked, every = set(terms), set(words(query))  # words no photo carries are for the vectors alone
         scores = np.asarray(self._bm25.get_scores(terms), dtype=np.float64)
         found = np.flatnonzero(scores > 0)
         order = found[np.argsort(-scores[found], kind="stable")]
@@ -182,7 +188,7 @@ class KeywordIndex:
         for position, row in enumerate(order, start=1):
             score = float(scores[row])
             rank = ranked[-1].rank if ranked and ranked[-1].score == score else position
-            ranked.append(KeywordRank(self.ids[row], score, rank, asked <= self.words[row]))
+            ranked.append(KeywordRank(self.ids[row], score, rank, asked <= self.words[row], every <= self.words[row]))
         return ranked
 
 
@@ -239,7 +245,7 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     hits = [(by_id.get(id_) or extra[id_]).model_copy(update={"rank": rank, "keyword_match": id_ in matched})
             for rank, id_ in enumerate(chosen, start=1)]
     verdicts = gallery.relevance_cutoff().judge([hit.score for hit in hits])
-    full = {found.id for found in keyword if found.all_words}
+    full = {found.id for found in keyword if found.every_word}
     return [hit.model_copy(update={"relevant": bool(v) or hit.id in full}) for hit, v in zip(hits, verdicts)]
 
 
@@ -247,7 +253,7 @@ def fuse(vector_ids: Sequence[str], keyword: Sequence[KeywordRank], k: int, *, r
          weight: float = KEYWORD_WEIGHT, all_words_first: bool = ALL_WORDS_FIRST) -> list[str]:
     """The best ``k`` ids by ``1/(rrf_k + vector rank) + weight/(rrf_k + keyword rank)`` (``vector_ids`` best
     first; a side that lacks an id adds nothing); ties keep the vector order, then the keyword order. With
-    ``all_words_first`` the photos whose words hold every word of the query come before the others."""
+    ``all_words_first`` the photos whose words hold every word of the query that some photo carries come first."""
     fused: dict[str, float] = {}
     for rank, id_ in enumerate(vector_ids, start=1):
         fused.setdefault(id_, 1.0 / (rrf_k + rank))
@@ -264,7 +270,7 @@ def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) ->
     """The keyword ranking cut to the photos that pass ``where``, ranked again among them (tie-aware),
     down to ``depth`` photos and the end of the last tie."""
     filtered = where is not None and not (isinstance(where, PhotoFilter) and where.is_empty)
-    kept: list[tuple[str, float, bool]] = []
+    kept: list[tuple[str, float, tuple[bool, bool]]] = []
     for start in range(0, len(ranked), 4 * depth):
         batch = ranked[start : start + 4 * depth]
         if len(kept) >= depth and batch[0].score < kept[-1][1]:
@@ -275,10 +281,10 @@ def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) ->
         for found in batch:
             if len(kept) >= depth and found.score < kept[-1][1]:
                 break
-            kept.append((found.id, found.score, found.all_words))
+            kept.append((found.id, found.score, (found.all_words, found.every_word)))
     out: list[KeywordRank] = []
-    for position, (id_, score, full) in enumerate(kept, start=1):
-        out.append(KeywordRank(id_, score, out[-1].rank if out and out[-1].score == score else position, full))
+    for position, (id_, score, flags) in enumerate(kept, start=1):
+        out.append(KeywordRank(id_, score, out[-1].rank if out and out[-1].score == score else position, *flags))
     return out
 
 
