@@ -53,7 +53,7 @@ FOLDER_PARTS = 3
 RRF_K = 2
 """Reciprocal rank fusion constant. Cormack et al. (2009) use 60; chosen here on flickr8k-train (a 4,000-caption
 sample, each photo's other captions as its words; best MRR of a grid of 1-100 x weights 0.25-2,
-benchmarks/results/hybrid/sweep-flickr8k-train.json): 60 with weight 1 lost recall@10 there (0.900 against 0.929 by
+benchmarks/results/hybrid/sweep-flickr8k-train.json): 60 with weight 1 lost recall@10 there (0.899 against 0.929 by
 vectors alone); small constants let the vector side's first places count."""
 
 KEYWORD_WEIGHT = 0.75
