@@ -167,13 +167,15 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @click.option("--hybrid/--no-hybrid", default=True, show_default=True,
               help="Rank by the photos' own words too (folder and file names, captions, place, photo text), "
                    "fused with the vectors; --no-hybrid ranks by vectors alone.")
+@click.option("--collapse-duplicates", is_flag=True,
+              help="Show each group of near-identical photos once (the hit says how many copies it stands for).")
 @method_options
 @runtime_options
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
            html_path: str | None, only_relevant: bool, as_json: bool, after: str | None = None,
            before: str | None = None, near: str | None = None, radius_km: float = 10.0, place: str | None = None,
-           camera: str | None = None, folder: str | None = None, hybrid: bool = True, method: str = PLAIN,
-           **method_args: Any) -> None:
+           camera: str | None = None, folder: str | None = None, hybrid: bool = True,
+           collapse_duplicates: bool = False, method: str = PLAIN, **method_args: Any) -> None:
     """Find the images that best match QUERY (text) or --image.
 
     With --method NAME another registered method searches for QUERY (`pictrieve methods` lists them):
@@ -197,6 +199,8 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
     if method != PLAIN and not photo_filter.is_empty:
         raise click.UsageError("--after/--before/--near/--place/--camera/--folder filter the plain search; "
                                "leave out --method to use them")
+    if method != PLAIN and collapse_duplicates:
+        raise click.UsageError("--collapse-duplicates works with the plain search; leave out --method to use it")
     where = None if photo_filter.is_empty else photo_filter
     # Decoded before the gallery and its model open: a bad photo is one line, at once.
     photo = load_image(image) if image else None
@@ -210,8 +214,9 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
         hits, guides = run_method_showing_guides(store, method, query, k=k, clock=clock, **method_args)
         hits = judge_by_text(store, query or "", hits)
     else:
-        hits = (store.search_image(photo, k=k, where=where) if photo is not None
-                else store.search_text(query or "", k=k, where=where, hybrid=hybrid))
+        options = {"where": where, "collapse_duplicates": collapse_duplicates}
+        hits = (store.search_image(photo, k=k, **options) if photo is not None
+                else store.search_text(query or "", k=k, hybrid=hybrid, **options))
     _print_hits(hits, query=query, image=image, as_json=as_json, only_relevant=only_relevant,
                 cutoff=store.relevance_cutoff().to_json(), guides=guides)
     if only_relevant:
@@ -268,7 +273,10 @@ def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, a
         taken = hit.taken_at[:10] if hit.metadata.get("taken_at_source") == "exif" else ""  # not the file's time
         about = "  ".join(part for part in (taken, hit.place, hit.camera) if part)
         words = "  [words]" if hit.keyword_match else ""
-        click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}" + (f"  [{about}]" if about else "") + words)
+        copies = f"  (+{len(hit.copies)} near-identical {'copy' if len(hit.copies) == 1 else 'copies'})" \
+            if hit.copies else ""
+        click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}" + (f"  [{about}]" if about else "")
+                   + words + copies)
 
 
 def _write_sheet(hits: list[ImageHit], html_path: str, *, title: str, quiet: bool,

@@ -22,6 +22,8 @@ class Hit(BaseModel):
     keyword_match: bool = Field(default=False, description="Whether the photo's own words (folder or file name, "
                                 "caption, place, text in the photo) matched the query")
     path: str = Field(default="", description="The photo's file on the server")
+    copies: list[str] = Field(default_factory=list, description="With collapse_duplicates: the files of the "
+                              "near-identical photos this one stands for")
 
 
 class SearchResult(BaseModel):

@@ -147,8 +147,10 @@ def _image_mime(data: bytes) -> str | None:
 # --- results ------------------------------------------------------------------------------------------------
 
 def hit_json(hit: ImageHit) -> dict[str, Any]:
-    """A hit as the tools report it (the LangChain tools' JSON: rank, id, path, score, caption)."""
-    return {**hit_rows([hit])[0], "keyword_match": hit.keyword_match}
+    """A hit as the tools report it (the LangChain tools' JSON: rank, id, path, score, caption; and ``copies``
+    when a collapsed search folded near-identical photos into it)."""
+    return {**hit_rows([hit])[0], "keyword_match": hit.keyword_match} | ({"copies": list(hit.copies)} if hit.copies
+                                                                         else {})
 
 
 def photo_content(hits: Sequence[ImageHit]) -> list[Any]:
@@ -274,6 +276,9 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         hybrid: Annotated[bool, Field(description="Match the photos' own words too (folder and file names, "
                                                   "captions, place, text in the photo), fused with what they show; "
                                                   "false: by what they show alone")] = True,
+        collapse_duplicates: Annotated[bool, Field(
+            description="Show each group of near-identical photos (resized, recompressed, cropped copies) once; "
+                        "the hit's 'copies' lists the others")] = False,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Find photos in the user's gallery that match a description. Says whether any matches well ("No photo
         in the gallery matches ... well" when none does), then each photo's gallery id, score, relevant and
@@ -281,8 +286,9 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         filters = {name: value for name, value in dict(after=after, before=before, near=near, radius_km=radius_km,
                                                        place=place, camera=camera, folder=folder).items()
                    if value is not None}
-        found = await in_thread(ctx, functools.partial(service.search, filters=filters, hybrid=hybrid), query, k,
-                                method, first=f"search_images: searching with {method}")
+        found = await in_thread(ctx, functools.partial(service.search, filters=filters, hybrid=hybrid,
+                                                       collapse_duplicates=collapse_duplicates),
+                                query, k, method, first=f"search_images: searching with {method}")
         hits = relevant_hits(found) if only_relevant else found
         summary = agent_summary(query, found)
         return result(SearchResult(method=method, summary=summary, hits=[hit_json(h) for h in hits]), hits,

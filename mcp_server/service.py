@@ -175,11 +175,12 @@ class PictrieveService:
 
     def search(self, query: str, k: int, method: str, progress: Progress = no_progress, *,
                only_relevant: bool = False, filters: dict[str, Any] | None = None,
-               hybrid: bool = True) -> list[ImageHit]:
+               hybrid: bool = True, collapse_duplicates: bool = False) -> list[ImageHit]:
         """The hits of ``method`` for ``query``, each marked ``relevant`` (a method's fused hits by the query's
         cosine to each photo); with ``only_relevant`` the others are dropped. ``filters``: the search graph's
         photo filters (after, before, near, radius_km, place, camera, folder), plain search only. ``hybrid``: plain
-        search matches the photos' own words too (the search graph's default)."""
+        search matches the photos' own words too (the search graph's default); ``collapse_duplicates`` shows each
+        group of near-identical photos once (plain search only)."""
         query = _text(query, "the query", "say in words what the photos should show")
         if method not in SEARCH_METHODS:
             raise ToolInputError(f"unknown method {method!r}: use one of {', '.join(SEARCH_METHODS)}")
@@ -188,12 +189,15 @@ class PictrieveService:
                 self.visualizer()  # says how to set one up before anything loads
             if filters:
                 raise ToolInputError("the date, place, camera and folder filters work with method 'search' only")
+            if collapse_duplicates:
+                raise ToolInputError("collapse_duplicates works with method 'search' only")
         graph = self.graph(method, progress)
         progress(f"{method}: making guide pictures of the query" if method != "search"
                  else f"searching {self.gallery.count()} photos")
         hits: list[ImageHit] = []
         state: dict[str, Any] = {"query": query, **({"filters": filters} if filters else {}),
-                                 **({"hybrid": bool(hybrid)} if method == "search" else {})}
+                                 **({"hybrid": bool(hybrid)} if method == "search" else {}),
+                                 **({"collapse_duplicates": True} if collapse_duplicates else {})}
         for mode, chunk in graph.stream(state, context={"k": _k(k)}, stream_mode=["updates", "values"]):
             if mode == "values":
                 hits = list(chunk.get("hits") or [])

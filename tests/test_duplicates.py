@@ -149,3 +149,66 @@ def test_duplicates_command_lists_each_photo_with_its_copies(tmp_path, dev_photo
     assert text.stdout.startswith("1 groups of near-identical photos (4 copies) among 7 photos"), text.stdout
     refused = run("duplicates", "--gallery", str(tmp_path / "nothing"))
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def near_gallery(tmp_path_factory, tiny_clip_embedder):
+    """Four dev photos, the first with its four near-identical copies: 8 photos, 4 distinct."""
+    photos = sorted((FLICKR8K_DEV / "images").glob("*.jpg"))[:4]
+    if len(photos) < 4:
+        pytest.skip(f"flickr8k-dev not found at {FLICKR8K_DEV} (set PICTRIEVE_FLICKR8K_DEV)")
+    root = tmp_path_factory.mktemp("near")
+    (root / "photos").mkdir()
+    for photo in photos:
+        shutil.copy(photo, root / "photos" / photo.name)
+    copies = write_copies(photos[0], root / "photos" / "copies")
+    gallery = Gallery.open(root / "g", tiny_clip_embedder)
+    gallery.add(root / "photos", progress=False)
+    return gallery, root / "photos" / photos[0].name, sorted(str(path) for path in copies.values())
+
+
+def _distinct(hits, original, copies) -> None:
+    """The hits are four distinct photos, the original standing for its four copies."""
+    paths = [hit["path"] if isinstance(hit, dict) else hit.path for hit in hits]
+    held = [hit["copies"] if isinstance(hit, dict) else hit.copies for hit in hits]
+    assert len(paths) == 4 and not set(paths) & set(copies), paths
+    group = next(k for k, path in enumerate(paths) if path == str(original) or path in copies)
+    assert sorted([paths[group], *held[group]]) == sorted([str(original), *copies])
+    assert all(not held[k] for k in range(4) if k != group)
+
+
+async def test_search_collapses_near_duplicates_everywhere_and_still_returns_k(near_gallery, tmp_path, tiny_clip_name):
+    from pictrieve.graphs.search import build_search_graph
+    from pictrieve.vectorstore.retriever import GalleryRetriever
+
+    gallery, original, copies = near_gallery
+    plain = gallery.search_image(original, k=4)
+    assert len({hit.path for hit in plain} & {str(original), *copies}) == 4  # without it: the copies crowd in
+    _distinct(gallery.search_image(original, k=4, collapse_duplicates=True), original, copies)
+    assert len(gallery.search_image(original, k=8, collapse_duplicates=True)) == 4  # 4 distinct photos in all
+    for hybrid in (False, True):
+        _distinct(gallery.search_text("a dog", k=4, hybrid=hybrid, collapse_duplicates=True), original, copies)
+    graph = build_search_graph(gallery)
+    _distinct(graph.invoke({"image": str(original), "collapse_duplicates": True}, context={"k": 4})["hits"],
+              original, copies)
+    _distinct([GalleryRetriever(gallery=gallery, k=4).invoke("a dog", collapse_duplicates=True)[i].metadata
+               for i in range(4)], original, copies)
+    # the page's search, as the page sends it
+    from helpers.web_page import page_client
+
+    from pictrieve.ui.app import create_app
+
+    client = page_client(create_app(gallery, state_dir=tmp_path / "state"))
+    body = client.post("/api/search", json={"like": gallery.search_image(original, k=1)[0].id, "k": 4,
+                                            "collapse_duplicates": True}).json()
+    _distinct(body["hits"], original, copies)
+    # the command line
+    shown = run("search", "--image", str(original), "--gallery", gallery.location, "-k", "4", "--collapse-duplicates")
+    assert shown.returncode == 0 and "(+4 near-identical copies)" in shown.stdout, shown.stdout + shown.stderr
+    # MCP's search_images, from a real client over stdio
+    from helpers.mcp import stdio_session
+
+    async with stdio_session(["--gallery", gallery.location, "--state-dir", str(tmp_path / "mcp")]) as session:
+        found = await session.call_tool("search_images", {"query": "a dog", "k": 4, "collapse_duplicates": True})
+    assert not found.isError, found.content
+    _distinct([{"copies": [], **hit} for hit in found.structuredContent["hits"]], original, copies)

@@ -352,7 +352,7 @@ def create_app(
             result = search_graph.invoke({"query": str(form["query"]), **options}, context={"k": k})
         else:
             raise UIError("type what you are looking for, or drop a picture")
-        return search_body(result["hits"], only=str(form.get("only_relevant") or "").lower() in {"1", "true", "on"})
+        return search_body(result["hits"], only=_checked(form.get("only_relevant")))
 
     @app.post("/api/chat/start")
     async def chat_start(request: Request) -> dict[str, Any]:
@@ -576,7 +576,7 @@ def _chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:
 
 
 def _search_options(form: dict[str, Any]) -> dict[str, Any]:
-    """The search graph's ``filters`` and ``hybrid`` from the search form (a JSON body or a multipart upload's
+    """The search graph's ``filters``, ``hybrid`` and ``collapse_duplicates`` from the search form (a JSON body or a multipart upload's
     fields); the graph checks the filters and answers a bad one in one line."""
     from pictrieve.agents.search.nodes import FILTER_WORDS
 
@@ -596,7 +596,8 @@ def _search_options(form: dict[str, Any]) -> dict[str, Any]:
     hybrid = form.get("hybrid", True)
     if not isinstance(hybrid, bool):
         hybrid = str(hybrid).strip().lower() not in {"0", "false", "off", "no"}
-    return {**({"filters": filters} if filters else {}), "hybrid": hybrid}
+    collapse = {"collapse_duplicates": True} if _checked(form.get("collapse_duplicates")) else {}  # one of each
+    return {**({"filters": filters} if filters else {}), "hybrid": hybrid, **collapse}  # near-duplicate group
 
 
 def _thread(value: Any) -> str:
@@ -657,6 +658,11 @@ def _visualizer_about(visualizer: Any) -> str:
 
     family = visualizer.partition(":")[0]
     return next((e.description for e in VISUALIZERS.entries() if e.family == family), "")
+
+
+def _checked(value: Any) -> bool:
+    """A page checkbox's value, sent as JSON (true) or as a form field ("on", "true", "1")."""
+    return value is True or str(value or "").lower() in {"1", "true", "on"}
 
 
 def search_body(hits: list[Any], *, only: bool = False) -> dict[str, Any]:

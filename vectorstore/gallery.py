@@ -58,6 +58,7 @@ from pictrieve.vectorstore.photo_filter import PhotoFilter
 from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
     FailedImage,
     IndexPlan,
+    PHASH_KEY,
     IndexReport,
     PlannedFile,
     Sources,
@@ -434,7 +435,8 @@ class Gallery:
     # ------------------------------------------------------------------ searching
 
     def search_text(self, query: str, k: int = 10, where: Where = None, *,
-                    only_relevant: bool = False, hybrid: bool = False) -> list[ImageHit]:
+                    only_relevant: bool = False, hybrid: bool = False,
+                    collapse_duplicates: bool = False) -> list[ImageHit]:
         """The ``k`` images closest to a text query, each marked ``relevant`` or not (see
         :meth:`search_vector`); with ``only_relevant`` the others are dropped. ``where``: a Chroma filter or a
         :class:`PhotoFilter`.
@@ -450,19 +452,23 @@ class Gallery:
         if hybrid:
             from pictrieve.vectorstore.keywords import hybrid_search
 
-            hits = hybrid_search(self, query, vector, k, where)
+            if collapse_duplicates:
+                hits = self._collapsed(lambda depth: hybrid_search(self, query, vector, depth, where), int(k))
+            else:
+                hits = hybrid_search(self, query, vector, k, where)
             return relevant_hits(hits) if only_relevant else hits
-        return self.search_vector(vector, k, where, only_relevant=only_relevant)
+        return self.search_vector(vector, k, where, only_relevant=only_relevant, collapse_duplicates=collapse_duplicates)
 
     def search_image(
         self, image: Image.Image | str | os.PathLike, k: int = 10, where: Where = None, *,
-        only_relevant: bool = False,
+        only_relevant: bool = False, collapse_duplicates: bool = False,
     ) -> list[ImageHit]:
         """The ``k`` images closest to a query image (a PIL image or a file path), marked as in :meth:`search_vector`."""
         _check_k(k)
         if not isinstance(image, Image.Image):
             image = load_image(image)
-        return self.search_vector(self.embedder.embed_images([image])[0], k, where, only_relevant=only_relevant)
+        return self.search_vector(self.embedder.embed_images([image])[0], k, where, only_relevant=only_relevant,
+                                  collapse_duplicates=collapse_duplicates)
 
     def relevance_cutoff(self) -> RelevanceCutoff:
         """The cutoff that marks this embedder's hits ``relevant``: the one ``pictrieve calibrate`` stored in
@@ -473,13 +479,18 @@ class Gallery:
 
     def search_vector(
         self, vector: np.ndarray | Sequence[float], k: int = 10, where: Where = None, *,
-        only_relevant: bool = False,
+        only_relevant: bool = False, collapse_duplicates: bool = False,
     ) -> list[ImageHit]:
         """The ``k`` images closest to a vector in this gallery's embedding space, each with ``relevant``
         set by :meth:`relevance_cutoff`; with ``only_relevant`` those below it are dropped (maybe all).
 
         ``where`` is a Chroma filter or a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter` (applied in the
-        store; its ``near`` radius is checked exactly on candidates, asking for more until ``k`` pass)."""
+        store; its ``near`` radius is checked exactly on candidates, asking for more until ``k`` pass).
+
+        ``collapse_duplicates`` folds each group of near-identical photos (:mod:`~pictrieve.vectorstore.duplicates`:
+        perceptual hashes within a few bits, embeddings confirming) into its best-ranked member, whose ``copies``
+        lists the others; candidates are fetched until ``k`` distinct photos (and one more, so that the last
+        one's copies are in) are found or the store has no more, so ``k`` hits come back when there are ``k``."""
         _check_k(k)
         photo_filter = where if isinstance(where, PhotoFilter) else None
         if photo_filter is not None:
@@ -496,25 +507,47 @@ class Gallery:
                 f"{stored}-d vectors for {self.embedder_name!r}; embed the query with that embedder"
             )
         wanted = int(k) if photo_filter is None or not photo_filter.near else int(k) * 4
+        if collapse_duplicates:
+            wanted = max(wanted, 2 * int(k) + 8)
+        include = ["metadatas", "distances"] + (["embeddings"] if collapse_duplicates else [])
         while True:
             with self._db.querying():
                 result = collection.query(
-                    query_embeddings=[vector.tolist()], n_results=wanted, where=where,
-                    include=["metadatas", "distances"],
+                    query_embeddings=[vector.tolist()], n_results=wanted, where=where, include=include,
                 )
             if not result["ids"][0] and (where is None or collection.count() == 0):
                 raise self._empty_error()
-            found = [(id_, meta, dist) for id_, meta, dist in
-                     zip(result["ids"][0], result["metadatas"][0], result["distances"][0])
-                     if photo_filter is None or photo_filter.accepts(meta or {})]
-            if len(found) >= k or len(result["ids"][0]) < wanted:
+            rows = range(len(result["ids"][0]))
+            found = [(result["ids"][0][i], result["metadatas"][0][i], result["distances"][0][i],
+                      result["embeddings"][0][i] if collapse_duplicates else None)
+                     for i in rows if photo_filter is None or photo_filter.accepts(result["metadatas"][0][i] or {})]
+            distinct = collapse(found) if collapse_duplicates else [(row, []) for row in found]
+            exhausted = len(result["ids"][0]) < wanted
+            if exhausted or len(distinct) >= k + int(collapse_duplicates):
                 break
-            wanted *= 4  # the box held candidates outside the radius: ask for more
+            wanted *= 4  # the box held candidates outside the radius, or copies: ask for more
         hits = mark_relevance([
-            ImageHit.from_record(id_, meta, score=1.0 - float(dist), rank=rank)
-            for rank, (id_, meta, dist) in enumerate(found[: int(k)], 1)
+            ImageHit.from_record(id_, meta, score=1.0 - float(dist), rank=rank).model_copy(
+                update={"copies": [str((other or {}).get("path", "")) for other in copies]} if copies else {})
+            for rank, ((id_, meta, dist, _), copies) in enumerate(distinct[: int(k)], 1)
         ], self.relevance_cutoff())
         return relevant_hits(hits) if only_relevant else hits
+
+    def _collapsed(self, ranked: Any, k: int) -> list[ImageHit]:
+        """The first ``k`` distinct photos of ``ranked(depth)`` (a ranking function giving its best ``depth`` hits),
+        each group of near-duplicates folded into its best member (``copies``), re-ranked 1..k: the depth grows
+        until ``k`` distinct photos and one more are found, or the ranking has no more."""
+        depth = 2 * k + 8
+        while True:
+            hits = ranked(depth)
+            vectors = self.embeddings([hit.id for hit in hits]) if hits else np.zeros((0, 1), np.float32)
+            distinct = collapse([(hit.id, hit.metadata, 0.0, vector) for hit, vector in zip(hits, vectors)])
+            if len(hits) < depth or len(distinct) >= k + 1:
+                break
+            depth *= 4
+        by_id = {hit.id: hit for hit in hits}
+        return [by_id[row[0]].model_copy(update={"rank": rank, "copies": [str((m or {}).get("path", "")) for m in copies]})
+                for rank, (row, copies) in enumerate(distinct[:k], 1)]
 
     def rank_ids(self, vectors: np.ndarray | Sequence[Sequence[float]], k: int = 10) -> list[list[tuple[str, float]]]:
         """For each row of ``vectors``, its ``k`` nearest images as ``(id, cosine)``, best first: one
@@ -687,6 +720,27 @@ def _is_connection_failure(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return False
+
+
+def collapse(found: list[tuple[str, Any, float, Any]]) -> list[tuple[tuple[str, Any, float, Any], list[Any]]]:
+    """Search candidates ``(id, metadata, distance, vector)``, best first, with each group of near-duplicates
+    (:func:`~pictrieve.vectorstore.duplicates.confirmed_groups`) folded into its best member: ``(row, the other
+    members' metadata)`` per distinct photo, in rank order."""
+    from pictrieve.vectorstore.duplicates import confirmed_groups
+
+    if len(found) < 2:
+        return [(row, []) for row in found]
+    vectors = np.asarray([row[3] for row in found], dtype=np.float32)
+    groups = confirmed_groups([(row[1] or {}).get(PHASH_KEY) for row in found], vectors)
+    leader = list(range(len(found)))
+    for members, _, _ in groups:
+        for member in members:
+            leader[member] = min(members)
+    folded: dict[int, list[Any]] = {}
+    for index, head in enumerate(leader):
+        if head != index:
+            folded.setdefault(head, []).append(found[index][1])
+    return [(row, folded.get(index, [])) for index, row in enumerate(found) if leader[index] == index]
 
 
 def _check_k(k: int) -> None:

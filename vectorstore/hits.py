@@ -33,6 +33,9 @@ class ImageHit(BaseModel):
     rank: int = 0
     captions: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    copies: list[str] = Field(default_factory=list)
+    """With ``collapse_duplicates``: the paths of the near-identical photos this hit stands for (itself left
+    out), folded into it from the same search's candidates; empty otherwise."""
     relevant: bool | None = None
     """Whether the hit matches its query well: its score reaches the embedder's calibrated cutoff (see
     :mod:`~pictrieve.vectorstore.relevance`). Plain search sets it on every hit; ``None``: not judged

@@ -4,8 +4,9 @@ Each result is a ``Document`` whose ``page_content`` is the image's label (first
 name) and whose metadata is the :class:`ImageHit` as JSON (``id``, ``path``, ``score``, ``rank``,
 ``captions``, ``metadata``, and ``relevant``: whether it reaches the embedder's relevance cutoff), so a
 downstream VLM or answer node can open the image itself.
-``retriever.invoke(query, k=3, where={...}, hybrid=False)`` overrides ``k``, ``where`` and ``hybrid`` (on by
-default: the photos' own words count too) for one call; ``where`` is a Chroma
+``retriever.invoke(query, k=3, where={...}, hybrid=False, collapse_duplicates=True)`` overrides ``k``, ``where``,
+``hybrid`` (on by default: the photos' own words count too) and ``collapse_duplicates`` (each group of
+near-identical photos shown once; its hit's ``copies`` lists the others) for one call; ``where`` is a Chroma
 filter or a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter` (``PhotoFilter.parse(after="2023-06-01",
 near="Lisbon")``: when, where, camera, folder), applied in the store.
 """
@@ -45,6 +46,8 @@ class GalleryRetriever(BaseRetriever):
     hybrid: bool = True
     """Match the photos' own words too (folder and file names, captions, place, photo text), fused with the
     vectors (:mod:`~pictrieve.vectorstore.keywords`); ``False``: by vectors alone."""
+    collapse_duplicates: bool = False
+    """Return each group of near-identical photos once (still ``k`` hits when there are ``k`` distinct ones)."""
 
     def _get_relevant_documents(
         self,
@@ -54,11 +57,15 @@ class GalleryRetriever(BaseRetriever):
         k: int | None = None,
         where: dict[str, Any] | PhotoFilter | None = None,
         hybrid: bool | None = None,
+        collapse_duplicates: bool | None = None,
     ) -> list[Document]:
-        """Search; ``k``, ``where`` and ``hybrid`` passed to ``invoke`` override the retriever's own for one call."""
+        """Search; ``k``, ``where``, ``hybrid`` and ``collapse_duplicates`` passed to ``invoke`` override the
+        retriever's own for one call."""
         gallery: Gallery = self.gallery
+        collapse = self.collapse_duplicates if collapse_duplicates is None else bool(collapse_duplicates)
         hits = gallery.search_text(query, k=self.k if k is None else k, where=self.where if where is None else where,
-                                   hybrid=self.hybrid if hybrid is None else bool(hybrid))
+                                   hybrid=self.hybrid if hybrid is None else bool(hybrid),
+                                   **({"collapse_duplicates": True} if collapse else {}))
         return [hit_to_document(hit) for hit in (relevant_hits(hits) if self.only_relevant else hits)]
 
 

@@ -35,7 +35,8 @@ class SearchInput(TypedDict):
     on the photos' own metadata: ``after``, ``before`` (YYYY-MM-DD), ``near`` ("LAT,LON" or a city),
     ``radius_km``, ``place``, ``camera``, ``folder`` (:meth:`PhotoFilter.parse`), applied in the store.
     ``hybrid`` (default true): a text query ranks by the photos' own words too (folder and file names,
-    captions, place, photo text), fused with the vectors; false ranks by vectors alone."""
+    captions, place, photo text), fused with the vectors; false ranks by vectors alone.
+    ``collapse_duplicates``: show each group of near-identical photos once (the hit's ``copies`` lists the others)."""
 
     query: NotRequired[Annotated[str, Field(description="What to find, in words.")]]
     image: NotRequired[Annotated[str, Field(description=(
@@ -46,6 +47,8 @@ class SearchInput(TypedDict):
     hybrid: NotRequired[Annotated[bool, Field(description=(
         "Rank by the photos' own words too (names, captions, place, photo text), fused with the vectors "
         "(default true)."))]]
+    collapse_duplicates: NotRequired[Annotated[bool, Field(description=(
+        "Show each group of near-identical photos once; the hit's copies lists the others (default false)."))]]
 
 
 class SearchOutput(TypedDict):
@@ -65,6 +68,11 @@ def retrieve(state: SearchState, runtime: Runtime[SearchSettings] | None = None,
     where = photo_filter(state.get("filters"))  # these options still works
     if where is not None:
         options["where"] = where
+    collapse = state.get("collapse_duplicates")
+    if collapse not in (None, False, True):
+        raise SettingsError("'collapse_duplicates' must be true or false")
+    if collapse:
+        options["collapse_duplicates"] = True
     if state.get("image"):
         return {"hits": index.search_image(state["image"], k=settings.k, **options)}
     if (state.get("query") or "").strip():

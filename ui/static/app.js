@@ -44,6 +44,8 @@ function card(hit, onClick) {
   const score = document.createElement("div");
   score.className = "score";
   score.textContent = `#${hit.rank} · score ${Number(hit.score).toFixed(3)}` + (hit.keyword_match ? " · words" : "");
+  const copies = (hit.copies || []).length;
+  if (copies) score.textContent += ` · +${copies} near-identical ${copies === 1 ? "copy" : "copies"}`;
   div.append(img, cap, score);
   const meta = hit.metadata || {};
   const about = [(meta.taken_at || "").slice(0, 16).replace("T", " "), meta.place || "", meta.camera || ""].filter(Boolean);
@@ -97,7 +99,7 @@ document.querySelectorAll("#tabs button").forEach((b) => b.addEventListener("cli
 const FILTERS = { after: "f-after", before: "f-before", near: "f-near", radius_km: "f-radius", place: "f-place",
   camera: "f-camera", folder: "f-folder" };
 function searchOptions() {
-  const options = { hybrid: $("hybrid").checked };
+  const options = { hybrid: $("hybrid").checked, collapse_duplicates: $("collapse").checked };
   for (const [name, id] of Object.entries(FILTERS)) { const v = $(id).value.trim(); if (v) options[name] = v; }
   return options;
 }
