@@ -7,7 +7,8 @@ import json
 import click
 
 from pictrieve.cli.gallery_commands import embedder_option, gallery_option, json_option
-from pictrieve.vectorstore.duplicates import DEFAULT_MAX_DISTANCE, DEFAULT_MIN_COSINE, find_duplicates
+from pictrieve.vectorstore.duplicates import (CLOSE_DISTANCE, CLOSE_MIN_COSINE, DEFAULT_MAX_DISTANCE, DEFAULT_MIN_COSINE,
+                                              find_duplicates)
 from pictrieve.vectorstore.gallery import Gallery
 
 
@@ -17,7 +18,8 @@ from pictrieve.vectorstore.gallery import Gallery
 @click.option("--max-distance", type=click.IntRange(0, 16), default=DEFAULT_MAX_DISTANCE, show_default=True,
               help="Perceptual-hash bits (of 64) two near-duplicates may differ in.")
 @click.option("--min-cosine", type=click.FloatRange(-1, 1), default=DEFAULT_MIN_COSINE, show_default=True,
-              help="Embedding cosine two near-duplicates must reach (confirms the hash).")
+              help="Embedding cosine two near-duplicates must reach (confirms the hash); hashes at most "
+                   f"{CLOSE_DISTANCE} bits apart need only {CLOSE_MIN_COSINE} (a resized copy's embedding moves more).")
 @json_option
 def duplicates(gallery: str, embedder: str | None, max_distance: int, min_cosine: float, as_json: bool) -> None:
     """List groups of near-identical photos (resized, recompressed, slightly cropped or turned copies).

@@ -2,7 +2,8 @@
 
 Two stored photos are near-duplicates when their perceptual hashes (``phash``, stored on each record at index
 time, :mod:`~pictrieve.tools.core.perceptual_hash`) differ in at most ``max_distance`` of 64 bits **and** their
-embeddings' cosine similarity is at least ``min_cosine``: the hash finds candidates cheaply, the embedding
+embeddings' cosine similarity is at least ``min_cosine`` (or, for hashes at most ``close_distance`` bits apart,
+``close_min_cosine``): the hash finds candidates cheaply, the embedding
 confirms them (a hash alone pairs some unrelated photos of similar layout; an embedding alone pairs photos of
 one scene taken seconds apart). Groups are the connected pairs.
 
@@ -33,7 +34,16 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_DISTANCE = 10
 """Hash bits two near-duplicates may differ in (a 5% crop moves up to 10 of 64; unrelated photos about 32)."""
 DEFAULT_MIN_COSINE = 0.9
-"""Embedding cosine two near-duplicates reach at least (chosen for the offline embedder on flickr8k-train)."""
+"""Embedding cosine two near-duplicates reach at least (chosen for the offline embedder on flickr8k-train: at
+least the 99th percentile of a photo's cosine to its nearest *other* photo, so a hash collision between two
+different photos is rejected)."""
+CLOSE_DISTANCE = 4
+"""Pairs whose hashes are at most this many bits apart need only :data:`CLOSE_MIN_COSINE`: a resized copy moves
+the hash by at most 4 bits but the offline embedder's cosine by much more (it embeds a half-size photo
+differently), and two different photos' hashes fall this close far more rarely than within 10 bits."""
+CLOSE_MIN_COSINE = 0.65
+"""The cosine that confirms a pair within :data:`CLOSE_DISTANCE` bits (about a photo's median cosine to its
+nearest other photo on flickr8k-train)."""
 BANDS = 4
 BAND_BITS = 64 // BANDS
 
@@ -144,9 +154,11 @@ def _components(n: int, pairs: Sequence[tuple[int, int]]) -> list[list[int]]:
 
 def confirmed_groups(hashes: Sequence[str | None], vectors: np.ndarray | None = None, *,
                      max_distance: int = DEFAULT_MAX_DISTANCE, min_cosine: float = DEFAULT_MIN_COSINE,
+                     close_distance: int = CLOSE_DISTANCE, close_min_cosine: float = CLOSE_MIN_COSINE,
                      vector_of: Any = None) -> list[tuple[list[int], float, int]]:
-    """Groups of indices into ``hashes`` whose pairs are within ``max_distance`` bits and ``min_cosine``
-    (``vectors``: unit rows aligned with ``hashes``, or ``vector_of(indices)`` giving those rows on demand).
+    """Groups of indices into ``hashes`` whose pairs are within ``max_distance`` bits and ``min_cosine``, or within
+    ``close_distance`` bits and ``close_min_cosine`` (``vectors``: unit rows aligned with ``hashes``, or
+    ``vector_of(indices)`` giving those rows on demand).
     Entries without a hash join nothing. Each group comes with its weakest cosine and largest distance."""
     known = [k for k, value in enumerate(hashes) if value]
     if len(known) < 2:
@@ -163,7 +175,7 @@ def confirmed_groups(hashes: Sequence[str | None], vectors: np.ndarray | None = 
     b = rows[[position[int(k)] for k in j]]
     cosine = np.einsum("ij,ij->i", a, b) / np.maximum(
         np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
-    ok = cosine >= min_cosine
+    ok = cosine >= np.where(dist <= close_distance, min(close_min_cosine, min_cosine), min_cosine)
     links = {(int(x), int(y)): (float(c), int(d)) for x, y, c, d, good in zip(i, j, cosine, dist, ok) if good}
     out = []
     for members in _components(len(hashes), list(links)):
@@ -173,7 +185,8 @@ def confirmed_groups(hashes: Sequence[str | None], vectors: np.ndarray | None = 
 
 
 def find_duplicates(gallery: "Gallery", *, max_distance: int = DEFAULT_MAX_DISTANCE,
-                    min_cosine: float = DEFAULT_MIN_COSINE) -> DuplicatesReport:
+                    min_cosine: float = DEFAULT_MIN_COSINE, close_distance: int = CLOSE_DISTANCE,
+                    close_min_cosine: float = CLOSE_MIN_COSINE) -> DuplicatesReport:
     """The groups of near-identical photos in ``gallery`` (its embedder's collection confirms them)."""
     ids: list[str] = []
     hashes: list[str | None] = []
@@ -186,6 +199,7 @@ def find_duplicates(gallery: "Gallery", *, max_distance: int = DEFAULT_MAX_DISTA
                               unhashed=sum(1 for value in hashes if not value),
                               max_distance=int(max_distance), min_cosine=float(min_cosine))
     found = confirmed_groups(hashes, max_distance=max_distance, min_cosine=min_cosine,
+                             close_distance=close_distance, close_min_cosine=close_min_cosine,
                              vector_of=lambda rows: gallery.embeddings([ids[r] for r in rows]))
     for members, weakest, farthest in found:
         members.sort(key=lambda k: (-_pixels(metas[k]), -int(metas[k].get("size") or 0), str(metas[k].get("path"))))
