@@ -47,8 +47,10 @@ def _events(stderr: str) -> list[str]:
         step = STEP.match(line)
         if step:
             events.append(step.group(1))
-        elif re.match(r"import time:.*\| (chromadb|langgraph\.graph)$", line):
-            events.append("imported " + line.rsplit("| ", 1)[1])
+        elif re.match(r"import time:.*\|\s+(chromadb|langgraph\.graph)$", line):  # at any depth
+            name = "imported " + line.rsplit("|", 1)[1].strip()
+            if name not in events:
+                events.append(name)
     return events
 
 
