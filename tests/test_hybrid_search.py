@@ -83,7 +83,10 @@ def test_filters_hold_on_the_keyword_side(named_gallery, named_library):
 
 
 def test_another_process_writing_is_seen_by_the_next_search(named_gallery, tmp_path, flickr_dir, tiny_clip_name):
+    from pictrieve.vectorstore.keywords import keyword_index
+
     named_gallery.search_text("porto", k=3, hybrid=True)  # the keyword index is built (no porto yet)
+    assert keyword_index(named_gallery) is keyword_index(named_gallery)  # kept while nothing is written
     porto = tmp_path / "porto"
     porto.mkdir()
     for photo in sorted((flickr_dir / "images").glob("*.jpg"))[20:22]:

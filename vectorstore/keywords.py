@@ -93,7 +93,8 @@ def words(text: str) -> list[str]:
     """The searchable words of ``text``, lower case and without accents: camelCase, underscores, dashes and
     digit runs split (``IMG_2019-06-01_LisbonTrip`` -> ``2019 06 01 lisbon trip``); English stop words and
     single letters left out."""
-    plain = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    plain = text if text.isascii() else "".join(
+        c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
     stop = _stopwords()
     out = []
     for token in _WORD.findall(_CAMEL.sub(" ", plain)):
@@ -159,7 +160,8 @@ class KeywordIndex:
         if any(documents):
             # b=0: no length normalisation, so photos that share a word score the same for it (a
             # word of a common folder then ties every photo, and ties shift no ranks; see ``rank``).
-            self._bm25 = bm25s.BM25(k1=BM25_K1, b=BM25_B)
+            # numpy backend: numba's JIT compile (when numba is installed) took 1.5 s on a first search
+            self._bm25 = bm25s.BM25(k1=BM25_K1, b=BM25_B, backend="numpy")
             self._bm25.index([list(doc) for doc in documents], show_progress=False)
 
     @classmethod
@@ -202,10 +204,11 @@ def keyword_index(gallery: Any, fields: Sequence[str] = KEYWORD_FIELDS) -> Keywo
     rebuilt when any process wrote to it since it was built (always, for a ``chroma run`` server)."""
     location = str(gallery.location)
     key = (location, gallery.collection_name, tuple(fields))
-    stamp = None if is_server(location) else read_generation(location)  # read before the records are
-    with _cache_lock:
+    server = is_server(location)
+    stamp = None if server else read_generation(location)  # read before the records are (None: never written
+    with _cache_lock:                                       # by this version; its first write makes it 1)
         cached = _cache.get(key)
-        if cached is not None and stamp is not None and cached[0] == stamp:
+        if cached is not None and not server and cached[0] == stamp:
             _cache.move_to_end(key)
             return cached[1]
     records = _all_records(gallery)
