@@ -12,6 +12,7 @@ from pictrieve.cli.method_search import PLAIN, StepClock, method_options, run_me
 from pictrieve.cli.ray_engine import engine_options, ray_options, say
 from pictrieve.cli.runtime_options import runtime_options
 from pictrieve.tools.core.images import load_image
+from pictrieve.tools.models.photo_text import require_ocr
 from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
@@ -62,13 +63,17 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
 @click.option("--poll", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
               help="With --watch: look for changes every SECONDS instead of waiting for the file system's "
               "events (network shares, which send none).")
+@click.option("--ocr/--no-ocr", default=None,
+              help="Read the text in photos (signs, screenshots) into each record's photo_text, from now on for "
+              "this gallery (--no-ocr stops it). Off at first: about 0.3 s a photo on one CPU, several times "
+              "embedding. Photos already indexed gain the text without re-embedding. Needs pictrieve[ocr].")
 @yes_option
 @allow_missing_folders_option
 @json_option
 @engine_options
 @runtime_options
 def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], batch_size: int,
-          workers: int, max_pixels: int | None, prune: bool, yes: bool, allow_missing_folders: bool,
+          workers: int, max_pixels: int | None, prune: bool, ocr: bool | None, yes: bool, allow_missing_folders: bool,
           as_json: bool, engine: str, watch: bool = False, poll: float | None = None, **ray_settings: Any) -> None:
     """Add PHOTOS (folders, files or quoted globs) to a gallery.
 
@@ -84,6 +89,10 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
     """
     names = _embedder_list(embedders)
     options = ray_options(engine, batch_size, ray_settings)
+    if options is not None and ocr:
+        raise click.UsageError("--ocr reads text with --engine local only; index with it, then run --engine ray")
+    if ocr:
+        require_ocr()  # one line naming the extra, before a model loads or a watch starts
     if poll is not None and not watch:
         raise click.UsageError("--poll goes with --watch")
     if watch:
@@ -93,7 +102,7 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
 
         watch_folders(Gallery.open(gallery, names[0] if names else None), sources, embedders=names, poll=poll,
                       batch_size=batch_size, workers=workers, max_pixels=max_pixels, as_json=as_json,
-                      allow_missing_folders=allow_missing_folders, allow_large=yes)
+                      allow_missing_folders=allow_missing_folders, allow_large=yes, ocr=ocr)
         return
     if options is not None:
         from pictrieve.vectorstore.distributed.cluster import check_server_gallery
@@ -107,7 +116,7 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
                               progress=not as_json, say=say)
     else:
         report = store.add(list(sources), embedders=names, batch_size=batch_size, workers=workers,
-                           progress=not as_json, max_pixels=max_pixels)
+                           progress=not as_json, max_pixels=max_pixels, ocr=ocr)
     removed: list[str] = []
     refused: SyncRefusedError | None = None
     if prune and store.exists():
@@ -137,6 +146,8 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
         + (f"; {report.copied} exact copies reused (the vector of a stored photo with the same content, "
            "not embedded again)" if report.copied else "")
     )
+    if report.text_read:
+        click.echo(f"read the text in {report.text_read} photos (photo_text)")
     if removed is not None:
         _print_removed(removed, dry_run=False)
     for failure in report.failed:
@@ -277,6 +288,14 @@ def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, a
             if hit.copies else ""
         click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}" + (f"  [{about}]" if about else "")
                    + words + copies)
+        if hit.photo_text:
+            click.echo(f"       text: {_one_line(hit.photo_text)}")
+
+
+def _one_line(text: str, limit: int = 100) -> str:
+    """A photo's text on one line (its lines joined by " / "), cut at ``limit`` characters."""
+    line = " / ".join(part for part in text.splitlines() if part.strip())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _write_sheet(hits: list[ImageHit], html_path: str, *, title: str, quiet: bool,

@@ -57,9 +57,10 @@ class AskGalleryArgs(BaseModel):
 
 def hit_rows(hits: Iterable[ImageHit]) -> list[dict[str, Any]]:
     """The JSON a model and a program read about each hit: rank, gallery id, file path, score, whether it
-    matches the query well (``relevant``; ``None``: not judged), first caption."""
+    matches the query well (``relevant``; ``None``: not judged), first caption, and the text read in the photo
+    (``photo_text``, only when it has some: a gallery indexed with ``--ocr``)."""
     return [{"rank": h.rank, "id": h.id, "path": h.path, "score": round(h.score, 4), "relevant": h.relevant,
-             "caption": h.caption} for h in hits]
+             "caption": h.caption, **({"photo_text": h.photo_text} if h.photo_text else {})} for h in hits]
 
 
 def gallery_image_lookup(gallery: Any) -> ImageLookup | None:

@@ -24,6 +24,8 @@ class Hit(BaseModel):
     path: str = Field(default="", description="The photo's file on the server")
     copies: list[str] = Field(default_factory=list, description="With collapse_duplicates: the files of the "
                               "near-identical photos this one stands for")
+    photo_text: str = Field(default="", description="Text read in the photo (signs, screenshots), when the gallery "
+                                                  "was indexed with --ocr")
 
 
 class SearchResult(BaseModel):

@@ -586,6 +586,7 @@ class Gallery:
         progress: bool = True,
         max_pixels: int | None = None,
         budget: Any = None,
+        ocr: bool | None = None,
     ) -> IndexReport:
         """Index images from folders (recursive), globs or files; see :mod:`~pictrieve.vectorstore.indexing`.
 
@@ -594,10 +595,13 @@ class Gallery:
         ``max_pixels`` caps the size of images decoded (see :func:`~pictrieve.tools.core.images.load_image`).
         ``budget``: a :class:`~pictrieve.tools.core.time_budget.TimeBudget` that stops indexing part-way
         (``report.stopped_early``; a re-run goes on).
+        ``ocr``: read the text in photos into each record's ``photo_text`` (the ``ocr`` extra; ``False`` stops it;
+        ``None``: as this gallery was last told, off at first). Records of unchanged photos gain the text without
+        being re-embedded.
         """
         return index_sources(
             self.views(embedders), sources, batch_size=batch_size, workers=workers, progress=progress,
-            max_pixels=max_pixels, budget=budget,
+            max_pixels=max_pixels, budget=budget, ocr=ocr,
         )
 
     def plan_index(self, sources: Sources, *, embedders: Sequence[Embedder | str] | None = None) -> IndexPlan:

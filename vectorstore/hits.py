@@ -75,6 +75,11 @@ class ImageHit(BaseModel):
         """The camera that took it, or ``""``."""
         return str(self.metadata.get("camera") or "")
 
+    @property
+    def photo_text(self) -> str:
+        """The text read in the photo (signs, screenshots; indexed with ``--ocr``), or ``""``."""
+        return str(self.metadata.get("photo_text") or "")
+
     def to_json(self) -> dict[str, Any]:
         """A plain JSON dict (what ``--json``, the server and the web page show)."""
         return self.model_dump(mode="json")

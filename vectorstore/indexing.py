@@ -43,6 +43,7 @@ import numpy as np
 from pictrieve.tools.core.images import ImageDecodeError, file_sha256, iter_image_files, load_image
 from pictrieve.tools.core.perceptual_hash import perceptual_hash
 from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metadata
+from pictrieve.tools.models.photo_text import PHOTO_TEXT_KEY, ocr_installed, read_photo_text, require_ocr
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import path_id
 
@@ -86,6 +87,8 @@ class IndexReport:
     not embedded again (exact copies, moved files)."""
     notes: list[str] = field(default_factory=list)
     """Metadata that was ignored (a corrupt EXIF block, a GPS of 0,0, a date in 1970): never a failure."""
+    text_read: int = 0
+    """Photos whose text was read (OCR, ``ocr=True``) in this run; the others kept the text stored for them."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,6 +128,8 @@ class PlannedFile:
     was only touched, whose vector stays, from a changed one)."""
     captions: list[str] = field(default_factory=list)
     """Its sidecar captions (``captions.jsonl`` or ``NAME.txt``)."""
+    read_text: bool = False
+    """Read the text in it (OCR) into ``photo_text`` unless a stored record of the same content has it."""
 
 
 @dataclass
@@ -141,20 +146,23 @@ class IndexPlan:
     total: int = 0
     caption_updates: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
     """Per embedder, ``(id, caption metadata)`` of unchanged files whose captions changed."""
+    notes: list[str] = field(default_factory=list)
+    """What the run will not do and why (text in photos asked for, and the ``ocr`` extra missing)."""
 
     def report(self) -> IndexReport:
         """The report of a run that has embedded nothing yet (add the files embedded to it)."""
         return IndexReport(unchanged=self.unchanged, failed=list(self.failed), total=self.total,
-                           embedders=list(self.embedders))
+                           embedders=list(self.embedders), notes=list(self.notes))
 
 
-def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing) -> IndexPlan:
+def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing, *, ocr: bool = False) -> IndexPlan:
     """Which files of ``sources`` each gallery view (one per embedder, of one database) must embed.
 
     The skip rules of indexing: a file whose stored record has the same size and modification time (and
     the current reader's fields, ``phash`` among them) is unchanged (only its captions are refreshed when
     they changed); any other file is planned, with the records there are, and :func:`prepare_file` later
-    compares content hashes. Reads only.
+    compares content hashes. With ``ocr`` a record without ``photo_text`` is planned too (its vector stays:
+    only the text is added). Reads only.
     """
     listing = sources if isinstance(sources, ImageListing) else list_images(sources)
     plan = IndexPlan(embedders=[view.embedder_name for view in views], failed=list(listing.failed),
@@ -170,11 +178,12 @@ def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing) -> I
         except OSError as exc:  # vanished or unreadable since the folder was listed
             plan.failed.append(FailedImage(str(path), f"{path}: {exc.strerror or exc}"))
             continue
-        planned = PlannedFile(str(path), id_, [], captions=captions.captions_for(path))
+        planned = PlannedFile(str(path), id_, [], captions=captions.captions_for(path), read_text=ocr)
         for view, records in zip(views, known):
             record = records.get(id_)
             if (record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns
-                    and record.get("reader") == READER_VERSION and record.get(PHASH_KEY)):
+                    and record.get("reader") == READER_VERSION and record.get(PHASH_KEY)
+                    and (not ocr or PHOTO_TEXT_KEY in record)):
                 wanted = caption_metadata(planned.captions)
                 if wanted and wanted.get("captions") != record.get("captions"):
                     plan.caption_updates.setdefault(view.embedder_name, []).append((id_, wanted))
@@ -189,12 +198,21 @@ def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing) -> I
     return plan
 
 
-def start_index(views: Sequence["Gallery"], sources: Sources | ImageListing) -> IndexPlan:
+def start_index(views: Sequence["Gallery"], sources: Sources | ImageListing, *,
+                ocr: bool | None = None) -> IndexPlan:
     """The writes before embedding, then the plan: records the first view's embedder as the gallery's
-    default unless one is recorded, and refreshes the captions of unchanged files. Call it holding
+    default unless one is recorded, records ``ocr`` when given (:func:`text_reading`: ``None`` reads text in
+    photos as the gallery was last told), and refreshes the captions of unchanged files. Call it holding
     the write lock (``with views[0].writing():``) so the plan stays true while you write."""
     views[0].set_default_embedder(keep_existing=True)
-    plan = plan_index(views, sources)
+    read_text, note = text_reading(views[0], ocr)
+    if ocr is not None:
+        recorded = views[0].get_json(INDEXING_RECORD) or {}
+        if recorded.get("ocr") != bool(ocr):
+            views[0].put_json(INDEXING_RECORD, {**recorded, "ocr": bool(ocr)})
+    plan = plan_index(views, sources, ocr=read_text)
+    if note:
+        plan.notes.append(note)
     for view in views:
         updates = plan.caption_updates.get(view.embedder_name)
         if updates:
@@ -211,13 +229,18 @@ def index_sources(
     progress: bool = True,
     max_pixels: int | None = None,
     budget: "TimeBudget | None" = None,
+    ocr: bool | None = None,
 ) -> IndexReport:
     """Index images from folders, globs or files into every gallery view in ``targets``.
 
     ``targets`` are views of one database (one per embedder, see :meth:`Gallery.views`).
     ``budget`` (a :class:`~pictrieve.tools.core.time_budget.TimeBudget`) is checked after every file;
     when it says stop, the files embedded so far are written and ``report.stopped_early`` is set.
+    ``ocr``: read the text in photos into ``photo_text`` (True), stop reading it (False), or do what the
+    gallery was last told (None; off for a new one): see :func:`text_reading`.
     """
+    if ocr:
+        require_ocr()  # one line naming the extra, before anything is read or written
     listing = list_images(sources)
     if not listing.paths:
         return IndexPlan(embedders=[t.embedder_name for t in targets], failed=listing.failed,
@@ -226,11 +249,27 @@ def index_sources(
     if not first.exists():
         load_embedders(targets, progress)  # every model before anything is created on disk
     with first.writing():
-        plan = start_index(targets, listing)
+        plan = start_index(targets, listing, ocr=ocr)
         report = plan.report()
         if plan.todo:
             _embed_and_write(targets, plan.todo, report, batch_size, workers, progress, max_pixels, budget)
     return report
+
+
+INDEXING_RECORD = "indexing"
+"""The gallery's JSON record (:meth:`Gallery.get_json`) of how its photos are indexed: ``{"ocr": bool}``."""
+
+
+def text_reading(gallery: "Gallery", ocr: bool | None) -> tuple[bool, str | None]:
+    """Whether this run reads text in photos, and a note when it cannot: ``ocr`` when given, else the choice the
+    gallery recorded when ``--ocr``/``--no-ocr`` was last given, so that a library indexed with ``--ocr`` keeps the
+    text of new and changed photos current. A recorded ``--ocr`` without the extra installed is a note, not a
+    failure (the photos are still indexed)."""
+    wanted = bool((gallery.get_json(INDEXING_RECORD) or {}).get("ocr")) if ocr is None else ocr
+    if wanted and not ocr_installed():
+        return False, ("text in photos was not read: this gallery was indexed with --ocr, and the ocr extra is not "
+                       "installed here (pip install 'pictrieve[ocr]'; --no-ocr stops asking)")
+    return wanted, None
 
 
 def load_embedders(targets: Sequence["Gallery"], progress: bool = True) -> None:
@@ -264,6 +303,8 @@ class PreparedFile:
     vector is copied instead of embedding this file (:class:`BatchWriter` copies it)."""
     notes: list[str] = field(default_factory=list)
     """The photo's metadata that was ignored, and why (:func:`read_photo_metadata`)."""
+    text_read: bool = False
+    """Whether its text was read now (OCR), rather than kept from a stored record of the same content."""
 
 
 CopyFinder = Callable[[str, str, str], "tuple[str, dict[str, Any]] | None"]
@@ -314,7 +355,22 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
             image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
         meta[PHASH_KEY] = perceptual_hash(image)
     meta.update(caption_metadata(planned.captions))
+    text = _stored_text(planned.stored.values(), digest)
+    if text is None and planned.read_text:
+        if image is None:
+            image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
+        text, prepared.text_read = read_photo_text(image), True
+    if text is not None or any(PHOTO_TEXT_KEY in record for record in planned.stored.values()):
+        meta[PHOTO_TEXT_KEY] = text  # None removes the text of content that changed (Chroma merges metadata)
     return prepared
+
+
+def _stored_text(records: Iterable[Mapping[str, Any]], digest: str) -> str | None:
+    """The ``photo_text`` a stored record of the same content holds (``None``: none has it, or the file changed)."""
+    for record in records:
+        if record.get("sha256") == digest and PHOTO_TEXT_KEY in record:
+            return str(record[PHOTO_TEXT_KEY])
+    return None
 
 
 class BatchWriter:
@@ -461,6 +517,7 @@ def _embed_and_write(
                 report.failed.append(prepared)
                 continue
             report.notes.extend(prepared.notes)
+            report.text_read += prepared.text_read
             if writer.add(prepared):
                 report.indexed += 1
             else:

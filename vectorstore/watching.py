@@ -186,6 +186,7 @@ def update_folders(
     allow_large: bool = False,
     stop: threading.Event | None = None,
     progress: bool = False,
+    ocr: bool | None = None,
 ) -> WatchBatch:
     """Bring the records of some paths under ``roots`` in step with the files, as one batch of the watch:
     ``present`` are files that may be new or changed, ``gone`` paths whose files may be gone (each is looked
@@ -193,7 +194,8 @@ def update_folders(
     ``sync``, for those folders). Holds the gallery's write lock throughout, so the plan stays true.
 
     ``views`` are the gallery's views, one per embedder (:meth:`Gallery.views`); a ``stop`` event ends the
-    batch after the file in hand (what was embedded is written; nothing is forgotten then).
+    batch after the file in hand (what was embedded is written; nothing is forgotten then). ``ocr``: read the
+    text in photos, as ``index --ocr`` does (``None``: as the gallery was last told).
     """
     batch = WatchBatch(catch_up=catch_up)
     files = sorted({Path(path) for path in present if Path(path).is_file()})
@@ -202,8 +204,9 @@ def update_folders(
     if files and not first.exists():
         load_embedders(views, progress)  # every model before anything is created on disk
     with first.writing():
-        plan = start_index(views, ImageListing(list(roots), files))
+        plan = start_index(views, ImageListing(list(roots), files), ocr=ocr)
         batch.failed.extend(plan.failed)
+        batch.notes.extend(plan.notes)
         gone_records = _records_of(views, gone_paths)
         by_name = {view.embedder_name: view for view in views}
         moves = _find_moves([planned for planned in plan.todo if not planned.stored], gone_records)

@@ -76,6 +76,9 @@ function openViewer(hit) {
   viewed = hit;
   $("viewer-img").src = `/api/image/${encodeURIComponent(hit.id)}`;
   $("viewer-caption").textContent = (hit.captions || []).join(" · ");
+  const text = (hit.metadata || {}).photo_text || "";  // read in the photo at index time (--ocr)
+  $("viewer-text").textContent = text ? `Text in the photo: ${text.split("\n").join(" / ")}` : "";
+  $("viewer-text").hidden = !text;
   $("viewer-meta").textContent = `${hit.path} — score ${Number(hit.score).toFixed(3)}`;
   $("viewer").showModal();
 }
