@@ -67,6 +67,9 @@ def test_indexing_stores_the_text_and_hits_carry_it(ocr_gallery, text_photos):
     by_name = {h.metadata["name"]: h for h in hits}
     assert "bakery" in _words(by_name["sign.jpg"].photo_text)
     assert by_name["noise0.png"].photo_text == ""
+    # the text is searchable: hybrid search's keyword side reads photo_text
+    assert ocr_gallery.search_text("the wifi password", k=1, hybrid=True)[0].metadata["name"] == "Screenshot 2024-05-01.png"
+    assert ocr_gallery.search_text("bakery", k=1, hybrid=True)[0].metadata["name"] == "sign.jpg"
 
 
 def test_old_galleries_gain_the_text_without_reembedding_and_it_follows_changes(tmp_path, tiny_clip_embedder):
@@ -96,6 +99,20 @@ def test_old_galleries_gain_the_text_without_reembedding_and_it_follows_changes(
     assert (stopped.indexed, stopped.text_read) == (1, 0)
     assert _text_of(gallery, folder / "sign.jpg") is None
     assert "sunflower42" not in json.dumps(gallery.metadata_of(ids))
+
+
+def test_a_watched_folder_reads_the_text_of_new_photos_when_the_gallery_was_indexed_with_ocr(
+        tmp_path, tiny_clip_embedder):
+    from pictrieve.vectorstore.watching import update_folders
+
+    folder = tmp_path / "photos"
+    make_photo(folder / "plain.png", seed=3, size=(320, 240))
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(folder, progress=False, ocr=True)
+    screenshot(folder / "new screenshot.png")  # what a watch batch picks up: no --ocr given to it
+    batch = update_folders(gallery.views(), [folder.resolve()], [(folder / "new screenshot.png").resolve()], [])
+    assert not batch.failed
+    assert "sunflower42" in _words(_text_of(gallery, (folder / "new screenshot.png").resolve()))
 
 
 def test_the_cli_reads_text_and_search_shows_it(tmp_path, text_photos, tiny_clip_name):
