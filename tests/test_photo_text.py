@@ -101,6 +101,19 @@ def test_old_galleries_gain_the_text_without_reembedding_and_it_follows_changes(
     assert "sunflower42" not in json.dumps(gallery.metadata_of(ids))
 
 
+def test_an_exact_copy_keeps_the_text_read_before(tmp_path, tiny_clip_embedder):
+    import shutil
+
+    folder = tmp_path / "photos"
+    sign(folder / "sign.jpg")
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    assert gallery.add(folder, progress=False, ocr=True).text_read == 1
+    shutil.copy(folder / "sign.jpg", folder / "sign copy.jpg")
+    report = gallery.add(folder, progress=False)
+    assert (report.indexed, report.copied, report.text_read) == (1, 1, 0)  # its vector and its text were copied
+    assert "bakery" in _words(_text_of(gallery, folder / "sign copy.jpg"))
+
+
 def test_a_watched_folder_reads_the_text_of_new_photos_when_the_gallery_was_indexed_with_ocr(
         tmp_path, tiny_clip_embedder):
     from pictrieve.vectorstore.watching import update_folders

@@ -334,6 +334,7 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
     meta.update(photo.fields)
     prepared = PreparedFile(planned.id, planned.path, meta, notes=photo.notes)
     image = None
+    same_content = list(planned.stored.values())  # records whose photo_text may still hold (same sha256)
     for name in planned.embedders:
         stored = planned.stored.get(name)
         if _vector_fits(stored, digest, photo.orientation):
@@ -344,6 +345,7 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
         copy = find_copy(name, digest, planned.id) if find_copy is not None else None
         if copy is not None:
             prepared.copies[name] = copy[0]
+            same_content.append(copy[1])  # an exact copy or a moved file keeps the text read before
             if copy[1].get(PHASH_KEY):
                 meta.setdefault(PHASH_KEY, copy[1][PHASH_KEY])
             continue
@@ -355,7 +357,7 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
             image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
         meta[PHASH_KEY] = perceptual_hash(image)
     meta.update(caption_metadata(planned.captions))
-    text = _stored_text(planned.stored.values(), digest)
+    text = _stored_text(same_content, digest)
     if text is None and planned.read_text:
         if image is None:
             image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
