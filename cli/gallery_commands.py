@@ -65,8 +65,8 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
               "events (network shares, which send none).")
 @click.option("--ocr/--no-ocr", default=None,
               help="Read the text in photos (signs, screenshots) into each record's photo_text, from now on for "
-              "this gallery (--no-ocr stops it). Off at first: about 0.3 s a photo on one CPU, several times "
-              "embedding. Photos already indexed gain the text without re-embedding. Needs pictrieve[ocr].")
+              "this gallery (--no-ocr stops it). Off at first: about 0.2 s a photo on one CPU, as much again as "
+              "embedding (1 s for a screenshot full of text). Photos already indexed gain the text without re-embedding. Needs pictrieve[ocr].")
 @yes_option
 @allow_missing_folders_option
 @json_option

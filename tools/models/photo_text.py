@@ -7,8 +7,9 @@ weights at first use and ``tesseract`` needs a system package, so they are not u
 
 Cost decides the settings: a photo is looked at with its longest side at most :data:`DETECT_SIDE` pixels (RapidOCR's
 default scales the shortest side *up* to 736, which made a 500x375 photo cost 1.7 s and read specks as characters;
-capped it costs about 0.3 s on one CPU thread; small text on a 12 MP photo may be missed). Even so it costs several
-times what embedding does, so indexing reads text only when asked (``pictrieve index --ocr``).
+capped it costs about 0.2 s on one CPU thread; small text on a 12 MP photo may be missed). Even so it costs about as
+much again as embedding a photo, and 5-7 times that for a screenshot full of text (BENCHMARKS.md), while most photos
+show none, so indexing reads text only when asked (``pictrieve index --ocr``).
 """
 
 from __future__ import annotations
