@@ -9,7 +9,6 @@ operator the exporter refuses) leave torch running after one warning line.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -23,7 +22,7 @@ from PIL import Image
 from pictrieve.tools.models.embedders.backbone import trunk_export
 from pictrieve.tools.models.embedders.factory import create_embedder
 from pictrieve.tools.models.onnx_runtime import (
-    QUANTIZE_ENV, RUNTIME_ENV, OnnxExport, RuntimeSettingError, choose_runtime, requested_quantization,
+    ONNX_CACHE_ENV, QUANTIZE_ENV, RUNTIME_ENV, OnnxExport, RuntimeSettingError, choose_runtime, requested_quantization,
     try_onnx_model,
 )
 
@@ -39,9 +38,16 @@ def onnx_cache(tmp_path_factory):
     cache = tmp_path_factory.mktemp("onnx-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PICTRIEVE_CACHE", str(cache))
+        patch.delenv(ONNX_CACHE_ENV, raising=False)  # not the session's shared folder: this module exports
         model = try_onnx_model(trunk_export())
     assert model is not None, "the trunk could not be exported"
     return cache
+
+
+@pytest.fixture(autouse=True)
+def own_cache(monkeypatch):
+    """Every test here names its own cache folder; the session's shared ONNX folder is not used."""
+    monkeypatch.delenv(ONNX_CACHE_ENV, raising=False)
 
 
 @pytest.fixture
@@ -125,7 +131,7 @@ def test_a_second_process_opens_the_cached_file_without_exporting(in_cache):
         "print(features.shape, logits.shape, 'torch' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PICTRIEVE_CACHE": str(in_cache)})
+                          env={**os.environ, "PICTRIEVE_CACHE": str(in_cache)})  # own_cache unset the shared folder
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["(1,", "1280)", "(1,", "1000)", "False"]  # torch never imported: no export
     assert files[0].stat().st_mtime_ns == stamp and sorted((in_cache / "onnx").glob("*")) == files
@@ -204,4 +210,5 @@ def test_a_small_module_round_trips_with_its_outputs(tmp_path, monkeypatch):
     other = OnnxExport(name="tiny", fingerprint="seed1", build=build, example_inputs=export.example_inputs,
                        input_names=("x",), output_names=("y",))
     assert other.path() != export.path() and export.path("int8") != export.path()  # keyed by fingerprint and settings
-    json.dumps(export.key())  # a plain string
+    monkeypatch.setenv(ONNX_CACHE_ENV, str(tmp_path / "shared"))  # one folder for processes with other caches
+    assert export.path() == tmp_path / "shared" / export.path().name

@@ -67,11 +67,12 @@ def isolate(user_cache: Path) -> Path:
     if (converted / "config.json").is_file():
         (cache / "transformers").mkdir()
         (cache / "transformers" / OFFLINE_DEFAULT_LM).symlink_to(converted, target_is_directory=True)
-    exported = sorted((user_cache / "onnx").glob("*.onnx"))
-    if exported:  # models exported for ONNX Runtime (by fetch-models): 15-60 s each to export again; only read
-        (cache / "onnx").mkdir()
-        for path in exported:
-            (cache / "onnx" / path.name).symlink_to(path)
+    # Models exported for ONNX Runtime (by fetch-models; 15-60 s each to export again) are linked, only read, into
+    # one folder that every process of the session uses, even a test's own PICTRIEVE_CACHE.
+    (cache / "onnx").mkdir()
+    os.environ["PICTRIEVE_ONNX_CACHE"] = str(cache / "onnx")
+    for path in sorted((user_cache / "onnx").glob("*.onnx")):
+        (cache / "onnx" / path.name).symlink_to(path)
     vectors = sorted((user_cache / "offline-embedder").glob("class-embeddings-*.npy"))
     if vectors:  # ~10 s of CPU to rebuild: copied, so a test that rewrites it cannot touch the user's
         (cache / "offline-embedder").mkdir()

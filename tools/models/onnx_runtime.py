@@ -9,7 +9,7 @@ weights, how to build the torch module and example inputs) and asks :func:`try_o
 - the first call exports the module with ``torch.onnx.export`` (the TorchScript exporter, which needs
   the ``onnx`` package: ``pip install 'pictrieve[onnx]'``), checks that ONNX Runtime's outputs equal
   torch's on the example inputs (``atol``), and writes the file atomically to
-  ``$PICTRIEVE_CACHE/onnx/NAME-KEY.onnx``; ``KEY`` hashes the fingerprint, the export settings and
+  ``$PICTRIEVE_CACHE/onnx/NAME-KEY.onnx`` (or ``$PICTRIEVE_ONNX_CACHE/NAME-KEY.onnx``); ``KEY`` hashes the fingerprint, the export settings and
   torch's version (and onnxruntime's for int8), so a changed model or exporter never reads a stale file;
 - later calls, in any process, only open that file: neither torch nor the model's Python code is
   imported, which is most of a cold start;
@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 RUNTIME_ENV = "PICTRIEVE_RUNTIME"
 QUANTIZE_ENV = "PICTRIEVE_QUANTIZE"
+ONNX_CACHE_ENV = "PICTRIEVE_ONNX_CACHE"
 RUNTIMES = ("auto", "torch", "onnx")
 QUANTIZATIONS = ("none", "int8")
 EXPORT_FORMAT = 1  # bump when the way files are exported changes (invalidates every cached file)
@@ -142,10 +143,17 @@ class OnnxExport:
             parts += [f"quantize={quantize}", f"onnxruntime={package_version('onnxruntime')}"]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
-    def path(self, quantize: str | None = None, root: Path | None = None) -> Path:
-        """Where the cached file lives: ``$PICTRIEVE_CACHE/onnx/NAME[-int8]-KEY.onnx``."""
+    def path(self, quantize: str | None = None) -> Path:
+        """Where the cached file lives: ``onnx_cache_dir()/NAME[-int8]-KEY.onnx``."""
         stem = f"{self.name}-{quantize}" if quantize else self.name
-        return (root or cache_root()) / "onnx" / f"{stem}-{self.key(quantize)[:20]}.onnx"
+        return onnx_cache_dir() / f"{stem}-{self.key(quantize)[:20]}.onnx"
+
+
+def onnx_cache_dir() -> Path:
+    """Where exported files are kept: ``$PICTRIEVE_ONNX_CACHE`` when set (one folder shared by processes whose
+    ``PICTRIEVE_CACHE`` differ, as the test suite's), else ``$PICTRIEVE_CACHE/onnx``."""
+    explicit = os.environ.get(ONNX_CACHE_ENV, "").strip()
+    return Path(explicit).expanduser() if explicit else cache_root() / "onnx"
 
 
 class OnnxModel:
