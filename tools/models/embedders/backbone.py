@@ -8,8 +8,8 @@ photo squashed to 224x224, as its flickr8k-train photos were); :func:`pooled_fea
 the one forward pass that yields both the pooled features and the logits computed from them.
 
 That pass runs on ONNX Runtime where it measured faster (:attr:`PackagedBackbone.trunk_runtime`,
-:mod:`pictrieve.tools.models.onnx_runtime`): on a CPU by default, 2.4 times torch's speed with the same
-vectors to 1e-5; torch otherwise, or when ``--runtime torch`` / ``PICTRIEVE_RUNTIME=torch`` says so.
+:mod:`pictrieve.tools.models.onnx_runtime`): on a CPU by default, 2.5-3.9 times torch's speed with the same
+vectors to 1e-6; torch otherwise, or when ``--runtime torch`` / ``PICTRIEVE_RUNTIME=torch`` says so.
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ FEATURE_DIM = 1280
 ARCH = "tf_efficientnet_lite0"  # the timm architecture the packaged weights are run in
 
 TRUNK_RUNTIME = "onnx"
-"""The trunk's runtime on a CPU unless told otherwise: ONNX Runtime measured 2.4x torch's images/s with the
-same vectors (``BENCHMARKS.md``, "Indexing runtimes")."""
+"""The trunk's runtime on a CPU unless told otherwise: ``pictrieve index`` measured 3.9x torch's images/s on ONNX
+Runtime (loaded machine; about 2.5x quiet) with the same vectors and recall (``BENCHMARKS.md``, "Indexing runtimes")."""
 TRUNK_QUANTIZE = "none"
-"""The trunk's default quantisation on ONNX Runtime; ``--quantize int8`` opts in (see ``BENCHMARKS.md``)."""
+"""The trunk's default quantisation on ONNX Runtime. ``--quantize int8`` opts in; dynamic int8 measured 0.49x fp32's
+speed and Recall@10 -0.009 on flickr8k-dev (more than the 0.005 a default may lose), so it is not the default."""
 
 
 class PackagedBackbone:
