@@ -22,6 +22,7 @@ from pictrieve.tools.models.onnx_runtime import QUANTIZE_ENV, RUNTIME_ENV  # noq
 def cache(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("PICTRIEVE_CACHE", str(folder))
+    monkeypatch.delenv("PICTRIEVE_ONNX_CACHE", raising=False)  # this cache's own onnx/, not the session's shared one
     monkeypatch.delenv(QUANTIZE_ENV, raising=False)
     return folder
 
@@ -94,6 +95,7 @@ def test_an_export_that_fails_falls_back_to_torch_with_one_line(tmp_path, tiny_c
     cache.mkdir()
     (cache / "onnx").write_text("a file where the ONNX folder should be")
     monkeypatch.setenv("PICTRIEVE_CACHE", str(cache))
+    monkeypatch.delenv("PICTRIEVE_ONNX_CACHE", raising=False)
     embedder = create_embedder(tiny_clip_name, device="cpu")
     monkeypatch.setenv(RUNTIME_ENV, "torch")
     on_torch = embedder.embed_images(photos)

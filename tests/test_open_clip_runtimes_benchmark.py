@@ -17,6 +17,7 @@ def test_the_three_arms_run_interleaved_and_are_compared_with_torch(tmp_path, ti
     for i in range(4):
         make_photo(tmp_path / "photos" / f"p{i}.jpg", seed=i, size=(64, 48))
     monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("PICTRIEVE_ONNX_CACHE", raising=False)  # the exports land in this cache's onnx/
     for name in ("PICTRIEVE_RUNTIME", "PICTRIEVE_QUANTIZE", "OMP_NUM_THREADS"):
         monkeypatch.setenv(name, "")  # the script sets them; monkeypatch puts them back
     results = open_clip_runtimes.main([str(tmp_path / "photos"), "--model", tiny_clip_name, "--batch", "2",
