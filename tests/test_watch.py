@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from helpers.cli import CLI
-from helpers.mcp import HttpServer, image_data, server_env
+from helpers.mcp import HttpServer, server_env
 from pictrieve.tools.core.images import file_sha256
 from pictrieve.vectorstore.chroma_store import path_id
 from pictrieve.vectorstore.gallery import Gallery
@@ -227,25 +227,28 @@ def test_a_burst_is_a_few_batches_and_a_file_being_written_waits(watched, flickr
 
 
 def test_the_server_sees_a_photo_copied_in(watched, flickr_dir, tmp_path):
-    """A running `pictrieve mcp` (streamable HTTP) finds a photo copied into the watched folder, by itself."""
+    """A running `pictrieve mcp` (streamable HTTP) finds a photo copied into the watched folder, by itself. The
+    search is limited to the photo's folder (a filter applied in the store), so no other photo can take its place
+    (the burst above copied every flickr8k-dev photo, this one's twin included)."""
     import asyncio
 
-    from PIL import Image
-
     server = HttpServer(["-g", str(watched.gallery), "--state-dir", str(tmp_path / "state")])
+    folder = watched.folder / "served"
     try:
-        photo_source = sorted((flickr_dir / "images").iterdir())[40]
-        sent = image_data(Image.open(photo_source), "JPEG")
-
-        async def top_path() -> str:
+        async def paths_in_folder() -> list[str] | None:
             async with server.session() as session:
-                result = await session.call_tool("search_by_image", {"image": sent, "k": 1})
-                assert not result.isError, result.content
-                return result.structuredContent["hits"][0]["path"]
+                result = await session.call_tool("search_images", {"query": "a photo", "k": 5, "folder": str(folder)})
+            if result.isError and "Error finding id" in server.output():
+                # Known, not this test's subject: a filtered query in the moment between another process's write
+                # and this server reopening its index (it looks every 0.5 s) fails in Chroma ("Error finding id")
+                # instead of answering without the new photo. Asked again, it answers.
+                return None
+            assert not result.isError, (result.content, server.output()[-3000:])
+            return [hit["path"] for hit in result.structuredContent["hits"]]
 
-        assert asyncio.run(top_path()) != str(watched.folder / "served" / photo_source.name)  # not there yet
-        [photo] = copy_photos(flickr_dir, watched.folder / "served", 40, 1)
-        watched.wait_for(lambda: asyncio.run(top_path()) == str(photo), "the server finding the copied photo")
+        assert asyncio.run(paths_in_folder()) == []  # not there yet
+        [photo] = copy_photos(flickr_dir, folder, 40, 1)
+        watched.wait_for(lambda: asyncio.run(paths_in_folder()) == [str(photo)], "the server finding the copied photo")
     finally:
         server.stop()
 
