@@ -57,10 +57,16 @@ class AskGalleryArgs(BaseModel):
 
 def hit_rows(hits: Iterable[ImageHit]) -> list[dict[str, Any]]:
     """The JSON a model and a program read about each hit: rank, gallery id, file path, score, whether it
-    matches the query well (``relevant``; ``None``: not judged), first caption, and the text read in the photo
-    (``photo_text``, only when it has some: a gallery indexed with ``--ocr``)."""
+    matches the query well (``relevant``; ``None``: not judged), first caption, and, when the photo has them, when
+    and where it was taken and with which camera (``taken_at``, ``place``, ``camera``: its own metadata) and the
+    text read in it (``photo_text``: a gallery indexed with ``--ocr``)."""
     return [{"rank": h.rank, "id": h.id, "path": h.path, "score": round(h.score, 4), "relevant": h.relevant,
-             "caption": h.caption, **({"photo_text": h.photo_text} if h.photo_text else {})} for h in hits]
+             "caption": h.caption, **_known(h, "taken_at", "place", "camera", "photo_text")} for h in hits]
+
+
+def _known(hit: ImageHit, *fields: str) -> dict[str, str]:
+    """Those of ``fields`` the hit has a value for (a photo without EXIF has no capture place or camera)."""
+    return {name: value for name in fields if (value := getattr(hit, name))}
 
 
 def gallery_image_lookup(gallery: Any) -> ImageLookup | None:

@@ -24,6 +24,11 @@ class Hit(BaseModel):
     path: str = Field(default="", description="The photo's file on the server")
     copies: list[str] = Field(default_factory=list, description="With collapse_duplicates: the files of the "
                               "near-identical photos this one stands for")
+    taken_at: str = Field(default="", description="When the photo was taken (ISO 8601, from its EXIF, else the "
+                          "file's time), if known")
+    place: str = Field(default="", description="Where it was taken (city, region, country), when the photo has a "
+                       "GPS position")
+    camera: str = Field(default="", description="The camera or phone that took it, from its EXIF")
     photo_text: str = Field(default="", description="Text read in the photo (signs, screenshots), when the gallery "
                                                   "was indexed with --ocr")
 

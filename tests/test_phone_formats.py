@@ -174,3 +174,31 @@ def test_a_heic_that_does_not_decode_says_so_in_one_line(tmp_path):
     broken.write_bytes(broken.read_bytes()[:200])
     with pytest.raises(ImageDecodeError, match="broken.heic: not a readable image"):
         load_image(broken)
+
+
+@pytest.mark.server
+async def test_mcp_gives_a_heic_as_jpeg_and_hits_say_when_where_and_with_what(tmp_path, tiny_clip_embedder):
+    """An agent reading ``pictrieve://image/{id}`` of a HEIC gets a JPEG it can show (upright), and search hits
+    carry the photo's capture time, place and camera, as the CLI and the page show them (issue 30)."""
+    pytest.importorskip("mcp", reason="the MCP server needs the 'mcp' extra")
+    from helpers.exif_photos import exif_block
+    from helpers.mcp import stdio_session
+
+    folder = tmp_path / "phone"
+    folder.mkdir()
+    upright = _sideways_heic(folder / "side.heic")
+    _scene().save(folder / "lisbon.jpg", exif=exif_block(taken="2024:06:12 18:30:00", offset="+01:00",
+                                                        gps=(38.7223, -9.1393), make="Apple", model="iPhone 13"))
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(folder, progress=False)
+    async with stdio_session(["--gallery", str(gallery.location), "--state-dir", str(tmp_path / "mcp")]) as session:
+        photo = (await session.read_resource(f"pictrieve://image/{path_id(folder / 'side.heic')}")).contents[0]
+        import base64
+
+        with Image.open(io.BytesIO(base64.b64decode(photo.blob))) as jpeg:
+            assert jpeg.format == "JPEG" and _close(jpeg, upright) < 8
+        found = await session.call_tool("search_images", {"query": "a photo", "k": 2, "hybrid": False})
+        hits = {hit["id"]: hit for hit in found.structuredContent["hits"]}
+    lisbon = hits[path_id(folder / "lisbon.jpg")]
+    assert lisbon["taken_at"].startswith("2024-06-12T18:30:00") and "Lisbon" in lisbon["place"]
+    assert "iPhone 13" in lisbon["camera"]
