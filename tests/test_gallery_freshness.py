@@ -140,3 +140,27 @@ def test_a_gallery_opened_again_after_its_handles_went_sees_writes_made_meanwhil
     again = Gallery.open(location, tiny_clip_name, create=False)
     assert str(new) in {hit.path for hit in again.search_text("a photo", k=10)}
     assert again.embeddings([path_id(new)]).shape[0] == 1
+
+
+def test_a_filtered_search_right_after_another_process_wrote_answers(tmp_path, tiny_clip_name, monkeypatch):
+    """Between another process's write and this process's next look at the write counter, a search with a store
+    filter (and a read of a vector by id) found the new record in Chroma's SQLite but not in the HNSW index loaded
+    earlier, and failed with "Error finding id" (found by `index --watch` with a server searching). Such a read
+    now reopens the database and answers with the new photo. The counter is looked at only on that error here."""
+    from pictrieve.vectorstore import chroma_store
+    from pictrieve.vectorstore.chroma_store import path_id
+    from pictrieve.vectorstore.gallery import Gallery
+
+    monkeypatch.setattr(chroma_store, "FRESH_CHECK_SECONDS", 3600.0)  # no look by time: only the error
+    location = str(tmp_path / "gallery")
+    make_photo(tmp_path / "photos" / "old.png", seed=1)
+    new = make_photo(tmp_path / "later" / "new.png", seed=2).resolve()
+    gallery = Gallery.open(location, tiny_clip_name)
+    gallery.add([tmp_path / "photos"], progress=False)
+    everything = {"path": {"$ne": ""}}
+    assert len(gallery.search_text("a photo", k=10, where=everything)) == 1  # the index is loaded here
+    indexed = subprocess.run([*CLI, "index", str(tmp_path / "later"), "--gallery", location, "-e", tiny_clip_name],
+                             capture_output=True, text=True, timeout=600, env=server_env())
+    assert indexed.returncode == 0, indexed.stderr
+    assert str(new) in {hit.path for hit in gallery.search_text("a photo", k=10, where=everything)}
+    assert gallery.embeddings([path_id(new)]).shape[0] == 1

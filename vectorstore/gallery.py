@@ -34,7 +34,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 from PIL import Image
@@ -94,6 +94,13 @@ from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
 )
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _index_older_than_records(error: BaseException) -> bool:
+    """Whether Chroma refused a read because a record its SQLite holds is missing from the loaded HNSW index."""
+    return "Error finding id" in str(error)
+
 
 # Chroma's default ef_search (100) gives recall@10 of about 0.91 against exact search at 1M vectors;
 # 200 gives about 0.97 at no measurable latency cost (BENCHMARKS.md, search latency).
@@ -310,6 +317,24 @@ class Gallery:
                     self._collection = self._find_or_create(client, embedder)
         return self._collection
 
+    def _fresh_read(self, read: Callable[[Any], T]) -> T:
+        """``read(collection)``; once more on a reopened database when it failed because another process wrote
+        records after this process loaded the collection's index.
+
+        Chroma's SQLite sees another process's records at once, its in-memory HNSW index only once reopened, and
+        the write counter is looked at every :data:`FRESH_CHECK_SECONDS`: in between, a query with a ``where``
+        filter, or a read of a new record's vector, names a record the loaded index lacks ("Error finding id").
+        Reopening then answers with the new records instead of failing."""
+        collection = self._get_collection(create=False)
+        try:
+            return read(collection)
+        except Exception as error:  # chromadb.errors.InternalError; matched by its words, as Chroma gives no kind
+            if self._db.server or not _index_older_than_records(error):
+                raise
+            logger.debug("gallery %s: index older than its records (%s); reopening", self.location, error)
+            self._db.refresh(force=True)
+            return read(self._get_collection(create=False))
+
     def _find_or_create(self, client: Any, embedder: Embedder) -> Any:
         """This embedder's collection, adopting an older gallery's or making it (a write)."""
         collection = find_collection(client, self.embedder_name, adopt_renamed=True, location=self.location)
@@ -375,6 +400,9 @@ class Gallery:
     def _reads(self) -> CollectionReader:
         return CollectionReader(self._get_collection(create=False), self.location, self._max_batch)
 
+    def _fresh_reads(self, read: Callable[[CollectionReader], T]) -> T:
+        return self._fresh_read(lambda collection: read(CollectionReader(collection, self.location, self._max_batch)))
+
     def count(self) -> int:
         """How many images this embedder's collection holds (0 when it has none)."""
         return self._reads().count()
@@ -385,7 +413,7 @@ class Gallery:
 
     def get(self, ids: Sequence[str]) -> list[GalleryItem]:
         """Items for ``ids``, in the same order; unknown ids raise ``KeyError``."""
-        return self._reads().get(ids)
+        return self._fresh_reads(lambda reader: reader.get(ids))
 
     def items(self) -> Iterator[GalleryItem]:
         """Every stored item, in :meth:`ids` order."""
@@ -393,7 +421,7 @@ class Gallery:
 
     def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray:
         """Stored vectors as ``(n, dim)`` float32: for ``ids`` in order, or all in :meth:`ids` order."""
-        return self._reads().embeddings(ids)
+        return self._fresh_reads(lambda reader: reader.embeddings(ids))
 
     def captions(self, id_: str) -> list[str]:
         return self.get([id_])[0].captions
@@ -510,11 +538,14 @@ class Gallery:
         if collapse_duplicates:
             wanted = max(wanted, 2 * int(k) + 8)
         include = ["metadatas", "distances"] + (["embeddings"] if collapse_duplicates else [])
-        while True:
+
+        def query(collection: Any, n: int) -> dict[str, Any]:
             with self._db.querying():
-                result = collection.query(
-                    query_embeddings=[vector.tolist()], n_results=wanted, where=where, include=include,
-                )
+                return collection.query(query_embeddings=[vector.tolist()], n_results=n, where=where, include=include)
+
+        while True:
+            result = self._fresh_read(lambda collection: query(collection, wanted))
+            collection = self._get_collection(create=False)  # the reopened one, when the read had to reopen
             if not result["ids"][0] and (where is None or collection.count() == 0):
                 raise self._empty_error()
             rows = range(len(result["ids"][0]))
@@ -559,8 +590,11 @@ class Gallery:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or len(vectors) == 0:
             return []
-        with self._db.querying():
-            result = collection.query(query_embeddings=vectors.tolist(), n_results=int(k), include=["distances"])
+        def query(collection: Any) -> dict[str, Any]:
+            with self._db.querying():
+                return collection.query(query_embeddings=vectors.tolist(), n_results=int(k), include=["distances"])
+
+        result = self._fresh_read(query)
         return [[(id_, 1.0 - float(d)) for id_, d in zip(ids, dists)]
                 for ids, dists in zip(result["ids"], result["distances"])]
 
