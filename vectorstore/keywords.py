@@ -148,12 +148,21 @@ class KeywordRank:
     """Whether the photo's words hold every word of the query (it is marked relevant)."""
 
 
+def _bm25s() -> Any:
+    """The ``bm25s`` module, its logger kept at WARNING: it sets itself to DEBUG when imported, so each index
+    build printed "Building index from tokens" on the command line and into MCP's log."""
+    import bm25s
+
+    if logging.getLogger("bm25s").level == logging.DEBUG:
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
+
 class KeywordIndex:
     """BM25 over the words of a fixed set of records (build a new one when the records change)."""
 
     def __init__(self, ids: Sequence[str], documents: Sequence[list[str]]) -> None:
-        import bm25s
-
+        bm25s = _bm25s()
         self.ids = list(ids)
         self.words = [frozenset(doc) for doc in documents]
         self._bm25: Any = None
