@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -27,6 +28,21 @@ USER_CACHE = cache_root()
 SESSION_DIR = isolated_home.isolate(USER_CACHE)
 HOME_GUARD = isolated_home.HomeGuard.start(REAL_HOME, SESSION_DIR / "started",
                                            skip=isolated_home.not_written_by_tests(REPO_ROOT))
+
+
+@pytest.fixture(autouse=True)
+def _logger_levels_restored():
+    """Each test starts with the logger levels the session had: a test that runs a script's ``main()`` in this
+    process (a benchmark's smoke run sets ``pictrieve`` to ERROR) must not silence the log that later tests read
+    with ``caplog``; otherwise a test's result would depend on which ran before it."""
+    loggers = [logging.getLogger(), logging.getLogger("pictrieve"),
+               *(logger for name, logger in logging.root.manager.loggerDict.items()
+                 if name.startswith("pictrieve.") and isinstance(logger, logging.Logger))]
+    saved = [(logger, logger.level, logger.disabled) for logger in loggers]
+    yield
+    for logger, level, disabled in saved:
+        logger.setLevel(level)
+        logger.disabled = disabled
 
 
 @pytest.fixture(scope="session", autouse=True)

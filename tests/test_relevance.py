@@ -155,11 +155,15 @@ def test_the_cli_marks_hits_says_when_none_matches_and_drops_them(tmp_path, tiny
     done = run("search", "a black dog", "-g", str(tmp_path / "g"), "-k", "3", "--only-relevant", "--json")
     assert len(json.loads(done.stdout)["hits"]) == 1
     store_cutoff(gallery, scores[0] + 0.01, {})  # above every hit
-    done = run("search", "a black dog", "-g", str(tmp_path / "g"), "-k", "3")
+    # Vectors alone: nothing reaches the cutoff. (Hybrid search, the default, would still call the photo whose
+    # caption holds every word of the query relevant: its own words say so.)
+    done = run("search", "a black dog", "-g", str(tmp_path / "g"), "-k", "3", "--no-hybrid")
     lines = done.stdout.splitlines()
     assert done.returncode == 0 and lines[0] == NO_MATCH_HEADER and len(lines) == 4, done.stdout
-    done = run("search", "a black dog", "-g", str(tmp_path / "g"), "-k", "3", "--only-relevant")
+    done = run("search", "a black dog", "-g", str(tmp_path / "g"), "-k", "3", "--only-relevant", "--no-hybrid")
     assert done.stdout.splitlines() == ["no photo matches well (--only-relevant hides the closest)"]
+    worded = json.loads(run("search", "a black dog", "-g", str(tmp_path / "g"), "-k", "3", "--json").stdout)
+    assert [h["relevant"] for h in worded["hits"]] == [True, False, False]
 
 
 def test_calibrate_chooses_and_stores_the_cutoff_on_a_captioned_folder(tmp_path, tiny_clip_name):
