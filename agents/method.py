@@ -17,8 +17,10 @@ The builder's shape is fixed: ``builder(index, *, checkpointer=None, name=<metho
 returns a compiled LangGraph graph searching ``index`` (a :class:`~pictrieve.vectorstore.gallery.Gallery`,
 or ``None`` for a method whose gallery is optional), with
 
-- one keyword argument per entry of :attr:`Method.needs` (the need's own name, from :data:`NEEDS`),
-  which callers build from what they were given (``--llm``, ``$PICTRIEVE_LLM``, ``create_app(llm=...)``);
+- one keyword argument per entry of :attr:`Method.needs` (the need's own name: one of the house's,
+  :data:`~pictrieve.agents.needs.NEEDS`, or a :class:`~pictrieve.agents.needs.Need` the method declares
+  with its resolver), which every front end builds the same way from what it was given (``--llm``,
+  ``$PICTRIEVE_LLM``, ``create_app(llm=...)``): :func:`pictrieve.agents.needs.resolve_needs`;
 - no checkpointer compiled in unless one is passed (the LangGraph server brings its own);
 - ``input_schema``, ``output_schema`` and ``context_schema`` (the run settings, a
   :class:`~pictrieve.agents.settings.RunSettings` dataclass) declared on its ``StateGraph``, the same
@@ -34,23 +36,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from pictrieve.agents.needs import NEEDS, Need
 from pictrieve.tools.core.registry import load_target as load_registered_target
-
-NEEDS: Mapping[str, str] = MappingProxyType({
-    "llm": "a chat model (a LangChain BaseChatModel, or a name such as offline or openai:MODEL)",
-    "visualizers": "what makes guide images of the query: one visualizer or a list (e.g. exemplar:DIR)",
-    "qc2_model": "the QC2 query-completion model trained for the gallery (or the folder it was saved in)",
-    "captioner": "captions for gallery images that have none (a name such as auto, or a Captioner)",
-    "vlm": "a vision-language model describing image regions (a name such as offline or openai:MODEL)",
-    "detector": "a region detector (a name such as ssd or zeroshot:MODEL, or a Detector)",
-    "search": "a web or local page search (ddgs, local:DIR, or a search backend)",
-    "checkpointer": "pauses with interrupt() for a person: run it with a checkpointer to resume",
-})
-"""What a builder may need besides the gallery, each passed as the keyword argument of the same name
-(except ``checkpointer``, which every builder takes: listing it says the method pauses for a person).
-Callers build each from their own configuration: the command line's options, the server's
-``configurable`` keys and environment variables (:mod:`pictrieve.graphs.serving`), the web page's
-arguments (:func:`pictrieve.ui.app.create_app`)."""
 
 GALLERY_MODES = ("required", "optional")
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -82,8 +69,11 @@ class Method:
     """``"module:Class"`` (or the class): the TypedDict a caller sends."""
     output_schema: str | type
     """``"module:Class"`` (or the class): the TypedDict a caller gets back; it has ``hits``."""
-    needs: tuple[str, ...] = ()
-    """What the builder needs besides the gallery, from :data:`NEEDS`."""
+    needs: tuple[str | Need, ...] = ()
+    """What the builder needs besides the gallery: names of the house's needs
+    (:data:`~pictrieve.agents.needs.NEEDS`) or :class:`~pictrieve.agents.needs.Need` objects of the method's
+    own, each with its resolver (a plugin's model, say). Kept as names; the method's own are
+    :attr:`own_needs`."""
     gallery: str = "required"
     """``"optional"`` when the method also runs without a gallery (built with ``index=None``)."""
     served: str | Callable[[Any], Mapping[str, Any]] | None = None
@@ -93,19 +83,43 @@ class Method:
     load models): the server calls it in a worker thread. The needs themselves are built by the server."""
     example_input: Mapping[str, Any] = field(default_factory=dict)
     """A typical input, shown in help and docs."""
+    optional: tuple[str, ...] = ()
+    """Needs the method also runs without (VisRet's query rewriter): a front end gives one only when its
+    operator chose one, not the need's default (:attr:`~pictrieve.agents.needs.Need.not_a_choice`)."""
     exact_ranking: bool = False
     """Its ranking is the gallery's own text ranking (plain search): evaluations score it with the exact,
     tie-aware ranker over every stored vector instead of running its graph."""
+    own_needs: tuple[Need, ...] = field(default=(), init=False, repr=False)
+    """The needs it declares itself (from :attr:`needs`), each with its resolver."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise MethodDefinitionError(f"method name {self.name!r}: use lower-case letters, digits and _ "
                                         "(it is a graph id, a --method value and a Python name)")
-        object.__setattr__(self, "needs", tuple(self.needs))
-        unknown = [need for need in self.needs if need not in NEEDS]
+        declared = tuple(self.needs)
+        own = tuple(need for need in declared if isinstance(need, Need))
+        clash = [need.name for need in own if need.name in NEEDS]
+        if clash:
+            raise MethodDefinitionError(f"method {self.name}: its own need(s) {', '.join(clash)} take the name of "
+                                        "one of the house's needs: use that one by name, or another name")
+        if any(need.brought_by_caller for need in own):
+            raise MethodDefinitionError(f"method {self.name}: give each need of its own a resolver "
+                                        "(resolve=function or 'module:function')")
+        names = tuple(need.name if isinstance(need, Need) else need for need in declared)
+        object.__setattr__(self, "needs", names)
+        object.__setattr__(self, "own_needs", own)
+        unknown = [str(need) for need in names if not isinstance(need, str) or (need not in NEEDS and
+                                                                                 need not in {n.name for n in own})]
         if unknown:
             raise MethodDefinitionError(f"method {self.name}: unknown need(s) {', '.join(unknown)}; "
-                                        f"known: {', '.join(NEEDS)}")
+                                        f"known: {', '.join(NEEDS)} (or declare a Need of its own)")
+        if len(set(names)) != len(names):
+            raise MethodDefinitionError(f"method {self.name}: a need is listed twice")
+        object.__setattr__(self, "optional", tuple(self.optional))
+        stray = [need for need in self.optional if need not in names]
+        if stray:
+            raise MethodDefinitionError(f"method {self.name}: optional need(s) {', '.join(stray)} are not among "
+                                        "its needs")
         if self.gallery not in GALLERY_MODES:
             raise MethodDefinitionError(f"method {self.name}: gallery must be one of {GALLERY_MODES}, "
                                         f"got {self.gallery!r}")
@@ -132,6 +146,11 @@ class Method:
         defaults to the method's)."""
         kwargs.setdefault("name", self.name)
         return self.load_builder()(index, **kwargs)
+
+    def need_specs(self) -> list[Need]:
+        """The :class:`~pictrieve.agents.needs.Need` of each of its needs (the house's and its own), in order."""
+        own = {need.name: need for need in self.own_needs}
+        return [own.get(name) or NEEDS[name] for name in self.needs]
 
     def served_kwargs(self, config: Any) -> dict[str, Any]:
         """The extra builder arguments :attr:`served` gives for a server run's ``config`` (blocking)."""
@@ -180,7 +199,7 @@ class Method:
         return {
             "name": self.name,
             "description": self.description,
-            "needs": [{"name": need, "description": NEEDS[need]} for need in self.needs],
+            "needs": [{"name": need.name, "description": need.description} for need in self.need_specs()],
             "gallery": self.gallery,
             "input": self.input_fields(),
             "output": self.output_fields(),

@@ -28,8 +28,9 @@ FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these end
 Every error reaches the page as ``{"error": "one readable line"}``; stack traces stay in the log.
 
 Graphs are built from the registry: each method's needs (:attr:`~pictrieve.agents.method.Method.needs`)
-are given what the app was started with (the chat model, the visualizer, the gallery's QC2 model), so a
-registered method runs here without code of its own; the tabs below name the methods they show.
+are resolved from what the app was started with by :func:`pictrieve.agents.needs.resolve_needs` (the chat
+model, the visualizer, any need by name; the rest their defaults), so a registered method runs here without
+code of its own; the tabs below name the methods they show.
 
 No handler blocks the event loop, so one visitor's slow request never holds up another's: handlers
 read the request on the loop and do the rest in a worker thread (``run_in_threadpool``), and long work
@@ -51,6 +52,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from pictrieve.agents.needs import missing_needs, resolve_needs
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.images import shown_by_browsers
 from pictrieve.tools.core.thumbnails import jpeg_thumbnail
@@ -100,6 +102,7 @@ def create_app(
     allowed_hosts: Sequence[str] = (),
     max_running: int = MAX_RUNNING,
     max_chats: int = MAX_CHATS,
+    needs: dict[str, Any] | None = None,
 ) -> FastAPI:
     """The app serving ``gallery``; ``llm`` is the chat model (name or object) for PlugIR and Ask.
 
@@ -118,10 +121,11 @@ def create_app(
     ``allowed_hosts``; the API answers only the page's own origin; bodies are JSON (at most 1 MiB) or the
     page's own multipart upload (at most ``max_upload_bytes``); every answer carries the security headers.
 
-    Every graph is built from its method's needs: ``llm`` is the chat model,
-    ``visualizers`` the visualizer (a list of one), ``qc2_model`` the model trained for the gallery; ``extras`` maps a
-    method's name to more builder arguments (``plugir_extras`` and ``ask_extras`` are PlugIR's and
-    VSA's), which win over those.
+    Every graph is built from its method's needs, resolved as every front end does
+    (:func:`pictrieve.agents.needs.resolve_needs`): ``llm`` is the chat model, ``visualizer`` the visualizers
+    need, ``needs`` gives any need by name (a name or an object: a plugin's own, say), and a need not given
+    gets its default (``qc2_model``: the model trained for the gallery). ``extras`` maps a method's name to more
+    builder arguments (``plugir_extras`` and ``ask_extras`` are PlugIR's and VSA's), which win over those.
     """
     needle_context_base = dict(needle_context or {})
     app = _GuardedApp(title="pictrieve", docs_url=None, redoc_url=None, openapi_url=None)
@@ -131,27 +135,38 @@ def create_app(
     lock = threading.RLock()  # building a graph may build its visualizer, under the same lock
     jobs = Jobs(abandon_after=abandon_after, running=max_running)
     app.state.jobs = jobs
-    visualizers: dict[str, Any] = {}
+    made: dict[tuple[Any, ...], Any] = {}
     chats_working: set[str] = set()  # chat threads with a job running: one step at a time each
     chat_lock = threading.Lock()
 
     method_extras = {**({"plugir": dict(plugir_extras)} if plugir_extras else {}),
                      **({"vsa": dict(ask_extras)} if ask_extras else {}), **(extras or {})}
-    providers: dict[str, Any] = {
-        "llm": lambda: llm,
-        "visualizers": lambda: [the_visualizer()],
-        "qc2_model": lambda: _gallery_qc2_model(gallery),
-    }
-    """What the app gives each need (:data:`pictrieve.agents.method.NEEDS`); a need without an entry
-    (a checkpointer, a detector, ...) gets the builder's default unless ``extras`` name it."""
+    given_needs: dict[str, Any] = {"llm": llm, "visualizers": visualizer, **(needs or {})}
+    """What the app was started with, by need name (:data:`pictrieve.agents.needs.NEEDS`): every graph's needs
+    are resolved from it by :func:`~pictrieve.agents.needs.resolve_needs`, the one way every front end does;
+    a need it does not name gets its default (a method's ``extras`` win)."""
+
+    def make(key: tuple[Any, ...], factory: Any) -> Any:
+        # Each model or visualizer once per app (the exemplar visualizer loads a sentence model and encodes
+        # captions), shared by the graphs that need it.
+        with lock:
+            if key not in made:
+                made[key] = factory()
+            return made[key]
 
     def build_graph(name: str, **overrides: Any) -> Any:
-        """``name``'s graph over the gallery: its needs from the app, then ``extras``, then ``overrides``."""
+        """``name``'s graph over the gallery: its needs resolved from the app's, then ``extras``, then ``overrides``."""
         method = get_method(name)
-        kwargs = {need: providers[need]() for need in method.needs if need in providers and need not in overrides}
-        kwargs.update(method_extras.get(name, {}))
-        kwargs.update(overrides)
+        given = {**method_extras.get(name, {}), **overrides}
+        kwargs = resolve_needs(method, given_needs, gallery=gallery, make=make, skip=given, defaults=False)
+        kwargs.update(given)
         return method.build(gallery, **kwargs)
+
+    def missing_need(method: Any) -> None:
+        """A method needing what the app was not started with: one line saying how to start it, before any job."""
+        for need in missing_needs(method, given_needs):
+            raise UIError(f"{method.name} needs {need.description}: restart with `pictrieve ui --gallery "
+                          f"{gallery.location} {need.cli_option} {need.example or 'VALUE'}`")
 
     def graph(name: str, **overrides: Any) -> Any:
         # Built on first use (a page that only searches never loads a language model), then kept (a
@@ -217,28 +232,16 @@ def create_app(
             raise UIError("the Visualize tab needs a visualizer: restart with `pictrieve ui --gallery "
                           f"{gallery.location} --visualizer exemplar:DIR` (DIR: a folder with captions.jsonl)")
 
-    def the_visualizer() -> Any:
-        require_visualizer()
-        with lock:  # built once (the exemplar visualizer loads a sentence model and encodes captions)
-            if "made" not in visualizers:
-                if isinstance(visualizer, str):
-                    from pictrieve.tools.models.visualizers import create_visualizer
-
-                    visualizers["made"] = create_visualizer(visualizer)
-                else:
-                    visualizers["made"] = visualizer
-            return visualizers["made"]
-
     def needle_sessions() -> Any:
         from pictrieve.ui.needle import NeedleSessions
 
-        inner = the_visualizer()
+        require_visualizer()
         with lock:  # one graph (and one in-memory checkpointer) per app: sessions live across requests
             if "needle" not in graphs:
                 from pictrieve.graphs.checkpoints import memory_checkpointer
 
-                # The query is visualized as written (no llm): the offline model's rewrites are slow and poor.
-                built = build_graph("needle", llm=None, visualizers=[inner], checkpointer=memory_checkpointer())
+                # Its needs as every graph's: without a chosen chat model the query is visualized as written.
+                built = build_graph("needle", checkpointer=memory_checkpointer())
                 graphs["needle"] = NeedleSessions(gallery, built)
             return graphs["needle"]
 
@@ -303,8 +306,7 @@ def create_app(
             raise UIError(f"no generic tab for {name!r}" + (f"; it has its own: {PAGE_TABS[name]}" if name in PAGE_TABS else ""))
         method = get_method(name)
         inputs, context = prepare_run(method, body)
-        if "visualizers" in method.needs:
-            require_visualizer()  # said at once, not by the job
+        missing_need(method)  # said at once, not by the job
 
         def work(job: Any) -> dict[str, Any]:
             job.step(f"building {name}…")
@@ -498,8 +500,7 @@ def create_app(
         context = {**(visualize_context or {}), "k": _k(body.get("k"), 24), "guides": guides}
 
         def work(job: Any) -> dict[str, Any]:
-            # The query is visualized as written (no llm), as NEEDLE's is above.
-            return run_visualize(job, graph(method, llm=None), query, context)
+            return run_visualize(job, graph(method), query, context)
 
         return jobs.start("visualize", work).view()
 
@@ -560,12 +561,6 @@ def create_app(
         return FileResponse(allowed[name])
 
     return app
-
-
-def _gallery_qc2_model(gallery: Any) -> Any:
-    from pictrieve.agents.qc2.pipeline import load_for_gallery
-
-    return load_for_gallery(gallery)
 
 
 def _chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:

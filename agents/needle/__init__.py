@@ -19,5 +19,6 @@ METHOD = Method(
     input_schema="pictrieve.agents.needle.nodes:NeedleInput",
     output_schema="pictrieve.agents.needle.nodes:NeedleOutput",
     needs=("llm", "visualizers", "checkpointer"),
+    optional=("llm",),  # it rewrites the query with a chosen chat model; without one, visualizes it as written
     example_input={"query": "a kite over a beach", "topic": "outdoors"},
 )

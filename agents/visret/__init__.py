@@ -17,5 +17,6 @@ METHOD = Method(
     input_schema="pictrieve.agents.visret.nodes:VisRetInput",
     output_schema="pictrieve.agents.visret.nodes:VisRetOutput",
     needs=("llm", "visualizers"),
+    optional=("llm",),  # it rewrites the query with a chosen chat model; without one, visualizes it as written
     example_input={"query": "a dog catching a frisbee"},
 )

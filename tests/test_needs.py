@@ -1,0 +1,146 @@
+"""The need registry (:mod:`pictrieve.agents.needs`): one resolver per need, a method's own needs, and the
+operator rule a server's callers meet, all in one place that every front end calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from pictrieve.agents.method import Method, MethodDefinitionError
+from pictrieve.agents.needs import (NEEDS, MissingNeedError, Need, NeedContext, NeedDefinitionError, NeedNotAllowed,
+                                    check_caller_choices, choosable, missing_needs, names_of, operator_only,
+                                    resolve_needs)
+
+SCHEMAS = {"builder": "x:y", "settings": "x:y", "input_schema": "x:y", "output_schema": "x:y"}
+
+
+def labeller(value, context):
+    """A plugin's own resolver: a name becomes an object, built once through the front end's cache."""
+    return context.make(("label", value), lambda: {"label": value, "gallery": context.gallery})
+
+
+LABEL = Need("label", "the words the toy puts before its note", labeller, env_var="TOY_LABEL",
+             cli_option="--label", config_key="label", default="toy")
+
+
+def method(*needs, optional=()):
+    return Method(name="m", description="a method", needs=needs, optional=optional, **SCHEMAS)
+
+
+def test_every_house_need_carries_its_resolver_and_where_an_operator_sets_it():
+    for need in NEEDS.values():
+        assert need.description
+        if need.brought_by_caller:  # the checkpointer: every front end brings its own
+            assert need.name == "checkpointer"
+            continue
+        assert need.env_var and need.env_var.startswith("PICTRIEVE_") and need.cli_option.startswith("--")
+        if need.endpoint is not None:  # an endpoint is never a caller's
+            assert need.endpoint.key in operator_only([need])
+
+
+def test_a_method_declares_a_need_of_its_own_with_its_resolver():
+    m = method("llm", LABEL, "checkpointer")
+    assert m.needs == ("llm", "label", "checkpointer") and m.own_needs == (LABEL,)
+    assert [n.name for n in m.need_specs()] == ["llm", "label", "checkpointer"]
+    made = {}
+    kwargs = resolve_needs(m, {"label": "mine"}, gallery="G", make=lambda key, f: made.setdefault(key, f()))
+    assert kwargs["label"] == {"label": "mine", "gallery": "G"} and ("label", "mine") in made
+    assert "checkpointer" not in kwargs  # brought by the caller
+
+
+@pytest.mark.parametrize("needs, words", [
+    (("llm", Need("llm", "another chat model", labeller)), "take the name of one of the house's needs"),
+    ((Need("label", "no resolver"),), "give each need of its own a resolver"),
+    (("nothing_like_it",), "unknown need"),
+    (("llm", "llm"), "listed twice"),
+])
+def test_a_method_breaking_the_need_contract_is_refused_in_one_line(needs, words):
+    with pytest.raises(MethodDefinitionError, match=words):
+        method(*needs)
+
+
+def test_an_optional_need_must_be_one_of_its_needs():
+    with pytest.raises(MethodDefinitionError, match="not among its needs"):
+        method("visualizers", optional=("llm",))
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"name": "Label"}, "lower-case"), ({"description": " "}, "description"),
+    ({"cli_option": "-l"}, "no option"), ({"resolve": 3}, "resolve must be"),
+])
+def test_a_malformed_need_is_refused(kwargs, words):
+    with pytest.raises(NeedDefinitionError, match=words):
+        Need(**{"name": "label", "description": "d", "resolve": labeller, **kwargs})
+
+
+def test_values_come_from_the_caller_then_the_environment_then_the_default():
+    m = method(LABEL)
+    assert resolve_needs(m, {"label": "given"}, environ={"TOY_LABEL": "env"})["label"]["label"] == "given"
+    assert resolve_needs(m, {}, environ={"TOY_LABEL": "env"})["label"]["label"] == "env"
+    assert resolve_needs(m, {}, environ={})["label"]["label"] == "toy"
+    assert resolve_needs(m, {}, defaults=False)["label"]["label"] is None  # the builder's own default
+    # The environment is read only when a front end passes it (a server reads its operator's).
+    assert resolve_needs(m, {})["label"]["label"] == "toy"
+
+
+def test_a_many_need_takes_names_separated_by_commas_a_list_or_one_object():
+    assert names_of("a, b,,c") == ["a", "b", "c"] and names_of(["a", ""]) == ["a"] and names_of(None) == []
+    thing = object()
+    assert names_of(thing) == [thing]
+    need = Need("parts", "parts", lambda value, context: f"made {value}", many=True)
+    assert need.build("a,b", NeedContext()) == ["made a", "made b"]
+
+
+def test_a_required_need_nobody_gave_says_how_to_give_it():
+    m = Method(name="vis", description="d", needs=("visualizers",), **SCHEMAS)
+    assert missing_needs(m, {}) == [NEEDS["visualizers"]] and not missing_needs(m, {"visualizers": "exemplar:x"})
+    with pytest.raises(MissingNeedError, match=r"vis needs what makes guide images.*--visualizer exemplar:DIR"):
+        resolve_needs(m, {"visualizers": []})
+
+
+def test_an_optional_need_is_given_only_when_someone_chose_one():
+    m = method("llm", optional=("llm",))
+    assert resolve_needs(m, {}) == {} and resolve_needs(m, {"llm": "offline"}) == {}
+    model = object()
+    assert resolve_needs(m, {"llm": model}) == {"llm": model}  # a ready model is a choice
+
+
+def test_the_qc2_model_is_the_one_trained_for_the_gallery_and_needs_one():
+    from pictrieve.agents.needs import NeedUnavailable
+
+    with pytest.raises(NeedUnavailable, match="trained for a gallery"):
+        NEEDS["qc2_model"].build(None, NeedContext(gallery=None))
+
+
+# --- the operator rule: a caller chooses inputs, never where the server reaches or what it reads --------------
+
+
+def test_a_caller_cannot_name_an_endpoint_or_a_folder_other_than_the_operators():
+    needs = list(NEEDS.values())
+    environ = {"PICTRIEVE_BASE_URL": "http://127.0.0.1:9/v1"}
+    check_caller_choices({"base_url": "http://127.0.0.1:9/v1"}, needs, environ=environ, allowed={})  # its own: fine
+    for key in ("base_url", "vlm_base_url", "qc2_model"):
+        with pytest.raises(NeedNotAllowed, match=f"configurable.{key} is chosen by the server's operator"):
+            check_caller_choices({key: "http://127.0.0.1:8/elsewhere"}, needs, environ=environ, allowed={})
+
+
+def test_a_caller_chooses_only_among_what_the_operator_allowed():
+    needs = list(NEEDS.values())
+    assert set(choosable(needs)) == {"llm", "visualizer", "captioner", "vlm", "detector", "search"}
+    check_caller_choices({"llm": "offline"}, needs, environ={}, allowed={})  # the default is the operator's own
+    with pytest.raises(NeedNotAllowed, match=r"configurable.llm='openai:x' is not allowed .*--allow llm="):
+        check_caller_choices({"llm": "openai:x"}, needs, environ={}, allowed={})
+    check_caller_choices({"llm": "openai:x"}, needs, environ={}, allowed={"llm": ["openai:x"]})
+    with pytest.raises(NeedNotAllowed, match="visualizer"):  # each of several names must be allowed
+        check_caller_choices({"visualizer": "exemplar:a,exemplar:b"}, needs, environ={},
+                             allowed={"visualizer": ["exemplar:a"]})
+    with pytest.raises(NeedNotAllowed):  # not a string: refused, whatever it is
+        check_caller_choices({"llm": ["offline"]}, needs, environ={}, allowed={})
+
+
+def test_a_plugins_own_need_meets_the_same_rule():
+    folder = Need("weights", "a folder of weights", labeller, env_var="TOY_WEIGHTS", cli_option="--weights")
+    with pytest.raises(NeedNotAllowed, match="configurable.weights is chosen by the server's operator"):
+        check_caller_choices({"weights": "/etc"}, [folder], environ={"TOY_WEIGHTS": "/srv/w"}, allowed={})
+    with pytest.raises(NeedNotAllowed, match="configurable.label"):
+        check_caller_choices({"label": "other"}, [LABEL], environ={}, allowed={})
+    check_caller_choices({"label": "toy"}, [LABEL], environ={}, allowed={})
