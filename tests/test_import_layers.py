@@ -230,3 +230,16 @@ def test_only_the_store_touches_chroma():
             if isinstance(node, ast.Attribute) and node.attr in ("collection", "_collection"):
                 touching.append(f"{name}:{node.lineno} reads .{node.attr}")
     assert not touching, "Chroma used outside vectorstore/:\n" + "\n".join(touching)
+
+
+def test_indexing_writes_through_the_writer_protocol():
+    """Issue 29: indexing, watching and syncing know a gallery only as an ``ImageWriter``
+    (``vectorstore/store.py``): they never import ``gallery.py`` (not even for type checking, which made
+    gallery.py and indexing.py depend on each other) nor one another's private names."""
+    for module in ("indexing", "watching", "syncing"):
+        tree = ast.parse((ROOT / "vectorstore" / f"{module}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "pictrieve.vectorstore.gallery", f"{module}.py imports gallery.py"
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                assert not private, f"{module}.py imports private names {private} from {node.module}"

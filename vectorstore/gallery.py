@@ -67,6 +67,7 @@ from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
     plan_index,
 )
 from pictrieve.vectorstore.reading import CollectionReader, GalleryItem
+from pictrieve.vectorstore.store import ImageStore, ImageWriter, Where  # noqa: F401 - re-exported
 from pictrieve.vectorstore.records import GALLERY_RECORD, RecordStore
 from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_of
 from pictrieve.vectorstore.relevance import mark as mark_relevance
@@ -109,8 +110,6 @@ DEFAULT_HNSW = {"ef_search": 200}
 SearchHit = ImageHit
 """Deprecated alias: search results are :class:`~pictrieve.vectorstore.hits.ImageHit`."""
 
-Where = dict[str, Any] | PhotoFilter | None
-"""A search's filter: a Chroma ``where`` dict, or a :class:`PhotoFilter` on the photos' own metadata."""
 
 
 class QueryError(GalleryError, ValueError):
@@ -118,7 +117,8 @@ class QueryError(GalleryError, ValueError):
 
 
 class Gallery:
-    """A searchable image collection, seen through one embedder, stored in Chroma.
+    """A searchable image collection, seen through one embedder, stored in Chroma: the Chroma
+    :class:`~pictrieve.vectorstore.store.ImageStore`.
 
     Open with :meth:`Gallery.open`; see the module docstring for the storage layout and what creates it.
     """

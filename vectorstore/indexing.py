@@ -46,11 +46,11 @@ from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metad
 from pictrieve.tools.models.photo_text import PHOTO_TEXT_KEY, ocr_installed, read_photo_text, require_ocr
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import path_id
+from pictrieve.vectorstore.store import ImageWriter
 
 if TYPE_CHECKING:
     from pictrieve.tools.models.embedders.base import Embedder
     from pictrieve.tools.core.time_budget import TimeBudget
-    from pictrieve.vectorstore.gallery import Gallery
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class IndexPlan:
                            embedders=list(self.embedders), notes=list(self.notes))
 
 
-def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing, *, ocr: bool = False) -> IndexPlan:
+def plan_index(views: Sequence["ImageWriter"], sources: Sources | ImageListing, *, ocr: bool = False) -> IndexPlan:
     """Which files of ``sources`` each gallery view (one per embedder, of one database) must embed.
 
     The skip rules of indexing: a file whose stored record has the same size and modification time (and
@@ -198,7 +198,7 @@ def plan_index(views: Sequence["Gallery"], sources: Sources | ImageListing, *, o
     return plan
 
 
-def start_index(views: Sequence["Gallery"], sources: Sources | ImageListing, *,
+def start_index(views: Sequence["ImageWriter"], sources: Sources | ImageListing, *,
                 ocr: bool | None = None) -> IndexPlan:
     """The writes before embedding, then the plan: records the first view's embedder as the gallery's
     default unless one is recorded, records ``ocr`` when given (:func:`text_reading`: ``None`` reads text in
@@ -221,7 +221,7 @@ def start_index(views: Sequence["Gallery"], sources: Sources | ImageListing, *,
 
 
 def index_sources(
-    targets: Sequence["Gallery"],
+    targets: Sequence["ImageWriter"],
     sources: Sources,
     *,
     batch_size: int = 32,
@@ -252,7 +252,7 @@ def index_sources(
         plan = start_index(targets, listing, ocr=ocr)
         report = plan.report()
         if plan.todo:
-            _embed_and_write(targets, plan.todo, report, batch_size, workers, progress, max_pixels, budget)
+            embed_and_write(targets, plan.todo, report, batch_size, workers, progress, max_pixels, budget)
     return report
 
 
@@ -260,7 +260,7 @@ INDEXING_RECORD = "indexing"
 """The gallery's JSON record (:meth:`Gallery.get_json`) of how its photos are indexed: ``{"ocr": bool}``."""
 
 
-def text_reading(gallery: "Gallery", ocr: bool | None) -> tuple[bool, str | None]:
+def text_reading(gallery: "ImageWriter", ocr: bool | None) -> tuple[bool, str | None]:
     """Whether this run reads text in photos, and a note when it cannot: ``ocr`` when given, else the choice the
     gallery recorded when ``--ocr``/``--no-ocr`` was last given, so that a library indexed with ``--ocr`` keeps the
     text of new and changed photos current. A recorded ``--ocr`` without the extra installed is a note, not a
@@ -272,7 +272,7 @@ def text_reading(gallery: "Gallery", ocr: bool | None) -> tuple[bool, str | None
     return wanted, None
 
 
-def load_embedders(targets: Sequence["Gallery"], progress: bool = True) -> None:
+def load_embedders(targets: Sequence["ImageWriter"], progress: bool = True) -> None:
     """Make every view's embedder now, with a bar over the models still to load: a CLIP model takes
     tens of seconds to load on a CPU, which left the terminal silent before the first image."""
     from tqdm.auto import tqdm
@@ -387,7 +387,7 @@ class BatchWriter:
     gets that record's vector, copied in batches once the source is written. :attr:`copied` counts them.
     """
 
-    def __init__(self, views: Sequence["Gallery"], batch_size: int = 32,
+    def __init__(self, views: Sequence["ImageWriter"], batch_size: int = 32,
                  on_embedded: Callable[[int], None] | None = None) -> None:
         self.views = {view.embedder_name: view for view in views}
         self.batch_size = max(1, int(batch_size))
@@ -487,8 +487,8 @@ class BatchWriter:
             self.flush()
 
 
-def _embed_and_write(
-    targets: Sequence["Gallery"],
+def embed_and_write(
+    targets: Sequence["ImageWriter"],
     todo: list[PlannedFile],
     report: IndexReport,
     batch_size: int,
@@ -497,6 +497,8 @@ def _embed_and_write(
     max_pixels: int | None,
     budget: "TimeBudget | None" = None,
 ) -> None:
+    """Decode, embed and write the planned files ``todo`` into every view of ``targets`` (the step after
+    :func:`start_index`, under the same write turn), counting into ``report``; ``index --watch`` uses it too."""
     from tqdm.auto import tqdm
 
     load_embedders(targets, progress)

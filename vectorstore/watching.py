@@ -44,7 +44,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from pictrieve.tools.core.images import file_sha256, is_image_path
 from pictrieve.vectorstore.chroma_store import path_id
@@ -55,17 +55,15 @@ from pictrieve.vectorstore.indexing import (
     ImageListing,
     IndexReport,
     PlannedFile,
-    _embed_and_write,
+    embed_and_write,
     failed_file,
     list_images,
     load_embedders,
     prepare_file,
     start_index,
 )
+from pictrieve.vectorstore.store import ImageWriter
 from pictrieve.vectorstore.syncing import check_removal
-
-if TYPE_CHECKING:
-    from pictrieve.vectorstore.gallery import Gallery
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +125,7 @@ class WatchBatch:
 
 
 class _Stop:
-    """What :func:`~pictrieve.vectorstore.indexing._embed_and_write` asks a time budget, answered by a stop event."""
+    """What :func:`~pictrieve.vectorstore.indexing.embed_and_write` asks a time budget, answered by a stop event."""
 
     def __init__(self, event: threading.Event) -> None:
         self.event = event
@@ -159,7 +157,7 @@ class _Models(Mapping[str, Any]):
     """The views' embedders by name, each loaded only when asked for: following a move needs no model unless
     an old vector no longer fits (a record embedded sideways before EXIF Orientation was applied)."""
 
-    def __init__(self, views: dict[str, "Gallery"]) -> None:
+    def __init__(self, views: dict[str, "ImageWriter"]) -> None:
         self.views = views
 
     def __getitem__(self, name: str) -> Any:
@@ -173,7 +171,7 @@ class _Models(Mapping[str, Any]):
 
 
 def update_folders(
-    views: Sequence["Gallery"],
+    views: Sequence["ImageWriter"],
     roots: Sequence[Path],
     present: Iterable[Path],
     gone: Iterable[str],
@@ -215,7 +213,7 @@ def update_folders(
                                    batch_size, max_pixels)
         if todo:
             report = IndexReport(embedders=list(by_name))
-            _embed_and_write(views, todo, report, batch_size, workers, progress, max_pixels,
+            embed_and_write(views, todo, report, batch_size, workers, progress, max_pixels,
                              _Stop(stop) if stop is not None else None)
             batch.failed.extend(report.failed)
             batch.notes.extend(report.notes)
@@ -228,7 +226,7 @@ def update_folders(
     return batch
 
 
-def _records_of(views: Sequence["Gallery"], paths: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+def _records_of(views: Sequence["ImageWriter"], paths: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """``{id: {embedder: stored metadata}}`` of the records of ``paths`` (those some embedder stores)."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
     ids = [path_id(path) for path in paths]
@@ -262,7 +260,7 @@ def _find_moves(new: Sequence[PlannedFile], gone: dict[str, dict[str, dict[str, 
 
 
 def _follow_moves(
-    views: dict[str, "Gallery"],
+    views: dict[str, "ImageWriter"],
     planned_moves: Sequence[PlannedFile],
     moves: dict[str, str],
     gone: dict[str, dict[str, dict[str, Any]]],
@@ -300,7 +298,7 @@ def _follow_moves(
     return done
 
 
-def _count_written(views: dict[str, "Gallery"], todo: Sequence[PlannedFile], batch: WatchBatch) -> None:
+def _count_written(views: dict[str, "ImageWriter"], todo: Sequence[PlannedFile], batch: WatchBatch) -> None:
     """Count the files of ``todo`` whose records now match them as added or updated (exact after a stop, a
     failure, or a file changed again meanwhile)."""
     names = {planned.embedders[0] for planned in todo}
@@ -318,7 +316,7 @@ def _count_written(views: dict[str, "Gallery"], todo: Sequence[PlannedFile], bat
                 batch.added += 1
 
 
-def _forget(views: Sequence["Gallery"], records: dict[str, dict[str, dict[str, Any]]], batch: WatchBatch, *,
+def _forget(views: Sequence["ImageWriter"], records: dict[str, dict[str, dict[str, Any]]], batch: WatchBatch, *,
             allow_missing_folders: bool, allow_large: bool) -> None:
     """Drop the records of gone files under the guard of ``sync``; a refusal keeps them all (``batch.kept``)."""
     paths = [str(next(iter(found.values())).get("path", "")) for found in records.values()]
@@ -335,7 +333,7 @@ def _forget(views: Sequence["Gallery"], records: dict[str, dict[str, dict[str, A
     batch.forgotten = len(records)
 
 
-def stored_paths_under(views: Sequence["Gallery"], folders: Sequence[Path]) -> set[str]:
+def stored_paths_under(views: Sequence["ImageWriter"], folders: Sequence[Path]) -> set[str]:
     """The paths of every record (of any embedder) under ``folders``: one scan of the stored metadata."""
     found: set[str] = set()
     for view in views:
@@ -355,7 +353,7 @@ class FolderWatch:
 
     def __init__(
         self,
-        views: Sequence["Gallery"],
+        views: Sequence["ImageWriter"],
         folders: Sequence[str | os.PathLike],
         *,
         poll: float | None = None,

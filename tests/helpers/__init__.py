@@ -11,6 +11,7 @@ No test module imports another test module: what two of them share moves here.
 - ``plugir_fakes``, ``qc2_fakes``, ``vsa_fakes``, ``visret_fakes``, ``needle_fakes``: each method's stand-ins
   and shared fixtures (control flow only, never a quality claim)
 - ``galleries``: small real galleries built with the tiny random CLIP model
+- ``stores``: a new gallery of each store (Chroma, in memory) opened the same way, for contract tests
 - ``chroma``: a real ``chroma run`` server started and stopped (the ``chroma_server`` fixture)
 - ``chat_checkpoints``: a tiny local chat-model checkpoint and a private cache
 - ``openai_fake``: a local OpenAI-compatible endpoint and a dead one

@@ -1,0 +1,194 @@
+"""Every store keeps the :class:`~pictrieve.vectorstore.store.ImageStore` contract: the same assertions run on
+each store of ``helpers.stores.STORES`` (Chroma's :class:`Gallery` and the exact in-memory store).
+
+Vectors written by hand (unit vectors along axes, or known mixtures) make the expected order exact, so an
+approximate index and brute force must agree; metadata written by hand checks every ``where`` operator the
+photo filters use.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+
+from helpers import make_photo
+from helpers.stores import STORES, open_store
+
+from pictrieve.vectorstore.chroma_store import path_id
+from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryError, GalleryError
+from pictrieve.vectorstore.gallery import QueryError
+from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.photo_filter import PhotoFilter
+from pictrieve.vectorstore.store import ImageStore, ImageWriter
+
+JUNE = int(dt.datetime(2024, 6, 10, 12, tzinfo=dt.timezone.utc).timestamp())
+JULY = int(dt.datetime(2024, 7, 10, 12, tzinfo=dt.timezone.utc).timestamp())
+
+
+@pytest.fixture(params=STORES)
+def store(request, tmp_path, tiny_clip_embedder):
+    return open_store(request.param, tmp_path / "gallery", tiny_clip_embedder)
+
+
+def axis(dim: int, i: int, lean: float = 0.0) -> np.ndarray:
+    """The unit vector along axis ``i``, leaning ``lean`` towards axis 0 (then normalised)."""
+    vector = np.zeros(dim, np.float32)
+    vector[i] = 1.0
+    vector[0] += lean
+    return vector / np.linalg.norm(vector)
+
+
+@pytest.fixture
+def written(store):
+    """Six hand-made records: vectors along axes 1..6, metadata for every filter."""
+    dim = store.embedder.dim
+    ids = [f"id{i}" for i in range(1, 7)]
+    metadatas = [{"path": f"/photos/{'june' if i <= 3 else 'july'}/p{i}.jpg", "n": i, "tag": "ab"[i % 2],
+                  "folder": f"/photos/{'june' if i <= 3 else 'july'}", "taken_at_ts": JUNE if i <= 3 else JULY,
+                  "gps_lat": 48.85 + 0.01 * i, "gps_lon": 2.35 if i != 2 else 20.0,
+                  "place_city": "Paris" if i % 3 else "Lyon", "captions": [f"photo number {i}"]}
+                 for i in range(1, 7)]
+    assert store.upsert(ids, np.stack([axis(dim, i) for i in range(1, 7)]), metadatas) == 6
+    return ids
+
+
+def test_both_protocols_are_implemented(store):
+    assert isinstance(store, ImageStore) and isinstance(store, ImageWriter)
+    assert isinstance(store.location, str) and store.embedder_name and store.collection_name
+
+
+def test_a_new_store_is_empty_and_searching_it_says_so(store):
+    assert store.count() == 0 and store.ids() == [] and store.metadata_of(["x"]) == {}
+    assert store.get_json("anything") is None
+    with pytest.raises(EmptyGalleryError):
+        store.search_vector(axis(store.embedder.dim, 1), k=3)
+    with pytest.raises(EmptyGalleryError):
+        store.rank_ids(axis(store.embedder.dim, 1)[None], k=3)
+
+
+def test_records_read_back_in_one_order(store, written):
+    assert store.count() == 6 and sorted(store.ids()) == written
+    assert [item.id for item in store.items()] == store.ids()
+    items = store.get(["id3", "id1"])
+    assert [item.id for item in items] == ["id3", "id1"] and items[0].path == "/photos/june/p3.jpg"
+    assert items[0].metadata["n"] == 3 and store.captions("id3") == ["photo number 3"]
+    vectors = store.embeddings(["id2", "id5"])
+    assert vectors.dtype == np.float32 and vectors.shape == (2, store.embedder.dim)
+    np.testing.assert_allclose(vectors, np.stack([axis(store.embedder.dim, 2), axis(store.embedder.dim, 5)]), atol=1e-6)
+    everything = store.embeddings()
+    assert np.allclose(everything[store.ids().index("id4")], axis(store.embedder.dim, 4), atol=1e-6)
+    assert set(store.metadata_of(["id1", "nope"])) == {"id1"}
+    with pytest.raises(KeyError):
+        store.get(["nope"])
+
+
+def test_search_ranks_by_cosine_exactly(store, written):
+    dim = store.embedder.dim
+    query = axis(dim, 4) + 0.5 * axis(dim, 2) + 0.25 * axis(dim, 6)
+    hits = store.search_vector(query, k=3)
+    assert all(isinstance(hit, ImageHit) for hit in hits)
+    assert [hit.id for hit in hits] == ["id4", "id2", "id6"] and [hit.rank for hit in hits] == [1, 2, 3]
+    expected = query @ np.stack([axis(dim, 4), axis(dim, 2), axis(dim, 6)]).T / np.linalg.norm(query)
+    np.testing.assert_allclose([hit.score for hit in hits], expected, atol=1e-5)
+    assert hits[0].path == "/photos/july/p4.jpg" and hits[0].metadata["n"] == 4
+    assert all(hit.relevant is not None for hit in hits)
+    ranked = store.rank_ids(np.stack([query, axis(dim, 1)]), k=2)
+    assert [[id_ for id_, _ in row] for row in ranked] == [["id4", "id2"], ["id1", ranked[1][1][0]]]
+    assert ranked[0][0][1] == pytest.approx(hits[0].score, abs=1e-5) and ranked[1][0][1] == pytest.approx(1.0, abs=1e-5)
+    assert len(store.search_vector(query, k=50)) == 6
+
+
+@pytest.mark.parametrize("where, expected", [
+    ({"n": {"$gte": 5}}, {"id5", "id6"}),
+    ({"n": {"$lt": 2}}, {"id1"}),
+    ({"tag": "a"}, {"id2", "id4", "id6"}),
+    ({"tag": {"$eq": "b"}}, {"id1", "id3", "id5"}),
+    ({"tag": {"$ne": "b"}}, {"id2", "id4", "id6"}),
+    ({"n": {"$in": [1, 6]}}, {"id1", "id6"}),
+    ({"n": {"$nin": [1, 2, 3, 4]}}, {"id5", "id6"}),
+    ({"$and": [{"tag": "a"}, {"n": {"$lte": 4}}]}, {"id2", "id4"}),
+    ({"$or": [{"n": 1}, {"place_city": "Lyon"}]}, {"id1", "id3", "id6"}),
+    ({"missing_key": "x"}, set()),
+    (PhotoFilter(before=dt.datetime(2024, 7, 1, tzinfo=dt.timezone.utc)), {"id1", "id2", "id3"}),
+    (PhotoFilter(after=dt.datetime(2024, 7, 1, tzinfo=dt.timezone.utc), place="Lyon"), {"id6"}),
+    (PhotoFilter(folder="/photos/july"), {"id4", "id5", "id6"}),
+    (PhotoFilter(near=(48.85, 2.35), radius_km=5), {"id1", "id3", "id4"}),  # id5 is 5.6 km away, id2 far east
+])
+def test_filters_apply_in_the_store(store, written, where, expected):
+    """``k`` photos that pass come back when there are ``k`` (never a top-k cut afterwards)."""
+    dim = store.embedder.dim
+    query = axis(dim, 2, lean=0.1)
+    if expected:
+        hits = store.search_vector(query, k=len(expected), where=where)
+        assert {hit.id for hit in hits} == expected
+        assert len(store.search_vector(query, k=1, where=where)) == 1
+    else:
+        assert store.search_vector(query, k=3, where=where) == []
+    assert set(store.metadata_where(written, where)) == expected
+
+
+def test_writes_replace_merge_and_delete(store, written):
+    dim = store.embedder.dim
+    store.upsert(["id1"], axis(dim, 3)[None], [{"path": "/photos/moved.jpg", "n": 10}])
+    moved = store.get(["id1"])[0].metadata  # the vector and the keys given are replaced, other keys kept (as Chroma)
+    assert store.count() == 6 and moved["path"] == "/photos/moved.jpg" and moved["n"] == 10 and moved["tag"] == "b"
+    assert {hit.id for hit in store.search_vector(axis(dim, 3), k=2)} == {"id1", "id3"}
+    store.update_metadata(["id2"], [{"n": 20, "extra": "yes"}])
+    merged = store.get(["id2"])[0].metadata
+    assert merged["n"] == 20 and merged["extra"] == "yes" and merged["tag"] == "a"
+    store.delete(["id2", "never-there"])
+    assert store.count() == 5 and "id2" not in store.ids() and store.metadata_of(["id2"]) == {}
+    assert store.upsert([], np.zeros((0, dim), np.float32), []) == 0
+
+
+def test_bad_requests_are_gallery_errors(store, written):
+    dim = store.embedder.dim
+    with pytest.raises(QueryError):
+        store.search_vector(axis(dim, 1), k=0)
+    with pytest.raises(QueryError):
+        store.search_text("   ")
+    with pytest.raises(DimensionMismatchError):
+        store.search_vector(np.ones(dim + 1, np.float32), k=1)
+    with pytest.raises(DimensionMismatchError):
+        store.upsert(["x"], np.ones((1, dim + 1), np.float32), [{"path": "/x.jpg"}])
+    with pytest.raises(ValueError):
+        store.upsert(["x", "y"], np.ones((1, dim), np.float32), [{"path": "/x.jpg"}])
+    assert issubclass(QueryError, GalleryError) and issubclass(DimensionMismatchError, GalleryError)
+
+
+def test_json_records_and_the_default_embedder(store, written):
+    assert store.get_json("settings") is None
+    store.put_json("settings", {"a": 1, "b": [1, 2]})
+    assert store.get_json("settings") == {"a": 1, "b": [1, 2]}
+    store.set_default_embedder()
+    assert store.default_embedder == store.embedder_name
+    assert store.relevance_cutoff().embedder == store.embedder_name
+
+
+def test_views_share_ids_but_not_vectors(store, written):
+    assert store.embedder_names == [store.embedder_name]
+    other = store.with_embedder("offline")
+    assert other.embedder_name == "offline" and other.count() == 0 and other.location == store.location
+    views = store.views(["offline", store.embedder_name])
+    assert [view.embedder_name for view in views] == [store.embedder_name, "offline"] and views[0] is store
+
+
+def test_photos_index_and_search_by_text_image_and_words(store, tmp_path):
+    """Indexing writes through the store; text search with ``hybrid`` finds a photo by its own words."""
+    folder = tmp_path / "photos"
+    for i, caption in enumerate(["a zebra grazing", "a red bicycle", "two children play"]):
+        make_photo(folder / f"p{i}.png", seed=i)
+        (folder / f"p{i}.txt").write_text(caption + "\n")
+    report = store.add(folder, progress=False)
+    assert report.indexed == 3 and store.count() == 3
+    assert sorted(store.ids()) == sorted(path_id(folder / f"p{i}.png") for i in range(3))
+    assert store.default_embedder == store.embedder_name
+    assert store.add(folder, progress=False).indexed == 0  # unchanged files are not embedded again
+    best = store.search_text("zebra", k=1, hybrid=True)[0]
+    assert best.path == str(folder / "p0.png") and best.keyword_match and best.relevant
+    assert len(store.search_text("zebra", k=3)) == 3
+    assert store.search_image(folder / "p1.png", k=1)[0].path == str(folder / "p1.png")
+    (folder / "p2.png").unlink()
+    assert store.sync(allow_large=True) == [str(folder / "p2.png")] and store.count() == 2
