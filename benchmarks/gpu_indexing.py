@@ -257,14 +257,20 @@ def run(setup: Setup, gallery_size: int, queries: int) -> dict[str, Any]:
         copies = scratch / "photos"
         copies.mkdir()
         repeated = repeated_copies(setup.paths, setup.repeat, copies)
+        # Each arm's number is logged as soon as it is measured, so a run cut short (a device lease ending)
+        # still reports the arms it finished.
         logger.info("model-only: %d images in batches of %d", len(repeated), setup.batch)
         results["model_only_images_per_s"] = model_only_arm(embedder, setup.paths, setup.repeat, setup.batch)
+        logger.info("model-only: %.1f images/s", results["model_only_images_per_s"])
         logger.info("decode+embed: %d workers", setup.workers)
         results["decode_embed_images_per_s"] = decode_embed_arm(embedder, repeated, setup.batch, setup.workers)
+        logger.info("decode+embed: %.1f images/s", results["decode_embed_images_per_s"])
         logger.info("pictrieve index (Gallery.add)")
         results["index_images_per_s"] = index_arm(embedder, repeated, setup.batch, setup.workers, scratch)
+        logger.info("pictrieve index: %.1f images/s", results["index_images_per_s"])
         logger.info("search over %d vectors", gallery_size)
         results["search"] = search_arm(embedder, gallery_size, queries, scratch)
+        logger.info("search: %s", results["search"])
     for key in ("model_only_images_per_s", "decode_embed_images_per_s", "index_images_per_s"):
         results[key] = round(results[key], 2)
     return results
