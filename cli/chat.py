@@ -166,11 +166,10 @@ def _pending(tasks: Any) -> Any:
 
 
 def _show_hits(hits: list[Any]) -> None:
-    from pictrieve.vectorstore.hits import as_hit
+    from pictrieve.vectorstore.hits import hit_line
 
-    for hit in map(as_hit, hits):
-        caption = f"  {hit.caption}" if hit.caption else ""
-        click.echo(f"  {hit.rank:>3}. {hit.score:.3f}  {hit.path or hit.id}{caption}")
+    for hit in hits:
+        click.echo(f"  {hit_line(hit)}")
 
 
 def _show_round(payload: dict[str, Any], html_dir: str | None) -> None:

@@ -16,7 +16,7 @@ from pictrieve.tools.models.photo_text import require_ocr
 from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
-from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.hits import ImageHit, hit_line
 from pictrieve.vectorstore.relevance import NO_MATCH_HEADER, none_relevant
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
@@ -280,14 +280,7 @@ def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, a
         if below and hit.relevant is False:
             click.echo("     below the relevance cutoff:")
             below = False
-        caption = f"  {hit.captions[0]}" if hit.captions else ""
-        taken = hit.taken_at[:10] if hit.metadata.get("taken_at_source") == "exif" else ""  # not the file's time
-        about = "  ".join(part for part in (taken, hit.place, hit.camera) if part)
-        words = "  [words]" if hit.keyword_match else ""
-        copies = f"  (+{len(hit.copies)} near-identical {'copy' if len(hit.copies) == 1 else 'copies'})" \
-            if hit.copies else ""
-        click.echo(f"{hit.rank:3d}  {hit.score:.3f}  {hit.path}{caption}" + (f"  [{about}]" if about else "")
-                   + words + copies)
+        click.echo(hit_line(hit))
         if hit.photo_text:
             click.echo(f"       text: {_one_line(hit.photo_text)}")
 

@@ -311,8 +311,7 @@ def check_run_input(state: dict[str, Any], context: Any, index: Any) -> dict[str
     text inputs must be strings, ``k`` settings at most :data:`MAX_K`, and an ``image`` a gallery id, image
     data, or a path inside the operator's ``--allow-dir`` folders (the MCP rule,
     :func:`pictrieve.tools.core.image_inputs.image_file`); the image becomes the file the graph reads."""
-    from pictrieve.graphs.vision_search_tools import gallery_image_lookup
-    from pictrieve.tools.core.image_inputs import AllowedDirs, ImageInputError, image_file
+    from pictrieve.tools.core.image_inputs import AllowedDirs, ImageInputError, gallery_image_lookup, image_file
 
     for key in TEXT_INPUTS:
         if state.get(key) is not None and not isinstance(state[key], str):

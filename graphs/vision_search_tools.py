@@ -18,19 +18,23 @@ comes back to the model as a one-line tool error, never as a crash of the agent.
 
 from __future__ import annotations
 
-import base64
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from os import PathLike
 from typing import Any
 
-from langchain_core.messages.content import create_image_block, create_text_block
+from langchain_core.messages.content import create_text_block
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, ImageLookup, image_argument
-from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.tools.core.image_inputs import (  # noqa: F401  (gallery_image_lookup: re-exported)
+    DEFAULT_MAX_IMAGE_BYTES,
+    AllowedDirs,
+    gallery_image_lookup,
+    image_argument,
+)
+from pictrieve.vectorstore.hits import hit_rows, photo_blocks
 from pictrieve.vectorstore.relevance import agent_summary
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
@@ -55,53 +59,6 @@ class AskGalleryArgs(BaseModel):
     k: int = Field(default=3, ge=1, le=10, description="How many of the best-matching photos to read")
 
 
-def hit_rows(hits: Iterable[ImageHit]) -> list[dict[str, Any]]:
-    """The JSON a model and a program read about each hit: rank, gallery id, file path, score, whether it
-    matches the query well (``relevant``; ``None``: not judged), first caption, and, when the photo has them, when
-    and where it was taken and with which camera (``taken_at``, ``place``, ``camera``: its own metadata) and the
-    text read in it (``photo_text``: a gallery indexed with ``--ocr``)."""
-    return [{"rank": h.rank, "id": h.id, "path": h.path, "score": round(h.score, 4), "relevant": h.relevant,
-             "caption": h.caption, **_known(h, "taken_at", "place", "camera", "photo_text")} for h in hits]
-
-
-def _known(hit: ImageHit, *fields: str) -> dict[str, str]:
-    """Those of ``fields`` the hit has a value for (a photo without EXIF has no capture place or camera)."""
-    return {name: value for name in fields if (value := getattr(hit, name))}
-
-
-def gallery_image_lookup(gallery: Any) -> ImageLookup | None:
-    """``id -> file path`` over ``gallery`` (``None`` for an id it does not hold), for :func:`image_argument`."""
-    if gallery is None:
-        return None
-
-    def lookup(image_id: str) -> str | None:
-        try:
-            (item,) = gallery.get([image_id])
-        except Exception:  # an unknown id (KeyError), or one the store refuses as malformed
-            return None
-        return item.path
-
-    return lookup
-
-
-def picture_blocks(hits: Sequence[ImageHit]) -> list[dict[str, Any]]:
-    """For each hit a label (``Photo n (id ...)``) and its JPEG thumbnail as a LangChain image block; a photo whose
-    file cannot be read gets a line saying so instead."""
-    from pictrieve.tools.core.thumbnails import jpeg_thumbnail
-
-    blocks: list[dict[str, Any]] = []
-    for n, hit in enumerate(hits, start=1):
-        label = f"Photo {n} (id {hit.id})"
-        try:
-            data = jpeg_thumbnail(hit.path)
-        except (PictrieveError, OSError):
-            blocks.append(create_text_block(f"{label}: the image file cannot be read"))
-            continue
-        blocks.append(create_text_block(f"{label}:"))
-        blocks.append(create_image_block(base64=base64.b64encode(data).decode("ascii"), mime_type="image/jpeg"))
-    return blocks
-
-
 def image_search_tool(gallery: Any, *, name: str = "image_search", pictures: bool = True) -> BaseTool:
     """A tool that searches ``gallery`` by text: the hits as JSON (rank, id, path, score, relevant, caption), a
     sentence saying how many photos match well (or that none does: "No photo in the gallery matches 'X' well;
@@ -115,7 +72,7 @@ def image_search_tool(gallery: Any, *, name: str = "image_search", pictures: boo
         hits = relevant_hits(found) if only_relevant else found
         rows = hit_rows(hits)
         return [create_text_block(json.dumps(rows)), create_text_block(agent_summary(query, found)),
-                *(picture_blocks(hits) if pictures else [])], rows
+                *(photo_blocks(hits) if pictures else [])], rows
 
     return StructuredTool.from_function(
         run, name=name, args_schema=ImageSearchArgs, response_format="content_and_artifact", handle_tool_error=True,
@@ -175,7 +132,7 @@ def ask_gallery_tool(gallery: Any, *, reader: Any, name: str = "ask_gallery", ca
         found = _tool_call(lambda: answer_from_gallery(gallery, question, reader, k=k, captioner=captioner))
         photos = "\n".join(f"Picture {n}: {hit.path} (id {hit.id})" for n, hit in enumerate(found["hits"], start=1))
         text = create_text_block(f"{found['answer']}\n\nPhotos read:\n{photos}")
-        blocks = [text, *(picture_blocks(found["hits"]) if pictures else [])]
+        blocks = [text, *(photo_blocks(found["hits"]) if pictures else [])]
         return blocks, {"answer": found["answer"], "hits": hit_rows(found["hits"])}
 
     return StructuredTool.from_function(

@@ -38,11 +38,10 @@ from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from pictrieve.errors import PictrieveError, causes
-from pictrieve.graphs.vision_search_tools import hit_rows
 from pictrieve.mcp_server.progress import StepProgress
 from pictrieve.mcp_server.schemas import GalleryAnswer, GalleryInfo, ImageAnswer, PhotoSession, SearchResult
 from pictrieve.mcp_server.service import MAX_K, PictrieveService
-from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.hits import ImageHit, hit_json, photo_blocks
 from pictrieve.vectorstore.relevance import agent_summary
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
@@ -149,13 +148,6 @@ def _image_mime(data: bytes) -> str | None:
 
 # --- results ------------------------------------------------------------------------------------------------
 
-def hit_json(hit: ImageHit) -> dict[str, Any]:
-    """A hit as the tools report it (the LangChain tools' JSON: rank, id, path, score, caption; and ``copies``
-    when a collapsed search folded near-identical photos into it)."""
-    return {**hit_rows([hit])[0], "keyword_match": hit.keyword_match} | ({"copies": list(hit.copies)} if hit.copies
-                                                                         else {})
-
-
 def viewable_bytes(path: Path) -> bytes:
     """The photo's file as it is when clients show that format, else a JPEG of it (HEIC, TIFF), upright, as the
     page serves it: an agent that reads the resource gets a picture it can show."""
@@ -168,22 +160,10 @@ def viewable_bytes(path: Path) -> bytes:
 
 
 def photo_content(hits: Sequence[ImageHit]) -> list[Any]:
-    """Each hit's line and JPEG thumbnail as MCP content (a line saying so when its file cannot be read)."""
-    import base64
-
-    from pictrieve.tools.core.thumbnails import jpeg_thumbnail
-
-    blocks: list[Any] = []
-    for n, hit in enumerate(hits, start=1):
-        label = f"Photo {n} (id {hit.id})" + (f": {hit.caption}" if hit.caption else "")
-        try:
-            data = jpeg_thumbnail(hit.path)
-        except (PictrieveError, OSError):
-            blocks.append(TextContent(type="text", text=f"{label} (the image file cannot be read)"))
-            continue
-        blocks.append(TextContent(type="text", text=label))
-        blocks.append(ImageContent(type="image", data=base64.b64encode(data).decode("ascii"), mimeType="image/jpeg"))
-    return blocks
+    """Each hit's label and JPEG thumbnail (:func:`~pictrieve.vectorstore.hits.photo_blocks`, as the LangChain tools
+    show them) as MCP content."""
+    return [ImageContent(type="image", data=block["base64"], mimeType=block["mime_type"]) if block["type"] == "image"
+            else TextContent(type="text", text=block["text"]) for block in photo_blocks(hits)]
 
 
 def result(structured: BaseModel, photos: Sequence[ImageHit] = (), text: str | None = None) -> CallToolResult:

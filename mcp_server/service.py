@@ -20,10 +20,9 @@ from typing import Any
 from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import get_method
-from pictrieve.graphs.vision_search_tools import gallery_image_lookup
 from pictrieve.mcp_server.progress import Progress, loading, no_progress
 from pictrieve.mcp_server.sessions import PhotoSessions
-from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, image_argument
+from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, gallery_image_lookup, image_argument
 from pictrieve.vectorstore.hits import ImageHit, as_hit
 from pictrieve.vectorstore.relevance import judge_by_text
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits

@@ -7,11 +7,18 @@ page. It is a frozen pydantic model, so it checkpoints with LangGraph's serializ
 LangGraph server as plain JSON (``hit.model_dump(mode="json")``) and validates when a JSON dict comes
 back (``ImageHit.model_validate(d)``). Frozen on purpose: fusion and re-ranking return new hits
 (``hit.model_copy(update={"rank": 1})``) instead of editing a hit another ranking still holds.
+
+How a hit is shown is said here once, for every front end: :func:`hit_line` (the command line's row),
+:func:`hit_json` (what a model and a program read: the MCP tools' ``Hit`` and the LangChain tools' rows) and
+:func:`photo_blocks` (each photo as a labelled JPEG thumbnail, as LangChain's standard content blocks, which
+the MCP server turns into MCP content).
 """
 
 from __future__ import annotations
 
+import base64
 import math
+from collections.abc import Iterable, Sequence
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -101,3 +108,63 @@ class ImageHit(BaseModel):
 def as_hit(value: ImageHit | Mapping[str, Any]) -> ImageHit:
     """Accept a hit or its JSON dict (as it comes back from the LangGraph server or a checkpoint)."""
     return value if isinstance(value, ImageHit) else ImageHit.model_validate(dict(value))
+
+
+# --- how a hit is shown -------------------------------------------------------------------------------------
+
+KNOWN_FIELDS = ("taken_at", "place", "camera", "photo_text")
+"""What :func:`hit_json` adds when the photo has it: when, where and with which camera it was taken, the text read
+in it (a gallery indexed with ``--ocr``)."""
+
+
+def hit_json(hit: ImageHit | Mapping[str, Any]) -> dict[str, Any]:
+    """What a model and a program read about a hit: ``rank``, ``id``, ``path``, ``score`` (4 decimals),
+    ``relevant`` (``None``: not judged), the first ``caption``, ``keyword_match``; those of :data:`KNOWN_FIELDS`
+    the photo has a value for; and ``copies`` when a collapsed search folded near-identical photos into it.
+    The MCP tools' ``Hit`` schema and the LangChain tools' rows are this dict."""
+    hit = as_hit(hit)
+    known = {name: value for name in KNOWN_FIELDS if (value := getattr(hit, name))}
+    return {"rank": hit.rank, "id": hit.id, "path": hit.path, "score": round(hit.score, 4), "relevant": hit.relevant,
+            "caption": hit.caption, "keyword_match": hit.keyword_match, **known,
+            **({"copies": list(hit.copies)} if hit.copies else {})}
+
+
+def hit_line(hit: ImageHit | Mapping[str, Any]) -> str:
+    """A hit as one line of text: rank, score, file (or id), caption, then what is known of when, where and with
+    what it was taken (an EXIF time only: a file's time says nothing), ``[words]`` for a keyword match, and how
+    many near-identical copies it stands for."""
+    hit = as_hit(hit)
+    caption = f"  {hit.caption}" if hit.caption else ""
+    taken = hit.taken_at[:10] if hit.metadata.get("taken_at_source") == "exif" else ""
+    about = "  ".join(part for part in (taken, hit.place, hit.camera) if part)
+    words = "  [words]" if hit.keyword_match else ""
+    copies = (f"  (+{len(hit.copies)} near-identical {'copy' if len(hit.copies) == 1 else 'copies'})"
+              if hit.copies else "")
+    return f"{hit.rank:3d}  {hit.score:.3f}  {hit.path or hit.id}{caption}" + (f"  [{about}]" if about else "") \
+        + words + copies
+
+
+def hit_rows(hits: Iterable[ImageHit | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`hit_json` of each hit."""
+    return [hit_json(hit) for hit in hits]
+
+
+def photo_blocks(hits: Sequence[ImageHit | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each hit's photo for a model that sees images, as standard content blocks (LangChain's ``text`` and
+    ``image`` blocks: ``{"type": "image", "base64": ..., "mime_type": "image/jpeg"}``): a label, ``Photo n (id
+    ...):`` and the first caption, then its JPEG thumbnail (:func:`pictrieve.tools.core.thumbnails.jpeg_thumbnail`,
+    longest side at most 512 px). A photo whose file cannot be read gets a line saying so instead."""
+    from pictrieve.errors import PictrieveError
+    from pictrieve.tools.core.thumbnails import jpeg_thumbnail
+
+    blocks: list[dict[str, Any]] = []
+    for n, hit in enumerate(map(as_hit, hits), start=1):
+        label = f"Photo {n} (id {hit.id}):"
+        try:
+            data = jpeg_thumbnail(hit.path)
+        except (PictrieveError, OSError):
+            blocks.append({"type": "text", "text": f"{label} the image file cannot be read"})
+            continue
+        blocks.append({"type": "text", "text": f"{label} {hit.caption}" if hit.caption else label})
+        blocks.append({"type": "image", "base64": base64.b64encode(data).decode("ascii"), "mime_type": "image/jpeg"})
+    return blocks

@@ -1,7 +1,7 @@
 """Image arguments that come from outside the process: an agent's tool call names a photo as a gallery id,
 base64 image data, or a file path, and only paths under the folders the operator allowed may be read.
 
-The MCP server (``pictrieve mcp``) and the LangChain tools (:mod:`pictrieve.graphs.vision_search_tools`)
+The MCP server (``pictrieve mcp``) and the LangChain tools (:mod:`pictrieve.integrations.langchain_tools`)
 resolve their ``image`` arguments here, so both follow one rule:
 
 - **ids**: a photo of the gallery, looked up by the caller's ``lookup_id`` (the file path comes from the
@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.images import image_size, load_service_image
@@ -49,6 +50,22 @@ MIN_BASE64_CHARS = 64
 
 ImageLookup = Callable[[str], "str | None"]
 """``lookup_id(value) -> file path`` of a gallery image, or ``None`` when ``value`` is no id of the gallery."""
+
+
+def gallery_image_lookup(gallery: Any) -> ImageLookup | None:
+    """``id -> file path`` over ``gallery`` (anything with ``get(ids)`` returning items with a ``path``; ``None``
+    for an id it does not hold), for :func:`image_argument`; ``None`` without a gallery."""
+    if gallery is None:
+        return None
+
+    def lookup(image_id: str) -> str | None:
+        try:
+            (item,) = gallery.get([image_id])
+        except Exception:  # an unknown id (KeyError), or one the store refuses as malformed
+            return None
+        return item.path
+
+    return lookup
 
 
 class ImageInputError(PictrieveError, ValueError):
