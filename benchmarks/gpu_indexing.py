@@ -4,8 +4,11 @@ Run it whenever a GPU machine is at hand; it appends one row per run to BENCHMAR
 "GPU indexing and search (issue 31)" (``--write``), with the device, the torch and CUDA versions and
 the command. Until a row from CUDA is there, that section says "GPU: not measured".
 
-Three indexing arms over the same photos (each file repeated ``--repeat`` times, as distinct paths,
-so that a fast GPU runs long enough for a stable number), all with pictrieve's own code:
+Three indexing arms over the same photos (each file repeated ``--repeat`` times, as distinct files,
+so that a fast GPU runs long enough for a stable number), all with pictrieve's own code. Each repeat is a
+copy with a few bytes appended after the image data (decoders ignore them): its content hash differs, so
+``Gallery.add`` embeds it instead of copying the first one's vector (it copies the vector of a file whose
+content it has already stored, which would time that shortcut instead of indexing):
 
 - ``model-only``: the embedder's ``embed_preprocessed`` on tensors decoded and preprocessed
   beforehand, in batches of ``--batch``: the bound for any indexer with this model on this device;
@@ -77,17 +80,18 @@ class Setup:
 
 
 def repeated_copies(paths: Sequence[Path], repeat: int, folder: Path) -> list[Path]:
-    """``repeat`` distinct paths per photo in ``folder`` (hard links where the file system allows,
-    else copies): indexing resolves symbolic links and skips a path seen before, so a photo listed
-    twice is embedded once; a hard link is a file of its own."""
+    """``repeat`` files of distinct content per photo in ``folder``, each decoding to the same pixels.
+
+    Indexing skips a path seen before and copies the stored vector of a file whose content (sha256) it
+    already has, so neither a repeated path nor a hard link would be embedded again. Each copy ends with a
+    marker of its own after the image data, which decoders ignore: the same decoding work, another hash."""
     out = []
     for k in range(repeat):
         for path in paths:
             target = folder / f"r{k}-{path.name}"
-            try:
-                os.link(path, target)
-            except OSError:
-                shutil.copyfile(path, target)
+            shutil.copyfile(path, target)
+            with target.open("ab") as file:
+                file.write(f"pictrieve-benchmark-copy-{k}".encode())
             out.append(target)
     return out
 
@@ -141,6 +145,8 @@ def index_arm(embedder: Any, paths: Sequence[Path], batch: int, workers: int, sc
     elapsed = time.perf_counter() - start
     if report.indexed != len(paths):
         raise RuntimeError(f"indexed {report.indexed} of {len(paths)}: {report.failed[:3]}")
+    if report.copied:
+        raise RuntimeError(f"{report.copied} of {len(paths)} photos had a stored twin and were copied, not embedded")
     return len(paths) / elapsed
 
 

@@ -48,6 +48,20 @@ def test_cpu_smoke_run_writes_its_rows(photos, tiny_clip_name, tmp_path):
         assert cells[9].startswith("`python benchmarks/gpu_indexing.py ") and "--device cpu" in cells[9]
 
 
+def test_repeated_copies_decode_alike_but_hash_apart(photos, tmp_path):
+    """Indexing copies the vector of a file whose content it has stored, so repeats must differ in content
+    (else the `pictrieve index` arm times that shortcut): same pixels, another sha256."""
+    from PIL import Image
+
+    from pictrieve.tools.core.images import file_sha256
+
+    source = sorted(photos.iterdir())[:2]
+    copies = gpu_indexing.repeated_copies(source, 3, tmp_path)
+    assert len(copies) == 6 and len({file_sha256(path) for path in copies}) == 6
+    with Image.open(source[0]) as original, Image.open(copies[2]) as copy:
+        assert copy.tobytes() == original.tobytes()
+
+
 def test_a_gpu_row_replaces_the_not_measured_line(tmp_path):
     out = tmp_path / "BENCH.md"
     out.write_text(gpu_indexing.section_text([gpu_indexing.NOT_MEASURED]), encoding="utf-8")
