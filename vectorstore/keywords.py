@@ -5,15 +5,17 @@ People search their photos by the words they gave them: a folder named ``lisbon/
 embedder knows none of these, so :func:`hybrid_search` ranks the gallery twice, by vectors and by
 BM25 over those words (:data:`KEYWORD_FIELDS`), and fuses the two rankings by reciprocal rank fusion.
 
-BM25 comes from ``bm25s`` (maintained, releases through 2025-2026, needs only numpy, scores with sparse
-matrices). ``rank_bm25``, the other common choice, has had no release since 2022 and scores every
-document in pure Python per query.
+BM25 is computed here (:class:`KeywordIndex`, numpy, Lucene's formula as ``bm25s`` computes it: a test checks
+the scores against ``bm25s`` where it is installed). ``bm25s`` itself, used before, rebuilds its index from every
+record after any change (about 2 minutes at 100,000 photos, each search after a write) and took about a second
+to import; ``rank_bm25`` has had no release since 2022 and scores every record in pure Python per query.
 
-Freshness: the index is built from the gallery's records and kept per process, tagged with the gallery's
-write counter (:func:`~pictrieve.vectorstore.chroma_store.read_generation`, bumped by every write of
-every process); a search whose gallery changed since rebuilds it first, so no result ever comes from a
-stale index. A ``chroma run`` server has no such counter: there the index is rebuilt for each search
-(one read of every record's metadata).
+Freshness: an embedded gallery's index is kept in its folder (:data:`INDEX_FOLDER`) and per process, tagged with
+the gallery's write counter (:func:`~pictrieve.vectorstore.chroma_store.read_generation`, bumped by every write of
+every process); a search whose gallery changed since first reads the records written since (found in Chroma's
+own file by :mod:`~pictrieve.vectorstore.changes`, whoever wrote them) and applies them, so no result ever comes
+from a stale index and a write of ``k`` photos costs reading ``k``. A ``chroma run`` server has no such counter:
+there the index is rebuilt for each search (one read of every record's metadata).
 
 Ranks on the keyword side are tie-aware (photos with the same BM25 score share a rank), so a word every
 photo carries (a common parent folder) shifts nothing. Photos without a single query word get no
@@ -22,19 +24,27 @@ keyword contribution at all.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
+import json
 import logging
+import math
+import os
 import re
 import threading
 import unicodedata
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
 
+from pictrieve.vectorstore.changes import snapshot
 from pictrieve.vectorstore.chroma_store import is_server, read_generation
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.photo_filter import PhotoFilter
@@ -78,11 +88,15 @@ _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[^\W\d_]+|\d+")
 
 
+STOPWORDS_EN = (
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of",
+    "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with")
+"""English stop words: Lucene's list, as ``bm25s`` ships it (the library this index replaced)."""
+
+
 @functools.lru_cache(maxsize=1)
 def _stopwords() -> frozenset[str]:
-    """English stop words (bm25s's list) and the words every photo's name or folder may carry."""
-    from bm25s.stopwords import STOPWORDS_EN
-
+    """English stop words (:data:`STOPWORDS_EN`) and the words every photo's name or folder may carry."""
     return frozenset(STOPWORDS_EN) | {
         "from", "with", "near", "taken", "my", "our", "me", "we", "you", "your",  # how people ask for photos
         "photo", "photos", "picture", "pictures", "pic", "pics", "image", "images", "shot", "shots",
@@ -148,87 +162,454 @@ class KeywordRank:
     """Whether the photo's words hold every word of the query (it is marked relevant)."""
 
 
-def _bm25s() -> Any:
-    """The ``bm25s`` module, its logger kept at WARNING: it sets itself to DEBUG when imported, so each index
-    build printed "Building index from tokens" on the command line and into MCP's log."""
-    import bm25s
-
-    if logging.getLogger("bm25s").level == logging.DEBUG:
-        logging.getLogger("bm25s").setLevel(logging.WARNING)
-    return bm25s
-
-
 class KeywordIndex:
-    """BM25 over the words of a fixed set of records (build a new one when the records change)."""
+    """BM25 over the words of a set of records, changed in place: :meth:`update` and :meth:`remove` cost what
+    the changed records hold, not what the index holds.
 
-    def __init__(self, ids: Sequence[str], documents: Sequence[list[str]]) -> None:
-        bm25s = _bm25s()
-        self.ids = list(ids)
-        self.words = [frozenset(doc) for doc in documents]
-        self._bm25: Any = None
-        if any(documents):
-            # b=0: no length normalisation, so photos that share a word score the same for it (a
-            # word of a common folder then ties every photo, and ties shift no ranks; see ``rank``).
-            # numpy backend: numba's JIT compile (when numba is installed) took 1.5 s on a first search
-            self._bm25 = bm25s.BM25(k1=BM25_K1, b=BM25_B, backend="numpy")
-            self._bm25.index([list(doc) for doc in documents], show_progress=False)
+    Scores are Lucene's BM25 (as ``bm25s`` computes it, in float32: ``idf = log(1 + (N - df + 0.5) / (df + 0.5))``,
+    ``tf / (tf + k1 * (1 - b + b * length / mean length))``), computed at query time from the postings of the query's
+    words, so the document counts they rest on are always those of now. The records live in two parts: a base
+    (numpy arrays: each record's words, and each word's records) and the records written since, kept in dicts;
+    :meth:`merge` folds the second into a new base when it has grown (:data:`MERGE_AT`), in numpy.
+
+    Records are ranked by score, equal scores in ``order`` (Chroma's row number: the order its ``get`` lists
+    records in, as the index of a full rebuild has them), so an index kept up to date ranks exactly as one
+    built from scratch.
+    """
+
+    def __init__(self, ids: Sequence[str] = (), documents: Sequence[Sequence[str]] = (),
+                 order: Sequence[int] | None = None) -> None:
+        self._set_base([], np.zeros(0, np.int64), [], np.zeros(0, np.int64), np.zeros(0, np.int64),
+                       np.zeros(0, np.float32))
+        self._recent: dict[str, tuple[int, dict[str, int]]] = {}  # id -> (order, word -> count)
+        self._recent_postings: dict[str, dict[str, int]] = {}  # word -> {id: count}
+        self.base_file: str | None = None
+        """The saved base this index's base is (see :meth:`save`); ``None``: not saved yet."""
+        self.lock = threading.RLock()
+        """Held by every read and change: a search in one thread never sees another's half-applied update."""
+        orders = range(len(ids)) if order is None else order
+        self.update(zip(ids, documents, orders))
+        self.merge()
+
+    # ------------------------------------------------------------------ building
+
+    def _set_base(self, ids: list[str], orders: np.ndarray, terms: list[str], doc_of: np.ndarray,
+                  term_of: np.ndarray, counts: np.ndarray) -> None:
+        """Make the base from ``(record, word, count)`` triples (``doc_of`` indexes ``ids``, ``term_of`` ``terms``)."""
+        n, vocabulary = len(ids), len(terms)
+        by_doc = np.lexsort((term_of, doc_of))
+        by_term = np.lexsort((doc_of, term_of))
+        self._install(ids, orders, terms, {
+            "doc_ptr": np.concatenate([[0], np.cumsum(np.bincount(doc_of, minlength=n))]),
+            "doc_terms": term_of[by_doc], "doc_counts": counts[by_doc],
+            "term_ptr": np.concatenate([[0], np.cumsum(np.bincount(term_of, minlength=vocabulary))]),
+            "term_docs": doc_of[by_term], "term_counts": counts[by_term]})
+
+    def _install(self, ids: list[str], orders: np.ndarray, terms: list[str], arrays: Mapping[str, np.ndarray]) -> None:
+        """Make the base from its arrays: each record's words (``doc_*``) and each word's records (``term_*``)."""
+        n = len(ids)
+        self._ids = ids
+        self._slot = {id_: slot for slot, id_ in enumerate(ids)}
+        self._orders = np.asarray(orders, np.int64)
+        self._alive = np.ones(n, bool)
+        self._terms = terms
+        self._vocab = {term: t for t, term in enumerate(terms)}
+        self._doc_ptr = np.asarray(arrays["doc_ptr"], np.int64)
+        self._doc_terms = np.asarray(arrays["doc_terms"], np.int32)
+        self._doc_counts = np.asarray(arrays["doc_counts"], np.float32)
+        self._term_ptr = np.asarray(arrays["term_ptr"], np.int64)
+        self._term_docs = np.asarray(arrays["term_docs"], np.int32)
+        self._term_counts = np.asarray(arrays["term_counts"], np.float32)
+        self._lengths = np.add.reduceat(self._doc_counts.astype(np.float64), self._doc_ptr[:-1]) \
+            if len(self._doc_counts) else np.zeros(n)
+        self._lengths[np.diff(self._doc_ptr) == 0] = 0  # reduceat gives the next record's first count there
+        self._df = np.diff(self._term_ptr)
+        self._dead = 0
+        self._total_length = float(self._lengths.sum())
 
     @classmethod
     def from_records(cls, records: Iterable[tuple[str, Mapping[str, Any]]],
                      fields: Sequence[str] = KEYWORD_FIELDS) -> "KeywordIndex":
-        """From ``(id, metadata)`` pairs as the gallery stores them."""
+        """From ``(id, metadata)`` pairs as the gallery stores them, in the gallery's order."""
         ids, documents = [], []
         for id_, metadata in records:
             ids.append(str(id_))
             documents.append(record_words(metadata or {}, fields))
         return cls(ids, documents)
 
+    def update(self, records: Iterable[tuple[str, Sequence[str], int]]) -> None:
+        """Put ``(id, words, order)`` records in, replacing any with the same id."""
+        with self.lock:
+            for id_, document, order in records:
+                self._put(id_, document, order)
+
+    def _put(self, id_: str, document: Sequence[str], order: int) -> None:
+        self._remove(id_)
+        counts = dict(Counter(document))
+        self._recent[id_] = (int(order), counts)
+        self._total_length += sum(counts.values())
+        for term, count in counts.items():
+            self._recent_postings.setdefault(term, {})[id_] = count
+
+    def remove(self, ids: Iterable[str]) -> None:
+        """Take the records ``ids`` out (unknown ids are ignored)."""
+        with self.lock:
+            for id_ in ids:
+                self._remove(id_)
+
+    def _remove(self, id_: str) -> None:
+        recent = self._recent.pop(id_, None)
+        if recent is not None:
+            self._total_length -= sum(recent[1].values())
+            for term in recent[1]:
+                postings = self._recent_postings[term]
+                del postings[id_]
+                if not postings:
+                    del self._recent_postings[term]
+            return
+        slot = self._slot.pop(id_, None)
+        if slot is not None:
+            self._alive[slot] = False
+            self._dead += 1
+            self._df[self._doc_terms[self._doc_ptr[slot] : self._doc_ptr[slot + 1]]] -= 1
+            self._total_length -= float(self._lengths[slot])
+
+    @property
+    def pending(self) -> int:
+        """Records written or taken out since the base was made (:meth:`merge` folds them in)."""
+        return len(self._recent) + self._dead
+
+    def merge(self) -> None:
+        """Fold the records written since into a new base (numpy work over the whole index)."""
+        with self.lock:
+            if self.pending or self.base_file is None:
+                self._merge()
+
+    def _merge(self) -> None:
+        keep = np.flatnonzero(self._alive)
+        lengths = np.diff(self._doc_ptr)
+        owner = np.repeat(np.arange(len(self._ids)), lengths)
+        kept_rows = self._alive[owner]
+        new_slot = np.full(len(self._ids), -1, np.int64)
+        new_slot[keep] = np.arange(len(keep))
+        ids = [self._ids[slot] for slot in keep]
+        orders = [self._orders[keep]]
+        terms = list(self._terms)
+        vocab = dict(self._vocab)
+        doc_of = [new_slot[owner[kept_rows]]]
+        term_of = [self._doc_terms[kept_rows].astype(np.int64)]
+        counts = [self._doc_counts[kept_rows]]
+        recent_docs, recent_terms, recent_counts, recent_orders = [], [], [], []
+        for id_, (order, words_) in self._recent.items():
+            slot = len(ids)
+            ids.append(id_)
+            recent_orders.append(order)
+            for term, count in words_.items():
+                if term not in vocab:
+                    vocab[term] = len(terms)
+                    terms.append(term)
+                recent_docs.append(slot)
+                recent_terms.append(vocab[term])
+                recent_counts.append(count)
+        doc_of.append(np.asarray(recent_docs, np.int64))
+        term_of.append(np.asarray(recent_terms, np.int64))
+        counts.append(np.asarray(recent_counts, np.float32))
+        orders.append(np.asarray(recent_orders, np.int64))
+        doc_all, term_all = np.concatenate(doc_of), np.concatenate(term_of)
+        used, term_all = np.unique(term_all, return_inverse=True)  # words no record holds any more are dropped
+        self._set_base(ids, np.concatenate(orders), [terms[t] for t in used], doc_all, term_all.reshape(-1),
+                       np.concatenate(counts))
+        self._recent, self._recent_postings = {}, {}
+        self.base_file = None
+
+    # ------------------------------------------------------------------ reading
+
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self._slot) + len(self._recent)
+
+    @property
+    def ids(self) -> list[str]:
+        """The records' ids, in their order."""
+        with self.lock:
+            found = [(int(self._orders[slot]), id_) for id_, slot in self._slot.items()]
+            found += [(order, id_) for id_, (order, _) in self._recent.items()]
+        return [id_ for _, id_ in sorted(found)]
+
+    def known_ids(self) -> set[str]:
+        """The records' ids, in no order."""
+        with self.lock:
+            return set(self._slot) | set(self._recent)
+
+    def df(self, term: str) -> int:
+        """How many records hold ``term``."""
+        t = self._vocab.get(term)
+        return (0 if t is None else int(self._df[t])) + len(self._recent_postings.get(term, ()))
+
+    def words_of(self, id_: str) -> frozenset[str]:
+        """The distinct words of record ``id_`` (empty when unknown)."""
+        if id_ in self._recent:
+            return frozenset(self._recent[id_][1])
+        slot = self._slot.get(id_)
+        if slot is None:
+            return frozenset()
+        return frozenset(self._terms[t] for t in self._doc_terms[self._doc_ptr[slot] : self._doc_ptr[slot + 1]])
+
+    def _weights(self, idf: np.float32, counts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """BM25 weights of one word in records holding it ``counts`` times, as ``bm25s`` computes them: the
+        term-frequency part in float64, times the float32 idf, rounded to float32 once."""
+        n = len(self)
+        mean = self._total_length / n if n else 1.0
+        norm = BM25_K1 * ((1 - BM25_B) + BM25_B * np.asarray(lengths, np.float64) / (mean or 1.0))
+        tf = np.asarray(counts, np.float64)
+        return (np.float64(idf) * (tf / (norm + tf))).astype(np.float32)
+
+    def scores(self, terms: Sequence[str]) -> tuple[np.ndarray, dict[str, np.float32], np.ndarray, dict[str, int]]:
+        """BM25 scores of the base's records and of the recent ones for ``terms`` (each counted once), and how
+        many of ``terms`` each holds."""
+        n = len(self)
+        base = np.zeros(len(self._ids), np.float32)
+        held = np.zeros(len(self._ids), np.int32)
+        recent: dict[str, np.float32] = {}
+        recent_held: dict[str, int] = {}
+        for term in dict.fromkeys(terms):
+            df = self.df(term)
+            if not df:
+                continue
+            idf = np.float32(math.log(1 + (n - df + 0.5) / (df + 0.5)))
+            t = self._vocab.get(term)
+            if t is not None:
+                lo, hi = self._term_ptr[t], self._term_ptr[t + 1]
+                docs = self._term_docs[lo:hi]
+                base[docs] += self._weights(idf, self._term_counts[lo:hi], self._lengths[docs])
+                held[docs] += 1
+            postings = self._recent_postings.get(term)
+            if postings:
+                ids = list(postings)
+                counts = np.fromiter(postings.values(), np.float32, len(ids))
+                lengths = np.array([sum(self._recent[id_][1].values()) for id_ in ids], np.float64)
+                for id_, score in zip(ids, self._weights(idf, counts, lengths)):
+                    recent[id_] = np.float32(recent.get(id_, np.float32(0)) + score)
+                    recent_held[id_] = recent_held.get(id_, 0) + 1
+        base[~self._alive] = 0
+        return base, recent, held, recent_held
 
     def rank(self, query: str) -> list[KeywordRank]:
-        """Every photo with at least one of the query's words, best first; equal scores share a rank."""
-        terms = [t for t in dict.fromkeys(words(query)) if self._bm25 is not None and t in self._bm25.vocab_dict]
-        if not terms:
-            return []
-        asked, every = set(terms), set(words(query))  # words no photo carries are for the vectors alone
-        scores = np.asarray(self._bm25.get_scores(terms), dtype=np.float64)
-        found = np.flatnonzero(scores > 0)
-        order = found[np.argsort(-scores[found], kind="stable")]
+        """Every record with at least one of the query's words, best first; equal scores share a rank."""
+        every = list(dict.fromkeys(words(query)))
+        with self.lock:
+            terms = [t for t in every if self.df(t)]
+            if not terms:
+                return []
+            base, recent, held, recent_held = self.scores(terms)
+            found = np.flatnonzero(base > 0)
+            ids = [self._ids[slot] for slot in found]
+            scores = base[found]
+            orders = self._orders[found]
+            counts = held[found]
+            if recent:
+                ids += list(recent)
+                scores = np.concatenate([scores, np.fromiter(recent.values(), np.float32, len(recent))])
+                orders = np.concatenate([orders, [self._recent[id_][0] for id_ in recent]])
+                counts = np.concatenate([counts, [recent_held[id_] for id_ in recent]])
+        complete = len(terms) == len(every)  # words no record holds are for the vectors alone
         ranked: list[KeywordRank] = []
-        for position, row in enumerate(order, start=1):
+        for position, row in enumerate(np.lexsort((orders, -scores)), start=1):
             score = float(scores[row])
             rank = ranked[-1].rank if ranked and ranked[-1].score == score else position
-            ranked.append(KeywordRank(self.ids[row], score, rank, asked <= self.words[row], every <= self.words[row]))
+            all_words = bool(counts[row] == len(terms))
+            ranked.append(KeywordRank(ids[row], score, rank, all_words, all_words and complete))
         return ranked
 
+    # ------------------------------------------------------------------ saving
+
+    def save(self, folder: Path, name: str, cursor: Any) -> None:
+        """Write the index to ``folder`` as ``name``: the base once (``name.<token>.npz``, new after each merge)
+        and a small state file naming it, with the recent records and ``cursor`` (JSON: what the index is up to
+        date with). Each file is written whole beside its place and renamed over it, so a reader, or a crash,
+        never finds a half-written one; bases no state names any more are removed."""
+        folder.mkdir(parents=True, exist_ok=True)
+        with self.lock, _folder_lock(folder):
+            if self.base_file is None or not (folder / self.base_file).is_file():
+                base_file = f"{name}.{uuid.uuid4().hex[:12]}.npz"
+                _write_atomically(folder / base_file, lambda handle: np.savez(
+                    handle, ids=np.asarray(self._ids, dtype=str), orders=self._orders,
+                    terms=np.asarray(self._terms, dtype=str), doc_ptr=self._doc_ptr, doc_terms=self._doc_terms,
+                    doc_counts=self._doc_counts, term_ptr=self._term_ptr, term_docs=self._term_docs,
+                    term_counts=self._term_counts))
+                self.base_file = base_file
+            state = {"version": STATE_VERSION, "base": self.base_file, "cursor": cursor,
+                     "removed": [self._ids[slot] for slot in np.flatnonzero(~self._alive)],
+                     "recent": [[id_, order, words_] for id_, (order, words_) in self._recent.items()]}
+            _write_atomically(folder / f"{name}.json",
+                              lambda handle: handle.write(json.dumps(state, separators=(",", ":")).encode()))
+            for old in folder.glob(f"{name}.*.npz"):
+                if old.name != self.base_file:
+                    old.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, folder: Path, name: str) -> tuple["KeywordIndex", Any] | None:
+        """The index :meth:`save` wrote as ``name`` and its cursor; ``None`` when there is none, or it cannot
+        be read (it is then rebuilt)."""
+        for _ in range(3):  # a writer may replace the base between reading the state and opening it
+            try:
+                state = json.loads((folder / f"{name}.json").read_bytes())
+                if state.get("version") != STATE_VERSION:
+                    return None
+                with np.load(folder / state["base"], allow_pickle=False) as base:
+                    arrays = {key: base[key] for key in base.files}
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                logger.warning("keyword index %s could not be read (%s); rebuilding it", folder / name, exc)
+                return None
+            index = cls()
+            index._install(arrays["ids"].tolist(), arrays["orders"], arrays["terms"].tolist(), arrays)
+            index.base_file = state["base"]
+            index.remove(state["removed"])
+            index.update((id_, [t for t, c in words_.items() for _ in range(c)], order)
+                         for id_, order, words_ in state["recent"])
+            return index, state.get("cursor")
+        return None
 
 
-_cache: "OrderedDict[tuple[str, str, tuple[str, ...]], tuple[Any, KeywordIndex]]" = OrderedDict()
+STATE_VERSION = 1
+"""Version of the saved keyword index's layout; another one is rebuilt."""
+
+MERGE_AT = 2000
+"""Records written or taken out since the base before they are merged into a new one: keeps the state file that
+each write rewrites small (the merge itself is numpy work over the whole index, about 0.1 s at 100k records)."""
+
+INDEX_FOLDER = ".pictrieve-keywords"
+"""Where an embedded gallery's keyword indexes are kept, inside its folder."""
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """One saver at a time per folder (other processes wait; readers never do)."""
+    with open(folder / ".lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _write_atomically(path: Path, write: Callable[[Any], Any]) -> None:
+    """Write ``path`` through a temporary file beside it, flushed to disk, then renamed over it."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+_cache: "OrderedDict[tuple[str, str, tuple[str, ...]], _Cached]" = OrderedDict()
 _cache_lock = threading.Lock()
+_sync_locks: dict[tuple[str, str, tuple[str, ...]], threading.Lock] = {}
+
+
+@dataclass
+class _Cached:
+    stamp: Any
+    index: KeywordIndex
+    cursor: tuple[str, int] | None
 
 
 def keyword_index(gallery: Any, fields: Sequence[str] = KEYWORD_FIELDS) -> KeywordIndex:
-    """The keyword index of ``gallery``'s records (this embedder's collection), as fresh as the gallery:
-    rebuilt when any process wrote to it since it was built (always, for a ``chroma run`` server)."""
+    """The keyword index of ``gallery``'s records (this embedder's collection), as fresh as the gallery.
+
+    An embedded gallery's index is kept in its folder (:data:`INDEX_FOLDER`) and brought up to date with the
+    records written since (by any process, found through :mod:`~pictrieve.vectorstore.changes`) when the
+    gallery's write counter moved: a write of ``k`` photos costs reading those ``k``. A ``chroma run`` server
+    (or a store without Chroma's file) has neither: there the index is rebuilt from every record, each search."""
     location = str(gallery.location)
     key = (location, gallery.collection_name, tuple(fields))
     server = is_server(location)
     stamp = None if server else read_generation(location)  # read before the records are (None: never written
     with _cache_lock:                                       # by this version; its first write makes it 1)
         cached = _cache.get(key)
-        if cached is not None and not server and cached[0] == stamp:
+        if cached is not None and not server and cached.stamp == stamp:
             _cache.move_to_end(key)
-            return cached[1]
-    records = _all_records(gallery)
-    index = KeywordIndex.from_records(records, fields)
-    logger.debug("keyword index of %s: %d photos (write %s)", location, len(index), stamp)
-    with _cache_lock:
-        _cache[key] = (stamp, index)
-        _cache.move_to_end(key)
-        while len(_cache) > MAX_CACHED:
-            _cache.popitem(last=False)
-    return index
+            return cached.index
+        lock = _sync_locks.setdefault(key, threading.Lock())
+    with lock:  # one update at a time per index in this process; the others wait for it and use it
+        with _cache_lock:
+            cached = _cache.get(key)
+        if cached is not None and not server and cached.stamp == stamp:
+            return cached.index
+        fresh = None if server else _brought_up_to_date(gallery, key, cached, fields)
+        if fresh is None:
+            fresh = _Cached(stamp, KeywordIndex.from_records(_all_records(gallery), fields), None)
+        fresh.stamp = stamp
+        logger.debug("keyword index of %s: %d photos (write %s)", location, len(fresh.index), stamp)
+        with _cache_lock:
+            _cache[key] = fresh
+            _cache.move_to_end(key)
+            while len(_cache) > MAX_CACHED:
+                _cache.popitem(last=False)
+        return fresh.index
+
+
+def _brought_up_to_date(gallery: Any, key: tuple[str, str, tuple[str, ...]], cached: _Cached | None,
+                        fields: Sequence[str]) -> _Cached | None:
+    """The index of this process (or the one saved in the gallery's folder, or a new one) with the records
+    written since applied, saved again when anything changed; ``None`` when the changes cannot be read."""
+    location, collection_name, _ = key
+    folder = Path(location).expanduser() / INDEX_FOLDER
+    name = f"{re.sub(r'[^A-Za-z0-9_-]+', '-', collection_name)}__" + \
+        hashlib.sha1(json.dumps([list(fields), FOLDER_PARTS]).encode()).hexdigest()[:10]
+    if cached is None or cached.cursor is None:
+        loaded = KeywordIndex.load(folder, name)
+        cached = _Cached(None, loaded[0], _cursor(loaded[1])) if loaded else _Cached(None, KeywordIndex(), None)
+    seen = snapshot(location, collection_name, cached.cursor)
+    if seen is None:
+        return None
+    index, changed = cached.index, bool(seen.changed or seen.deleted)
+    if cached.cursor is None or cached.cursor[0] != seen.collection_id:
+        index = KeywordIndex()  # a new collection (or a first build): every record is in ``seen.changed``
+    if seen.deleted:
+        index.remove(seen.deleted)
+    _apply(index, gallery, seen.changed, fields)
+    if len(index) != seen.count:  # records were deleted: take out those the collection no longer holds
+        everything = snapshot(location, collection_name)
+        if everything is None:
+            return None
+        present = {id_ for id_, _ in everything.changed}
+        known = index.known_ids()
+        index.remove(known - present)
+        _apply(index, gallery, [(id_, row) for id_, row in everything.changed if id_ not in known], fields)
+        changed = True
+    if index.pending >= MERGE_AT or 2 * index.pending > len(index):  # (a first build merges at once)
+        index.merge()
+    cursor = (seen.collection_id, seen.seq)
+    if changed or index.base_file is None or cached.cursor != cursor:
+        try:
+            index.save(folder, name, list(cursor))
+        except OSError as exc:  # a gallery folder this user may not write: the index is kept in memory only
+            logger.debug("keyword index of %s not saved (%s)", location, exc)
+    return _Cached(None, index, cursor)
+
+
+def _cursor(value: Any) -> tuple[str, int] | None:
+    try:
+        return str(value[0]), int(value[1])
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def _apply(index: KeywordIndex, gallery: Any, changed: Sequence[tuple[str, int]], fields: Sequence[str]) -> None:
+    """Read the records ``changed`` (``(id, order)``) from the gallery and put them in ``index`` (those the gallery
+    no longer holds are taken out)."""
+    for start in range(0, len(changed), READ_BATCH):
+        batch = changed[start : start + READ_BATCH]
+        metadata = gallery.metadata_of([id_ for id_, _ in batch])
+        index.update((id_, record_words(metadata[id_] or {}, fields), order) for id_, order in batch if id_ in metadata)
+        index.remove(id_ for id_, _ in batch if id_ not in metadata)
+
+
+READ_BATCH = 5000
+"""Records read from the gallery per request while bringing an index up to date."""
 
 
 def _all_records(gallery: Any) -> list[tuple[str, Mapping[str, Any]]]:
