@@ -169,6 +169,7 @@ def test_another_process_writing_and_deleting_is_seen(gallery, reads):
 def test_the_saved_index_survives_a_restart_and_a_torn_write(gallery, reads):
     _same_as_a_fresh_build(gallery)
     gallery.upsert(["new"], _vectors(1, 1), [_meta("venice", "gondola.jpg")])
+    gallery.delete(["r0"])  # a record of the saved base, taken out
     keyword_index(gallery)
     folder = gallery.location + "/" + INDEX_FOLDER
     (state,) = [name for name in os.listdir(folder) if name.endswith(".json")]
@@ -177,6 +178,8 @@ def test_the_saved_index_survives_a_restart_and_a_torn_write(gallery, reads):
     reads.clear()
     assert [r.id for r in keyword_index(gallery).rank("venice")] == ["new"]
     assert reads == []  # read from the gallery's folder, not from its records
+    _same_as_a_fresh_build(gallery)
+    reads.clear()
     # A crash while saving left a half-written file beside the good one: the good one is read.
     with open(f"{folder}/.{state}.123.tmp", "w") as handle:
         handle.write('{"version": 1, "base": "')
@@ -187,7 +190,7 @@ def test_the_saved_index_survives_a_restart_and_a_torn_write(gallery, reads):
         handle.write('{"version": 1, "base": "gone.npz", "cur')
     keywords._cache.clear()
     _same_as_a_fresh_build(gallery)
-    assert len(reads) == 61
+    assert len(reads) == 60
 
 
 def test_a_save_that_fails_half_way_leaves_the_file_it_replaces(tmp_path):
