@@ -529,14 +529,14 @@ def keyword_index(gallery: Any, fields: Sequence[str] = KEYWORD_FIELDS) -> Keywo
     stamp = None if server else read_generation(location)  # read before the records are (None: never written
     with _cache_lock:                                       # by this version; its first write makes it 1)
         cached = _cache.get(key)
-        if cached is not None and not server and cached.stamp == stamp:
+        if _still_fresh(cached, server, stamp):
             _cache.move_to_end(key)
             return cached.index
         lock = _sync_locks.setdefault(key, threading.Lock())
     with lock:  # one update at a time per index in this process; the others wait for it and use it
         with _cache_lock:
             cached = _cache.get(key)
-        if cached is not None and not server and cached.stamp == stamp:
+        if _still_fresh(cached, server, stamp):
             return cached.index
         fresh = None if server else _brought_up_to_date(gallery, key, cached, fields)
         if fresh is None:
@@ -549,6 +549,12 @@ def keyword_index(gallery: Any, fields: Sequence[str] = KEYWORD_FIELDS) -> Keywo
             while len(_cache) > MAX_CACHED:
                 _cache.popitem(last=False)
         return fresh.index
+
+
+def _still_fresh(cached: _Cached | None, server: bool, stamp: Any) -> bool:
+    """Whether the index this process holds is that of the gallery now: no write since, by the write counter.
+    Without a counter (a server, or a store that keeps none) and without the change feed, it never is."""
+    return cached is not None and not server and cached.stamp == stamp and (stamp is not None or cached.cursor is not None)
 
 
 def _brought_up_to_date(gallery: Any, key: tuple[str, str, tuple[str, ...]], cached: _Cached | None,
