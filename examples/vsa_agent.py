@@ -31,7 +31,7 @@ def main() -> None:
 
     from langchain.agents import create_agent
 
-    from pictrieve.graphs.vision_search_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
+    from pictrieve.integrations.langchain_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
     from pictrieve.tools.models.chat_models import create_chat_model
     from pictrieve.vectorstore.gallery import Gallery
 

@@ -90,7 +90,7 @@ def test_the_tools_the_retriever_and_the_graph_carry_relevant(known_gallery, mon
     from langchain_core.messages import ToolCall
 
     from pictrieve.graphs.search import build_search_graph
-    from pictrieve.graphs.vision_search_tools import image_search_tool
+    from pictrieve.integrations.langchain_tools import image_search_tool
     from pictrieve.vectorstore.retriever import GalleryRetriever
 
     gallery, query = known_gallery

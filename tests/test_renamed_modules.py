@@ -70,3 +70,13 @@ def test_the_old_settings_path_warns():
     with pytest.warns(DeprecationWarning, match="pictrieve.agents.settings"):
         legacy = importlib.import_module("pictrieve.graphs.settings")
     assert legacy.RunSettings is settings.RunSettings
+
+
+def test_the_langchain_tools_moved_out_of_graphs_keep_their_old_path_for_one_release():
+    from pictrieve.integrations import langchain_tools
+
+    sys.modules.pop("pictrieve.graphs.vision_search_tools", None)
+    with pytest.warns(DeprecationWarning, match="pictrieve.integrations.langchain_tools"):
+        legacy = importlib.import_module("pictrieve.graphs.vision_search_tools")
+    for name in ("image_search_tool", "ask_about_image_tool", "ask_gallery_tool", "hit_rows", "gallery_image_lookup"):
+        assert getattr(legacy, name) is getattr(langchain_tools, name)

@@ -25,7 +25,7 @@ from langchain_tests.integration_tests import ToolsIntegrationTests
 from PIL import Image
 
 from helpers import make_photo
-from pictrieve.graphs.vision_search_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
+from pictrieve.integrations.langchain_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
 from pictrieve.tools.models.chat_models import LocalChatModel
 from helpers.qc2_fakes import one_thread  # noqa: F401  (autouse: one torch thread)
 from helpers.chat_checkpoints import tiny_chat_checkpoint  # noqa: F401  (fixture)

@@ -12,7 +12,7 @@ from langchain_core.messages import ToolCall
 from langchain_tests.unit_tests import ToolsUnitTests
 from PIL import Image
 
-from pictrieve.graphs.vision_search_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
+from pictrieve.integrations.langchain_tools import ask_about_image_tool, ask_gallery_tool, image_search_tool
 from pictrieve.vectorstore.hits import ImageHit
 
 
