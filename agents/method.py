@@ -89,6 +89,10 @@ class Method:
     exact_ranking: bool = False
     """Its ranking is the gallery's own text ranking (plain search): evaluations score it with the exact,
     tie-aware ranker over every stored vector instead of running its graph."""
+    steps: str | Mapping[str, Any] | None = None
+    """``"module:attribute"`` (or the mapping) naming each graph node as people watch it run: node name ->
+    :class:`~pictrieve.agents.steps.Step`. The web page, MCP progress and the command line word finished
+    nodes from it; ``None``: each is ``<node>: done``."""
     own_needs: tuple[Need, ...] = field(default=(), init=False, repr=False)
     """The needs it declares itself (from :attr:`needs`), each with its resolver."""
 
@@ -151,6 +155,10 @@ class Method:
         """The :class:`~pictrieve.agents.needs.Need` of each of its needs (the house's and its own), in order."""
         own = {need.name: need for need in self.own_needs}
         return [own.get(name) or NEEDS[name] for name in self.needs]
+
+    def step_table(self) -> Mapping[str, Any]:
+        """The :attr:`steps` table, loaded (empty when the method declares none)."""
+        return load_target(self.steps) if self.steps is not None else {}
 
     def served_kwargs(self, config: Any) -> dict[str, Any]:
         """The extra builder arguments :attr:`served` gives for a server run's ``config`` (blocking)."""

@@ -11,10 +11,16 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from pictrieve.graphs.sessions import SessionView, run_session
+
+if TYPE_CHECKING:
+    from pictrieve.agents.steps import Step
 
 
 def default_checkpoint_path() -> Path:
@@ -67,12 +73,14 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
     """
     from langgraph.types import Command
 
+    from pictrieve.agents.plugir import METHOD
     from pictrieve.graphs.plugir import (
         PlugIRSettings,
         build_plugir_graph,
         default_arm,
         sqlite_checkpointer,
     )
+    from pictrieve.graphs.sessions import session_view
     from pictrieve.tools.models.llm_calls import check_endpoint
     from pictrieve.vectorstore.gallery import Gallery
 
@@ -87,116 +95,84 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
     context = PlugIRSettings(arm=arm, max_rounds=rounds, shown_k=top_k, candidate_k=top_n,
                              questions_per_round=questions, filter_attempts=filter_attempts,
                              reformulation_max_tokens=reformulation_tokens)
-    config = {"configurable": {"thread_id": session}}
+    steps = METHOD.step_table()
 
-    snapshot = graph.get_state(config)
-    if snapshot.next:  # an unfinished session: resume where it paused
-        payload = _pending(snapshot.tasks)
-        click.echo(f"Resuming session {session}: {snapshot.values.get('description', '')!r}")
+    view = session_view(graph, session)
+    if view is not None and not view.done:  # an unfinished session: resume where it paused
+        click.echo(f"Resuming session {session}: {view.description!r}")
         if description:
             click.echo("(ignoring the new description; start a new --session for a new search)")
-        result: dict[str, Any] = {"__interrupt__": [payload]} if payload else _run(graph, None, config, context)
-    elif snapshot.values and not description:  # a finished session: nothing is pending
+        if view.unfinished:  # a round cut short between steps: finish it first
+            view = _run(graph, None, session, context, steps)
+    elif view is not None and not description:  # a finished session: nothing is pending
         click.echo(f"Session {session} has already ended; start a new one with a DESCRIPTION.")
-        _show_end(snapshot.values, None)
+        _show_end(view, None)
         return
     else:
         if not description:
             raise click.UsageError("give a DESCRIPTION of the photo (or --session ID to resume one)")
         click.echo(f"Session {session} (resume later with --session {session})")
-        result = _run(graph, {"description": description}, config, context)
+        view = _run(graph, {"description": description}, session, context, steps)
 
     stdin = sys.stdin  # click.get_text_stream is deprecated (Click 8.5); CliRunner swaps sys.stdin too
-    while True:
-        interrupts = result.get("__interrupt__") or []
-        if not interrupts:
-            break
-        payload = getattr(interrupts[0], "value", interrupts[0])
-        _show_round(payload, html_dir)
-        options = payload.get("options")
-        click.echo(f"Q{payload['round']}: {payload['question']}" + (f"  ({' / '.join(options)})" if options else ""))
+    while view.pending is not None:
+        _show_round(view, html_dir)
+        options = f"  ({' / '.join(view.options)})" if view.options else ""
+        click.echo(f"Q{view.question_number}: {view.question}{options}")
         click.echo("> ", nl=False)
         line = stdin.readline()
         if not line:  # end of input: the session stays resumable
             click.echo(f"\nEnd of input; session {session} saved (resume with --session {session}).")
             return
         click.echo("" if stdin.isatty() else line.rstrip("\n"))
-        result = _run(graph, Command(resume=line.strip()), config, context)
-    _show_end(result, html_dir)
+        view = _run(graph, Command(resume=line.strip()), session, context, steps)
+    _show_end(view, html_dir)
 
 
-# What starts after each step, so a slow CPU round shows where it is.
-_NEXT_STEP = {
-    "reformulate": "searching the gallery",
-    "retrieve": "reading the candidates",
-    "extract_context": "writing questions",
-    "generate_questions": "checking the questions against what is known",
-    "filter_and_select": "",
-    "ask": "rewriting the description with your answer",
-}
-_STEP_NAMES = {"reformulate": "description", "retrieve": "retrieval", "extract_context": "candidates",
-               "generate_questions": "questions", "filter_and_select": "filter", "ask": "answer"}
-
-
-def _run(graph: Any, value: Any, config: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Run the graph to its next pause, printing each step and its time to stderr as it finishes."""
+def _run(graph: Any, value: Any, session: str, context: Any, steps: Mapping[str, Step]) -> SessionView:
+    """Run the session to its next pause, printing each step (its short name, its time, what starts next, from
+    the method's step table) to stderr as it finishes, so a slow CPU round shows where it is."""
     started = time.perf_counter()
-    for update in graph.stream(value, config, context=context, stream_mode="updates"):
-        for node in update:
-            if node not in _STEP_NAMES:
-                continue
-            now = time.perf_counter()
-            following = _NEXT_STEP.get(node, "")
-            click.echo(f"  [{_STEP_NAMES[node]} {now - started:.1f} s]" + (f" {following}..." if following else ""),
-                       err=True)
-            started = now
-    snapshot = graph.get_state(config)
-    result: dict[str, Any] = dict(snapshot.values)
-    pending = _pending(snapshot.tasks)
-    if pending is not None:
-        result["__interrupt__"] = [pending]
-    return result
+
+    def finished(node: str, update: Any) -> None:
+        nonlocal started
+        step = steps.get(node)
+        if step is None:
+            return
+        now = time.perf_counter()
+        click.echo(f"  [{step.name} {now - started:.1f} s]" + (f" {step.then}..." if step.then else ""), err=True)
+        started = now
+
+    return run_session(graph, value, session, context, finished)
 
 
-def _pending(tasks: Any) -> Any:
-    for task in tasks:
-        for pending in getattr(task, "interrupts", ()) or ():
-            return pending
-    return None
-
-
-def _show_hits(hits: list[Any]) -> None:
+def _show_hits(hits: Sequence[Any]) -> None:
     from pictrieve.vectorstore.hits import hit_line
 
     for hit in hits:
         click.echo(f"  {hit_line(hit)}")
 
 
-def _show_round(payload: dict[str, Any], html_dir: str | None) -> None:
-    round_number = payload["round"] - 1
-    click.echo(f"\nRound {round_number} query: {payload.get('query', '')}")
-    _show_hits(payload["shown"])
+def _show_round(view: SessionView, html_dir: str | None) -> None:
+    round_number = view.round
+    click.echo(f"\nRound {round_number} query: {view.query}")
+    _show_hits(view.shown)
     if html_dir:
-        _contact_sheet(payload["shown"], Path(html_dir) / f"round-{round_number:02d}.html",
-                       f"round {round_number}: {payload.get('query', '')}")
+        _contact_sheet(view.shown, Path(html_dir) / f"round-{round_number:02d}.html",
+                       f"round {round_number}: {view.query}")
 
 
-def _show_end(state: dict[str, Any], html_dir: str | None) -> None:
-    from pictrieve.vectorstore.hits import as_hit
-
-    found = state.get("found")
-    if found:
-        found = as_hit(found)
-        click.echo(f"\nFound: {found.path or found.id}")
+def _show_end(view: SessionView, html_dir: str | None) -> None:
+    if view.found is not None:
+        click.echo(f"\nFound: {view.found.path or view.found.id}")
         return
-    if state.get("stopped"):
+    if view.stopped:
         click.echo("\nStopped.")
         return
-    click.echo(f"\nQuestion budget spent. Final query: {state.get('query', '')}")
-    _show_hits(state.get("shown", []))
+    click.echo(f"\nQuestion budget spent. Final query: {view.query}")
+    _show_hits(view.shown)
     if html_dir:
-        _contact_sheet(state.get("shown", []), Path(html_dir) / f"round-{state.get('round', 0):02d}.html",
-                       f"final: {state.get('query', '')}")
+        _contact_sheet(view.shown, Path(html_dir) / f"round-{view.round:02d}.html", f"final: {view.query}")
 
 
 def _contact_sheet(hits: list[Any], path: Path, title: str) -> None:

@@ -153,7 +153,8 @@ class PictrieveService:
             saver = sqlite_checkpointer(Path(self.settings.state_dir) / "plugir-sessions.sqlite")
             graph = get_method("plugir").build(self.gallery, llm=llm, captioner=self.settings.captioner,
                                                checkpointer=saver)
-            return PhotoSessions(graph, {"shown_k": SHOWN_PER_ROUND, "arm": default_arm(llm)})
+            return PhotoSessions(graph, {"shown_k": SHOWN_PER_ROUND, "arm": default_arm(llm)},
+                                 get_method("plugir").step_table())
 
         return self._part("sessions", build, progress, "the find-photo method (PlugIR)")
 

@@ -3,7 +3,8 @@
 A session is a thread of the PlugIR graph, paused by ``interrupt()`` at each question; its checkpoints
 live in a SQLite file, so a session survives a server restart (a new server over the same gallery and
 state folder continues it). A round cut short by a restart (the answer was given, the next question not
-yet asked) is finished when the session is next answered.
+yet asked) is finished when the session is next answered. What a session shows is
+:func:`pictrieve.graphs.sessions.session_view`, the view the web page and ``pictrieve chat`` read too.
 """
 
 from __future__ import annotations
@@ -11,30 +12,26 @@ from __future__ import annotations
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from pictrieve.agents.steps import Step, step_line
 from pictrieve.errors import PictrieveError
-from pictrieve.vectorstore.hits import as_hit
+from pictrieve.graphs.sessions import run_session, session_view
 
 SESSION_ID = re.compile(r"[0-9a-f]{32}\Z")
-
-STEPS = {"reformulate": "wrote the search description", "retrieve": "searched the gallery",
-         "extract_context": "read the candidates", "generate_questions": "wrote candidate questions",
-         "filter_and_select": "chose a question", "ask": "read the answer"}
-"""A line of progress for each PlugIR step as it finishes."""
-
 
 class SessionError(PictrieveError, ValueError):
     """An unknown, ended or busy session (one line for the model)."""
 
 
 class PhotoSessions:
-    """PlugIR sessions over one compiled graph (built with a SQLite checkpointer) and its run settings."""
+    """PlugIR sessions over one compiled graph (built with a SQLite checkpointer), its run settings, and the
+    method's step table (:meth:`~pictrieve.agents.method.Method.step_table`) that words each step's progress."""
 
-    def __init__(self, graph: Any, context: dict[str, Any]) -> None:
-        self.graph, self.context = graph, dict(context)
+    def __init__(self, graph: Any, context: dict[str, Any], steps: Mapping[str, Step] | None = None) -> None:
+        self.graph, self.context, self.steps = graph, dict(context), dict(steps or {})
         self._busy: set[str] = set()
         self._lock = threading.Lock()
 
@@ -61,40 +58,23 @@ class PhotoSessions:
             return self.view(session)
 
     def view(self, session: str) -> dict[str, Any]:
-        """What a session shows: the pending question and the current photos, or the outcome.
-
-        ``unfinished``: a round stopped between steps (the server went away); :meth:`answer` finishes it.
-        """
+        """What a session shows (:func:`pictrieve.graphs.sessions.session_view`): the pending question and the
+        current photos, or the outcome; ``unfinished``: a round stopped between steps (the server went away),
+        which :meth:`answer` finishes."""
         if not SESSION_ID.match(str(session)):
             raise SessionError(f"unknown session {str(session)[:64]!r}: session ids come from find_photo")
-        snapshot = self.graph.get_state(_config(session))
-        values = snapshot.values or {}
-        if not values:
+        view = session_view(self.graph, session)
+        if view is None:
             raise SessionError(f"unknown session {session}: it was never started on this server's state "
                                "folder; start one with find_photo")
-        pending = [i.value for task in snapshot.tasks for i in task.interrupts]
-        found = values.get("found")
-        view: dict[str, Any] = {"session": session, "done": not snapshot.next,
-                                "unfinished": bool(snapshot.next) and not pending,
-                                "round": int(values.get("round", 0)), "query": str(values.get("query", "")),
-                                "found": as_hit(found) if found is not None else None,
-                                "question": "", "options": [], "note": ""}
-        if pending:
-            view.update(round=int(pending[0]["round"]), question=str(pending[0]["question"]),
-                        options=list(pending[0].get("options") or []), query=str(pending[0].get("query") or ""),
-                        results=[as_hit(h) for h in pending[0]["shown"]])
-        else:
-            view["results"] = [as_hit(h) for h in values.get("shown") or []]
-            if view["done"]:
-                view["note"] = ("the photo was picked" if found is not None else "stopped" if values.get("stopped")
-                                else "no questions left: these are the final results")
-        return view
+        return {"session": session, "done": view.done, "unfinished": view.unfinished,
+                "round": view.question_number or view.round,
+                "query": view.query, "found": view.found, "question": view.question, "options": list(view.options),
+                "results": list(view.shown), "note": view.outcome}
 
     def _run(self, inputs: Any, session: str, progress: Callable[[str], None]) -> None:
-        for update in self.graph.stream(inputs, _config(session), context=self.context, stream_mode="updates"):
-            for node in update:
-                if node in STEPS:
-                    progress(STEPS[node])
+        run_session(self.graph, inputs, session, self.context,
+                    lambda node, update: progress(step_line(self.steps, node, update)))
 
     @contextmanager
     def _working(self, session: str) -> Iterator[None]:
@@ -109,6 +89,3 @@ class PhotoSessions:
             with self._lock:
                 self._busy.discard(session)
 
-
-def _config(session: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": session}}

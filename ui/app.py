@@ -374,7 +374,8 @@ def create_app(
             with chat_lock:
                 busy = set(chats_working)
             prune_chats(plugir.checkpointer, keep=max_chats - 1, busy=busy)
-            return run_chat(job, plugir, {"description": description}, uuid.uuid4().hex, context)
+            return run_chat(job, plugir, {"description": description}, uuid.uuid4().hex, context,
+                            get_method("plugir").step_table())
 
         return jobs.start("chat", work).view()
 
@@ -413,7 +414,8 @@ def create_app(
                               if view["unfinished"] else "this chat is waiting for your answer")
             chats_working.add(thread)
         try:
-            job = jobs.start("chat", lambda job: run_chat(job, plugir, reply, thread, context),
+            steps = get_method("plugir").step_table()
+            job = jobs.start("chat", lambda job: run_chat(job, plugir, reply, thread, context, steps),
                              cleanup=lambda: chats_working.discard(thread))
         except BaseException:
             chats_working.discard(thread)

@@ -2,20 +2,22 @@
 
 Starting a chat and answering a question each run the graph up to its next question, which takes
 minutes with a language model on a CPU; as a job this runs off the server's event loop, shows each
-step, and stops between steps when the page goes away. The session lives in the app's SQLite
-checkpointer: a round stopped half-way keeps the steps it finished, and ``continue`` runs it on to the
-next question (:func:`chat_view` marks such a session ``unfinished``).
+step (worded by the method's step table), and stops between steps when the page goes away. The session lives
+in the app's SQLite checkpointer: a round stopped half-way keeps the steps it finished, and ``continue`` runs it
+on to the next question (:func:`chat_view` marks such a session ``unfinished``). What a session shows is
+:func:`pictrieve.graphs.sessions.session_view`, the view MCP and ``pictrieve chat`` read too.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
+from pictrieve.agents.steps import Step, step_line
 from pictrieve.errors import PictrieveError
+from pictrieve.graphs.sessions import SessionView, run_session, session_view
 from pictrieve.ui.jobs import Job
-from pictrieve.vectorstore.hits import as_hit
 
 log = logging.getLogger(__name__)
 
@@ -24,62 +26,32 @@ class ChatNotFound(PictrieveError, ValueError):
     """No session under this thread id (shown on the page as one line)."""
 
 
-def thread_config(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread}}
-
-
-def step_line(node: str, update: dict[str, Any]) -> str:
-    """One line of progress for a streamed PlugIR update."""
-    if node == "reformulate":
-        return f"query: {update.get('query', '')!r}"
-    if node == "retrieve":
-        return f"searched the gallery: {len(update.get('candidates') or [])} candidates"
-    if node == "extract_context":
-        context = update.get("retrieval_context") or []
-        return f"read the captions of {len(context)} distinct candidates" if context else "looked at the candidates"
-    if node == "generate_questions":
-        return f"wrote {len(update.get('questions') or [])} candidate questions"
-    if node == "filter_and_select":
-        return f"chose the question: {update.get('question', '')!r}"
-    if node == "ask":
-        return "noted your pick" if update.get("stopped") else "noted your answer"
-    return node
-
-
-def run_chat(job: Job, graph: Any, inputs: Any, thread: str, context: dict[str, Any]) -> dict[str, Any]:
+def run_chat(job: Job, graph: Any, inputs: Any, thread: str, context: dict[str, Any],
+             steps: Mapping[str, Step]) -> dict[str, Any]:
     """Run the session ``thread`` from ``inputs`` (a description, a resume command, or ``None`` to
-    continue a round that stopped half-way) to its next question; the page's view of it."""
-    for update in job.stream(graph, inputs, thread_config(thread), context=context):
-        for node, change in update.items():
-            if node != "__interrupt__":
-                job.step(step_line(node, change if isinstance(change, dict) else {}))
-    return chat_view(graph, thread)
+    continue a round that stopped half-way) to its next question, each finished step a line worded by the
+    method's ``steps`` with what it found; the page's view of it."""
+    view = run_session(graph, inputs, thread, context,
+                       lambda node, change: job.step(step_line(steps, node, change, detail=True)), stream=job.stream)
+    return chat_json(view)
 
 
 def chat_view(plugir: Any, thread: str) -> dict[str, Any]:
-    """What the page shows of a session: the pending question and images, or the outcome.
-
-    ``unfinished``: a round stopped between steps (its page went away) and waits for ``continue``.
-    """
-    snapshot = plugir.get_state(thread_config(thread))
-    values = snapshot.values or {}
-    if not values:
+    """What the page shows of session ``thread`` (:func:`chat_json`); :class:`ChatNotFound` for none."""
+    view = session_view(plugir, thread)
+    if view is None:
         raise ChatNotFound("no such chat (it may have been started on another server); start a new one")
-    pending = [i.value for task in snapshot.tasks for i in task.interrupts]
-    found = values.get("found")
-    dialogue = [t if isinstance(t, dict) else getattr(t, "model_dump", lambda: dict(t))()
-                for t in values.get("dialogue") or []]
-    view: dict[str, Any] = {"thread": thread, "round": values.get("round", 0), "query": values.get("query", ""),
-                            "dialogue": [{"question": str(t.get("question", "")), "answer": str(t.get("answer", ""))}
-                                         for t in dialogue],
-                            "done": not snapshot.next, "unfinished": bool(snapshot.next) and not pending,
-                            "found": as_hit(found).to_json() if found is not None else None}
-    if pending:
-        view.update(question=pending[0]["question"], shown=pending[0]["shown"],
-                    options=pending[0].get("options") or [])
-    else:
-        view.update(question="", shown=[as_hit(h).to_json() for h in values.get("shown") or []])
-    return view
+    return chat_json(view)
+
+
+def chat_json(view: SessionView) -> dict[str, Any]:
+    """The page's JSON of a session: ``thread``, ``round``, ``query``, ``dialogue``, ``done``, ``unfinished``
+    (a round stopped between steps, its page went away: it waits for ``continue``), ``found``, and the pending
+    ``question`` with its ``options`` and the photos ``shown`` (the last ones shown when nothing is asked)."""
+    return {"thread": view.thread, "round": view.round, "query": view.query, "dialogue": list(view.dialogue),
+            "done": view.done, "unfinished": view.unfinished,
+            "found": view.found.to_json() if view.found is not None else None,
+            "question": view.question, "shown": [hit.to_json() for hit in view.shown], "options": list(view.options)}
 
 
 def prune_chats(checkpointer: Any, *, keep: int, busy: Collection[str] = ()) -> list[str]:

@@ -5,6 +5,7 @@ The method, wired into a graph by :func:`pictrieve.graphs.plugir.build_plugir_gr
 - :mod:`.settings`: the run settings (:class:`~.settings.PlugIRSettings`) and the paper's ablation arms;
 - :mod:`.state`: the input, output and state schemas;
 - :mod:`.nodes`: the graph's nodes and routing, each a top-level function testable alone;
+- :mod:`.steps`: each node as people watch a round run (the page, MCP and ``pictrieve chat`` word it);
 - :mod:`.candidates`: what the nodes read about the candidate images (stored vectors, captions, caption
   vectors), cached per compiled graph; :mod:`.replies`: a person's reply read into an answer or a pick;
 - ``METHOD`` (below): how the registry, the command line, the web page and the server find it.
@@ -34,4 +35,5 @@ METHOD = Method(
     output_schema="pictrieve.agents.plugir.state:PlugIROutput",
     needs=("llm", "captioner", "checkpointer"),
     example_input={"description": "a dog running in the snow"},
+    steps="pictrieve.agents.plugir.steps:STEPS",
 )
