@@ -37,7 +37,8 @@ from pictrieve.tools.core.pypi_assets import files_fingerprint
 from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.tools.models.embedders.base import EmbedderBase
 from pictrieve.tools.models.onnx_runtime import (
-    OnnxExport, OnnxModel, choose_runtime, package_version, requested_quantization, try_onnx_model,
+    OnnxExport, OnnxModel, TransformerFusion, choose_runtime, package_version, requested_quantization,
+    try_onnx_model,
 )
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ images/s with the same vectors, and ``pictrieve index`` 1.00-1.13x (two runs on 
 "open_clip image towers on ONNX Runtime"). Set it to ``"torch"`` if a quiet rerun finds it slower end to end."""
 IMAGE_QUANTIZE = "none"
 """int8 (``--quantize int8``) is opt-in only: no real weights here to check that recall holds."""
-TOWER_FORMAT = 1  # bump when image_tower's computation changes (invalidates cached exports)
+TOWER_FORMAT = 2  # bump when image_tower's computation changes (invalidates cached exports)
 EXPORT_MIN_BATCH = 2
 """A batch this big may start the one-time export (12-80 s for ViT-B-32 on a CPU); a query's single image runs
 on the export when it exists and on torch otherwise, so a search never waits for an export indexing can make."""
@@ -147,8 +148,9 @@ class OpenCLIPEmbedder(EmbedderBase):
 
         return OnnxExport(
             name=f"open_clip-{slug}-image", fingerprint=image_tower_fingerprint(self.arch, self._weights),
-            build=lambda: image_tower(self.model), example_inputs=example,
+            build=lambda: export_tower(self.model), example_inputs=example,
             input_names=("pixels",), output_names=("embedding",), extra={"image_size": size},
+            fusion=tower_fusion(self.model),
         )
 
     def embed_preprocessed(self, batch: Sequence[Any]) -> np.ndarray:
@@ -196,6 +198,87 @@ def _tower_module() -> type:
 def image_tower(model: Any) -> Any:
     """The image tower of an open_clip ``model``: pixels ``(n, 3, H, W)`` -> unit vectors ``(n, dim)``."""
     return _tower_module()(model).eval()
+
+
+def export_tower(model: Any) -> Any:
+    """:func:`image_tower` with each self-attention written the way ONNX Runtime's transformer optimizer fuses it.
+
+    ``torch.nn.MultiheadAttention`` exports as one q/k/v product followed by some 150 shape operators per block,
+    which no fusion recognises; :class:`_SplitAttention` computes the same thing as separate q, k and v
+    projections (the pattern of Hugging Face's CLIP). The model itself is untouched: the copy shares its
+    parameters. Blocks of other kinds (timm towers, cross-attention, ResNets) are left as they are.
+    """
+    import copy
+
+    visual = model.visual
+    shared = {id(t): t for t in (*visual.parameters(), *visual.buffers())}
+    copied = copy.deepcopy(visual, memo=shared)  # new modules, the same weight tensors
+    for block in _attention_blocks(copied):
+        block.attn = _split_attention_module()(block.attn)
+    tower = _tower_module()(model)
+    tower.visual = copied
+    return tower.eval()
+
+
+def tower_fusion(model: Any) -> TransformerFusion | None:
+    """How ONNX Runtime's optimizer should fuse the tower :func:`export_tower` makes (``None`` when it has no
+    self-attention blocks to fuse)."""
+    blocks = _attention_blocks(model.visual)
+    if not blocks:
+        return None
+    attn = blocks[0].attn
+    return TransformerFusion("clip", num_heads=int(attn.num_heads), hidden_size=int(attn.embed_dim))
+
+
+def _attention_blocks(visual: Any) -> list[Any]:
+    """The residual blocks of a ViT tower whose attention :class:`_SplitAttention` can stand in for, or ``[]``
+    when any block cannot (then nothing is rewritten: a half-fused graph gains little)."""
+    import torch
+
+    blocks = list(getattr(getattr(visual, "transformer", None), "resblocks", None) or [])
+    fits = [
+        block for block in blocks
+        if isinstance(getattr(block, "attn", None), torch.nn.MultiheadAttention) and block.attn.batch_first
+        and block.attn._qkv_same_embed_dim and block.attn.in_proj_bias is not None
+        and block.attn.bias_k is None and not hasattr(block, "ln_1_kv")
+    ]
+    return blocks if blocks and len(fits) == len(blocks) else []
+
+
+def _split_attention_module() -> type:
+    import torch
+    from torch.nn import functional as F
+
+    class _SplitAttention(torch.nn.Module):
+        """``nn.MultiheadAttention(batch_first=True)`` self-attention as q, k, v projections, scaled q, softmax of
+        ``q k^T``, then the output projection: equal to the original (to float rounding) for any batch."""
+
+        def __init__(self, attn: torch.nn.MultiheadAttention) -> None:
+            super().__init__()
+            self.attn = attn
+            self.heads, self.width = attn.num_heads, attn.embed_dim
+            self.scale = float((self.width // self.heads) ** -0.5)
+
+        def forward(self, query: torch.Tensor, key: Any = None, value: Any = None, need_weights: bool = False,
+                    attn_mask: Any = None) -> tuple[torch.Tensor, None]:
+            if attn_mask is not None or (key is not None and key is not query):  # never in a CLIP image tower
+                return self.attn(query, key, value, need_weights=need_weights, attn_mask=attn_mask)
+            batch, length, width = query.shape
+            heads, size = self.heads, width // self.heads
+            w_q, w_k, w_v = self.attn.in_proj_weight.chunk(3)
+            b_q, b_k, b_v = self.attn.in_proj_bias.chunk(3)
+
+            def split(x: torch.Tensor) -> torch.Tensor:  # (batch, length, width) -> (batch * heads, length, size)
+                return x.reshape(batch, length, heads, size).transpose(1, 2).reshape(batch * heads, length, size)
+
+            q = split(F.linear(query, w_q, b_q) * self.scale)
+            k = split(F.linear(query, w_k, b_k))
+            v = split(F.linear(query, w_v, b_v))
+            weights = torch.softmax(torch.matmul(q, k.transpose(1, 2)), dim=-1)
+            out = torch.matmul(weights, v).reshape(batch, heads, length, size).transpose(1, 2).reshape(batch, length, width)
+            return self.attn.out_proj(out), None
+
+    return _SplitAttention
 
 
 def image_tower_fingerprint(arch: str, weights: str | None) -> str:
