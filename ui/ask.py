@@ -8,12 +8,18 @@ the detected regions as fractions of the photo's size, so boxes line up at any d
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastapi import APIRouter
+
 from pictrieve.agents.vsa.progress import follow_run, step_line
 from pictrieve.tools.core.images import load_image
+from pictrieve.ui.forms import UIError, is_upload, save_upload
 from pictrieve.ui.jobs import Job
+from pictrieve.ui.state import PageState, posted
 
 
 def safe_href(url: str) -> str | None:
@@ -63,3 +69,32 @@ def _keep_photo(job: Job, path: str) -> None:
     # Decoded as the graph decodes it (the guarded loader, no EXIF turn), so the detector's pixel boxes
     # match, and a bad photo is one readable line on the page.
     job.keep_image("photo", load_image(path))
+
+
+# --- the route ----------------------------------------------------------------------------------------------
+
+router = APIRouter()
+
+
+@posted(router, "/api/ask")
+def ask_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
+    """Start Ask as a job: about an uploaded photo, a gallery photo (``photo``: its id), or the photo the gallery
+    finds for the question."""
+    question = str(form.get("question") or "").strip()
+    if not question:
+        raise UIError("type a question about the photo")
+    folder = tempfile.TemporaryDirectory(prefix="pictrieve-ask-")
+    try:
+        if is_upload(form.get("image")):
+            image: str | None = str(save_upload(form["image"], page.max_upload_bytes, Path(folder.name)))
+        elif form.get("photo"):
+            image = page.gallery_item(form["photo"]).path
+        else:
+            image = None  # the graph finds the photo in the gallery (visual RAG)
+    except BaseException:
+        folder.cleanup()
+        raise
+    context = dict(page.ask_context)
+    job = page.jobs.start("ask", lambda job: run_ask(job, page.graph("vsa"), question, image, context),
+                          cleanup=folder.cleanup)
+    return job.view()

@@ -11,13 +11,19 @@ on to the next question (:func:`chat_view` marks such a session ``unfinished``).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
 
 from pictrieve.agents.steps import Step, step_line
 from pictrieve.errors import PictrieveError
+from pictrieve.graphs.registry import get_method
 from pictrieve.graphs.sessions import SessionView, run_session, session_view
+from pictrieve.ui.forms import UIError, k_value, text
 from pictrieve.ui.jobs import Job
+from pictrieve.ui.state import PageState, page_state, posted
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +83,88 @@ def prune_chats(checkpointer: Any, *, keep: int, busy: Collection[str] = ()) -> 
     if gone:
         log.info("ui chat: deleted %d oldest sessions (keeping %d)", len(gone), keep)
     return gone
+
+
+# --- the routes ---------------------------------------------------------------------------------------------
+
+router = APIRouter()
+
+
+@posted(router, "/api/chat/start")
+def chat_start_now(page: PageState, body: dict[str, Any]) -> dict[str, Any]:
+    description = text(body.get("description"), "the description")
+    if not description:
+        raise UIError("describe the photo you are looking for first")
+    context = chat_context(body, page.llm)
+    steps = get_method("plugir").step_table()
+
+    def work(job: Any) -> dict[str, Any]:
+        job.step("thinking of a question…")
+        plugir = page.chat_graph()
+        with page.chat_lock:
+            busy = set(page.chats_working)
+        prune_chats(plugir.checkpointer, keep=page.max_chats - 1, busy=busy)
+        return run_chat(job, plugir, {"description": description}, uuid.uuid4().hex, context, steps)
+
+    return page.jobs.start("chat", work).view()
+
+
+@posted(router, "/api/chat/reply")
+def chat_reply_now(page: PageState, body: dict[str, Any]) -> dict[str, Any]:
+    """Answer the pending question, or ``continue`` a round that stopped half-way, as a job."""
+    from langgraph.types import Command
+
+    thread = thread_id(body.get("thread"))
+    if body.get("found"):
+        reply: Any = Command(resume={"found": str(body["found"])})
+    elif body.get("stop"):
+        reply = Command(resume={"stop": True})
+    elif body.get("continue"):
+        reply = None  # run on from the last finished step
+    else:
+        answer = text(body.get("answer"), "the answer")
+        if not answer:
+            raise UIError("type an answer, or click the photo if you see it")
+        reply = Command(resume={"answer": answer})
+    context = chat_context(body, page.llm)
+    plugir = page.chat_graph()
+    steps = get_method("plugir").step_table()
+    with page.chat_lock:
+        view = chat_view(plugir, thread)
+        if thread in page.chats_working:
+            raise UIError("this chat is still working on its last step; wait for it")
+        if view["done"]:
+            raise UIError("this chat has ended; start a new one")
+        if view["unfinished"] != (reply is None):
+            raise UIError("this chat stopped half-way through a round; reload the page to continue it"
+                          if view["unfinished"] else "this chat is waiting for your answer")
+        page.chats_working.add(thread)
+    try:
+        job = page.jobs.start("chat", lambda job: run_chat(job, plugir, reply, thread, context, steps),
+                              cleanup=lambda: page.chats_working.discard(thread))
+    except BaseException:
+        page.chats_working.discard(thread)
+        raise
+    return job.view()
+
+
+@router.get("/api/chat/{thread}")
+def chat_get(thread: str, page: Annotated[PageState, Depends(page_state)]) -> dict[str, Any]:
+    thread = thread_id(thread)
+    return {**chat_view(page.chat_graph(), thread), "working": thread in page.chats_working}
+
+
+def chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:
+    """A chat's run settings from the page: ``shown_k`` and the ``arm`` (default: the chat model's)."""
+    from pictrieve.graphs.plugir import ARMS, default_arm
+
+    arm = body.get("arm") if body.get("arm") in ARMS else default_arm(llm)
+    return {"shown_k": k_value(body.get("shown_k"), 10), "arm": arm}
+
+
+def thread_id(value: Any) -> str:
+    """A chat's thread id as the page sends it (letters and digits, at most 64)."""
+    given = str(value or "")
+    if not given or len(given) > 64 or not given.isalnum():
+        raise UIError("no such chat; start a new one")
+    return given

@@ -10,11 +10,18 @@ the page cannot answer it: that needs a view of its own.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pictrieve.errors import PictrieveError
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
 from pictrieve.agents.settings import SettingsError, parse_setting
+from pictrieve.errors import PictrieveError
+from pictrieve.graphs.registry import available_methods, get_method, method_origin
+from pictrieve.ui.forms import UIError, form_or_json
 from pictrieve.ui.jobs import Job
+from pictrieve.ui.state import PageState, page_state
+from pictrieve.ui.visualize import PAGE_METHODS
 from pictrieve.vectorstore.hits import as_hit
 
 MAX_TEXT = 2000
@@ -92,3 +99,68 @@ def _plain(value: Any) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in value.items())
     return False
+
+
+# --- the generic tab's routes, and which tab shows each method ---------------------------------------------
+
+PAGE_TABS: dict[str, str] = {"search": "search", "plugir": "chat", "qc2": "steer", "vsa": "ask",
+                             **{name: "visualize" for name in PAGE_METHODS}}
+"""Methods with a view of their own on the page (``static/index.html``); every other registered method
+that takes a line of text gets a generic tab."""
+
+router = APIRouter()
+
+
+def method_views(page: PageState, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """Registered methods (``names``: only those) described for the page, with their ``tab`` (``generic``: one
+    made from the description; ``none``: no line of text to start it from, so not on the page). Each is described
+    once (that reads its schemas' source) while the registry stays the same."""
+    registered = available_methods()
+    with page.lock:
+        if page.described["methods"] != registered:
+            page.described.update(methods=registered, views={})
+        views = page.described["views"]
+        for name in registered if names is None else names:
+            if name not in views:
+                view = get_method(name).describe()
+                tab = PAGE_TABS.get(name) or ("generic" if view["text_input"] else "none")
+                views[name] = {**view, "origin": method_origin(name), "tab": tab}
+        return [views[name] for name in (registered if names is None else names)]
+
+
+def generic_views(page: PageState) -> list[dict[str, Any]]:
+    """The methods the page shows in generic tabs. Only methods without a view of their own are described here:
+    the built-ins' schemas (and the graph modules that hold them) are not loaded for the page's frequent status
+    requests."""
+    others = [name for name in available_methods() if name not in PAGE_TABS]
+    return [v for v in method_views(page, others) if v["tab"] == "generic"] if others else []
+
+
+@router.get("/api/methods")
+def methods_view(page: Annotated[PageState, Depends(page_state)]) -> list[dict[str, Any]]:
+    return method_views(page)
+
+
+@router.post("/api/methods/{name}/run")
+async def method_run(name: str, request: Request, page: Annotated[PageState, Depends(page_state)]) -> dict[str, Any]:
+    return await run_in_threadpool(method_run_now, page, name, await form_or_json(request))
+
+
+def method_run_now(page: PageState, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Start a generic tab's run (a method without a view of its own) as a job."""
+    if name not in available_methods() or name in PAGE_TABS:
+        raise UIError(f"no generic tab for {name!r}"
+                             + (f"; it has its own: {PAGE_TABS[name]}" if name in PAGE_TABS else ""))
+    method = get_method(name)
+    inputs, context = prepare_run(method, body)
+    page.missing_need(method)  # said at once, not by the job
+
+    def work(job: Any) -> dict[str, Any]:
+        from pictrieve.graphs.checkpoints import memory_checkpointer
+
+        job.step(f"building {name}…")
+        pauses = "checkpointer" in method.needs
+        built = page.graph(name, **({"checkpointer": memory_checkpointer()} if pauses else {}))
+        return run_method(job, method, built, inputs, context)
+
+    return page.jobs.start(name, work).view()

@@ -12,10 +12,17 @@ Methods that need visualizers are listed from the method registry; only those in
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from pictrieve.graphs.registry import methods
+from pictrieve.ui.forms import UIError, count, form_or_json, k_value
 from pictrieve.ui.jobs import Job
+from pictrieve.ui.state import PageState, page_state, posted
 
 PAGE_METHODS = ("visret", "needle")
 """Visualize methods this tab runs; others are listed, disabled, pointing at their own tab."""
@@ -76,3 +83,68 @@ def run_visualize(job: Job, graph: Any, query: str, context: dict[str, Any]) -> 
             elif node == "retrieve":
                 job.step(f"searched the gallery with each guide image: {len(change.get('hits') or [])} results")
     return {"prompt": str(state.get("prompt", "")), "hits": [h.to_json() for h in state.get("hits") or []]}
+
+
+# --- the routes (NEEDLE's too: it runs in this tab) --------------------------------------------------------
+
+router = APIRouter()
+
+
+@posted(router, "/api/visualize")
+def visualize_now(page: PageState, body: dict[str, Any]) -> dict[str, Any]:
+    """Start VisRet (or a NEEDLE session, ``method: needle``) as a job."""
+    from pictrieve.ui.needle import FEEDBACK
+
+    query = str(body.get("query") or "").strip()
+    method = str(body.get("method") or "visret")
+    if method not in PAGE_METHODS:
+        raise UIError(f"{method} has no controls on this page yet; the Visualize tab runs: {', '.join(PAGE_METHODS)}")
+    if not query:
+        raise UIError("describe what you are looking for")
+    guides = count(body.get("guides"), 3, "guide images", 8)
+    page.require_visualizer()  # building it (a model, caption vectors) is the job's first step
+    if method == "needle":
+        needle_context = {**page.needle_context, "k": k_value(body.get("k"), 24), "guides": guides,
+                          "feedback": FEEDBACK}
+        topic = str(body.get("topic") or "").strip() or None
+
+        def start_needle(job: Any) -> dict[str, Any]:
+            sessions = page.needle_sessions()
+            return sessions.start(job, sessions.open(needle_context), query, topic)
+
+        return page.jobs.start("needle", start_needle).view()
+    context = {**page.visualize_context, "k": k_value(body.get("k"), 24), "guides": guides}
+
+    def work(job: Any) -> dict[str, Any]:
+        return run_visualize(job, page.graph(method), query, context)
+
+    return page.jobs.start("visualize", work).view()
+
+
+@router.post("/api/needle/{session}/{stage}")
+async def needle_answer(session: str, stage: str, request: Request,
+                        page: Annotated[PageState, Depends(page_state)]) -> dict[str, Any]:
+    """Answer a NEEDLE session's pause: ``guides`` (``{"rejected": [ids]}``) or ``results``
+    (``{"irrelevant": [ids]}``), each a job."""
+    from pictrieve.ui.needle import SessionNotFound
+
+    keys = {"guides": "rejected", "results": "irrelevant"}
+    if stage not in keys:
+        raise SessionNotFound("not found")
+    body = await form_or_json(request)
+
+    def claim_and_start() -> dict[str, Any]:
+        sessions = page.needle_sessions()
+        answer = sessions.claim(session, stage, keys[stage], body.get(keys[stage], []))
+        return page.jobs.start("needle", lambda job: sessions.resume(job, session, answer)).view()
+
+    return await run_in_threadpool(claim_and_start)
+
+
+@router.get("/api/needle/{session}/guide/{guide_id}")
+def needle_guide(session: str, guide_id: str, page: Annotated[PageState, Depends(page_state)]) -> Response:
+    # The file comes from the session's state, found by guide id: no path from the request.
+    path = Path(page.needle_sessions().guide_path(session, guide_id))
+    if not path.is_file():
+        return JSONResponse({"error": "the guide picture is gone (its cache was cleared)"}, status_code=404)
+    return FileResponse(path)

@@ -1,0 +1,147 @@
+"""What the page's server holds between requests, on one object: :class:`PageState` (``app.state.page``).
+
+:func:`pictrieve.ui.app.create_app` makes it from what ``pictrieve ui`` was started with; each tab's router reads
+it with :func:`page_state` (a FastAPI dependency). It builds every graph from its method's needs, resolved as
+every front end does (:func:`pictrieve.agents.needs.resolve_needs`), once, on first use: a page that only
+searches never loads a language model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from pictrieve.agents.needs import missing_needs, resolve_needs
+from pictrieve.graphs.registry import get_method
+from pictrieve.ui.forms import UIError, form_or_json
+from pictrieve.ui.jobs import Jobs
+
+
+@dataclass
+class PageState:
+    """The app's gallery, what it was started with, its jobs, and the graphs and models made so far."""
+
+    gallery: Any
+    jobs: Jobs
+    state_dir: Path
+    """Holds the chat sessions' SQLite checkpointer."""
+    llm: Any = None
+    """The chat model (a name or an object) for PlugIR and Ask."""
+    visualizer: Any = None
+    """What makes guide pictures (an object or a name such as ``exemplar:DIR``); ``None``: Visualize says how."""
+    given_needs: dict[str, Any] = field(default_factory=dict)
+    """What the app was started with, by need name (:data:`pictrieve.agents.needs.NEEDS`): every graph's needs
+    are resolved from it; a need it does not name gets its default."""
+    method_extras: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """More builder arguments by method name (they win over the needs)."""
+    ask_extras: dict[str, Any] = field(default_factory=dict)
+    ask_context: dict[str, Any] = field(default_factory=dict)
+    visualize_context: dict[str, Any] = field(default_factory=dict)
+    needle_context: dict[str, Any] = field(default_factory=dict)
+    max_upload_bytes: int = 0
+    max_chats: int = 0
+    graphs: dict[str, Any] = field(default_factory=dict)
+    made: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    lock: Any = field(default_factory=threading.RLock)
+    """Building a graph may build its visualizer, under the same lock."""
+    chats_working: set[str] = field(default_factory=set)
+    """Chat threads with a job running: one step at a time each."""
+    chat_lock: Any = field(default_factory=threading.Lock)
+    described: dict[str, Any] = field(default_factory=lambda: {"methods": None, "views": {}})
+    """The registered methods' descriptions, kept while the registry stays the same (:mod:`pictrieve.ui.methods`)."""
+
+    def make(self, key: tuple[Any, ...], factory: Any) -> Any:
+        """Each model or visualizer once per app (the exemplar visualizer loads a sentence model and encodes
+        captions), shared by the graphs that need it."""
+        with self.lock:
+            if key not in self.made:
+                self.made[key] = factory()
+            return self.made[key]
+
+    def build_graph(self, name: str, **overrides: Any) -> Any:
+        """``name``'s graph over the gallery: its needs resolved from the app's, then its extras, then ``overrides``."""
+        method = get_method(name)
+        given = {**self.method_extras.get(name, {}), **overrides}
+        kwargs = resolve_needs(method, self.given_needs, gallery=self.gallery, make=self.make, skip=given,
+                               defaults=False)
+        kwargs.update(given)
+        return method.build(self.gallery, **kwargs)
+
+    def graph(self, name: str, **overrides: Any) -> Any:
+        """``name``'s graph, built on first use and then kept (a name is always asked for with the same overrides)."""
+        with self.lock:
+            if name not in self.graphs:
+                self.graphs[name] = self.build_graph(name, **overrides)
+            return self.graphs[name]
+
+    def chat_graph(self) -> Any:
+        """PlugIR with its sessions in a SQLite file, so a chat survives a reload and a restart."""
+        from pictrieve.graphs.checkpoints import sqlite_checkpointer
+
+        with self.lock:
+            if "plugir" not in self.graphs:
+                saver = sqlite_checkpointer(self.state_dir / "chat.sqlite")
+                self.graphs["plugir"] = self.build_graph("plugir", checkpointer=saver)
+            return self.graphs["plugir"]
+
+    def missing_need(self, method: Any) -> None:
+        """A method needing what the app was not started with: one line saying how to start it, before any job."""
+        for need in missing_needs(method, self.given_needs):
+            raise UIError(f"{method.name} needs {need.description}: restart with `pictrieve ui --gallery "
+                          f"{self.gallery.location} {need.cli_option} {need.example or 'VALUE'}`")
+
+    def require_visualizer(self) -> None:
+        if self.visualizer is None:
+            raise UIError("the Visualize tab needs a visualizer: restart with `pictrieve ui --gallery "
+                          f"{self.gallery.location} --visualizer exemplar:DIR` (DIR: a folder with captions.jsonl)")
+
+    def needle_sessions(self) -> Any:
+        """NEEDLE's sessions: one graph (and one in-memory checkpointer) per app, so they live across requests."""
+        from pictrieve.ui.needle import NeedleSessions
+
+        self.require_visualizer()
+        with self.lock:
+            if "needle" not in self.graphs:
+                from pictrieve.graphs.checkpoints import memory_checkpointer
+
+                # Its needs as every graph's: without a chosen chat model the query is visualized as written.
+                built = self.build_graph("needle", checkpointer=memory_checkpointer())
+                self.graphs["needle"] = NeedleSessions(self.gallery, built)
+            return self.graphs["needle"]
+
+    def gallery_item(self, image_id: Any) -> Any:
+        """The gallery's record of ``image_id`` (ids only: a path in the request is just an unknown id)."""
+        try:
+            (item,) = self.gallery.get([str(image_id)])
+        except Exception as exc:  # unknown id, or a malformed one the store refuses
+            raise UIError("no such image in this gallery") from exc
+        return item
+
+
+def page_state(request: Request) -> PageState:
+    """The app's :class:`PageState` (a FastAPI dependency of every tab's routes)."""
+    return request.app.state.page
+
+
+Work = Callable[[PageState, dict[str, Any]], Any]
+
+
+def posted(router: APIRouter, path: str) -> Callable[[Work], Work]:
+    """Route ``POST path`` to the decorated ``work(page, body)``: the body (JSON or form) is read on the event
+    loop, the work runs in a worker thread, so a slow request never holds up another."""
+
+    def register(work: Work) -> Work:
+        async def handler(request: Request, page: Annotated[PageState, Depends(page_state)]) -> Any:
+            return await run_in_threadpool(work, page, await form_or_json(request))
+
+        handler.__name__ = handler.__qualname__ = work.__name__.removesuffix("_now")
+        router.add_api_route(path, handler, methods=["POST"])
+        return work
+
+    return register
