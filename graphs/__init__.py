@@ -6,7 +6,8 @@ the web page and the LangGraph server treat them alike, and name none of them):
 - **Method**: one :class:`~pictrieve.agents.method.Method` object per method, ``METHOD`` in its folder
   ``agents/<method>/`` (or a ``pictrieve.methods`` entry point of another package): ``name``,
   ``description``, ``builder``, ``settings``, ``input_schema``, ``output_schema``, ``needs``,
-  ``gallery``, ``served``, ``example_input``, ``exact_ranking``; ``describe()`` gives it as JSON.
+  ``gallery``, ``served``, ``example_input``, ``exact_ranking``, ``steps`` (each node as people watch it run);
+  ``describe()`` gives it as JSON.
 - **Builder**: ``build_<method>_graph(index, *, checkpointer=None, name="<method>", <need>=...)``
   returns a ``CompiledStateGraph``. ``index`` is the gallery searched; the rest is keyword-only, one
   argument per need (``llm``, ``visualizers``, ``qc2_model``, ...: :data:`~pictrieve.agents.method.NEEDS`),
