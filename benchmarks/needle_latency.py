@@ -50,7 +50,7 @@ def clustered(n: int, dim: int, rng: np.random.Generator, centres: np.ndarray, n
 def build(store: Path, images: int, seed: int = 0, batch: int = 5000) -> None:
     from tqdm.auto import tqdm
 
-    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.gallery import Gallery, chroma_collection
     from pictrieve.vectorstore.tiles import TileIndex
 
     rng = np.random.default_rng(seed)
@@ -59,7 +59,7 @@ def build(store: Path, images: int, seed: int = 0, batch: int = 5000) -> None:
         view = Gallery.open(store, SyntheticEmbedder(name, dim))
         centres = rng.normal(size=(2000, dim)).astype(np.float32)
         centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-        collection = view.collection
+        collection = chroma_collection(view)
         tiles = TileIndex(view).collection(create=True)
         for start in tqdm(range(0, images, batch), desc=f"{name} images+tiles"):
             chunk = ids[start : start + batch]

@@ -76,14 +76,14 @@ def build(location: Path | str, vectors: np.ndarray, ef_search: int | None, text
           name: str = SyntheticEmbedder.name) -> tuple:
     """Store ``vectors`` in a gallery at ``location`` (a folder or a server URL; on a server, one
     collection per ``name``); resumes (or reuses) a partly built store. The gallery and its build time."""
-    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.gallery import Gallery, chroma_collection
 
     hnsw = {"ef_search": ef_search} if ef_search else None
     gallery = Gallery.open(location, SyntheticEmbedder(text_embedder, name=name), hnsw=hnsw)
     n, step = len(vectors), 5000
     start = time.perf_counter()
     for i in range(gallery.count(), n, step):
-        gallery.collection.add(
+        chroma_collection(gallery).add(
             ids=[f"v{j}" for j in range(i, min(n, i + step))],
             embeddings=vectors[i : i + step],
             metadatas=[{"path": f"/synthetic/{j}.jpg"} for j in range(i, min(n, i + step))],

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import free_port
 from helpers.chroma import chroma_executable, chroma_server, heartbeat, start_chroma  # noqa: F401 - a fixture
-from pictrieve.vectorstore.gallery import Gallery, GalleryError
+from pictrieve.vectorstore.gallery import Gallery, GalleryError, chroma_client, chroma_collection
 
 pytestmark = pytest.mark.server
 
@@ -60,14 +60,14 @@ def test_reading_a_missing_gallery_creates_no_collection(chroma_server, photo_fo
         gallery.search_text("a red square")
     with pytest.raises(EmptyGalleryError):
         Gallery.open(chroma_server, tiny_clip_embedder, create=False)
-    assert gallery.client.list_collections() == []
+    assert chroma_client(gallery).list_collections() == []
 
     gallery.add(photo_folder / "a", progress=False)
-    names = {c.name for c in gallery.client.list_collections()}
+    names = {c.name for c in chroma_client(gallery).list_collections()}
     other = Gallery.open(chroma_server, create=False).with_embedder("open_clip:never-indexed/random")
     with pytest.raises(EmptyGalleryError):
-        other.collection  # noqa: B018 - the property is the read under test
-    assert other.count() == 0 and {c.name for c in gallery.client.list_collections()} == names
+        chroma_collection(other)  # noqa: B018 - the property is the read under test
+    assert other.count() == 0 and {c.name for c in chroma_client(gallery).list_collections()} == names
 
 
 def test_a_plan_written_by_another_process_stores_what_add_stores(chroma_server, photo_folder, tiny_clip_embedder,

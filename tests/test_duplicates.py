@@ -19,7 +19,7 @@ from pictrieve.tools.core.images import load_image
 from pictrieve.tools.core.perceptual_hash import hamming, perceptual_hash
 from pictrieve.vectorstore.chroma_store import path_id
 from pictrieve.vectorstore.duplicates import DEFAULT_MAX_DISTANCE, candidate_pairs, popcount
-from pictrieve.vectorstore.gallery import Gallery
+from pictrieve.vectorstore.gallery import Gallery, chroma_collection
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,8 @@ def test_index_stores_the_hash_and_older_records_gain_it_without_embedding(tmp_p
     # a gallery indexed before hashes were stored: the same records without `phash`
     vectors = gallery.embeddings(ids)
     older = [{k: v for k, v in stored[id_].items() if k != "phash"} for id_ in ids]
-    gallery.collection.delete(ids=ids)  # (an upsert would merge the old keys in)
-    gallery.collection.add(ids=ids, embeddings=vectors, metadatas=older)
+    chroma_collection(gallery).delete(ids=ids)  # (an upsert would merge the old keys in)
+    chroma_collection(gallery).add(ids=ids, embeddings=vectors, metadatas=older)
     assert not any("phash" in meta for meta in gallery.metadata_of(ids).values())
     calls = _embedding_calls(tiny_clip_embedder, monkeypatch)
     report = gallery.add(folder, progress=False)

@@ -17,6 +17,7 @@ from pictrieve.vectorstore.gallery import (
     EmptyGalleryError,
     Gallery,
     GalleryError,
+    chroma_collection,
     path_id,
 )
 
@@ -247,11 +248,11 @@ def test_the_indexing_bar_moves_while_a_batch_embeds(tmp_path, tiny_clip_name, c
 
     quiet = Gallery.open(tmp_path / "quiet", tiny_clip_name)
     quiet.add(tmp_path / "photos", batch_size=count, progress=False)  # one call for the batch
-    ids = sorted(shown.collection.get()["ids"])
-    assert len(ids) == count and ids == sorted(quiet.collection.get()["ids"])
+    ids = sorted(chroma_collection(shown).get()["ids"])
+    assert len(ids) == count and ids == sorted(chroma_collection(quiet).get()["ids"])
     stored = []
     for gallery in (shown, quiet):
-        got = gallery.collection.get(ids=ids, include=["embeddings"])
+        got = chroma_collection(gallery).get(ids=ids, include=["embeddings"])
         by_id = dict(zip(got["ids"], got["embeddings"]))
         stored.append(np.asarray([by_id[id_] for id_ in ids]))
     assert np.abs(stored[0] - stored[1]).max() < 1e-5

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pictrieve.vectorstore.chroma_store import collection_name_for
-from pictrieve.vectorstore.gallery import Gallery, GalleryError
+from pictrieve.vectorstore.gallery import Gallery, GalleryError, chroma_client, chroma_collection
 
 
 def test_opening_never_writes(tmp_path, photo_folder, tiny_clip_embedder):
@@ -20,11 +20,11 @@ def test_opening_never_writes(tmp_path, photo_folder, tiny_clip_embedder):
     gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
     gallery.add(photo_folder, progress=False)
     name = collection_name_for(tiny_clip_embedder.name)
-    before = gallery.client.get_collection(name).configuration_json
+    before = chroma_client(gallery).get_collection(name).configuration_json
     Gallery.open(tmp_path / "g", tiny_clip_embedder, hnsw={"ef_search": 17}).search_text("x", k=1)
-    assert gallery.client.get_collection(name).configuration_json == before
+    assert chroma_client(gallery).get_collection(name).configuration_json == before
     gallery.set_ef_search(17)  # the explicit way
-    assert gallery.client.get_collection(name).configuration_json["hnsw"]["ef_search"] == 17
+    assert chroma_client(gallery).get_collection(name).configuration_json["hnsw"]["ef_search"] == 17
 
 
 def test_importing_images_leaves_pillow_settings_alone():
@@ -45,7 +45,7 @@ def test_scans_read_every_page(tmp_path):
     ids = [f"id{i:05d}" for i in range(2100)]  # more than two pages of 1,000
     vectors = rng.normal(size=(len(ids), 4)).astype(np.float32)
     for start in range(0, len(ids), 500):
-        gallery.collection.add(ids=ids[start:start + 500], embeddings=vectors[start:start + 500],
+        chroma_collection(gallery).add(ids=ids[start:start + 500], embeddings=vectors[start:start + 500],
                                metadatas=[{"path": f"/x/{i}.jpg"} for i in ids[start:start + 500]])
     assert sorted(gallery.ids()) == ids
     assert len(list(gallery.items())) == 2100

@@ -11,7 +11,7 @@ import pytest
 from helpers import make_photo
 
 from pictrieve.vectorstore.chroma_store import path_id, write_lock
-from pictrieve.vectorstore.gallery import EmptyGalleryError, Gallery, GalleryError
+from pictrieve.vectorstore.gallery import EmptyGalleryError, Gallery, GalleryError, chroma_client, chroma_collection
 from pictrieve.vectorstore.indexing import BatchWriter, list_images, prepare_file, start_index
 from pictrieve.vectorstore.records import GALLERY_RECORD, RecordStore
 from pictrieve.vectorstore.tiles import TileIndex
@@ -27,7 +27,7 @@ def test_reading_a_missing_gallery_creates_nothing(tmp_path, photo_folder, tiny_
     with pytest.raises(EmptyGalleryError):
         gallery.search_text("a red square")
     with pytest.raises(GalleryError, match="no gallery at"):
-        gallery.client  # noqa: B018 - the property is the read under test
+        chroma_client(gallery)  # noqa: B018 - the property is the read under test
     tiles = TileIndex(gallery)
     assert not tiles.exists() and tiles.tiled_ids() == set() and tiles.settings_key() is None
     assert len(gallery.plan_index(photo_folder).todo) == 6
@@ -39,12 +39,12 @@ def test_reading_a_missing_gallery_creates_nothing(tmp_path, photo_folder, tiny_
 
 def test_a_handle_opened_without_create_never_creates_a_collection(tmp_path, photo_folder, tiny_clip_embedder):
     Gallery.open(tmp_path / "g", tiny_clip_embedder).add(photo_folder, progress=False)
-    before = Gallery.open(tmp_path / "g").client.list_collections()
+    before = chroma_client(Gallery.open(tmp_path / "g")).list_collections()
     other = Gallery.open(tmp_path / "g", create=False).with_embedder("open_clip:never-indexed/random")
     with pytest.raises(EmptyGalleryError, match="no images for embedder 'open_clip:never-indexed/random'"):
-        other.collection  # noqa: B018 - the property is the read under test
+        chroma_collection(other)  # noqa: B018 - the property is the read under test
     assert other.count() == 0 and other.ids() == []
-    assert {c.name for c in Gallery.open(tmp_path / "g").client.list_collections()} == {c.name for c in before}
+    assert {c.name for c in chroma_client(Gallery.open(tmp_path / "g")).list_collections()} == {c.name for c in before}
 
 
 def test_plan_then_write_precomputed_vectors_stores_what_add_stores(tmp_path, photo_folder, tiny_clip_embedder):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 from pydantic import Field
 
-from helpers.galleries import tiny_gallery  # noqa: F401  (fixture)
+from helpers.galleries import tiny_gallery, tiny_store  # noqa: F401  (fixtures)
 from helpers.plugir_fakes import ScriptedChatModel
 
 from pictrieve.graphs.registry import UnknownMethodError, available_methods, get_method
@@ -159,7 +159,8 @@ def test_descriptions_come_from_the_type_never_from_source():
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_method_keeps_the_contract(name, tiny_gallery, builder_kwargs):
+def test_method_keeps_the_contract(name, tiny_store, builder_kwargs):
+    """On each store (``tiny_store``: Chroma, and the exact in-memory one): the seam under the methods holds."""
     method = get_method(name)
     builder = method.load_builder()
     params = list(inspect.signature(builder).parameters.values())
@@ -170,7 +171,7 @@ def test_method_keeps_the_contract(name, tiny_gallery, builder_kwargs):
     assert set(method.needs) - {"checkpointer"} <= keywords, "each need is the builder argument of its name"
     assert issubclass(method.settings_class(), RunSettings) and method.description
 
-    graph = method.build(tiny_gallery, **builder_kwargs[name])
+    graph = method.build(tiny_store, **builder_kwargs[name])
     assert graph.checkpointer is None and graph.name == name
     assert graph.builder.input_schema is method.input_class()
     assert graph.builder.output_schema is method.output_class()

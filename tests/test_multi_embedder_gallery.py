@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pictrieve.vectorstore import indexing
-from pictrieve.vectorstore.gallery import Gallery, gallery_contents
+from pictrieve.vectorstore.gallery import Gallery, chroma_client, gallery_contents
 
 SECOND = "pictrieve-second-tiny"
 
@@ -78,7 +78,7 @@ def test_several_embedders_and_no_record_opens_the_largest_and_says_so(tmp_path,
     Gallery.open(tmp_path / "g", tiny_clip_embedder).add(photo_folder / "a", progress=False)
     from pictrieve.vectorstore.chroma_store import RECORDS_COLLECTION
 
-    legacy.client.delete_collection(RECORDS_COLLECTION)
+    chroma_client(legacy).delete_collection(RECORDS_COLLECTION)
     with caplog.at_level("WARNING"):
         assert Gallery.open(tmp_path / "g").embedder_name == second_embedder.name  # 6 images beat 4
     assert "records no default" in caplog.text and "set_default_embedder" in caplog.text

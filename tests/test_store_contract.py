@@ -173,6 +173,7 @@ def test_views_share_ids_but_not_vectors(store, written):
     assert other.embedder_name == "offline" and other.count() == 0 and other.location == store.location
     views = store.views(["offline", store.embedder_name])
     assert [view.embedder_name for view in views] == [store.embedder_name, "offline"] and views[0] is store
+    assert not store.tiles().exists()  # none made (`pictrieve tile`): NEEDLE ranks whole images
 
 
 def test_photos_index_and_search_by_text_image_and_words(store, tmp_path):
@@ -189,6 +190,8 @@ def test_photos_index_and_search_by_text_image_and_words(store, tmp_path):
     best = store.search_text("zebra", k=1, hybrid=True)[0]
     assert best.path == str(folder / "p0.png") and best.keyword_match and best.relevant
     assert len(store.search_text("zebra", k=3)) == 3
+    store.update_metadata([path_id(folder / "p2.png")], [{"captions": ["an okapi in the rain"]}])
+    assert store.search_text("okapi", k=1, hybrid=True)[0].path == str(folder / "p2.png")  # the words are fresh
     assert store.search_image(folder / "p1.png", k=1)[0].path == str(folder / "p1.png")
     (folder / "p2.png").unlink()
     assert store.sync(allow_large=True) == [str(folder / "p2.png")] and store.count() == 2

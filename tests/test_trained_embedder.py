@@ -177,7 +177,7 @@ class _Vectors:
 
 def test_an_older_gallery_keeps_its_offline_vectors_under_their_new_name(tmp_path):
     from pictrieve.vectorstore.chroma_store import GALLERY_RECORD, collection_name_for, connect, write_record
-    from pictrieve.vectorstore.gallery import EmbedderChangedError, Gallery
+    from pictrieve.vectorstore.gallery import EmbedderChangedError, Gallery, chroma_collection
 
     client = connect(str(tmp_path / "g"), create=True)  # what versions before the trained head wrote
     old = client.create_collection(collection_name_for("offline"), embedding_function=None,
@@ -195,18 +195,18 @@ def test_an_older_gallery_keeps_its_offline_vectors_under_their_new_name(tmp_pat
     # indexing with the new `offline` keeps the older vectors under their new name
     new = Gallery.open(tmp_path / "g", _Vectors("offline", "head:new"))
     assert new.count() == 0
-    new.collection.add(ids=["a"], embeddings=[[0, 0, 1.0, 0]], metadatas=[{"path": "/x/a.jpg"}])
+    chroma_collection(new).add(ids=["a"], embeddings=[[0, 0, 1.0, 0]], metadatas=[{"path": "/x/a.jpg"}])
     assert Gallery.open(tmp_path / "g").embedder_names == ["offline", "offline-labels"]
     assert [h.path for h in Gallery.open(tmp_path / "g", "offline-labels").search_vector([0, 1.0, 0, 0], k=2)] == ["/x/b.jpg", "/x/a.jpg"]
     assert Gallery.open(tmp_path / "g", _Vectors("offline", "head:new")).count() == 1
 
 
 def test_a_retrained_head_never_mixes_with_the_vectors_of_the_old_one(tmp_path):
-    from pictrieve.vectorstore.gallery import EmbedderChangedError, Gallery
+    from pictrieve.vectorstore.gallery import EmbedderChangedError, Gallery, chroma_collection
 
     name = "trained:/heads/mine.npz"
     gallery = Gallery.open(tmp_path / "g", _Vectors(name, "head:aaa"))
-    gallery.collection.add(ids=["a"], embeddings=[[1.0, 0, 0, 0]], metadatas=[{"path": "/x/a.jpg"}])
+    chroma_collection(gallery).add(ids=["a"], embeddings=[[1.0, 0, 0, 0]], metadatas=[{"path": "/x/a.jpg"}])
     assert Gallery.open(tmp_path / "g", _Vectors(name, "head:aaa")).search_vector([1.0, 0, 0, 0], k=1)
     assert Gallery.open(tmp_path / "g", _Vectors(name)).count() == 1  # embedders without a fingerprint: unchecked
     with pytest.raises(EmbedderChangedError, match=r"other weights \(head:aaa\).*head:bbb.*new gallery"):

@@ -73,6 +73,7 @@ from pictrieve.ui.state import PageState, page_state
 from pictrieve.ui.steer import router as steer_router
 from pictrieve.ui.visualize import router as visualize_router
 from pictrieve.ui.visualize import visualize_methods
+from pictrieve.vectorstore.errors import GalleryError
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +223,7 @@ def image(image_id: str, page: Page) -> Response:
     # Only ids the gallery holds; the file path comes from the gallery, never from the request.
     try:
         (item,) = page.gallery.get([image_id])
-    except Exception:  # unknown id, or a malformed one the store refuses
+    except (KeyError, GalleryError):  # unknown id, or a malformed one the store refuses
         return JSONResponse({"error": "no such image in this gallery"}, status_code=404)
     path = Path(item.path)
     if not path.is_file():

@@ -21,6 +21,7 @@ from pictrieve.agents.needs import missing_needs, resolve_needs
 from pictrieve.graphs.registry import get_method
 from pictrieve.ui.forms import UIError, form_or_json
 from pictrieve.ui.jobs import Jobs
+from pictrieve.vectorstore.errors import GalleryError
 
 
 @dataclass
@@ -119,7 +120,7 @@ class PageState:
         """The gallery's record of ``image_id`` (ids only: a path in the request is just an unknown id)."""
         try:
             (item,) = self.gallery.get([str(image_id)])
-        except Exception as exc:  # unknown id, or a malformed one the store refuses
+        except (KeyError, GalleryError) as exc:  # unknown id, or a malformed one the store refuses
             raise UIError("no such image in this gallery") from exc
         return item
 

@@ -24,7 +24,7 @@ class NotAGalleryError(GalleryError):
 
 
 class GalleryUnreachableError(GalleryError):
-    """The Chroma server of a gallery stopped answering during a write (what was written is kept)."""
+    """The Chroma server of a gallery is not answering (during a write, what was written before is kept)."""
 
 
 class EmptyGalleryError(GalleryError):
@@ -41,6 +41,22 @@ class EmbedderChangedError(GalleryError):
 
 class AmbiguousEmbedderError(GalleryError):
     """Kept for callers that catch it; :meth:`Gallery.open` no longer raises it."""
+
+
+class ImageNotFoundError(GalleryError, KeyError):
+    """An image id the gallery does not hold (still a ``KeyError``, as a missing key is)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return GalleryError.__str__(self)
+
+
+class StoreBackendError(GalleryError):
+    """The store's backend (Chroma) refused or failed a request; the backend's own exception is its ``__cause__``.
+    Callers catch this (or :class:`GalleryError`) instead of a backend's exception types."""
+
+
+class QueryError(GalleryError, ValueError):
+    """A search request that cannot be answered as given (empty text, k below 1)."""
 
 
 class GalleryBusyError(GalleryError):

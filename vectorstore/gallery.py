@@ -14,7 +14,7 @@ holds no gallery database (``chroma.sqlite3``) writes nothing into it (with ``cr
 refused with :class:`NotAGalleryError`). Writes create what they
 need: :meth:`Gallery.add` (indexing files), :meth:`Gallery.upsert` (precomputed vectors, from any
 process), :meth:`Gallery.put_json`, :meth:`Gallery.set_default_embedder`, :meth:`Gallery.create`
-(the database and this embedder's collection, empty), and the :attr:`Gallery.collection` handle of
+(the database and this embedder's collection, empty), and the :func:`chroma_collection` handle of
 a gallery opened with ``create=True``; :meth:`Gallery.update_metadata` and :meth:`Gallery.delete`
 change only what is there. Writers to an embedded gallery take turns through its write lock
 (:meth:`Gallery.writing`); a server serialises writes itself, so processes on other machines write
@@ -31,17 +31,18 @@ this module holds the :class:`Gallery` class itself: opening, searching and writ
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 from PIL import Image
 
 from pictrieve.tools.models.embedders.base import Embedder
 from pictrieve.tools.models.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
-from pictrieve.tools.core.images import load_image
 from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     AmbiguousEmbedderError,
     DimensionMismatchError,
@@ -52,6 +53,8 @@ from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     GalleryPermissionError,
     GalleryUnreachableError,
     NotAGalleryError,
+    QueryError,
+    StoreBackendError,
 )
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.photo_filter import PhotoFilter
@@ -68,6 +71,7 @@ from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
 )
 from pictrieve.vectorstore.reading import CollectionReader, GalleryItem
 from pictrieve.vectorstore.store import ImageStore, ImageWriter, Where  # noqa: F401 - re-exported
+from pictrieve.vectorstore.store_common import check_k as _check_k, collapse, image_search, text_search
 from pictrieve.vectorstore.records import GALLERY_RECORD, RecordStore
 from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_of
 from pictrieve.vectorstore.relevance import mark as mark_relevance
@@ -97,6 +101,9 @@ from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    from pictrieve.vectorstore.tiles import TileIndex
+
 
 def _index_older_than_records(error: BaseException) -> bool:
     """Whether Chroma refused a read because a record its SQLite holds is missing from the loaded HNSW index."""
@@ -112,8 +119,57 @@ SearchHit = ImageHit
 
 
 
-class QueryError(GalleryError, ValueError):
-    """A search request that cannot be answered as given (empty text, k below 1)."""
+def _from_chroma(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by Chroma: one of its error kinds, or raised inside its package (its
+    argument checks raise plain ``ValueError``)."""
+    if type(exc).__module__.split(".")[0] == "chromadb":
+        return True
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}chromadb{os.sep}" in tb.tb_frame.f_code.co_filename
+
+
+def _chroma_errors(method: Callable[..., T]) -> Callable[..., T]:
+    """Turn what Chroma raises inside a :class:`Gallery` method into a :class:`GalleryError` kind: a ``chroma run``
+    server that does not answer into :class:`GalleryUnreachableError`, anything else Chroma refuses or fails into
+    :class:`StoreBackendError` (Chroma's exception is its ``__cause__``). Callers catch :class:`GalleryError`."""
+
+    def translated(self: "Gallery", exc: BaseException) -> BaseException:
+        if isinstance(exc, GalleryError):
+            return exc
+        if is_server(self.location) and _is_connection_failure(exc):
+            return GalleryUnreachableError(
+                f"the Chroma server at {self.location} is not answering ({type(exc).__name__})",
+                fix="start it again (`chroma run`), or check the address", location=str(self.location))
+        if _from_chroma(exc):
+            return StoreBackendError(f"gallery {self.location}: Chroma refused {method.__name__} "
+                                     f"({type(exc).__name__}: {exc})", location=str(self.location))
+        return exc
+
+    def guarded(items: Iterator[Any], self: "Gallery") -> Iterator[Any]:
+        try:
+            yield from items
+        except Exception as exc:
+            error = translated(self, exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    @functools.wraps(method)
+    def wrapper(self: "Gallery", *args: Any, **kwargs: Any) -> T:
+        try:
+            result = method(self, *args, **kwargs)
+        except Exception as exc:
+            error = translated(self, exc)
+            if error is exc:
+                raise
+            raise error from exc
+        if inspect.isgenerator(result):
+            return guarded(result, self)  # type: ignore[return-value]
+        return result
+
+    return wrapper
 
 
 class Gallery:
@@ -199,8 +255,7 @@ class Gallery:
                 targets.append(self.with_embedder(other))
         return targets
 
-    @property
-    def client(self) -> Any:
+    def _chroma_client(self) -> Any:
         """The Chroma client of the gallery's database. Reading it creates nothing: a gallery folder
         not made yet raises :class:`GalleryError` (a write, or :meth:`create`, makes it)."""
         client = self._client or self._db.connect(create=False)
@@ -218,6 +273,12 @@ class Gallery:
         """Whether the database exists yet (a new gallery is created by its first write)."""
         return self._client is not None or is_server(self.location)
 
+    def tiles(self) -> "TileIndex":
+        """This view's tile collection (:class:`~pictrieve.vectorstore.tiles.TileIndex`; made by ``pictrieve tile``)."""
+        from pictrieve.vectorstore.tiles import TileIndex
+
+        return TileIndex(self)
+
     def _connect_for_write(self) -> Any:
         return self._db.connect(create=True)
 
@@ -232,6 +293,7 @@ class Gallery:
             self._db.refresh(force=True)  # write over what other processes wrote, never over a stale index
             yield self
 
+    @_chroma_errors
     def create(self) -> "Gallery":
         """Create the database and this embedder's collection if missing (its dimension and the
         model's fingerprint are recorded, so the model is loaded when only a name was given); return
@@ -256,6 +318,7 @@ class Gallery:
         return self._embedder is not None
 
     @property
+    @_chroma_errors
     def embedder_names(self) -> list[str]:
         """Every embedder with a collection in this gallery, sorted by name."""
         if self._client is None:
@@ -268,10 +331,12 @@ class Gallery:
         return RecordStore(self._client)
 
     @property
+    @_chroma_errors
     def default_embedder(self) -> str | None:
         """The recorded default embedder's name (``None`` if none was recorded)."""
         return self._records().default_embedder
 
+    @_chroma_errors
     def set_default_embedder(self, name: str | None = None, *, keep_existing: bool = False) -> None:
         """Record the embedder that :meth:`open` uses when none is named: ``name``, or this view's.
         With ``keep_existing`` only when none is recorded yet (what the first index does)."""
@@ -279,10 +344,12 @@ class Gallery:
         with self.writing(), self._db.changing():
             self._records().merge(GALLERY_RECORD, {"default_embedder": name}, keep_existing=keep_existing)
 
+    @_chroma_errors
     def get_json(self, key: str) -> dict[str, Any] | None:
         """A small JSON record stored in this gallery's database (``None`` if absent)."""
         return self._records().get_user(key)
 
+    @_chroma_errors
     def put_json(self, key: str, value: dict[str, Any]) -> None:
         """Store a small JSON record (trust weights, settings) in this gallery's database, atomically."""
         with self.writing(), self._db.changing():
@@ -290,8 +357,7 @@ class Gallery:
 
     # ------------------------------------------------------------------ collections
 
-    @property
-    def collection(self) -> Any:
+    def _write_collection(self) -> Any:
         """This embedder's Chroma collection, to use directly. It is a write handle: on a gallery opened
         with ``create=True`` (the default) a missing one is created, with the database; with
         ``create=False`` it raises :class:`EmptyGalleryError` instead. :meth:`upsert` and the other
@@ -368,6 +434,7 @@ class Gallery:
                 "rank nonsense: index the photos into a new gallery, or use the weights that made them"
             )
 
+    @_chroma_errors
     def set_ef_search(self, ef_search: int) -> None:
         """Change the stored HNSW ``ef_search`` (speed/recall of queries) of this collection: a write."""
         collection = self._get_collection(create=False)
@@ -390,7 +457,7 @@ class Gallery:
         """Records per Chroma call (asked once; only called once a collection, so a client, exists)."""
         if self._batch_limit is None:
             try:
-                self._batch_limit = max(1, min(int(self.client.get_max_batch_size()), 5000))
+                self._batch_limit = max(1, min(int(self._chroma_client().get_max_batch_size()), 5000))
             except Exception:  # older servers do not report it
                 self._batch_limit = 1000
         return self._batch_limit
@@ -403,22 +470,27 @@ class Gallery:
     def _fresh_reads(self, read: Callable[[CollectionReader], T]) -> T:
         return self._fresh_read(lambda collection: read(CollectionReader(collection, self.location, self._max_batch)))
 
+    @_chroma_errors
     def count(self) -> int:
         """How many images this embedder's collection holds (0 when it has none)."""
         return self._reads().count()
 
+    @_chroma_errors
     def ids(self) -> list[str]:
         """All ids, in the stable order that :meth:`embeddings` with ``ids=None`` uses."""
         return self._reads().ids()
 
+    @_chroma_errors
     def get(self, ids: Sequence[str]) -> list[GalleryItem]:
         """Items for ``ids``, in the same order; unknown ids raise ``KeyError``."""
         return self._fresh_reads(lambda reader: reader.get(ids))
 
+    @_chroma_errors
     def items(self) -> Iterator[GalleryItem]:
         """Every stored item, in :meth:`ids` order."""
         return self._reads().items()
 
+    @_chroma_errors
     def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray:
         """Stored vectors as ``(n, dim)`` float32: for ``ids`` in order, or all in :meth:`ids` order."""
         return self._fresh_reads(lambda reader: reader.embeddings(ids))
@@ -426,10 +498,12 @@ class Gallery:
     def captions(self, id_: str) -> list[str]:
         return self.get([id_])[0].captions
 
+    @_chroma_errors
     def metadata_of(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Stored metadata of those of ``ids`` this embedder has, by id (the others are left out)."""
         return self._reads().metadata_of(ids)
 
+    @_chroma_errors
     def metadata_where(self, ids: Sequence[str], where: Where = None) -> dict[str, dict[str, Any]]:
         """Stored metadata of those of ``ids`` that pass ``where`` (a Chroma filter or a :class:`PhotoFilter`,
         its ``near`` radius checked exactly), by id: the same test a filtered search applies in the store."""
@@ -446,6 +520,7 @@ class Gallery:
                          if photo_filter is None or photo_filter.accepts(meta or {}))
         return found
 
+    @_chroma_errors
     def find_content(self, sha256: str, *, other_than: str | None = None) -> tuple[str, dict[str, Any]] | None:
         """A stored record (not ``other_than``) whose file had content ``sha256`` and whose vector was made upright
         (it has ``reader``), as ``(id, metadata)``; ``None`` when there is none. Exact copies and moved files
@@ -473,30 +548,15 @@ class Gallery:
         photo text), fused (see :func:`~pictrieve.vectorstore.keywords.hybrid_search`; what ``pictrieve
         search``, the search graph, MCP, the retriever and the page do by default). Off here, so the methods
         that build on this call keep ranking by vectors alone."""
-        if not query or not query.strip():
-            raise QueryError("empty text query: describe the image you are looking for")
-        _check_k(k)
-        vector = self.embedder.embed_texts([query])[0]
-        if hybrid:
-            from pictrieve.vectorstore.keywords import hybrid_search
-
-            if collapse_duplicates:
-                hits = self._collapsed(lambda depth: hybrid_search(self, query, vector, depth, where), int(k))
-            else:
-                hits = hybrid_search(self, query, vector, k, where)
-            return relevant_hits(hits) if only_relevant else hits
-        return self.search_vector(vector, k, where, only_relevant=only_relevant, collapse_duplicates=collapse_duplicates)
+        return text_search(self, query, k, where, only_relevant=only_relevant, hybrid=hybrid,
+                           collapse_duplicates=collapse_duplicates)
 
     def search_image(
         self, image: Image.Image | str | os.PathLike, k: int = 10, where: Where = None, *,
         only_relevant: bool = False, collapse_duplicates: bool = False,
     ) -> list[ImageHit]:
         """The ``k`` images closest to a query image (a PIL image or a file path), marked as in :meth:`search_vector`."""
-        _check_k(k)
-        if not isinstance(image, Image.Image):
-            image = load_image(image)
-        return self.search_vector(self.embedder.embed_images([image])[0], k, where, only_relevant=only_relevant,
-                                  collapse_duplicates=collapse_duplicates)
+        return image_search(self, image, k, where, only_relevant=only_relevant, collapse_duplicates=collapse_duplicates)
 
     def relevance_cutoff(self) -> RelevanceCutoff:
         """The cutoff that marks this embedder's hits ``relevant``: the one ``pictrieve calibrate`` stored in
@@ -505,6 +565,7 @@ class Gallery:
         made by another process applies at once."""
         return cutoff_of(self)
 
+    @_chroma_errors
     def search_vector(
         self, vector: np.ndarray | Sequence[float], k: int = 10, where: Where = None, *,
         only_relevant: bool = False, collapse_duplicates: bool = False,
@@ -564,22 +625,7 @@ class Gallery:
         ], self.relevance_cutoff())
         return relevant_hits(hits) if only_relevant else hits
 
-    def _collapsed(self, ranked: Any, k: int) -> list[ImageHit]:
-        """The first ``k`` distinct photos of ``ranked(depth)`` (a ranking function giving its best ``depth`` hits),
-        each group of near-duplicates folded into its best member (``copies``), re-ranked 1..k: the depth grows
-        until ``k`` distinct photos and one more are found, or the ranking has no more."""
-        depth = 2 * k + 8
-        while True:
-            hits = ranked(depth)
-            vectors = self.embeddings([hit.id for hit in hits]) if hits else np.zeros((0, 1), np.float32)
-            distinct = collapse([(hit.id, hit.metadata, 0.0, vector) for hit, vector in zip(hits, vectors)])
-            if len(hits) < depth or len(distinct) >= k + 1:
-                break
-            depth *= 4
-        by_id = {hit.id: hit for hit in hits}
-        return [by_id[row[0]].model_copy(update={"rank": rank, "copies": [str((m or {}).get("path", "")) for m in copies]})
-                for rank, (row, copies) in enumerate(distinct[:k], 1)]
-
+    @_chroma_errors
     def rank_ids(self, vectors: np.ndarray | Sequence[Sequence[float]], k: int = 10) -> list[list[tuple[str, float]]]:
         """For each row of ``vectors``, its ``k`` nearest images as ``(id, cosine)``, best first: one
         batched query, no metadata (what rank fusion needs; :meth:`search_vector` gives full hits)."""
@@ -644,6 +690,7 @@ class Gallery:
         the unreadable ones. See :func:`~pictrieve.vectorstore.indexing.plan_index`."""
         return plan_index(self.views(embedders), sources)
 
+    @_chroma_errors
     def upsert(
         self,
         ids: Sequence[str],
@@ -699,6 +746,7 @@ class Gallery:
                 location=str(self.location),
             ) from exc
 
+    @_chroma_errors
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
         """Merge keys into stored metadata (values: str, int, float, bool or lists of them)."""
         if len(ids) != len(metadatas):
@@ -714,6 +762,7 @@ class Gallery:
             for start in range(0, len(ids), step):
                 collection.update(ids=list(ids[start : start + step]), metadatas=list(metadatas[start : start + step]))
 
+    @_chroma_errors
     def delete(self, ids: Sequence[str]) -> None:
         """Remove the images ``ids`` from this embedder's collection (unknown ids are ignored)."""
         collection = self._get_collection(create=False)
@@ -760,30 +809,18 @@ def _is_connection_failure(exc: BaseException) -> bool:
     return False
 
 
-def collapse(found: list[tuple[str, Any, float, Any]]) -> list[tuple[tuple[str, Any, float, Any], list[Any]]]:
-    """Search candidates ``(id, metadata, distance, vector)``, best first, with each group of near-duplicates
-    (:func:`~pictrieve.vectorstore.duplicates.confirmed_groups`) folded into its best member: ``(row, the other
-    members' metadata)`` per distinct photo, in rank order."""
-    from pictrieve.vectorstore.duplicates import confirmed_groups
-
-    if len(found) < 2:
-        return [(row, []) for row in found]
-    vectors = np.asarray([row[3] for row in found], dtype=np.float32)
-    groups = confirmed_groups([(row[1] or {}).get(PHASH_KEY) for row in found], vectors)
-    leader = list(range(len(found)))
-    for members, _, _ in groups:
-        for member in members:
-            leader[member] = min(members)
-    folded: dict[int, list[Any]] = {}
-    for index, head in enumerate(leader):
-        if head != index:
-            folded.setdefault(head, []).append(found[index][1])
-    return [(row, folded.get(index, [])) for index, row in enumerate(found) if leader[index] == index]
+def chroma_client(gallery: Gallery) -> Any:
+    """The Chroma client of ``gallery``'s database, for Chroma's own code inside ``vectorstore/`` (tiles) and tests
+    of Chroma itself; every other caller uses the :class:`~pictrieve.vectorstore.store.ImageStore` methods. Reading
+    it creates nothing (:class:`NotAGalleryError` when there is no database yet)."""
+    return gallery._chroma_client()
 
 
-def _check_k(k: int) -> None:
-    if int(k) < 1:
-        raise QueryError(f"k must be at least 1 (the number of images to return), got {k}")
+def chroma_collection(gallery: Gallery) -> Any:
+    """``gallery``'s Chroma collection for its embedder, a write handle: on a gallery opened with ``create=True`` a
+    missing one is created, with the database; with ``create=False`` it raises :class:`EmptyGalleryError`. For
+    Chroma's own code and tests, as :func:`chroma_client`."""
+    return gallery._write_collection()
 
 
 def gallery_contents(location: str | os.PathLike) -> list[dict[str, Any]]:

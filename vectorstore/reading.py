@@ -11,6 +11,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from pictrieve.vectorstore.errors import ImageNotFoundError
+
 SCAN_PAGE = 1000
 """Records fetched per Chroma ``get`` while scanning a whole collection."""
 
@@ -97,7 +99,7 @@ class CollectionReader:
                 found.update(_records(batch, include))
         missing = [id_ for id_ in ids if id_ not in found]
         if missing:
-            raise KeyError(f"not in gallery {self.location}: {missing[:5]}")
+            raise ImageNotFoundError(f"not in gallery {self.location}: {missing[:5]}", location=str(self.location))
         return found
 
 

@@ -43,6 +43,14 @@ Where = dict[str, Any] | PhotoFilter | None
 (``{"key": value}``, ``{"key": {"$gte": 3}}``, ``$and``/``$or``, ``$in``/``$nin``, ``$ne``, ``$gt``/``$lt``/``$lte``)."""
 
 
+class TileSearch(Protocol):
+    """The tiles of one view: whether any were made, and each query's best images by their best tile."""
+
+    def exists(self) -> bool: ...
+
+    def rank_ids(self, vectors: np.ndarray, k: int, tiles_per_image: int = 4) -> list[list[tuple[str, float]]]: ...
+
+
 @runtime_checkable
 class ImageWriter(Protocol):
     """What indexing, watching and syncing write through: one embedder's view of a gallery.
@@ -143,6 +151,10 @@ class ImageStore(ImageWriter, Protocol):
         ...
 
     def relevance_cutoff(self) -> "RelevanceCutoff": ...
+
+    def tiles(self) -> "TileSearch":
+        """This view's tile index (NEEDLE's smart tiles); ``exists()`` is false where none were made."""
+        ...
 
     # ------------------------------------------------------------------ writing
 

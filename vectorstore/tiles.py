@@ -31,6 +31,7 @@ from PIL import Image
 
 from pictrieve.vectorstore.chroma_store import COLLECTION_PREFIX
 from pictrieve.vectorstore.errors import GalleryError
+from pictrieve.vectorstore.gallery import chroma_client
 
 if TYPE_CHECKING:
     from pictrieve.vectorstore.gallery import Gallery
@@ -192,14 +193,14 @@ class TileIndex:
             with self.gallery.writing():
                 if self._existing() is None:
                     hnsw = {"ef_search": 200, **self.gallery.hnsw, "space": "cosine"}
-                    self._collection = self.gallery.client.create_collection(
+                    self._collection = chroma_client(self.gallery).create_collection(
                         self.name, embedding_function=None, configuration={"hnsw": hnsw},
                         metadata={"embedder": self.gallery.embedder_name, "tiling": _settings_key(settings)},
                     )
         return self._collection
 
     def _existing(self) -> Any:
-        client = self.gallery.client
+        client = chroma_client(self.gallery)
         if self.name in {c.name for c in client.list_collections()}:
             self._collection = client.get_collection(self.name, embedding_function=None)
         return self._collection

@@ -134,7 +134,7 @@ class NeedleGallery(GalleryViews):
 
     def __init__(self, index: Any) -> None:
         super().__init__(index)
-        self.tile_indexes: dict[str, Any] = {}  # one TileIndex per embedder: its collection is looked up once
+        self.tile_indexes: dict[str, Any] = {}  # one tile index per embedder: its collection is looked up once
         self._vectors: dict[tuple[str, str], np.ndarray] = {}
 
     def embedders(self, settings: NeedleSettings) -> list[str]:
@@ -166,10 +166,8 @@ class NeedleGallery(GalleryViews):
         return found
 
     def tile_index(self, embedder: str) -> Any:
-        from pictrieve.vectorstore.tiles import TileIndex
-
         if embedder not in self.tile_indexes:
-            self.tile_indexes[embedder] = TileIndex(self.view(embedder))
+            self.tile_indexes[embedder] = self.view(embedder).tiles()
         return self.tile_indexes[embedder]
 
     def hits(self, fused: list[tuple[str, float]]) -> list[ImageHit]:

@@ -30,14 +30,12 @@ def guide_rankings(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from pictrieve.vectorstore.tiles import TileIndex
-
     # One batched k-NN query per collection, run concurrently: 158 -> 69 ms p50 for 4 guides x 3
     # embedders with tiles (BENCHMARKS.md), so Chroma's searches overlap.
     tile_indexes = tile_indexes or {}
     jobs = {(name, "images"): (views[name].rank_ids, (vectors, depth)) for name, vectors in guide_vectors.items()}
     if tiles:
-        jobs.update({(name, "tiles"): ((tile_indexes.get(name) or TileIndex(views[name])).rank_ids,
+        jobs.update({(name, "tiles"): ((tile_indexes.get(name) or views[name].tiles()).rank_ids,
                                         (vectors, depth, tiles_per_image))
                      for name, vectors in guide_vectors.items()})
     with ThreadPoolExecutor(max_workers=min(8, len(jobs)) or 1) as pool:

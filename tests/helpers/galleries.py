@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from helpers import make_photo
+from helpers.stores import STORES
 from pictrieve.vectorstore.gallery import Gallery
 
 
@@ -18,3 +21,17 @@ def tiny_gallery(tmp_path_factory, tiny_clip_embedder):
     gallery = Gallery.open(root / "g", tiny_clip_embedder)
     gallery.add(root / "photos", progress=False)
     return gallery
+
+
+@pytest.fixture(scope="module", params=STORES)
+def tiny_store(request, tiny_gallery, tiny_clip_embedder):
+    """``tiny_gallery``'s photos in each store (Chroma: ``tiny_gallery`` itself; the in-memory store: indexed
+    afresh from the same files), so that a test runs every method on both."""
+    if request.param == "chroma":
+        return tiny_gallery
+    from pictrieve.vectorstore.memory_store import MemoryStore
+
+    store = MemoryStore(tiny_clip_embedder, location="memory:contract")
+    store.add(Path(next(iter(tiny_gallery.items())).path).parent, progress=False)
+    assert sorted(store.ids()) == sorted(tiny_gallery.ids())
+    return store

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-STORES = ["chroma"]
+STORES = ["chroma", "memory"]
 """The stores every contract test runs on: Chroma (:class:`Gallery`) and the exact in-memory one."""
 
 

@@ -61,7 +61,7 @@ def gallery_image_lookup(gallery: Any) -> ImageLookup | None:
     def lookup(image_id: str) -> str | None:
         try:
             (item,) = gallery.get([image_id])
-        except Exception:  # an unknown id (KeyError), or one the store refuses as malformed
+        except (KeyError, PictrieveError):  # an unknown id, or one the store refuses (a GalleryError)
             return None
         return item.path
 

@@ -1,0 +1,514 @@
+"""An exact in-memory :class:`~pictrieve.vectorstore.store.ImageStore`: numpy brute force, in this process.
+
+The reference for tests (its search is exact, so an approximate store is checked against it) and a gallery for
+tiny ephemeral uses (a few thousand photos, nothing kept after the process). It answers what
+:class:`~pictrieve.vectorstore.gallery.Gallery` answers, the same way:
+
+- one space per embedder (views share image ids), cosine similarity as ``score``, ties in insertion order;
+- ``where``: a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter`, or a Chroma-style ``where`` dict
+  (:func:`matches` evaluates the operators the filters use), applied before ``k`` is cut;
+- ``upsert`` replaces a record's vector and the metadata keys given, keeping the others (as Chroma does);
+- the gallery's JSON records, the default embedder, hybrid keyword search
+  (:mod:`~pictrieve.vectorstore.keywords`), near-duplicate folding, relevance marks, indexing and sync through
+  the same code as Chroma's store.
+
+Every view of one :class:`MemoryDatabase` sees every write at once; a lock makes each write and each
+``writing()`` block one turn among threads. Nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+from PIL import Image
+
+from pictrieve.tools.models.embedders.base import Embedder
+from pictrieve.tools.models.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
+from pictrieve.vectorstore.chroma_store import collection_name_for
+from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryError, GalleryError, ImageNotFoundError
+from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.indexing import IndexPlan, IndexReport, Sources, index_sources, plan_index
+from pictrieve.vectorstore.photo_filter import PhotoFilter
+from pictrieve.vectorstore.reading import GalleryItem
+from pictrieve.vectorstore.records import GALLERY_RECORD, USER_PREFIX
+from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_of
+from pictrieve.vectorstore.relevance import mark as mark_relevance
+from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
+from pictrieve.vectorstore.store import Where
+from pictrieve.vectorstore.store_common import check_k, collapse, image_search, text_search
+from pictrieve.vectorstore.syncing import check_removal
+
+_names = itertools.count(1)
+
+
+@dataclass
+class _Space:
+    """One embedder's records: ids in insertion order, their vectors (rows) and metadata."""
+
+    dim: int
+    ids: list[str] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+    vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    metadatas: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.vectors = np.zeros((0, self.dim), np.float32)
+
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray, metadatas: Sequence[Mapping[str, Any]]) -> None:
+        new = []
+        for id_, vector, meta in zip(ids, vectors, metadatas):
+            row = self.rows.get(id_)
+            if row is None:
+                self.rows[id_] = len(self.ids) + len(new)
+                new.append((id_, vector, dict(meta)))
+            else:
+                self.vectors[row] = vector
+                self.metadatas[row] = {**self.metadatas[row], **meta}
+        if new:
+            self.ids += [id_ for id_, _, _ in new]
+            self.vectors = np.concatenate([self.vectors, np.stack([v for _, v, _ in new])])
+            self.metadatas += [meta for _, _, meta in new]
+
+    def delete(self, ids: Sequence[str]) -> None:
+        gone = {self.rows[id_] for id_ in ids if id_ in self.rows}
+        if not gone:
+            return
+        keep = [row for row in range(len(self.ids)) if row not in gone]
+        self.ids = [self.ids[row] for row in keep]
+        self.vectors = self.vectors[keep]
+        self.metadatas = [self.metadatas[row] for row in keep]
+        self.rows = {id_: row for row, id_ in enumerate(self.ids)}
+
+
+class MemoryDatabase:
+    """The records of one in-memory gallery: a space per embedder and the JSON records, shared by its views."""
+
+    def __init__(self) -> None:
+        self.spaces: dict[str, _Space] = {}
+        self.records: dict[str, str] = {}
+        self.lock = threading.RLock()
+        self.written = False
+
+    def changed(self) -> None:
+        self.written = True
+
+
+class MemoryStore:
+    """A gallery held in this process's memory, seen through one embedder; exact search (see the module).
+
+    ``MemoryStore("offline")`` or ``MemoryStore(embedder)`` makes a new empty gallery; ``location`` names it in
+    messages (default ``memory:N``). Views of the same gallery come from :meth:`with_embedder` and :meth:`views`.
+    """
+
+    def __init__(self, embedder: Embedder | str | None = None, *, location: str | None = None,
+                 database: MemoryDatabase | None = None) -> None:
+        embedder = default_embedder_name() if embedder is None else embedder
+        self._db = database or MemoryDatabase()
+        self.location = location or f"memory:{next(_names)}"
+        self._embedder = embedder if not isinstance(embedder, str) else None
+        self.embedder_name = check_embedder_name(embedder) if isinstance(embedder, str) else embedder.name
+        self.collection_name = collection_name_for(self.embedder_name)
+        if self._embedder is not None:
+            self._check_dimension(self._embedder.dim)
+
+    # ------------------------------------------------------------------ embedders and views
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder, created from its name on first use."""
+        if self._embedder is None:
+            embedder = create_embedder(self.embedder_name)
+            self._check_dimension(embedder.dim)
+            self._embedder = embedder
+        return self._embedder
+
+    @property
+    def embedder_loaded(self) -> bool:
+        return self._embedder is not None
+
+    @property
+    def embedder_names(self) -> list[str]:
+        """Every embedder with images here, sorted by name."""
+        return sorted(name for name, space in self._db.spaces.items() if space.ids)
+
+    @property
+    def default_embedder(self) -> str | None:
+        return (self._record(GALLERY_RECORD) or {}).get("default_embedder")
+
+    def set_default_embedder(self, name: str | None = None, *, keep_existing: bool = False) -> None:
+        """Record the embedder used when none is named: ``name``, or this view's (with ``keep_existing``
+        only when none is recorded yet)."""
+        name = self.embedder_name if name is None else check_embedder_name(name)
+        with self.writing():
+            record = self._record(GALLERY_RECORD) or {}
+            if not (keep_existing and record.get("default_embedder")) and record.get("default_embedder") != name:
+                self._put_record(GALLERY_RECORD, {**record, "default_embedder": name})
+
+    def with_embedder(self, embedder: Embedder | str) -> "MemoryStore":
+        """A view of the same gallery through another embedder (ids are shared)."""
+        return type(self)(embedder, location=self.location, database=self._db)
+
+    def views(self, embedders: Sequence[Embedder | str] | None = None) -> list["MemoryStore"]:
+        """This view, then one per other embedder in ``embedders`` (as :meth:`Gallery.views`)."""
+        targets = [self]
+        for other in embedders or []:
+            name = other if isinstance(other, str) else other.name
+            if name == self.embedder_name or check_embedder_name(name) == self.embedder_name:
+                if not isinstance(other, str):
+                    self._embedder = self._embedder or other
+                continue
+            if name not in {t.embedder_name for t in targets}:
+                targets.append(self.with_embedder(other))
+        return targets
+
+    def _space(self) -> _Space | None:
+        return self._db.spaces.get(self.embedder_name)
+
+    def _check_dimension(self, dim: int) -> None:
+        space = self._space()
+        if space is not None and space.dim != int(dim):
+            raise DimensionMismatchError(
+                f"gallery {self.location} stores {space.dim}-d vectors for {self.embedder_name!r}, but that embedder "
+                f"now produces {dim}-d vectors (different model or checkpoint?)")
+
+    def _empty_error(self) -> EmptyGalleryError:
+        return EmptyGalleryError(f"gallery {self.location} has no images for embedder {self.embedder_name!r}",
+                                 fix="add some with gallery.add(PHOTOS) first", location=self.location)
+
+    # ------------------------------------------------------------------ the gallery
+
+    def exists(self) -> bool:
+        """Whether anything was written yet."""
+        return self._db.written
+
+    def tiles(self) -> "NoTiles":
+        """No tiles: an in-memory gallery keeps whole images only (NEEDLE ranks by them)."""
+        return NoTiles(self)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator["MemoryStore"]:
+        """Hold the gallery's write turn for the block (other threads' writes wait)."""
+        with self._db.lock:
+            yield self
+
+    # ------------------------------------------------------------------ records
+
+    def _record(self, key: str) -> dict[str, Any] | None:
+        text = self._db.records.get(key)
+        return None if text is None else json.loads(text)
+
+    def _put_record(self, key: str, value: dict[str, Any]) -> None:
+        if not isinstance(value, dict):
+            raise TypeError(f"JSON records are dicts, got {type(value).__name__}")
+        with self.writing():
+            self._db.records[key] = json.dumps(value, sort_keys=True)
+            self._db.changed()
+
+    def get_json(self, key: str) -> dict[str, Any] | None:
+        """A small JSON record kept with this gallery (``None`` if absent)."""
+        return self._record(USER_PREFIX + key)
+
+    def put_json(self, key: str, value: dict[str, Any]) -> None:
+        """Keep a small JSON record (a dict) under ``key``."""
+        self._put_record(USER_PREFIX + key, value)
+
+    # ------------------------------------------------------------------ reading
+
+    def count(self) -> int:
+        space = self._space()
+        return 0 if space is None else len(space.ids)
+
+    def ids(self) -> list[str]:
+        """All ids, in insertion order (the order :meth:`embeddings` with ``ids=None`` uses)."""
+        space = self._space()
+        return [] if space is None else list(space.ids)
+
+    def get(self, ids: Sequence[str]) -> list[GalleryItem]:
+        """Items for ``ids``, in the same order; unknown ids raise ``KeyError``."""
+        space = self._space()
+        missing = [id_ for id_ in ids if space is None or id_ not in space.rows]
+        if missing:
+            raise ImageNotFoundError(f"not in gallery {self.location}: {missing[:5]}", location=self.location)
+        return [_item(id_, space.metadatas[space.rows[id_]]) for id_ in ids]  # type: ignore[union-attr]
+
+    def items(self) -> Iterator[GalleryItem]:
+        space = self._space()
+        if space is None:
+            return iter(())
+        return iter([_item(id_, meta) for id_, meta in zip(list(space.ids), list(space.metadatas))])
+
+    def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray:
+        """Stored vectors as ``(n, dim)`` float32: for ``ids`` in order, or all in :meth:`ids` order."""
+        space = self._space()
+        if space is None:
+            if ids:
+                raise ImageNotFoundError(f"not in gallery {self.location}: {list(ids)[:5]}", location=self.location)
+            return np.zeros((0, 0), np.float32)
+        if ids is None:
+            return space.vectors.copy()
+        missing = [id_ for id_ in ids if id_ not in space.rows]
+        if missing:
+            raise ImageNotFoundError(f"not in gallery {self.location}: {missing[:5]}", location=self.location)
+        return space.vectors[[space.rows[id_] for id_ in ids]].reshape(len(ids), space.dim)
+
+    def captions(self, id_: str) -> list[str]:
+        return self.get([id_])[0].captions
+
+    def metadata_of(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Stored metadata of those of ``ids`` this embedder has, by id."""
+        space = self._space()
+        if space is None:
+            return {}
+        return {id_: dict(space.metadatas[space.rows[id_]]) for id_ in ids if id_ in space.rows}
+
+    def metadata_where(self, ids: Sequence[str], where: Where = None) -> dict[str, dict[str, Any]]:
+        """Stored metadata of those of ``ids`` that pass ``where``, by id (the test a filtered search applies)."""
+        return {id_: meta for id_, meta in self.metadata_of(ids).items() if _passes(where, meta)}
+
+    def find_content(self, sha256: str, *, other_than: str | None = None) -> tuple[str, dict[str, Any]] | None:
+        """A stored record (not ``other_than``) whose file had content ``sha256`` and was read upright."""
+        space = self._space()
+        for id_, meta in zip(space.ids if space else [], space.metadatas if space else []):
+            if id_ != other_than and meta.get("sha256") == sha256 and (meta.get("reader") or 0) >= 1:
+                return id_, dict(meta)
+        return None
+
+    # ------------------------------------------------------------------ searching
+
+    def search_text(self, query: str, k: int = 10, where: Where = None, *, only_relevant: bool = False,
+                    hybrid: bool = False, collapse_duplicates: bool = False) -> list[ImageHit]:
+        """The ``k`` images closest to a text query (``hybrid``: fused with the photos' own words)."""
+        return text_search(self, query, k, where, only_relevant=only_relevant, hybrid=hybrid,
+                           collapse_duplicates=collapse_duplicates)
+
+    def search_image(self, image: Image.Image | str | os.PathLike, k: int = 10, where: Where = None, *,
+                     only_relevant: bool = False, collapse_duplicates: bool = False) -> list[ImageHit]:
+        """The ``k`` images closest to a query image (a PIL image or a file path)."""
+        return image_search(self, image, k, where, only_relevant=only_relevant, collapse_duplicates=collapse_duplicates)
+
+    def relevance_cutoff(self) -> RelevanceCutoff:
+        return cutoff_of(self)
+
+    def _cosines(self, vectors: np.ndarray) -> np.ndarray:
+        """Cosine of each query row to each stored vector, ``(queries, images)``."""
+        space = self._space()
+        assert space is not None
+        if vectors.shape[1] != space.dim:
+            raise DimensionMismatchError(
+                f"query vector has {vectors.shape[1]} dimensions, gallery {self.location} stores {space.dim}-d "
+                f"vectors for {self.embedder_name!r}; embed the query with that embedder")
+        stored = space.vectors / np.maximum(np.linalg.norm(space.vectors, axis=1, keepdims=True), 1e-12)
+        queries = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return queries @ stored.T
+
+    def search_vector(self, vector: np.ndarray | Sequence[float], k: int = 10, where: Where = None, *,
+                      only_relevant: bool = False, collapse_duplicates: bool = False) -> list[ImageHit]:
+        """The ``k`` images closest to a vector, exactly, among those passing ``where``; marked as
+        :meth:`Gallery.search_vector <pictrieve.vectorstore.gallery.Gallery.search_vector>` marks them."""
+        check_k(k)
+        if not self.count():
+            raise self._empty_error()
+        space = self._space()
+        assert space is not None
+        scores = self._cosines(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
+        passing = [row for row in range(len(space.ids)) if _passes(where, space.metadatas[row])]
+        order = sorted(passing, key=lambda row: -scores[row])  # stable: ties keep insertion order
+        found = [(space.ids[row], dict(space.metadatas[row]), 1.0 - float(scores[row]),
+                  space.vectors[row] if collapse_duplicates else None) for row in order]
+        distinct = collapse(found) if collapse_duplicates else [(row, []) for row in found]
+        hits = mark_relevance([
+            ImageHit.from_record(id_, meta, score=1.0 - dist, rank=rank).model_copy(
+                update={"copies": [str((other or {}).get("path", "")) for other in copies]} if copies else {})
+            for rank, ((id_, meta, dist, _), copies) in enumerate(distinct[: int(k)], 1)
+        ], self.relevance_cutoff())
+        return relevant_hits(hits) if only_relevant else hits
+
+    def rank_ids(self, vectors: np.ndarray | Sequence[Sequence[float]], k: int = 10) -> list[list[tuple[str, float]]]:
+        """For each row of ``vectors``, its ``k`` nearest images as ``(id, cosine)``, best first."""
+        check_k(k)
+        if not self.count():
+            raise self._empty_error()
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or len(vectors) == 0:
+            return []
+        space = self._space()
+        assert space is not None
+        scores = self._cosines(vectors)
+        ranked = []
+        for row in scores:
+            best = np.argsort(-row, kind="stable")[: int(k)]
+            ranked.append([(space.ids[i], float(row[i])) for i in best])
+        return ranked
+
+    # ------------------------------------------------------------------ writing
+
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray | Sequence[Sequence[float]],
+               metadatas: Sequence[dict[str, Any]]) -> int:
+        """Store vectors of this view's embedder under ``ids``: the vector and the metadata keys given replace
+        those stored, other keys stay. Returns the number of records written."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or len(vectors) != len(ids) or len(metadatas) != len(ids):
+            raise ValueError(
+                f"upsert needs one vector row and one metadata dict per id: {len(ids)} ids, "
+                f"vectors of shape {vectors.shape}, {len(metadatas)} metadata dicts")
+        if not len(ids):
+            return 0
+        with self.writing():
+            space = self._space()
+            dim = space.dim if space is not None else int(self.embedder.dim)
+            if vectors.shape[1] != dim:
+                raise DimensionMismatchError(
+                    f"{vectors.shape[1]}-d vectors cannot go into gallery {self.location}: it stores {dim}-d "
+                    f"vectors for {self.embedder_name!r}; embed the images with that embedder")
+            for meta in metadatas:
+                _check_metadata(meta)
+            space = self._db.spaces.setdefault(self.embedder_name, _Space(dim))
+            space.upsert(list(ids), vectors.copy(), metadatas)
+            self._db.changed()
+        return len(ids)
+
+    def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
+        """Merge keys into stored metadata (unknown ids are ignored)."""
+        if len(ids) != len(metadatas):
+            raise ValueError("update_metadata needs one metadata dict per id")
+        if not len(ids):
+            return
+        if self._space() is None:
+            raise self._empty_error()
+        with self.writing():
+            space = self._space()
+            assert space is not None
+            for id_, meta in zip(ids, metadatas):
+                _check_metadata(meta)
+                if id_ in space.rows:
+                    row = space.rows[id_]
+                    space.metadatas[row] = {**space.metadatas[row], **meta}
+            self._db.changed()
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Remove the images ``ids`` from this embedder's space (unknown ids are ignored)."""
+        space = self._space()
+        if not ids or space is None:
+            return
+        with self.writing():
+            space.delete(list(ids))
+            self._db.changed()
+
+    def add(self, sources: Sources, *, embedders: Sequence[Embedder | str] | None = None, batch_size: int = 32,
+            workers: int = 2, progress: bool = True, max_pixels: int | None = None, budget: Any = None,
+            ocr: bool | None = None) -> IndexReport:
+        """Index images from folders, globs or files, as :meth:`Gallery.add` does (the same code)."""
+        return index_sources(self.views(embedders), sources, batch_size=batch_size, workers=workers,
+                             progress=progress, max_pixels=max_pixels, budget=budget, ocr=ocr)
+
+    def plan_index(self, sources: Sources, *, embedders: Sequence[Embedder | str] | None = None) -> IndexPlan:
+        return plan_index(self.views(embedders), sources)
+
+    def missing_files(self) -> list[GalleryItem]:
+        return [item for item in self.items() if not Path(item.path).exists()]
+
+    def sync(self, *, dry_run: bool = False, allow_missing_folders: bool = False,
+             allow_large: bool = False) -> list[str]:
+        """Drop images whose files no longer exist, with :meth:`Gallery.sync`'s guard; return their paths."""
+        gone = self.missing_files()
+        if not dry_run:
+            check_removal([item.path for item in gone], self.count(), allow_missing_folders=allow_missing_folders,
+                          allow_large=allow_large, location=self.location)
+            self.delete([item.id for item in gone])
+        return [item.path for item in gone]
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({self.location!r}, embedder={self.embedder_name!r})"
+
+
+class NoTiles:
+    """The tile index of a store that keeps none: it never exists, and searching it says so."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    def exists(self) -> bool:
+        return False
+
+    def rank_ids(self, vectors: np.ndarray, k: int, tiles_per_image: int = 4) -> list[list[tuple[str, float]]]:
+        raise GalleryError(f"gallery {self.store.location} keeps no tiles (an in-memory gallery): rank whole images",
+                           location=self.store.location)
+
+
+def _item(id_: str, metadata: Mapping[str, Any]) -> GalleryItem:
+    return GalleryItem(id=id_, path=str(metadata.get("path", "")), metadata=dict(metadata))
+
+
+_SCALARS = (str, int, float, bool)
+
+
+def _check_metadata(meta: Mapping[str, Any]) -> None:
+    """Refuse what Chroma refuses: values other than str, int, float, bool or non-empty lists of one of them."""
+    for key, value in meta.items():
+        if isinstance(value, _SCALARS) or (isinstance(value, list) and value
+                                           and all(isinstance(v, _SCALARS) for v in value)):
+            continue
+        raise GalleryError(f"metadata {key!r} holds {type(value).__name__}: store str, int, float, bool or a "
+                           "non-empty list of them")
+
+
+def _passes(where: Where, metadata: Mapping[str, Any]) -> bool:
+    """Whether ``metadata`` passes ``where`` (a :class:`PhotoFilter`, its ``near`` radius exactly, or a dict)."""
+    if where is None:
+        return True
+    if isinstance(where, PhotoFilter):
+        condition = where.where()
+        return (condition is None or matches(condition, metadata)) and where.accepts(metadata)
+    return matches(where, metadata)
+
+
+def matches(where: Mapping[str, Any], metadata: Mapping[str, Any]) -> bool:
+    """Whether ``metadata`` passes a Chroma-style ``where``: ``$and``/``$or`` of conditions, each
+    ``{key: value}`` or ``{key: {op: value}}`` with ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``,
+    ``$in``, ``$nin``. A key the record lacks fails every condition on it."""
+    if not where:
+        return True
+    results = []
+    for key, condition in where.items():
+        if key == "$and":
+            results.append(all(matches(part, metadata) for part in condition))
+        elif key == "$or":
+            results.append(any(matches(part, metadata) for part in condition))
+        elif key not in metadata:
+            results.append(False)
+        elif isinstance(condition, Mapping):
+            results.append(all(_compare(metadata[key], op, value) for op, value in condition.items()))
+        else:
+            results.append(_compare(metadata[key], "$eq", condition))
+    return all(results)
+
+
+def _compare(stored: Any, op: str, value: Any) -> bool:
+    try:
+        if op == "$eq":
+            return stored == value
+        if op == "$ne":
+            return stored != value
+        if op == "$in":
+            return stored in value
+        if op == "$nin":
+            return stored not in value
+        if op == "$gt":
+            return stored > value
+        if op == "$gte":
+            return stored >= value
+        if op == "$lt":
+            return stored < value
+        if op == "$lte":
+            return stored <= value
+    except TypeError:  # a number compared with a string: no match, as in Chroma
+        return False
+    raise GalleryError(f"unknown where operator {op!r}: use $eq, $ne, $gt, $gte, $lt, $lte, $in or $nin")

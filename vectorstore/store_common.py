@@ -1,0 +1,92 @@
+"""What every :class:`~pictrieve.vectorstore.store.ImageStore` implementation shares, written once over the
+protocol: the checks on a request, text and image search on top of the store's own ``search_vector`` (hybrid
+keyword fusion included), and folding near-duplicate photos into one hit."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+from PIL import Image
+
+from pictrieve.tools.core.images import load_image
+from pictrieve.vectorstore.errors import QueryError
+from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.indexing import PHASH_KEY
+from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
+
+
+def check_k(k: int) -> None:
+    """Refuse ``k`` below 1 with a :class:`QueryError`."""
+    if int(k) < 1:
+        raise QueryError(f"k must be at least 1 (the number of images to return), got {k}")
+
+
+def text_search(store: Any, query: str, k: int, where: Any, *, only_relevant: bool, hybrid: bool,
+                collapse_duplicates: bool) -> list[ImageHit]:
+    """:meth:`ImageStore.search_text <pictrieve.vectorstore.store.ImageStore.search_text>` over ``store``'s
+    ``search_vector``: the query embedded by the store's embedder, with ``hybrid`` fused with the photos' own
+    words (:func:`~pictrieve.vectorstore.keywords.hybrid_search`)."""
+    if not query or not query.strip():
+        raise QueryError("empty text query: describe the image you are looking for")
+    check_k(k)
+    vector = store.embedder.embed_texts([query])[0]
+    if hybrid:
+        from pictrieve.vectorstore.keywords import hybrid_search
+
+        if collapse_duplicates:
+            hits = collapsed(store, lambda depth: hybrid_search(store, query, vector, depth, where), int(k))
+        else:
+            hits = hybrid_search(store, query, vector, k, where)
+        return relevant_hits(hits) if only_relevant else hits
+    return store.search_vector(vector, k, where, only_relevant=only_relevant, collapse_duplicates=collapse_duplicates)
+
+
+def image_search(store: Any, image: Image.Image | str | os.PathLike, k: int, where: Any, *, only_relevant: bool,
+                 collapse_duplicates: bool) -> list[ImageHit]:
+    """:meth:`ImageStore.search_image <pictrieve.vectorstore.store.ImageStore.search_image>` over ``store``'s
+    ``search_vector``: the image (a PIL image or a file path) embedded by the store's embedder."""
+    check_k(k)
+    if not isinstance(image, Image.Image):
+        image = load_image(image)
+    return store.search_vector(store.embedder.embed_images([image])[0], k, where, only_relevant=only_relevant,
+                               collapse_duplicates=collapse_duplicates)
+
+
+def collapsed(store: Any, ranked: Callable[[int], list[ImageHit]], k: int) -> list[ImageHit]:
+    """The first ``k`` distinct photos of ``ranked(depth)`` (a ranking function giving its best ``depth`` hits),
+    each group of near-duplicates folded into its best member (``copies``), re-ranked 1..k: the depth grows
+    until ``k`` distinct photos and one more are found, or the ranking has no more."""
+    depth = 2 * k + 8
+    while True:
+        hits = ranked(depth)
+        vectors = store.embeddings([hit.id for hit in hits]) if hits else np.zeros((0, 1), np.float32)
+        distinct = collapse([(hit.id, hit.metadata, 0.0, vector) for hit, vector in zip(hits, vectors)])
+        if len(hits) < depth or len(distinct) >= k + 1:
+            break
+        depth *= 4
+    by_id = {hit.id: hit for hit in hits}
+    return [by_id[row[0]].model_copy(update={"rank": rank, "copies": [str((m or {}).get("path", "")) for m in copies]})
+            for rank, (row, copies) in enumerate(distinct[:k], 1)]
+
+
+def collapse(found: list[tuple[str, Any, float, Any]]) -> list[tuple[tuple[str, Any, float, Any], list[Any]]]:
+    """Search candidates ``(id, metadata, distance, vector)``, best first, with each group of near-duplicates
+    (:func:`~pictrieve.vectorstore.duplicates.confirmed_groups`) folded into its best member: ``(row, the other
+    members' metadata)`` per distinct photo, in rank order."""
+    from pictrieve.vectorstore.duplicates import confirmed_groups
+
+    if len(found) < 2:
+        return [(row, []) for row in found]
+    vectors = np.asarray([row[3] for row in found], dtype=np.float32)
+    groups = confirmed_groups([(row[1] or {}).get(PHASH_KEY) for row in found], vectors)
+    leader = list(range(len(found)))
+    for members, _, _ in groups:
+        for member in members:
+            leader[member] = min(members)
+    folded: dict[int, list[Any]] = {}
+    for index, head in enumerate(leader):
+        if head != index:
+            folded.setdefault(head, []).append(found[index][1])
+    return [(row, folded.get(index, [])) for index, row in enumerate(found) if leader[index] == index]
