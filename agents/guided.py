@@ -19,6 +19,7 @@ from collections.abc import Collection
 from typing import Any, Literal
 
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
+from pictrieve.vectorstore.store import ImageStore
 
 GuideStatus = Literal["new", "approved", "rejected", "discarded", "outlier", "used"]
 
@@ -67,7 +68,7 @@ def guides_from(visualizer: Any, prompt: str, n: int, *, seed: int, start: int =
 class GalleryViews:
     """``index`` seen through each embedder: one view per name, so each embedder's model loads once."""
 
-    def __init__(self, index: Any) -> None:
+    def __init__(self, index: ImageStore) -> None:
         self.index = index
         self._views: dict[str, Any] = {}
 

@@ -42,10 +42,11 @@ from pictrieve.agents.needle.nodes import (  # noqa: F401  (settings, schemas, r
     screen,
     visualize,
 )
+from pictrieve.vectorstore.store import ImageStore
 
 
 def build_needle_graph(
-    index: Any,
+    index: ImageStore,
     *,
     llm: Any = None,
     checkpointer: Any = None,

@@ -39,10 +39,11 @@ from pictrieve.agents.qc2.nodes import (  # noqa: F401  (QC2Settings, QC2Input, 
 )
 from pictrieve.agents.qc2.pipeline import load_for_gallery
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.store import ImageStore
 
 
 def build_qc2_graph(
-    index: Any,
+    index: ImageStore,
     *,
     checkpointer: Any = None,
     name: str = "qc2",
@@ -76,7 +77,7 @@ class QualitySearchResult:
 
 
 def quality_search(
-    gallery: Any,
+    gallery: ImageStore,
     query: str,
     levels: dict[str, str],
     *,

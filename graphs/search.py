@@ -25,9 +25,10 @@ from pictrieve.agents.search.nodes import (  # noqa: F401  (SearchSettings, Sear
     SearchState,
     retrieve,
 )
+from pictrieve.vectorstore.store import ImageStore
 
 
-def build_search_graph(index: Any, *, checkpointer: Any = None, name: str = "search") -> CompiledStateGraph:
+def build_search_graph(index: ImageStore, *, checkpointer: Any = None, name: str = "search") -> CompiledStateGraph:
     """Compile a graph that searches ``index`` (a Gallery) by text or by image."""
     builder = StateGraph(SearchState, context_schema=SearchSettings, input_schema=SearchInput, output_schema=SearchOutput)
     builder.add_node("retrieve", partial(retrieve, index=index))

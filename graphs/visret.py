@@ -34,10 +34,11 @@ from pictrieve.agents.visret.nodes import (  # noqa: F401  (settings, schemas, w
     rewrite,
     visualize,
 )
+from pictrieve.vectorstore.store import ImageStore
 
 
 def build_visret_graph(
-    index: Any,
+    index: ImageStore,
     *,
     llm: Any = None,
     checkpointer: Any = None,

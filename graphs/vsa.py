@@ -71,10 +71,11 @@ from pictrieve.agents.vsa.state import (  # noqa: F401  (the schemas: re-exporte
     VisionSearchSettings,
     VisionSearchState,
 )
+from pictrieve.vectorstore.store import ImageStore
 
 
 def build_vsa_graph(
-    index: Any = None,
+    index: ImageStore | None = None,
     *,
     llm: Any = None,
     checkpointer: Any = None,

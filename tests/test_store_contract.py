@@ -17,7 +17,7 @@ from helpers import make_photo
 from helpers.stores import STORES, open_store
 
 from pictrieve.vectorstore.chroma_store import path_id
-from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryError, GalleryError
+from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryError, GalleryError, ImageNotFoundError
 from pictrieve.vectorstore.gallery import QueryError
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.photo_filter import PhotoFilter
@@ -80,8 +80,9 @@ def test_records_read_back_in_one_order(store, written):
     everything = store.embeddings()
     assert np.allclose(everything[store.ids().index("id4")], axis(store.embedder.dim, 4), atol=1e-6)
     assert set(store.metadata_of(["id1", "nope"])) == {"id1"}
-    with pytest.raises(KeyError):
+    with pytest.raises(ImageNotFoundError) as unknown:  # a KeyError too, as before
         store.get(["nope"])
+    assert isinstance(unknown.value, KeyError) and "nope" in str(unknown.value)
 
 
 def test_search_ranks_by_cosine_exactly(store, written):
@@ -155,6 +156,8 @@ def test_bad_requests_are_gallery_errors(store, written):
         store.upsert(["x"], np.ones((1, dim + 1), np.float32), [{"path": "/x.jpg"}])
     with pytest.raises(ValueError):
         store.upsert(["x", "y"], np.ones((1, dim), np.float32), [{"path": "/x.jpg"}])
+    with pytest.raises(GalleryError):  # Chroma's own refusal (a ValueError from its checks) comes out as a kind
+        store.search_vector(axis(dim, 1), k=1, where={"n": {"$near": 1}})
     assert issubclass(QueryError, GalleryError) and issubclass(DimensionMismatchError, GalleryError)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from pictrieve.vectorstore.errors import GalleryError
 from pictrieve.vectorstore.hits import ImageHit
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def cutoff_of(gallery: Any) -> RelevanceCutoff:
     """The cutoff that applies to ``gallery``'s embedder (see the module docstring for the order)."""
     try:
         stored = gallery.get_json(record_key(gallery.embedder_name))
-    except Exception as exc:  # a gallery that cannot hold records yet (not created): no stored cutoff
+    except GalleryError as exc:  # a gallery that cannot hold records yet (not created): no stored cutoff
         logger.debug("no relevance record read from %s: %s", getattr(gallery, "location", gallery), exc)
         stored = None
     return cutoff_from_records(gallery.embedder_name, stored)

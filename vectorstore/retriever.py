@@ -20,14 +20,15 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
-from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 from pictrieve.vectorstore.photo_filter import PhotoFilter
+from pictrieve.vectorstore.store import ImageStore
 
 
 class GalleryRetriever(BaseRetriever):
-    """Text-to-image retrieval from a :class:`Gallery` as a LangChain ``BaseRetriever``.
+    """Text-to-image retrieval from a gallery (any :class:`~pictrieve.vectorstore.store.ImageStore`) as a LangChain
+    ``BaseRetriever``.
 
     >>> retriever = GalleryRetriever(gallery=Gallery.open("./my.gallery"), k=4)
     >>> docs = retriever.invoke("a red bicycle leaning on a wall")
@@ -36,7 +37,7 @@ class GalleryRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     gallery: Any
-    """The :class:`Gallery` to search."""
+    """The gallery to search (an :class:`~pictrieve.vectorstore.store.ImageStore`: not checked, so a stand-in works)."""
     k: int = 10
     """How many images to return."""
     where: dict[str, Any] | PhotoFilter | None = None
@@ -61,7 +62,7 @@ class GalleryRetriever(BaseRetriever):
     ) -> list[Document]:
         """Search; ``k``, ``where``, ``hybrid`` and ``collapse_duplicates`` passed to ``invoke`` override the
         retriever's own for one call."""
-        gallery: Gallery = self.gallery
+        gallery: ImageStore = self.gallery
         collapse = self.collapse_duplicates if collapse_duplicates is None else bool(collapse_duplicates)
         hits = gallery.search_text(query, k=self.k if k is None else k, where=self.where if where is None else where,
                                    hybrid=self.hybrid if hybrid is None else bool(hybrid),

@@ -40,6 +40,7 @@ from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Pyt
 from pictrieve.agents.guided import GalleryViews, Guide, guides_from
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.store import ImageStore
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class NeedleGallery(GalleryViews):
     """The gallery as NEEDLE uses it: a view and a tile index per embedder, and a cache of guide vectors
     (a served graph lives long, so the cache forgets its oldest entries past :data:`GUIDE_VECTOR_CACHE`)."""
 
-    def __init__(self, index: Any) -> None:
+    def __init__(self, index: ImageStore) -> None:
         super().__init__(index)
         self.tile_indexes: dict[str, Any] = {}  # one tile index per embedder: its collection is looked up once
         self._vectors: dict[tuple[str, str], np.ndarray] = {}
@@ -175,7 +176,7 @@ class NeedleGallery(GalleryViews):
         return fused_hits(self.index, fused)
 
 
-def fused_hits(index: Any, fused: list[tuple[str, float]]) -> list[ImageHit]:
+def fused_hits(index: ImageStore, fused: list[tuple[str, float]]) -> list[ImageHit]:
     """``[(image id, score)]`` from :func:`~pictrieve.agents.needle.search.fuse` as ranked hits of ``index``."""
     items = index.get([id_ for id_, _ in fused])
     return [

@@ -21,7 +21,7 @@ from pictrieve.vectorstore.hits import ImageHit
 
 
 class GalleryLike(Protocol):
-    """The part of :class:`pictrieve.vectorstore.gallery.Gallery` PlugIR uses."""
+    """The part of :class:`~pictrieve.vectorstore.store.ImageStore` PlugIR uses (its tests bring a hand-made one)."""
 
     embedder: Any  # .embed_texts(list[str]) -> (n, dim) float32 unit rows
 

@@ -20,6 +20,7 @@ from pictrieve.agents.qc2.completion import CompletionRequest, SamplingSettings,
 from pictrieve.agents.qc2.pipeline import retrieve_for_completions
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.store import ImageStore
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def complete(state: QC2State, runtime: Runtime[QC2Settings] | None = None, *, mo
     return {"resolved_levels": dict(zip(model.axis_names, levels)), "completions": completions}
 
 
-def retrieve(state: QC2State, runtime: Runtime[QC2Settings] | None = None, *, index: Any) -> dict[str, Any]:
+def retrieve(state: QC2State, runtime: Runtime[QC2Settings] | None = None, *, index: ImageStore) -> dict[str, Any]:
     """The ``k`` best images of ``index`` for the completion, or the RRF fusion of several completions'."""
     settings = settings_of(runtime, QC2Settings)
     return {"hits": retrieve_for_completions(index, state["completions"], k=settings.k)}

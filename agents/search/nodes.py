@@ -16,6 +16,7 @@ from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Pyt
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
+from pictrieve.vectorstore.store import ImageStore
 
 
 @dataclass
@@ -60,7 +61,7 @@ class SearchState(SearchInput, SearchOutput, total=False):
     pass
 
 
-def retrieve(state: SearchState, runtime: Runtime[SearchSettings] | None = None, *, index: Any) -> dict[str, Any]:
+def retrieve(state: SearchState, runtime: Runtime[SearchSettings] | None = None, *, index: ImageStore) -> dict[str, Any]:
     """The ``k`` best images of ``index`` for the state's ``image`` (if any) or text ``query``, each marked
     ``relevant`` or not (with ``only_relevant``, only those that are)."""
     settings = settings_of(runtime, SearchSettings)
@@ -85,7 +86,7 @@ def retrieve(state: SearchState, runtime: Runtime[SearchSettings] | None = None,
     raise SettingsError("the search graph needs a text 'query' or an 'image' path in its input")
 
 
-def _takes_hybrid(index: Any) -> bool:
+def _takes_hybrid(index: ImageStore) -> bool:
     """Whether ``index.search_text`` can rank by keywords too (a :class:`Gallery` can; a plugin's index may not)."""
     import inspect
 

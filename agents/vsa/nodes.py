@@ -27,6 +27,7 @@ from pictrieve.agents.vsa.pages import check_search_reached, read_pages, search_
 from pictrieve.agents.vsa.state import SearchTask, VisionSearchSettings, VisionSearchState, merge_timings
 from pictrieve.agents.vsa.steps import question_terms
 from pictrieve.tools.core.images import load_image
+from pictrieve.vectorstore.store import ImageStore
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def sentence_encoder() -> Any:
 
 
 def retrieve(state: VisionSearchState, runtime: Runtime[VisionSearchSettings] | None = None, *,
-             index: Any) -> dict[str, Any]:
+             index: ImageStore | None) -> dict[str, Any]:
     """Check the input; without an ``image``, find the photo: the gallery's best match for the question
     (visual RAG; its ``candidate_k`` hits are returned too). With one, no gallery is searched (no hits)."""
     settings = settings_of(runtime, VisionSearchSettings)
