@@ -270,3 +270,22 @@ def test_unregistering_a_method_removes_it_at_once():
         unregister_method("short_lived")
     assert "short_lived" not in available_methods()
     assert "search" in available_methods()
+
+
+def test_a_method_s_step_table_words_its_generic_tab(toy_app, gallery):
+    """A method that names its steps (``Method.steps``) has them worded on the page's generic tab, as PlugIR's are
+    in the Chat tab and over MCP; without a table each step is ``<node>: done`` (above)."""
+    from dataclasses import replace
+
+    from pictrieve.agents.steps import Step
+    from pictrieve.graphs.registry import get_method
+    from pictrieve.ui.jobs import Jobs
+    from pictrieve.ui.methods import run_method
+
+    method = replace(get_method("toy"), steps={"rank": Step("rank", "ranked the gallery",
+                                                            found=lambda update: f"{len(update['hits'])} photos")})
+    graph = method.build(gallery)
+    job = Jobs().start("toy", lambda job: run_method(job, method, graph, {"query": "a red square"}, {"k": 2}))
+    assert job.finished.wait(60)
+    view = job.view()
+    assert not view["error"] and view["steps"] == ["ranked the gallery: 2 photos"]

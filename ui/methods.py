@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from pictrieve.agents.settings import SettingsError, parse_setting
+from pictrieve.agents.steps import step_line
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import available_methods, get_method, method_origin
 from pictrieve.ui.forms import UIError, form_or_json
@@ -72,9 +73,11 @@ def prepare_run(method: Any, body: dict[str, Any]) -> tuple[dict[str, Any], dict
 
 
 def run_method(job: Job, method: Any, graph: Any, inputs: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-    """Run ``graph`` to its end as the job, one step line per finished node; the page's result:
+    """Run ``graph`` to its end as the job, one step line per finished node (worded by the method's step table,
+    :attr:`~pictrieve.agents.method.Method.steps`; ``<node>: done`` without one); the page's result:
     ``hits`` (JSON) and ``output`` (the other output values that are plain text, numbers or lists of them)."""
     outputs = {f["name"] for f in method.output_fields()}
+    steps = method.step_table()
     state: dict[str, Any] = {}
     config = {"configurable": {"thread_id": job.id}}
     for update in job.stream(graph, inputs, config, context=context):
@@ -84,7 +87,7 @@ def run_method(job: Job, method: Any, graph: Any, inputs: dict[str, Any], contex
                                      "run it from Python or the command line")
             if isinstance(change, dict):
                 state.update({key: value for key, value in change.items() if key in outputs})
-            job.step(f"{node}: done")
+            job.step(step_line(steps, node, change, detail=True))
     hits = [as_hit(hit).to_json() for hit in state.get("hits") or []]
     shown = {key: value for key, value in state.items() if key != "hits" and _plain(value)}
     return {"hits": hits, "output": shown}
