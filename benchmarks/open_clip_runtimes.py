@@ -12,6 +12,8 @@ every round), so a machine whose load changes during the run slows them alike.
 Also reported: the one-time export and int8 quantisation (seconds), the largest absolute difference of the
 fp32 vectors from torch's, and the lowest cosine of the int8 vectors with torch's. Random weights (the
 default, ``open_clip:ViT-B-32/random``) cost what the real ones cost: speed does not depend on the weights.
+``onnx-fp32-unfused`` runs the tower as exported before ONNX Runtime's transformer fusions (attention, residual +
+LayerNorm, bias + GELU; ``tools/models/onnx_runtime.py``), so one run shows what the fusions give.
 
 Run:  python benchmarks/open_clip_runtimes.py ../shared/datasets/flickr8k-dev/images --threads 2 --json
 """
@@ -36,13 +38,35 @@ ARMS = {  # name -> (PICTRIEVE_RUNTIME, PICTRIEVE_QUANTIZE)
     "torch": ("torch", "none"),
     "onnx-fp32": ("onnx", "none"),
     "onnx-int8": ("onnx", "int8"),
+    "onnx-fp32-unfused": ("onnx", "none"),  # the plain export, before ONNX Runtime's transformer fusions
 }
+UNFUSED = "onnx-fp32-unfused"
+_fp32_sessions: dict[str, Any] = {}  # onnx-fp32 / onnx-fp32-unfused -> its ONNX Runtime session
 
 
-def use_arm(arm: str) -> None:
-    """Switch the runtime as a person would: through the environment pictrieve reads on every call."""
+def use_arm(arm: str, embedder: Any = None) -> None:
+    """Switch the runtime as a person would: through the environment pictrieve reads on every call. The two fp32
+    arms share the environment; the embedder is handed the session of the one asked for (the fused file is what
+    pictrieve opens itself, the unfused one is what it opened before the fusions)."""
     runtime, quantize = ARMS[arm]
     os.environ["PICTRIEVE_RUNTIME"], os.environ["PICTRIEVE_QUANTIZE"] = runtime, quantize
+    if embedder is not None and arm in _fp32_sessions:
+        embedder._towers[None] = _fp32_sessions[arm]
+    elif embedder is not None and arm == "onnx-fp32":
+        embedder._towers.pop(None, None)  # not opened yet: pictrieve opens (or exports) its own file
+
+
+def open_unfused(embedder: Any) -> Any:
+    """The tower as exported before the fusions (``torch.nn.MultiheadAttention`` as torch writes it, no optimizer;
+    its own cached file), for the ``onnx-fp32-unfused`` arm."""
+    import dataclasses
+
+    from pictrieve.tools.models.embedders.open_clip import image_tower
+    from pictrieve.tools.models.onnx_runtime import onnx_model
+
+    export = embedder.image_export()
+    return onnx_model(dataclasses.replace(export, name=f"{export.name}-unfused", fusion=None,
+                                          build=lambda: image_tower(embedder.model)))
 
 
 def rotated(arms: Sequence[str], round_: int) -> list[str]:
@@ -52,15 +76,22 @@ def rotated(arms: Sequence[str], round_: int) -> list[str]:
 
 def prepare_runtimes(embedder: Any, arms: Sequence[str], sample: Sequence[Any]) -> dict[str, Any]:
     """Export (and quantise) once, outside the timed part; the vectors of ``sample`` per arm."""
-    timings, vectors = {}, {}
+    timings, vectors, files = {}, {}, {}
     for arm in arms:
-        use_arm(arm)
+        use_arm(arm, embedder)
         start = time.perf_counter()
+        if arm == UNFUSED:
+            _fp32_sessions[UNFUSED] = open_unfused(embedder)
+            use_arm(arm, embedder)
         vectors[arm] = embedder.embed_preprocessed(sample)  # exports and opens the file at the first ONNX call
         timings[arm] = round(time.perf_counter() - start, 2)
         if arm != "torch" and embedder.image_runtime is None:
             raise SystemExit(f"{arm}: the export failed (see the warning above); nothing to compare")
-    out: dict[str, Any] = {"first_call_s": timings}
+        if arm == "onnx-fp32":
+            _fp32_sessions[arm] = embedder.image_runtime
+        if arm != "torch":
+            files[arm] = embedder.image_runtime.path.name
+    out: dict[str, Any] = {"first_call_s": timings, "files": files}
     if "torch" in vectors:
         for arm in arms:
             if arm != "torch":
@@ -77,7 +108,7 @@ def model_mode(embedder: Any, tensors: Sequence[Any], arms: Sequence[str], batch
     for r in range(rounds):
         chunk = [tensors[(r * batch + i) % len(tensors)] for i in range(batch)]
         for arm in rotated(arms, r):
-            use_arm(arm)
+            use_arm(arm, embedder)
             start = time.perf_counter()
             embedder.embed_preprocessed(chunk)
             spent[arm] += time.perf_counter() - start
@@ -101,7 +132,7 @@ def index_mode(embedder: Any, paths: Sequence[Path], arms: Sequence[str], batch:
     for r in range(rounds):
         chunk = list(paths[r * batch:(r + 1) * batch])
         for arm in rotated(arms, r):
-            use_arm(arm)
+            use_arm(arm, embedder)
             start = time.perf_counter()
             report = galleries[arm].add(chunk, batch_size=batch, workers=workers, progress=False)
             spent[arm] += time.perf_counter() - start
@@ -124,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     arms = [a for a in args.arms.split(",") if a]
+    _fp32_sessions.clear()
     if not arms or any(a not in ARMS for a in arms):
         parser.error(f"--arms takes some of {', '.join(ARMS)}")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # open_clip's INFO lines go to the root
