@@ -3,9 +3,11 @@
 The method comes from the registry (:mod:`pictrieve.graphs.registry`): built-ins and installed plugins
 alike, none named here. What the command gives it:
 
-- its **needs**, from generic options: ``--llm``/``--base-url`` (``llm``), ``--visualizer``, repeatable
-  (``visualizers``), ``--qc2-model`` (``qc2_model``); a checkpointer
-  always, so a method that pauses for a person (``interrupt()``) is answered at the terminal;
+- its **needs**, from one option per need of the need registry (:data:`pictrieve.agents.needs.NEEDS`: its
+  :attr:`~pictrieve.agents.needs.Need.cli_option`, e.g. ``--llm`` with ``--base-url``, ``--visualizer``
+  repeatable, ``--qc2-model``) and ``--need NAME=VALUE`` for a need a method declares itself, each made by
+  the need's resolver (:func:`~pictrieve.agents.needs.resolve_needs`); a checkpointer always, so a method that
+  pauses for a person (``interrupt()``) is answered at the terminal;
 - its **input**: ``{"query": QUERY}``, plus ``topic`` from ``--topic`` when its input has one;
 - its **run settings**: ``-k`` as ``k``, ``--set KEY=VALUE`` for any setting (typed by the method's
   settings class), and shortcuts for settings several methods share (``--guides``, ``--rank-with``,
@@ -81,19 +83,33 @@ def query_methods() -> list[str]:
     return [method.name for method in methods() if method.takes("query")]
 
 
+def need_options() -> list[Any]:
+    """One option per need of the registry that has one (an endpoint's too), named by the need: nothing here
+    names a need. A :attr:`~pictrieve.agents.needs.Need.many` need's option repeats."""
+    from pictrieve.agents.needs import NEEDS
+
+    options = []
+    for need in NEEDS.values():
+        if need.cli_option is None or need.brought_by_caller:
+            continue
+        example = f", e.g. {need.cli_option} {need.example}" if need.example else ""
+        options.append(click.option(need.cli_option, need.name, multiple=need.many, default=None, metavar="NAME",
+                                    help=f"Need `{need.name}` of the methods that take it: {need.description}"
+                                         f"{example}{' (repeatable)' if need.many else ''}."))
+        if need.endpoint is not None:
+            options.append(click.option(need.endpoint.cli_option, need.endpoint.key, default=None, metavar="URL",
+                                        help=f"OpenAI-compatible endpoint for {need.cli_option} (a provider's model)."))
+    return options
+
+
 def method_options(function: Any) -> Any:
     """The options ``pictrieve search`` gains for methods other than plain search."""
     options = [
         click.option("--method", "method", cls=MethodOption, type=MethodChoice(), default=PLAIN, show_default=True),
-        click.option("--visualizer", "visualizers", multiple=True, metavar="NAME",
-                     help="Where guide images come from (repeatable: needle takes several, visret one), e.g. "
-                          "exemplar:/path/to/captioned-folder (offline: finds matching photos, does not generate)."),
-        click.option("--llm", default=None, metavar="NAME",
-                     help="Chat model for a method that uses one, e.g. openai:<model> (visret/needle: rewrites the "
-                          "query into a visualization prompt first; default: none, the query is visualized as written)."),
-        click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:..."),
-        click.option("--qc2-model", "qc2_model", default=None, type=click.Path(exists=True, file_okay=False),
-                     metavar="DIR", help="qc2: the trained model's folder (default: the one trained for the gallery)."),
+        *need_options(),
+        click.option("--need", "own_needs", multiple=True, metavar="NAME=VALUE",
+                     help="A need the method declares itself (a plugin's), by name (repeatable); "
+                          "`pictrieve methods NAME` lists its needs."),
         click.option("--rank-with", "rank_with", multiple=True, metavar="EMBEDDER",
                      help="Setting `embedders` (needle): embedders to rank with (repeatable; default: all the gallery holds)."),
         click.option("--guides", type=click.IntRange(min=1), default=None,
@@ -114,21 +130,22 @@ def method_options(function: Any) -> Any:
     return function
 
 
-def run_method(store: Any, method: str, query: str | None, *, k: int, visualizers: tuple[str, ...] = (),
-               llm: str | None = None, base_url: str | None = None, qc2_model: str | None = None,
-               rank_with: tuple[str, ...] = (), guides: int | None = None, tiles: bool | None = None,
-               feedback: str | None = None, topic: str | None = None, settings: tuple[str, ...] = ()) -> list[ImageHit]:
-    """Hits of the registered method ``method`` for a text ``query`` over the opened gallery ``store``."""
-    return run_method_showing_guides(store, method, query, k=k, visualizers=visualizers, llm=llm, base_url=base_url,
-                                     qc2_model=qc2_model, rank_with=rank_with, guides=guides, tiles=tiles,
-                                     feedback=feedback, topic=topic, settings=settings)[0]
+def run_method(store: Any, method: str, query: str | None, *, k: int, rank_with: tuple[str, ...] = (),
+               guides: int | None = None, tiles: bool | None = None, feedback: str | None = None,
+               topic: str | None = None, settings: tuple[str, ...] = (), own_needs: tuple[str, ...] = (),
+               **needs: Any) -> list[ImageHit]:
+    """Hits of the registered method ``method`` for a text ``query`` over the opened gallery ``store``; ``needs``
+    are the need options' values by need name (``llm="openai:m"``, ``base_url=...``, ``visualizers=(...)``)."""
+    return run_method_showing_guides(store, method, query, k=k, rank_with=rank_with, guides=guides, tiles=tiles,
+                                     feedback=feedback, topic=topic, settings=settings, own_needs=own_needs,
+                                     **needs)[0]
 
 
 def run_method_showing_guides(store: Any, method: str, query: str | None, *, k: int,
-                              visualizers: tuple[str, ...] = (), llm: str | None = None, base_url: str | None = None,
-                              qc2_model: str | None = None, rank_with: tuple[str, ...] = (), guides: int | None = None,
+                              rank_with: tuple[str, ...] = (), guides: int | None = None,
                               tiles: bool | None = None, feedback: str | None = None, topic: str | None = None,
                               settings: tuple[str, ...] = (), clock: StepClock | None = None,
+                              own_needs: tuple[str, ...] = (), **needs: Any,
                               ) -> tuple[list[ImageHit], list[dict[str, Any]]]:
     """:func:`run_method`'s hits and the guide pictures the method made (VisRet, NEEDLE; ``[]`` for the
     others): each as its state holds it (``id``, ``path``, ``visualizer``, ``generated``, ``status``), so a
@@ -139,15 +156,13 @@ def run_method_showing_guides(store: Any, method: str, query: str | None, *, k: 
         raise click.UsageError(f"--method {method} searches with a text QUERY (not --image)")
     clock = clock or StepClock()
     with clock.announcing_model_loads():
-        return _run_method(store, method, query, clock, k=k, visualizers=visualizers, llm=llm, base_url=base_url,
-                           qc2_model=qc2_model, rank_with=rank_with, guides=guides, tiles=tiles, feedback=feedback,
-                           topic=topic, settings=settings)
+        return _run_method(store, method, query, clock, k=k, rank_with=rank_with, guides=guides, tiles=tiles,
+                           feedback=feedback, topic=topic, settings=settings, needs=_given_needs(needs, own_needs))
 
 
-def _run_method(store: Any, method: str, query: str, clock: "StepClock", *, k: int, visualizers: tuple[str, ...],
-                llm: str | None, base_url: str | None, qc2_model: str | None, rank_with: tuple[str, ...],
+def _run_method(store: Any, method: str, query: str, clock: "StepClock", *, k: int, rank_with: tuple[str, ...],
                 guides: int | None, tiles: bool | None, feedback: str | None, topic: str | None,
-                settings: tuple[str, ...]) -> tuple[list[ImageHit], list[dict[str, Any]]]:
+                settings: tuple[str, ...], needs: dict[str, Any]) -> tuple[list[ImageHit], list[dict[str, Any]]]:
     from langgraph.types import Command
 
     from pictrieve.graphs.checkpoints import memory_checkpointer
@@ -156,7 +171,7 @@ def _run_method(store: Any, method: str, query: str, clock: "StepClock", *, k: i
     clock.say(f"loading {method} ...")  # importing its graph and making its visualizers take seconds
     spec = get_method(method)
     check_takes_query(spec)
-    kwargs = _needs(spec, visualizers=visualizers, llm=llm, base_url=base_url, qc2_model=qc2_model)
+    kwargs = _needs(spec, needs, store)
     context = _context(spec, k, settings, {"guides": guides, "rank_with": list(rank_with) or None,
                                             "tiles": tiles, "feedback": feedback})
     inputs: dict[str, Any] = {"query": query}
@@ -213,36 +228,44 @@ def run_showing_steps(graph: Any, value: Any, config: dict[str, Any], context: d
     return result
 
 
-def _needs(spec: Any, *, visualizers: tuple[str, ...], llm: str | None, base_url: str | None,
-           qc2_model: str | None) -> dict[str, Any]:
-    """The builder arguments for the method's needs, from the generic options; an option the method
-    has no need for is refused, and so is a missing visualizer."""
-    name = spec.name
-    needs = set(spec.needs)
-    kwargs: dict[str, Any] = {}
-    if visualizers:
-        if "visualizers" not in needs:
-            raise click.UsageError(f"--visualizer does not apply to --method {name} (it makes no guide images)")
-        from pictrieve.tools.models.visualizers import check_visualizer_name
+def _given_needs(options: dict[str, Any], own_needs: tuple[str, ...]) -> dict[str, Any]:
+    """What was given for needs: the need options' values by need (or endpoint) name, and ``--need NAME=VALUE``."""
+    given = {key: (list(value) if isinstance(value, tuple) else value) for key, value in options.items()
+             if value not in (None, "", ())}
+    for item in own_needs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise click.UsageError(f"--need takes NAME=VALUE, got {item!r}")
+        given[key.strip()] = value.strip()
+    return given
 
-        kwargs["visualizers"] = [check_visualizer_name(v) for v in visualizers]  # a missing extra: now, in one line
-    elif "visualizers" in needs:
-        raise click.UsageError(f"--method {name} needs --visualizer, e.g. exemplar:/path/to/captioned-folder")
-    if base_url and not llm:
-        raise click.UsageError("--base-url needs --llm openai:<model>")
-    if llm:
-        if "llm" not in needs:
-            raise click.UsageError(f"--llm does not apply to --method {name} (it uses no chat model)")
-        from pictrieve.tools.models.chat_models import create_chat_model
-        from pictrieve.tools.models.llm_calls import check_endpoint
 
-        kwargs["llm"] = create_chat_model(llm, base_url=base_url)
-        check_endpoint(llm, base_url)  # a dead or refusing endpoint is one line now, not after the guide pictures
-    if qc2_model:
-        if "qc2_model" not in needs:
-            raise click.UsageError(f"--qc2-model does not apply to --method {name}")
-        kwargs["qc2_model"] = qc2_model
-    return kwargs
+def _needs(spec: Any, given: dict[str, Any], store: Any) -> dict[str, Any]:
+    """The builder arguments for the method's needs, made by the need registry from what was given; an option
+    the method has no need for is refused, and so is a required need nobody gave (one line each)."""
+    from pictrieve.agents.needs import NEEDS, MissingNeedError, missing_needs, resolve_needs
+
+    specs = spec.need_specs()
+    option_of = {need.name: need.cli_option or f"--need {need.name}=..." for need in (*NEEDS.values(), *specs)}
+    option_of.update({n.endpoint.key: n.endpoint.cli_option for n in NEEDS.values() if n.endpoint is not None})
+    for need in specs:
+        if need.endpoint is not None and given.get(need.endpoint.key) and not given.get(need.name):
+            raise click.UsageError(f"{need.endpoint.cli_option} needs {need.cli_option} {need.example or 'NAME'}")
+    takes = {need.name for need in specs} | {need.endpoint.key for need in specs if need.endpoint is not None}
+    for key in given:
+        if key not in takes:
+            needs = ", ".join(need.name for need in specs if not need.brought_by_caller) or "none"
+            raise click.UsageError(f"{option_of.get(key, key)} does not apply to --method {spec.name} "
+                                   f"(its needs: {needs})")
+    for need in missing_needs(spec, given):
+        raise click.UsageError(f"--method {spec.name} needs {option_of[need.name]}, e.g. "
+                               f"{option_of[need.name]} {need.example or 'VALUE'} ({need.description})")
+    try:
+        # The builders make what is not given (defaults=False); an endpoint is checked now, so a dead or
+        # refusing one is one line before the guide pictures.
+        return resolve_needs(spec, given, gallery=store, check=True, defaults=False)
+    except MissingNeedError as exc:  # pragma: no cover - missing_needs said it first
+        raise click.UsageError(str(exc)) from None
 
 
 def _context(spec: Any, k: int, settings: tuple[str, ...], shortcuts: dict[str, Any]) -> dict[str, Any]:

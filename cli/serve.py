@@ -34,8 +34,9 @@ SETTING_OPTIONS = {  # option name -> environment variable the served graphs rea
 def parse_allow(values: tuple[str, ...]) -> dict[str, list[str]]:
     """``("llm=offline,openai:gpt-4o-mini", ...)`` -> ``{"llm": ["offline", "openai:gpt-4o-mini"]}``; a setting
     that is not choosable (a URL, a gallery, a folder) is a usage error."""
-    from pictrieve.graphs.serving import CHOOSABLE, OPERATOR_ONLY
+    from pictrieve.graphs.serving import choosable_settings, operator_only_settings
 
+    OPERATOR_ONLY, CHOOSABLE = operator_only_settings(), choosable_settings()  # plugins' own needs included
     allowed: dict[str, list[str]] = {}
     for text in values:
         key, sep, rest = text.partition("=")

@@ -11,34 +11,29 @@ runs without one), and gives the builder what the method needs
 **The server trusts only its operator** (``pictrieve serve`` options, the environment, the ``env`` of a
 written ``langgraph.json``). A run's or assistant's ``configurable`` may
 
-- never name where the server reaches or what it reads (:data:`OPERATOR_ONLY`: ``gallery``, ``base_url``,
-  ``vlm_base_url``, ``qc2_model``): a value other than the operator's is refused;
-- choose the other settings (:data:`CHOOSABLE`) only among the operator's own value and those it allowed
-  (``$PICTRIEVE_SERVE_ALLOW``, ``pictrieve serve --allow llm=offline,openai:gpt-4o-mini``).
+- never name where the server reaches or what it reads (:func:`operator_only_settings`: ``gallery``, each
+  need's endpoint such as ``base_url``, a need no run chooses such as ``qc2_model``): a value other than the
+  operator's is refused;
+- choose the other settings (:func:`choosable_settings`: ``embedder`` and each need's ``configurable`` key)
+  only among the operator's own value and those it allowed (``$PICTRIEVE_SERVE_ALLOW``, ``pictrieve serve
+  --allow llm=offline,openai:gpt-4o-mini``).
 
 Refusals (:func:`check_run_settings`) are one line naming the setting and how the operator allows it, raised
-before any gallery, model or endpoint is opened. Every served graph starts with a ``served_input`` node
-(:func:`check_run_input`): text inputs must be strings, ``k`` at most :data:`MAX_K`, and an ``image`` is a
-gallery id, base64 data, or a path inside ``$PICTRIEVE_SERVE_ALLOW_DIRS`` (``--allow-dir``; the MCP rule of
-:mod:`pictrieve.tools.core.image_inputs`). Host, Origin/CORS and the bearer token are checked by the HTTP
-guard :mod:`pictrieve.graphs.serving_http`, which ``langgraph.json`` names as its ``http.app``.
+before any gallery, model or endpoint is opened. The rule is the need registry's
+(:func:`pictrieve.agents.needs.check_caller_choices`), so a plugin's own need meets it too. Every served graph
+starts with a ``served_input`` node (:func:`check_run_input`): text inputs must be strings, ``k`` at most
+:data:`MAX_K`, and an ``image`` is a gallery id, base64 data, or a path inside ``$PICTRIEVE_SERVE_ALLOW_DIRS``
+(``--allow-dir``; the MCP rule of :mod:`pictrieve.tools.core.image_inputs`). Host, Origin/CORS and the bearer
+token are checked by the HTTP guard :mod:`pictrieve.graphs.serving_http`, which ``langgraph.json`` names as its
+``http.app``.
 
-Where each need comes from (the run's choice, else the environment, else the default):
-
-========================  ==================================================================  ===========
-need                      ``configurable`` key (choosable) / environment variable             default
-========================  ==================================================================  ===========
-``llm``                   ``llm`` / ``$PICTRIEVE_LLM``; endpoint ``$PICTRIEVE_BASE_URL`` only   ``offline``
-``visualizers``           ``visualizer`` / ``$PICTRIEVE_VISUALIZER`` (e.g. ``exemplar:DIR``;   none
-                          several names separated by commas)
-``qc2_model``             ``$PICTRIEVE_QC2_MODEL`` only (a folder)                            the gallery's
-``captioner``             ``captioner`` / ``$PICTRIEVE_CAPTIONER``                            ``auto``
-``vlm``                   ``vlm`` / ``$PICTRIEVE_VLM``; endpoint ``$PICTRIEVE_VLM_BASE_URL`` only  ``offline``
-``detector``              ``detector`` / ``$PICTRIEVE_DETECTOR``                              ``ssd``
-``search``                ``search`` / ``$PICTRIEVE_SEARCH`` (``ddgs``, ``local:DIR``)          none
-========================  ==================================================================  ===========
-
-``configurable.embedder`` picks one of the gallery's embedders (default: its recorded default).
+Each need of a method comes from the run's choice (the need's ``configurable`` key), else the operator's
+environment variable, else its default, and is made by the need's resolver
+(:data:`pictrieve.agents.needs.NEEDS`, :func:`served_needs_of`): ``llm`` from ``configurable.llm`` /
+``$PICTRIEVE_LLM`` (endpoint ``$PICTRIEVE_BASE_URL``, the operator's only), ``visualizers`` from
+``configurable.visualizer`` / ``$PICTRIEVE_VISUALIZER`` (several names separated by commas), ``qc2_model``
+from ``$PICTRIEVE_QC2_MODEL`` only (default: the gallery's), and so on (``pictrieve methods`` lists each
+method's needs). ``configurable.embedder`` picks one of the gallery's embedders (default: its recorded default).
 
 A method may add builder arguments of its own (:attr:`~pictrieve.agents.method.Method.served`).
 
@@ -75,20 +70,14 @@ from typing import Any, Awaitable, Callable
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
+from pictrieve.agents.needs import (NEEDS, MissingNeedError, Need, NeedContext, NeedNotAllowed, all_needs,
+                                    check_caller_choices, choosable, operator_only, resolve_needs)
 from pictrieve.errors import PictrieveError
-from pictrieve.graphs.registry import UnknownMethodError, available_methods, builtin_methods, get_method
+from pictrieve.graphs.registry import UnknownMethodError, available_methods, builtin_methods, get_method, methods
 from pictrieve.tools.core.model_cache import shared_model
 
 ENV_GALLERY = "PICTRIEVE_GALLERY"
 ENV_EMBEDDER = "PICTRIEVE_EMBEDDER"
-ENV_LLM = "PICTRIEVE_LLM"
-ENV_BASE_URL = "PICTRIEVE_BASE_URL"
-ENV_VISUALIZER = "PICTRIEVE_VISUALIZER"
-ENV_CAPTIONER = "PICTRIEVE_CAPTIONER"
-ENV_VLM = "PICTRIEVE_VLM"
-ENV_VLM_BASE_URL = "PICTRIEVE_VLM_BASE_URL"
-ENV_DETECTOR = "PICTRIEVE_DETECTOR"
-ENV_SEARCH = "PICTRIEVE_SEARCH"
 ENV_WARM_UP = "PICTRIEVE_SERVE_WARM_UP"
 """``0`` turns off loading the methods' models when the server starts (:func:`lifespan`)."""
 
@@ -105,30 +94,37 @@ class ServingConfigError(PictrieveError, ValueError):
     operator did not allow (one line: the setting, and how the operator allows it)."""
 
 
-OPERATOR_ONLY: dict[str, tuple[str, str]] = {
-    "gallery": (ENV_GALLERY, "--gallery"),
-    "base_url": (ENV_BASE_URL, "--base-url"),
-    "vlm_base_url": (ENV_VLM_BASE_URL, "--vlm-base-url"),
-    "qc2_model": ("PICTRIEVE_QC2_MODEL", "--qc2-model"),
-}
-"""Settings that say where the server reaches or what it reads (a gallery location, an endpoint, a folder):
-only the operator sets them (environment, ``pictrieve serve`` options); a run that names another value is
-refused, so no caller can make the server connect to its URL, send a key there, or open its path."""
-
-CHOOSABLE: dict[str, tuple[str | None, str]] = {
-    "embedder": (None, "--embedder"),
-    "llm": (ENV_LLM, "--llm"),
-    "vlm": (ENV_VLM, "--vlm"),
-    "detector": (ENV_DETECTOR, "--detector"),
-    "captioner": (ENV_CAPTIONER, "--captioner"),
-    "visualizer": (ENV_VISUALIZER, "--visualizer"),
-    "search": (ENV_SEARCH, "--search"),
-}
-"""Settings a run may choose, among the operator's own value and those it allowed (``--allow KEY=V1,V2``).
-A visualizer value may list several names (commas): each must be allowed."""
+GALLERY_SETTINGS: dict[str, tuple[str, str]] = {"gallery": (ENV_GALLERY, "--gallery")}
+"""The one server setting beside the needs that only the operator sets: where the gallery is."""
+EMBEDDER_SETTINGS: dict[str, tuple[str | None, str]] = {"embedder": (None, "--embedder")}
+"""The one server setting beside the needs a run may choose (among what the operator allowed)."""
 
 
-_DEFAULTS = {"llm": "offline", "vlm": "offline", "detector": "ssd", "captioner": "auto"}
+def served_needs() -> list[Need]:
+    """Every need a served method may have: the house's (:data:`~pictrieve.agents.needs.NEEDS`) and those the
+    registered methods declare (plugins included)."""
+    return list(all_needs(methods()).values())
+
+
+def operator_only_settings() -> dict[str, tuple[str, str]]:
+    """Settings that say where the server reaches or what it reads (the gallery, each need's endpoint, a need
+    no run may choose such as a model folder): only the operator sets them (environment, ``pictrieve serve``
+    options); a run that names another value is refused, so no caller can make the server connect to its URL,
+    send a key there, or open its path. ``{setting: (environment variable, option)}``."""
+    return {**GALLERY_SETTINGS, **operator_only(served_needs())}
+
+
+def choosable_settings() -> dict[str, tuple[str | None, str]]:
+    """Settings a run may choose, among the operator's own value and those it allowed (``--allow KEY=V1,V2``):
+    the embedder and each need's ``configurable`` key (:attr:`~pictrieve.agents.needs.Need.config_key`). A
+    visualizer value may list several names (commas): each must be allowed."""
+    return {**EMBEDDER_SETTINGS, **choosable(served_needs())}
+
+
+OPERATOR_ONLY: dict[str, tuple[str, str]] = {**GALLERY_SETTINGS, **operator_only(NEEDS.values())}
+""":func:`operator_only_settings` for the house's needs (plugins' are added by the function)."""
+CHOOSABLE: dict[str, tuple[str | None, str]] = {**EMBEDDER_SETTINGS, **choosable(NEEDS.values())}
+""":func:`choosable_settings` for the house's needs (plugins' are added by the function)."""
 
 
 def allowed_values() -> dict[str, frozenset[str]]:
@@ -152,35 +148,13 @@ def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
 
 def check_run_settings(config: RunnableConfig | None) -> None:
     """Refuse a run whose ``configurable`` names a setting its operator did not allow (see
-    :data:`OPERATOR_ONLY` and :data:`CHOOSABLE`), in one line, before anything is opened or called."""
-    configurable = _configurable(config)
-    allowed = allowed_values()
-    for key, (env, option) in OPERATOR_ONLY.items():
-        given = configurable.get(key)
-        if given in (None, "") or str(given) == os.environ.get(env, ""):
-            continue
-        raise ServingConfigError(
-            f"configurable.{key} is chosen by the server's operator, not by a run: the operator sets it with "
-            f"`pictrieve serve {option}` (or ${env})")
-    for key, (env, option) in CHOOSABLE.items():
-        given = configurable.get(key)
-        if given in (None, ""):
-            continue
-        own = (os.environ.get(env, "") if env else "") or _DEFAULTS.get(key, "")
-        names = _names(str(given)) if key == "visualizer" else [str(given)]
-        permitted = allowed.get(key, frozenset()) | ({own} | set(_names(own)) if own else set())
-        refused = [name for name in names if name not in permitted]
-        if refused or not isinstance(given, str):
-            choices = ", ".join(sorted(permitted)) or "only the server's own"
-            raise ServingConfigError(
-                f"configurable.{key}={str(given)[:80]!r} is not allowed on this server (allowed: {choices}); "
-                f"its operator allows values with `pictrieve serve --allow {key}=VALUE[,VALUE]` or sets it "
-                f"with {option}")
-
-
-def _setting(config: RunnableConfig | None, key: str, env: str, default: str | None = None) -> str | None:
-    value = _configurable(config).get(key) or os.environ.get(env) or default
-    return str(value) if value else None
+    :func:`operator_only_settings` and :func:`choosable_settings`), in one line, before anything is opened or
+    called. The rule is the need registry's (:func:`pictrieve.agents.needs.check_caller_choices`)."""
+    try:
+        check_caller_choices(_configurable(config), served_needs(), environ=os.environ, allowed=allowed_values(),
+                             also_operator_only=GALLERY_SETTINGS, also_choosable=EMBEDDER_SETTINGS)
+    except NeedNotAllowed as exc:
+        raise ServingConfigError(str(exc)) from None
 
 
 def _open_gallery(location: str, embedder: str | None) -> Any:
@@ -205,71 +179,40 @@ def gallery_for(config: RunnableConfig | None) -> Any:
     return _open_gallery(location, embedder)
 
 
-def _chat_model(name: str, base_url: str | None) -> Any:
-    from pictrieve.tools.models.chat_models import create_chat_model
-
-    return shared_model(("served-chat-model", name, base_url), lambda: create_chat_model(name, base_url=base_url))
+def _shared(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+    """The server's cache for what needs resolve to: each model built once for the server's life, even when
+    several runs' factories ask at once (they build in worker threads)."""
+    return shared_model(("served", *key), make)
 
 
 def llm_for(config: RunnableConfig | None) -> Any:
     """The chat model a served graph uses (``offline`` unless configured); its endpoint is the operator's."""
     check_run_settings(config)
-    name = _setting(config, "llm", ENV_LLM, "offline") or "offline"
-    return _chat_model(name, _endpoint(name, os.environ.get(ENV_BASE_URL)))
+    need = NEEDS["llm"]
+    value = need.value(_configurable(config).get(need.config_key), os.environ)
+    return need.build(value, NeedContext(endpoint=need.endpoint_value(None, os.environ), make=_shared))
 
 
-def _endpoint(name: str, base_url: str | None) -> str | None:
-    """The operator's endpoint for a provider model (``openai:<model>`` and the like); none for a model that
-    runs in the process (``offline``, ``local:DIR``), which a run may choose beside a provider's."""
-    from pictrieve.tools.models.chat_models import LANGCHAIN_PROVIDERS
-
-    return base_url or None if name.partition(":")[0] in LANGCHAIN_PROVIDERS else None
-
-
-# --- what each need is on the server: read from the run's config and the environment -------------
-
-
-def _names(value: str | None) -> list[str]:
-    return [name.strip() for name in (value or "").split(",") if name.strip()]
-
-
-def _served_visualizers(config: RunnableConfig | None, gallery: Any) -> list[Any]:
-    return [_visualizer(name) for name in _names(_setting(config, "visualizer", ENV_VISUALIZER))]
-
-
-def _served_qc2_model(config: RunnableConfig | None, gallery: Any) -> Any:
-    if gallery is None:
-        raise ServingConfigError(f"the QC2 model is the one trained for a gallery: set {ENV_GALLERY}")
-    return _qc2_model(gallery, os.environ.get(OPERATOR_ONLY["qc2_model"][0]) or None)
-
-
-def _served_vlm(config: RunnableConfig | None, gallery: Any) -> Any:
-    from pictrieve.tools.models.vlm import create_region_captioner
-
-    name = _setting(config, "vlm", ENV_VLM, "offline") or "offline"
-    base_url = _endpoint(name, os.environ.get(ENV_VLM_BASE_URL))
-    return shared_model(("served-vlm", name, base_url), lambda: create_region_captioner(name, base_url=base_url))
-
-
-SERVED_NEEDS: dict[str, Callable[[RunnableConfig | None, Any], Any]] = {
-    "llm": lambda config, gallery: llm_for(config),
-    "visualizers": _served_visualizers,
-    "qc2_model": _served_qc2_model,
-    "captioner": lambda config, gallery: _setting(config, "captioner", ENV_CAPTIONER, "auto"),
-    "vlm": _served_vlm,
-    "detector": lambda config, gallery: _setting(config, "detector", ENV_DETECTOR, "ssd"),
-    "search": lambda config, gallery: _setting(config, "search", ENV_SEARCH),
-}
-"""How the server builds each need (:data:`pictrieve.agents.method.NEEDS`) of a method from a run's
-config and the environment (the module docstring lists the keys). ``checkpointer`` is not built: the
-server brings its own."""
+def served_needs_of(spec: Any, config: RunnableConfig | None, index: Any) -> dict[str, Any]:
+    """The builder arguments for ``spec``'s needs on the server: each need's value from the run's
+    ``configurable`` (its :attr:`~pictrieve.agents.needs.Need.config_key`, already checked against what the
+    operator allowed), else the operator's environment variable, else its default; endpoints and folders
+    from the operator alone. Resolved by the need registry (:func:`pictrieve.agents.needs.resolve_needs`)."""
+    configurable = _configurable(config)
+    given = {need.name: configurable.get(need.config_key) for need in spec.need_specs() if need.config_key}
+    try:
+        return resolve_needs(spec, given, gallery=index, environ=os.environ, make=_shared)
+    except MissingNeedError as exc:
+        raise ServingConfigError(f"{exc.method} needs {exc.need.description}: its operator gives it with "
+                                 f"`pictrieve serve {exc.need.cli_option or ''} {exc.need.example}` (or "
+                                 f"${exc.need.env_var})") from None
 
 
 def served_graph(method: str, config: RunnableConfig | None = None) -> CompiledStateGraph:
     """``method``'s graph as the server gets it, built here and now (blocking: it may open the gallery
     and load models). The settings come from ``config`` and the environment (module docstring).
 
-    The gallery is opened first; each of the method's needs is then built by :data:`SERVED_NEEDS`,
+    The gallery is opened first; each of the method's needs is then built by :func:`served_needs_of`,
     and the method's own :attr:`~pictrieve.agents.method.Method.served` arguments are added. A method
     whose gallery is optional gets ``None`` when no gallery is configured."""
     try:
@@ -279,7 +222,7 @@ def served_graph(method: str, config: RunnableConfig | None = None) -> CompiledS
     check_run_settings(config)
     configured = bool(os.environ.get(ENV_GALLERY))
     index = gallery_for(config) if spec.gallery == "required" or configured else None
-    kwargs = {need: SERVED_NEEDS[need](config, index) for need in spec.needs if need in SERVED_NEEDS}
+    kwargs = served_needs_of(spec, config, index)
     kwargs.update(spec.served_kwargs(config))
     return _guard_input(spec.build(index, name=method, **kwargs), index)
 
@@ -415,21 +358,6 @@ async def lifespan(app: Any) -> AsyncIterator[None]:
     if os.environ.get(ENV_WARM_UP, "1").strip() != "0" and os.environ.get(ENV_GALLERY):
         start_warm_up()
     yield
-
-
-def _visualizer(name: str) -> Any:
-    """One visualizer per name for the server's life (the exemplar one holds its caption vectors),
-    built once even when several runs' factories ask at once (they build in worker threads)."""
-    from pictrieve.tools.models.visualizers import create_visualizer
-
-    return shared_model(("served-visualizer", name), lambda: create_visualizer(name))
-
-
-def _qc2_model(gallery: Any, model_dir: str | None) -> Any:
-    from pictrieve.agents.qc2.pipeline import load_for_gallery
-
-    key = ("served-qc2", str(gallery.location), gallery.embedder_name, model_dir)
-    return shared_model(key, lambda: load_for_gallery(gallery, model_dir))
 
 
 # --- one factory per registered method: the names langgraph.json points at ------------------------

@@ -144,3 +144,47 @@ def test_a_plugins_own_need_meets_the_same_rule():
     with pytest.raises(NeedNotAllowed, match="configurable.label"):
         check_caller_choices({"label": "other"}, [LABEL], environ={}, allowed={})
     check_caller_choices({"label": "toy"}, [LABEL], environ={}, allowed={})
+
+
+# --- the front ends loop over the registry: a plugin's own need reaches each of them ---------------------------
+
+
+@pytest.fixture
+def labelled():
+    """A method, registered in this process, declaring a need of its own (and the house's chat model)."""
+    from pictrieve.graphs.registry import register_method, unregister_method
+
+    m = Method(name="labelled", description="a method with a need of its own", needs=("llm", LABEL), **SCHEMAS)
+    register_method(m)
+    yield m
+    unregister_method("labelled")
+
+
+def test_the_langgraph_server_resolves_a_plugins_own_need_under_the_operator_rule(labelled, monkeypatch):
+    from pictrieve.graphs import serving
+
+    monkeypatch.delenv(serving.ENV_ALLOW, raising=False)
+    monkeypatch.setenv("TOY_LABEL", "operator's")
+    assert "label" in serving.choosable_settings() and "label" not in serving.CHOOSABLE
+    assert serving.served_needs_of(labelled, None, "G")["label"] == {"label": "operator's", "gallery": "G"}
+    with pytest.raises(serving.ServingConfigError, match="configurable.label='callers' is not allowed"):
+        serving.check_run_settings({"configurable": {"label": "callers"}})
+    monkeypatch.setenv(serving.ENV_ALLOW, '{"label": ["callers"]}')
+    serving.check_run_settings({"configurable": {"label": "callers"}})
+    assert serving.served_needs_of(labelled, {"configurable": {"label": "callers"}}, "G")["label"]["label"] == "callers"
+
+
+def test_the_command_line_gives_a_plugins_own_need_with_need_and_refuses_what_does_not_apply(labelled):
+    import click
+
+    from pictrieve.cli.method_search import _given_needs, _needs
+
+    given = _given_needs({"llm": None, "visualizers": (), "qc2_model": None}, ("label=mine",))
+    assert given == {"label": "mine"}
+    assert _needs(labelled, given, "G")["label"] == {"label": "mine", "gallery": "G"}
+    with pytest.raises(click.UsageError, match=r"--visualizer does not apply to --method labelled \(its needs: llm, label\)"):
+        _needs(labelled, _given_needs({"visualizers": ("exemplar:x",)}, ()), "G")
+    with pytest.raises(click.UsageError, match="--base-url needs --llm"):
+        _needs(labelled, {"base_url": "http://127.0.0.1:9/v1"}, "G")
+    with pytest.raises(click.UsageError, match="--need takes NAME=VALUE"):
+        _given_needs({}, ("label",))
