@@ -171,9 +171,10 @@ def _run_method(store: Any, method: str, query: str, clock: "StepClock", *, k: i
     clock.say(f"loading {method} ...")  # importing its graph and making its visualizers take seconds
     spec = get_method(method)
     check_takes_query(spec)
-    kwargs = _needs(spec, needs, store)
+    # settings first: a bad one (or one whose extra is missing) is one line before any need makes a model
     context = _context(spec, k, settings, {"guides": guides, "rank_with": list(rank_with) or None,
                                             "tiles": tiles, "feedback": feedback})
+    kwargs = _needs(spec, needs, store)
     inputs: dict[str, Any] = {"query": query}
     if topic:
         if not spec.takes("topic"):
