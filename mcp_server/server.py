@@ -246,6 +246,11 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
                           log_level="WARNING", max_request_body_size=body_limit,
                           transport_security=transport_security(host, port, allowed_origins))
     read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+    # search_images offers every registered method that takes a text query (as `pictrieve search --method`),
+    # plugins included: the enum is the registry's when the server starts.
+    offered = tuple(service.search_methods())
+    plain = service.plain_method()
+    SearchMethod = Literal[offered]  # type: ignore[valid-type]
 
     @server.tool(name="search_images", title="Search photos by description", annotations=read_only)
     async def search_images(
@@ -253,9 +258,10 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         query: Annotated[str, Field(description="What the photos should show, in words, e.g. 'two dogs playing in "
                                                 "the snow'")],
         k: Annotated[int, Field(ge=1, le=MAX_K, description="How many photos to return, best first")] = 5,
-        method: Annotated[Literal["search", "visret", "needle"], Field(
-            description="'search' (fast, the default); 'visret' or 'needle' search with pictures made of the query "
-                        "(slower; only on a server with a visualizer, see gallery_info's search_methods)")] = "search",
+        method: Annotated[SearchMethod, Field(
+            description=f"The retrieval method: '{plain}' (fast, the default) or another registered method that "
+                        "takes a text query (slower; some need what the server was started with, e.g. a visualizer: "
+                        "gallery_info's search_methods lists those this server can run)")] = plain,
         only_relevant: Annotated[bool, Field(description="Return only the photos that match well (maybe none); "
                                                          "default: the k closest, each marked relevant or not")] = False,
         after: Annotated[str | None, Field(description="Only photos taken on or after this date, YYYY-MM-DD")] = None,
@@ -298,7 +304,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         first). Returns ids, scores and captions (JSON), then the photos."""
         hits = await in_thread(ctx, service.search_by_image, image, k, first="search_by_image: reading the photo")
         summary = agent_summary(None, hits)
-        return result(SearchResult(method="search", summary=summary, hits=[hit_json(h) for h in hits]), hits,
+        return result(SearchResult(method=service.image_method(), summary=summary, hits=[hit_json(h) for h in hits]), hits,
                       text=summary)
 
     @server.tool(name="ask_about_image", title="Ask about a photo (Vision Search Assistant)",

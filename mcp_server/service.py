@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pictrieve.agents.needs import missing_needs, resolve_needs
 from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import get_method
@@ -29,8 +30,8 @@ from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
 log = logging.getLogger(__name__)
 
-SEARCH_METHODS = ("search", "visret", "needle")
-"""What ``search_images`` ranks with: plain search, or (with a visualizer) VisRet and NEEDLE."""
+PLAIN_FILTERS = ("filters", "hybrid", "collapse_duplicates")
+"""Inputs of plain search that ``search_images`` passes on only to a method whose input takes them."""
 MAX_K = 20
 """Most photos one call returns (each comes back as a picture)."""
 SHOWN_PER_ROUND = 5
@@ -56,6 +57,21 @@ class ServerSettings:
     captioner: str = "auto"
     allowed_dirs: AllowedDirs = field(default_factory=AllowedDirs)
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    needs: dict[str, Any] = field(default_factory=dict)
+    """Any other need by name (``pictrieve mcp --need NAME=VALUE``: a plugin's own)."""
+
+    def given_needs(self) -> dict[str, Any]:
+        """What the operator gave, by need name (:data:`pictrieve.agents.needs.NEEDS`): each field named like
+        a need's ``configurable`` key or endpoint, then :attr:`needs`."""
+        from pictrieve.agents.needs import NEEDS
+
+        given: dict[str, Any] = {}
+        for need in NEEDS.values():
+            if need.config_key and hasattr(self, need.config_key):
+                given[need.name] = getattr(self, need.config_key)
+            if need.endpoint is not None and hasattr(self, need.endpoint.key):
+                given[need.endpoint.key] = getattr(self, need.endpoint.key)
+        return {**given, **self.needs}
 
 
 class PictrieveService:
@@ -102,45 +118,54 @@ class PictrieveService:
                        f"the chat model {self.settings.llm!r} (once per server)")
         return model
 
-    def _rewriter(self, progress: Progress = no_progress) -> Any:
-        """The chat model VisRet and NEEDLE rewrite a query with; none with the offline model (its rewrites
-        are slow and poor, so the query is visualized as written, as on the web page)."""
-        from pictrieve.tools.models.chat_models import is_offline_chat_model
+    def _need_cache(self, progress: Progress) -> Callable[[tuple[Any, ...], Callable[[], Any]], Any]:
+        """The need registry's cache: each model a need makes is made once per server, reported to ``progress``."""
 
-        return None if is_offline_chat_model(self.settings.llm) else self.chat_model(progress)
+        def make(key: tuple[Any, ...], factory: Callable[[], Any]) -> Any:
+            label = f"the {str(key[0]).replace('-', ' ')} {key[1]!r} (once per server)" if len(key) > 1 else ""
+            return self._part(f"need:{key!r}", factory, progress, label)
 
-    def visualizer(self, progress: Progress = no_progress) -> Any:
-        if not self.settings.visualizer:
-            raise ToolInputError("visret and needle need a visualizer, and this server has none: restart it with "
-                                  "--visualizer exemplar:DIR (DIR: a folder of photos with captions.jsonl), or use "
-                                  "method='search'")
-        from pictrieve.tools.models.visualizers import create_visualizer
+        return make
 
-        return self._part("visualizer", lambda: create_visualizer(self.settings.visualizer), progress,
-                          f"the visualizer {self.settings.visualizer!r} (once per server)")
+    def search_methods(self) -> list[str]:
+        """The registered methods ``search_images`` offers: every one whose input takes a text ``query`` (as
+        ``pictrieve search --method``), plain search first (plugins included)."""
+        from pictrieve.graphs.registry import methods
+
+        found = [method for method in methods() if method.takes("query")]
+        return [m.name for m in sorted(found, key=lambda m: (not m.exact_ranking, m.name))]
+
+    def ready_methods(self) -> list[str]:
+        """:meth:`search_methods` whose needs this server can meet (a visualizer, say)."""
+        given = self.settings.given_needs()
+        return [name for name in self.search_methods() if not missing_needs(get_method(name), given)]
 
     def graph(self, name: str, progress: Progress = no_progress) -> Any:
-        """``name``'s graph over the gallery, its needs from the server's settings (the models it needs first
-        are loaded here, each reported to ``progress``)."""
+        """``name``'s graph over the gallery, its needs resolved from the server's settings by the need registry
+        (each model it makes is made once per server and reported to ``progress``); a need the server lacks is
+        one line saying how to restart it."""
         self.embedder(progress)
-        if name in ("visret", "needle"):
-            llm, visualizer = self._rewriter(progress), self.visualizer(progress)
-        elif name == "vsa":
-            llm = self.chat_model(progress)
+        method = get_method(name)
+        given = self.settings.given_needs()
+        for need in missing_needs(method, given):
+            raise ToolInputError(f"{name} needs {need.description}, and this server has none: restart it with "
+                                 f"{need.cli_option} {need.example or 'VALUE'}, or use method='{self.plain_method()}'")
+        if not method.needs:
+            return self._part(f"graph:{name}", lambda: method.build(self.gallery))
+        # A method that pauses for a person is run without a checkpointer here: its defaults never pause.
+        kwargs = resolve_needs(method, given, gallery=self.gallery, make=self._need_cache(progress))
+        return self._part(f"graph:{name}", lambda: method.build(self.gallery, **kwargs), progress,
+                          f"the {name} method")
 
-        def build() -> Any:
-            method = get_method(name)
-            if name in ("visret", "needle"):
-                return method.build(self.gallery, llm=llm, visualizers=[visualizer])
-            if name == "vsa":
-                from pictrieve.tools.models.vlm import create_region_captioner
+    def plain_method(self) -> str:
+        """The method that ranks by the gallery's own text ranking (plain search)."""
+        from pictrieve.graphs.registry import methods
 
-                vlm = create_region_captioner(self.settings.vlm, base_url=self.settings.vlm_base_url)
-                return method.build(self.gallery, llm=llm, vlm=vlm, detector=self.settings.detector,
-                                    search=self.settings.search)
-            return method.build(self.gallery)
+        return next(m.name for m in methods() if m.exact_ranking)
 
-        return self._part(f"graph:{name}", build, progress, f"the {name} method" if name != "search" else "")
+    def image_method(self) -> str:
+        """The method ``search_by_image`` runs: plain search (it takes an ``image``)."""
+        return self.plain_method()
 
     def sessions(self, progress: Progress = no_progress) -> PhotoSessions:
         self.embedder(progress)
@@ -168,7 +193,7 @@ class PictrieveService:
         return {"gallery": str(self.gallery.location), "images": self.gallery.count(),
                 "embedders": [{"name": r["embedder"], "dim": int(r["dim"] or 0), "images": int(r["images"]),
                                "default": bool(r["default"])} for r in rows],
-                "search_methods": list(SEARCH_METHODS) if self.settings.visualizer else ["search"],
+                "search_methods": self.ready_methods(),
                 "visualizer": self.settings.visualizer, "web_search": self.settings.search,
                 "chat_model": self.settings.llm, "allowed_dirs": [str(d) for d in self.settings.allowed_dirs.dirs],
                 "max_image_bytes": self.settings.max_image_bytes}
@@ -182,26 +207,27 @@ class PictrieveService:
         search matches the photos' own words too (the search graph's default); ``collapse_duplicates`` shows each
         group of near-identical photos once (plain search only)."""
         query = _text(query, "the query", "say in words what the photos should show")
-        if method not in SEARCH_METHODS:
-            raise ToolInputError(f"unknown method {method!r}: use one of {', '.join(SEARCH_METHODS)}")
-        if method != "search":
-            if not self.settings.visualizer:
-                self.visualizer()  # says how to set one up before anything loads
-            if filters:
-                raise ToolInputError("the date, place, camera and folder filters work with method 'search' only")
-            if collapse_duplicates:
-                raise ToolInputError("collapse_duplicates works with method 'search' only")
+        offered = self.search_methods()
+        if method not in offered:
+            raise ToolInputError(f"unknown method {method!r}: use one of {', '.join(offered)}")
+        spec = get_method(method)
+        extra = {"filters": filters or None, "hybrid": bool(hybrid),
+                 "collapse_duplicates": True if collapse_duplicates else None}
+        if filters and not spec.takes("filters"):
+            raise ToolInputError(f"the date, place, camera and folder filters work with method "
+                                 f"'{self.plain_method()}' only")
+        if collapse_duplicates and not spec.takes("collapse_duplicates"):
+            raise ToolInputError(f"collapse_duplicates works with method '{self.plain_method()}' only")
         graph = self.graph(method, progress)
-        progress(f"{method}: making guide pictures of the query" if method != "search"
-                 else f"searching {self.gallery.count()} photos")
+        plain = spec.exact_ranking
+        progress(f"searching {self.gallery.count()} photos" if plain else f"{method}: {spec.description}"[:200])
         hits: list[ImageHit] = []
-        state: dict[str, Any] = {"query": query, **({"filters": filters} if filters else {}),
-                                 **({"hybrid": bool(hybrid)} if method == "search" else {}),
-                                 **({"collapse_duplicates": True} if collapse_duplicates else {})}
-        for mode, chunk in graph.stream(state, context={"k": _k(k)}, stream_mode=["updates", "values"]):
+        state: dict[str, Any] = {"query": query, **{key: value for key, value in extra.items()
+                                                   if value is not None and spec.takes(key)}}
+        for mode, chunk in graph.stream(state, context=_context(spec, k), stream_mode=["updates", "values"]):
             if mode == "values":
                 hits = list(chunk.get("hits") or [])
-            elif method != "search":
+            elif not plain:
                 progress(f"{method}: " + ", ".join(f"{node} done" for node in chunk))
         hits = judge_by_text(self.gallery, query, [as_hit(h) for h in hits[: _k(k)]])
         progress(f"found {len(hits)} photos")
@@ -209,7 +235,7 @@ class PictrieveService:
 
     def search_by_image(self, image: str, k: int, progress: Progress = no_progress) -> list[ImageHit]:
         with self._image(image) as path:
-            graph = self.graph("search", progress)
+            graph = self.graph(self.image_method(), progress)
             progress(f"searching {self.gallery.count()} photos")
             hits = list(graph.invoke({"image": path}, context={"k": _k(k)})["hits"])
         progress(f"found {len(hits)} photos")
@@ -285,6 +311,11 @@ def _text(value: Any, what: str, fix: str) -> str:
     if not text:
         raise ToolInputError(f"{what} is blank: {fix}")
     return text
+
+
+def _context(spec: Any, k: Any) -> dict[str, Any]:
+    """The run settings: ``k`` for a method that has that setting."""
+    return {"k": _k(k)} if "k" in spec.settings_class().names() else (_k(k) and {})
 
 
 def _k(k: Any) -> int:

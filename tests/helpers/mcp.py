@@ -36,12 +36,13 @@ def server_env() -> dict[str, str]:
 
 
 @asynccontextmanager
-async def stdio_session(args: list[str], **session_kwargs: Any) -> AsyncIterator[Any]:
-    """A Python MCP client session with a fresh ``pictrieve mcp ARGS`` over stdio (the client starts it)."""
+async def stdio_session(args: list[str], env: dict[str, str] | None = None, **session_kwargs: Any) -> AsyncIterator[Any]:
+    """A Python MCP client session with a fresh ``pictrieve mcp ARGS`` over stdio (the client starts it), in
+    ``env`` (default: :func:`server_env`)."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(command=MCP_COMMAND[0], args=[*MCP_COMMAND[1:], *args], env=server_env())
+    params = StdioServerParameters(command=MCP_COMMAND[0], args=[*MCP_COMMAND[1:], *args], env=env or server_env())
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT, **session_kwargs) as session:
             await session.initialize()

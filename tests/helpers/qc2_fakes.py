@@ -86,3 +86,17 @@ def load_tiny(checkpoint: str):
 def examples() -> list[QC2Example]:
     """:data:`CAPTIONS` with the levels of :data:`LEVELS` in turn."""
     return [QC2Example(c, LEVELS[i % len(LEVELS)]) for i, c in enumerate(CAPTIONS)]
+
+
+def train_tiny_qc2(gallery, folder: Path) -> None:
+    """A tiny QC2 model trained for ``gallery`` (BRISQUE-annotated, one epoch of a 2-layer checkpoint made in
+    ``folder``), saved as ``<gallery>/qc2`` where every front end's default ``qc2_model`` looks."""
+    from pictrieve.agents.qc2.annotation import annotate_gallery
+    from pictrieve.agents.qc2.pipeline import train_on_gallery
+    from pictrieve.agents.qc2.training import QC2TrainConfig
+    from pictrieve.tools.models.quality_scorers import create_quality_scorer
+
+    annotate_gallery(gallery, [create_quality_scorer("brisque")], progress=False)
+    checkpoint = build_tiny_checkpoint(folder)
+    train_on_gallery(gallery, base_model=checkpoint, progress=False,
+                     config=QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1))
