@@ -254,3 +254,107 @@ def test_indexing_writes_through_the_writer_protocol():
                 assert node.module != "pictrieve.vectorstore.gallery", f"{module}.py imports gallery.py"
                 private = [alias.name for alias in node.names if alias.name.startswith("_")]
                 assert not private, f"{module}.py imports private names {private} from {node.module}"
+# --- no front end names a method ------------------------------------------------------------------------------
+# The front ends reach every method through the registry (graphs/registry.py) and every need through the need
+# registry (agents/needs.py): the LangGraph server, `pictrieve search --method`, the MCP server and the page's
+# generic parts. A front-end module names a built-in method neither as a string (exactly the method's name;
+# docstrings aside) nor by importing its modules (agents/<m>/, graphs/<m>.py, or a renamed module's alias).
+# The exceptions are views of their own for one method, listed below with why; a listed exception that is no
+# longer used fails too, so the list stays exact.
+
+FRONT_END_PARTS = ("pictrieve.ui", "pictrieve.mcp_server")
+FRONT_END_MODULES = {"pictrieve.cli.method_search", "pictrieve.graphs.serving", "pictrieve.graphs.serving_http"}
+OWN_VIEWS: dict[str, dict[str, str]] = {
+    "pictrieve.ui.app": {
+        **{m: "the page's own tabs (PAGE_TABS: search, chat, steer, ask, visualize) are views of their method; "
+              "every other method gets the generic tab" for m in ("search", "plugir", "qc2", "vsa", "visret", "needle")},
+    },
+    "pictrieve.ui.visualize": {m: "the Visualize tab's controls are VisRet's and NEEDLE's (PAGE_METHODS)"
+                               for m in ("visret", "needle")},
+    "pictrieve.ui.needle": {"needle": "NEEDLE's review view on the page: its trust weights per topic"},
+    "pictrieve.ui.ask": {"vsa": "the Ask tab shows the Vision Search Assistant's step lines"},
+    "pictrieve.mcp_server.service": {
+        "plugir": "find_photo/answer_question are PlugIR's own tools (a paused session per photo sought)",
+        "vsa": "ask_about_image is the Vision Search Assistant's own tool, with its step lines",
+        "visret": "ask_gallery answers with VisRet's reader over the best photos",
+    },
+    "pictrieve.cli.method_search": {
+        "search": "the command's own default: plain search runs on the gallery directly, by text or --image",
+    },
+}
+
+
+def builtin_method_names() -> set[str]:
+    """``name=`` of every ``METHOD = Method(...)`` in ``agents/<m>/__init__.py``, read from the source."""
+    names = set()
+    for init in (ROOT / "agents").glob("*/__init__.py"):
+        for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "Method":
+                names.update(k.value.value for k in node.keywords
+                             if k.arg == "name" and isinstance(k.value, ast.Constant))
+    return names
+
+
+def method_modules(names: set[str], known: dict[str, Path]) -> dict[str, str]:
+    """``{module: method}``: each method's folder and graph module, and the aliases left by a rename (a graphs
+    module built by ``moved_module``) of the method whose graph module it imports."""
+    found = {}
+    for module, path in known.items():
+        parts = module.split(".")
+        if len(parts) >= 3 and parts[1] == "agents" and parts[2] in names:
+            found[module] = parts[2]
+        elif len(parts) == 3 and parts[1] == "graphs" and parts[2] in names:
+            found[module] = parts[2]
+    for module, path in known.items():
+        if module.startswith("pictrieve.graphs.") and "moved_module(" in path.read_text(encoding="utf-8"):
+            aliased = {found[t] for t in imports(module, path, top_level_only=True) if t in found}
+            if len(aliased) == 1:
+                found[module] = aliased.pop()
+    return found
+
+
+def methods_named(module: str, path: Path, names: set[str], by_module: dict[str, str]) -> dict[str, list[str]]:
+    """``{method: [where, ...]}`` for each built-in method ``module`` names as a string or imports."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+                and id(node) not in docstrings):
+            found.setdefault(node.value, []).append(f"line {node.lineno}: {node.value!r}")
+    for target in imports(module, path, top_level_only=False):
+        if target in by_module:
+            found.setdefault(by_module[target], []).append(f"imports {target}")
+    return found
+
+
+def front_ends(known: dict[str, Path]) -> dict[str, Path]:
+    return {m: p for m, p in known.items()
+            if m in FRONT_END_MODULES or any(m == part or m.startswith(part + ".") for part in FRONT_END_PARTS)}
+
+
+def test_no_front_end_names_a_method():
+    known = modules()
+    names = builtin_method_names()
+    by_module = method_modules(names, known)
+    assert {"search", "plugir", "qc2", "vsa", "visret", "needle"} <= names and "pictrieve.graphs.qc2" in by_module
+    broken, unused = [], []
+    for module, path in sorted(front_ends(known).items()):
+        named = methods_named(module, path, names, by_module)
+        allowed = OWN_VIEWS.get(module, {})
+        broken += [f"{module} names the method {m!r} ({'; '.join(where)}): reach it through the registry"
+                   for m, where in sorted(named.items()) if m not in allowed]
+        unused += [f"{module}: {m!r}" for m in allowed if m not in named]
+    assert not broken, "\n".join(broken)
+    assert not unused, "exceptions no longer needed (remove them from OWN_VIEWS): " + ", ".join(unused)
+
+
+def test_the_method_name_check_sees_strings_and_imports(tmp_path):
+    source = tmp_path / "front.py"
+    source.write_text('"""A docstring may say qc2."""\nfrom pictrieve.graphs.qc2 import x\nTABS = {"visret": 1}\n'
+                      'def f():\n    """needle here is prose."""\n    return "searching"\n')
+    named = methods_named("pictrieve.ui.front", source, {"qc2", "visret", "needle", "search"},
+                          {"pictrieve.graphs.qc2": "qc2"})
+    assert set(named) == {"qc2", "visret"} and named["qc2"] == ["imports pictrieve.graphs.qc2"]
