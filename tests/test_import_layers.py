@@ -265,14 +265,21 @@ def test_indexing_writes_through_the_writer_protocol():
 FRONT_END_PARTS = ("pictrieve.ui", "pictrieve.mcp_server")
 FRONT_END_MODULES = {"pictrieve.cli.method_search", "pictrieve.graphs.serving", "pictrieve.graphs.serving_http"}
 OWN_VIEWS: dict[str, dict[str, str]] = {
-    "pictrieve.ui.app": {
-        **{m: "the page's own tabs (PAGE_TABS: search, chat, steer, ask, visualize) are views of their method; "
-              "every other method gets the generic tab" for m in ("search", "plugir", "qc2", "vsa", "visret", "needle")},
-    },
+    "pictrieve.ui.app": {"plugir": "create_app's plugir_extras: PlugIR's builder arguments, kept for its callers",
+                         "vsa": "create_app's ask_extras: the Ask tab's (VSA's) builder arguments, likewise",
+                         "search": "the status of the Ask tab's web search (VSA's need 'search', named like the "
+                                   "plain search method)"},
+    "pictrieve.ui.methods": {m: "PAGE_TABS: the methods with a tab of their own on the page (every other method "
+                                "gets the generic tab)" for m in ("search", "plugir", "qc2", "vsa")},
+    "pictrieve.ui.search": {"search": "the Search tab is plain search's view (its filter words too)"},
+    "pictrieve.ui.chat": {"plugir": "the Chat tab is PlugIR's view (questions, answers, its paused session)"},
+    "pictrieve.ui.steer": {"qc2": "the Steer tab is QC2's view (relevance and quality levels)"},
+    "pictrieve.ui.ask": {"vsa": "the Ask tab shows the Vision Search Assistant's step lines"},
     "pictrieve.ui.visualize": {m: "the Visualize tab's controls are VisRet's and NEEDLE's (PAGE_METHODS)"
                                for m in ("visret", "needle")},
     "pictrieve.ui.needle": {"needle": "NEEDLE's review view on the page: its trust weights per topic"},
-    "pictrieve.ui.ask": {"vsa": "the Ask tab shows the Vision Search Assistant's step lines"},
+    "pictrieve.ui.state": {"plugir": "the page's state keeps the Chat tab's PlugIR graph (sessions in SQLite)",
+                           "needle": "and the Visualize tab's NEEDLE review sessions (one checkpointer per app)"},
     "pictrieve.mcp_server.service": {
         "plugir": "find_photo/answer_question are PlugIR's own tools (a paused session per photo sought)",
         "vsa": "ask_about_image is the Vision Search Assistant's own tool, with its step lines",
