@@ -89,8 +89,6 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
     """
     names = _embedder_list(embedders)
     options = ray_options(engine, batch_size, ray_settings)
-    if options is not None and ocr:
-        raise click.UsageError("--ocr reads text with --engine local only; index with it, then run --engine ray")
     if ocr:
         require_ocr()  # one line naming the extra, before a model loads or a watch starts
     if poll is not None and not watch:
@@ -113,7 +111,7 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
         from pictrieve.vectorstore.distributed.index_job import index_on_ray
 
         report = index_on_ray(store, list(sources), options, embedders=names, max_pixels=max_pixels,
-                              progress=not as_json, say=say)
+                              progress=not as_json, say=say, ocr=ocr)
     else:
         report = store.add(list(sources), embedders=names, batch_size=batch_size, workers=workers,
                            progress=not as_json, max_pixels=max_pixels, ocr=ocr)

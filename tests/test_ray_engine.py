@@ -214,6 +214,56 @@ def test_a_local_ray_instance_stores_what_local_indexing_stores(photos, chroma_s
     assert again == {**expected, "indexed": 0, "unchanged": PHOTOS}
 
 
+def test_ray_reads_text_in_photos_and_reuses_exact_copies_as_local_indexing_does(chroma_server, tiny_clip_name,
+                                                                                 tmp_path, ray_env):
+    """--ocr and exact copies on a local Ray instance: the same records (photo_text included) and the same report as
+    local indexing, copies within the run and copies of stored photos alike; the text is searchable by its words."""
+    pytest.importorskip("rapidocr", reason="text in photos needs the 'ocr' extra: pip install -e '.[ocr]'")
+    from helpers.text_pictures import screenshot, sign
+
+    from pictrieve.vectorstore.gallery import Gallery
+
+    first, second = tmp_path / "photos" / "first", tmp_path / "photos" / "second"
+    sign(first / "sign.jpg")
+    screenshot(first / "shot.png")
+    make_photo(first / "plain.png", seed=1, size=(320, 240))
+    shutil.copy(first / "sign.jpg", first / "sign-copy.jpg")  # copies within one run
+    shutil.copy(first / "plain.png", first / "zz-plain-copy.png")
+    local = Gallery.open(tmp_path / "local", tiny_clip_name)
+    expected = local.add(first, progress=False, ocr=True).to_dict()
+    assert (expected["indexed"], expected["copied"]) == (5, 2)
+    ray_run = ["--engine", "ray", "--ray-workers", "2", "--batch-size", "1"]
+    report = run_cli(index_command(first, chroma_server, tiny_clip_name, *ray_run, "--ocr"), ray_env)
+    # Ray reads each content's text once (a copy takes its twin's); local indexing read the copies' text too
+    assert report == {**expected, "text_read": 3}, report
+    remote = stored(chroma_server, tiny_clip_name)
+    assert_same_as_local(remote, local)
+    assert "sunflower42" in remote.search_text("the wifi password", k=1, hybrid=True)[0].photo_text.lower()
+    # later: a copy of a stored photo and a moved one reuse the stored vectors; the gallery remembers --ocr
+    second.mkdir()
+    shutil.copy(first / "shot.png", second / "shot-copy.png")
+    os.rename(first / "plain.png", second / "moved.png")
+    expected = local.add(second, progress=False).to_dict()
+    assert (expected["indexed"], expected["copied"]) == (2, 2)
+    assert run_cli(index_command(second, chroma_server, tiny_clip_name, *ray_run), ray_env) == expected
+    assert_same_as_local(remote, local)
+
+
+def test_copies_within_a_ray_run_wait_for_their_twin(tmp_path):
+    """The pool gets one file of each content; the driver stores the others after it (two workers embedding the
+    same content at once would each embed it). Only files of equal size are hashed."""
+    from pictrieve.vectorstore.distributed.index_job import _same_content_later
+    from pictrieve.vectorstore.indexing import PlannedFile
+
+    files = {"a.jpg": b"x" * 10, "b.jpg": b"y" * 10, "c.jpg": b"x" * 10, "d.jpg": b"x" * 11, "e.jpg": b"x" * 10}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    todo = [PlannedFile(str(tmp_path / name), name, ["e"]) for name in [*files, "gone.jpg"]]
+    pooled, later = _same_content_later(todo)
+    assert [p.id for p in pooled] == ["a.jpg", "b.jpg", "d.jpg", "gone.jpg"]  # an unreadable one: the pool reports it
+    assert [p.id for p in later] == ["c.jpg", "e.jpg"]
+
+
 def test_two_nodes_share_the_job_and_bad_files_are_reported(photos, chroma_server, tiny_clip_name, tmp_path,
                                                              two_nodes, ray_env):
     from ray.util.state import list_actors, list_tasks
