@@ -1,7 +1,8 @@
 """The MCP server: tools and resources over a :class:`~pictrieve.mcp_server.service.PictrieveService`.
 
 Tools (names fixed: agents and configs refer to them): ``search_images``, ``search_by_image``,
-``ask_about_image``, ``ask_gallery``, ``find_photo``, ``answer_question``, ``gallery_info``. Resources:
+``ask_about_image``, ``ask_gallery``, ``find_photo``, ``answer_question``, ``gallery_info``, ``find_duplicates``
+(:mod:`pictrieve.mcp_server.duplicates`). Resources:
 ``pictrieve://gallery`` (what ``pictrieve info`` shows) and ``pictrieve://image/{id}`` (a gallery image's
 bytes; ids only, never a path).
 
@@ -55,6 +56,7 @@ pictrieve searches the user's own photo gallery with language.
 - ask_gallery: a question about the user's photos, answered from the best-matching ones.
 - find_photo then answer_question: narrow down one photo the user remembers by answering questions.
 - gallery_info: what the gallery holds and what this server is set up for.
+- find_duplicates: groups of near-identical photos (resized, recompressed, cropped copies); read-only.
 Photo ids from any result work in every tool, and pictrieve://image/{id} gives a photo's full image."""
 
 IMAGE_ARGUMENT = ("The photo: a gallery id from an earlier result (e.g. 3f2a...), base64 image data or a "
@@ -385,6 +387,9 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         path = await anyio.to_thread.run_sync(service.image_file, image_id)
         return await anyio.to_thread.run_sync(viewable_bytes, path)
 
+    from pictrieve.mcp_server.duplicates import add_duplicates_tool
+
+    add_duplicates_tool(server, service.gallery)
     return server
 
 

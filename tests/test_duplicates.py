@@ -212,3 +212,40 @@ async def test_search_collapses_near_duplicates_everywhere_and_still_returns_k(n
         found = await session.call_tool("search_images", {"query": "a dog", "k": 4, "collapse_duplicates": True})
     assert not found.isError, found.content
     _distinct([{"copies": [], **hit} for hit in found.structuredContent["hits"]], original, copies)
+
+
+async def test_mcp_and_the_page_list_the_groups_read_only(near_gallery, tmp_path):
+    """MCP's find_duplicates (a real client over stdio) and the page's Duplicates tab list the planted group, behind
+    the same guards as the other tools and routes; thumbnails over MCP only when asked."""
+    from helpers.mcp import stdio_session
+    from helpers.web_page import page_client
+
+    from pictrieve.ui.app import create_app
+
+    gallery, original, copies = near_gallery
+    planted = sorted([str(original), *copies])
+    client = page_client(create_app(gallery, state_dir=tmp_path / "state"))
+    body = client.get("/api/duplicates").json()
+    assert [sorted(group["paths"]) for group in body["groups"]] == [planted], body
+    assert (body["total_groups"], body["copies"], body["compared"], body["unhashed"]) == (1, 4, 8, 0)
+    ids = body["groups"][0]["ids"]
+    assert all(client.get(f"/api/image/{id_}").status_code == 200 for id_ in ids)  # the tab's pictures, by id
+    refused = client.get("/api/duplicates", params={"max_distance": "99"})
+    assert refused.status_code == 400 and refused.json()["error"].startswith("max_distance must be"), refused.text
+    assert client.get("/api/duplicates", headers={"Origin": "http://elsewhere.example"}).status_code == 403
+    assert client.get("/api/duplicates", headers={"Host": "attacker.example"}).status_code == 421
+    assert 'data-tab="duplicates"' in client.get("/").text
+
+    async with stdio_session(["--gallery", gallery.location, "--state-dir", str(tmp_path / "mcp")]) as session:
+        tool = next(tool for tool in (await session.list_tools()).tools if tool.name == "find_duplicates")
+        found = await session.call_tool("find_duplicates", {})
+        pictured = await session.call_tool("find_duplicates", {"thumbnails": True, "limit": 1})
+        bad = await session.call_tool("find_duplicates", {"max_distance": 40})
+    assert tool.annotations.readOnlyHint and "groups" in tool.outputSchema["properties"]
+    assert not found.isError, found.content
+    groups = found.structuredContent["groups"]
+    assert [group["ids"] for group in groups] == [ids] and sorted(groups[0]["paths"]) == planted
+    assert found.structuredContent["summary"].startswith("1 groups of near-identical photos (4 copies) among 8")
+    assert not [block for block in found.content if block.type == "image"]
+    assert len([block for block in pictured.content if block.type == "image"]) == 5
+    assert bad.isError and "max_distance" in bad.content[0].text and len(bad.content) == 1

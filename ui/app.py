@@ -17,6 +17,7 @@ FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these end
   Both start a background job (:mod:`pictrieve.ui.jobs`) that ``GET /api/jobs/{id}`` reports step by step,
   and whose images ``GET /api/jobs/{id}/image/{name}`` serves from memory. ``POST /api/jobs/{id}/cancel``
   stops a job between graph steps (the page sends it when it goes away); a job nobody polls stops by itself.
+- ``GET /api/duplicates``: the gallery's groups of near-identical photos, read-only (:mod:`pictrieve.ui.duplicates`).
 - ``GET /api/methods``: :meth:`~pictrieve.agents.method.Method.describe` of every registered method, with
   the page's tab for it; ``POST /api/methods/{name}/run`` (``{"input": {...}, "settings": {...}}``) runs a
   method without a view of its own (a plugin, say) as a job (:mod:`pictrieve.ui.methods`): its generic tab.
@@ -34,7 +35,8 @@ code of its own; the tabs below name the methods they show.
 
 Each tab's routes are a router in the tab's module (:mod:`~pictrieve.ui.search`, :mod:`~pictrieve.ui.chat`,
 :mod:`~pictrieve.ui.steer`, :mod:`~pictrieve.ui.ask`, :mod:`~pictrieve.ui.visualize` with NEEDLE's,
-:mod:`~pictrieve.ui.methods` for the generic tabs); the page, its files, status, images and jobs are this
+:mod:`~pictrieve.ui.duplicates`, :mod:`~pictrieve.ui.methods` for the generic tabs); the page, its files,
+status, images and jobs are this
 module's. What the server holds between requests (the gallery, what it was started with, its jobs, the graphs
 built so far) is one :class:`~pictrieve.ui.state.PageState`, ``app.state.page``, which every route reads.
 Requests are read into values by :mod:`pictrieve.ui.forms`.
@@ -62,6 +64,7 @@ from pictrieve.tools.core.images import shown_by_browsers
 from pictrieve.tools.core.thumbnails import jpeg_thumbnail
 from pictrieve.ui.ask import router as ask_router
 from pictrieve.ui.chat import router as chat_router
+from pictrieve.ui.duplicates import router as duplicates_router
 from pictrieve.ui.forms import MAX_K, MAX_TEXT, MAX_UPLOAD_BYTES, UIError  # noqa: F401  (re-exported)
 from pictrieve.ui.guard import BodyTooLarge, PageGuard
 from pictrieve.ui.jobs import ABANDON_AFTER, MAX_RUNNING, Jobs, JobsBusy
@@ -83,7 +86,8 @@ VIEW_SIDE = 1600
 MAX_CHATS = 200
 """Chat sessions kept in ``chat.sqlite``; starting one more deletes the one touched longest ago (see
 :func:`pictrieve.ui.chat.prune_chats`)."""
-TAB_ROUTERS = (search_router, chat_router, steer_router, ask_router, visualize_router, methods_router)
+TAB_ROUTERS = (search_router, chat_router, steer_router, ask_router, visualize_router, duplicates_router,
+               methods_router)
 """Each tab's routes, in the order of the page's tabs."""
 
 

@@ -79,7 +79,7 @@ function openViewer(hit) {
   const text = (hit.metadata || {}).photo_text || "";  // read in the photo at index time (--ocr)
   $("viewer-text").textContent = text ? `Text in the photo: ${text.split("\n").join(" / ")}` : "";
   $("viewer-text").hidden = !text;
-  $("viewer-meta").textContent = `${hit.path} — score ${Number(hit.score).toFixed(3)}`;
+  $("viewer-meta").textContent = hit.score === undefined ? hit.path : `${hit.path} — score ${Number(hit.score).toFixed(3)}`;
   $("viewer").showModal();
 }
 $("viewer-close").onclick = () => $("viewer").close();
@@ -94,8 +94,49 @@ function selectTab(name) {
   document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("active", b.dataset.tab === name));
   document.querySelectorAll(".tab").forEach((s) => { s.hidden = s.id !== `tab-${name}`; });
   location.hash = name;
+  if (name === "duplicates") loadDuplicates().catch(() => {});  // the error is shown by api()
 }
 document.querySelectorAll("#tabs button").forEach((b) => b.addEventListener("click", () => selectTab(b.dataset.tab)));
+
+// --- duplicates: groups of near-identical photos, read-only ---
+async function loadDuplicates() {
+  const body = await api("/api/duplicates", {}, "finding near-identical photos…");
+  const shown = body.groups.length < body.total_groups ? ` (the first ${body.groups.length} shown)` : "";
+  let summary = `${body.total_groups} groups of near-identical photos (${body.copies} copies) among ${body.compared} photos${shown}.`;
+  if (body.unhashed) summary += ` ${body.unhashed} photos were indexed before perceptual hashes were stored and were not compared: run ${body.index_command} again to add them.`;
+  $("duplicates-summary").textContent = summary;
+  $("duplicates-summary").hidden = false;
+  $("duplicates-groups").replaceChildren(...body.groups.map((group, n) => {
+    const box = document.createElement("div");
+    box.className = "dup-group";
+    const title = document.createElement("h3");
+    title.textContent = `Group ${n + 1}: ${group.ids.length} photos (similarity at least ${Number(group.min_cosine).toFixed(2)})`;
+    const grid = document.createElement("div");
+    grid.className = "grid";
+    grid.append(...group.ids.map((id, k) => {
+      const hit = { id, path: group.paths[k], rank: k + 1, score: undefined, captions: [], metadata: {} };
+      const div = document.createElement("div");
+      div.className = "card";
+      div.dataset.id = id;
+      div.title = hit.path;
+      const img = document.createElement("img");
+      img.src = `/api/image/${encodeURIComponent(id)}`;
+      img.alt = hit.path.split("/").pop();
+      img.loading = "lazy";
+      const cap = document.createElement("div");
+      cap.className = "cap";
+      cap.textContent = hit.path.split("/").pop() || id;
+      const role = document.createElement("div");
+      role.className = "score";
+      role.textContent = k === 0 ? "the one to keep (most pixels)" : "near-identical copy";
+      div.append(img, cap, role);
+      div.addEventListener("click", () => openViewer(hit));
+      return div;
+    }));
+    box.append(title, grid);
+    return box;
+  }));
+}
 
 // --- search ---
 // The filters (as the CLI's --after/--before/--near/--radius/--place/--camera/--folder) and the hybrid switch.
