@@ -36,8 +36,8 @@ code of its own; the tabs below name the methods they show.
 Each tab's routes are a router in the tab's module (:mod:`~pictrieve.ui.search`, :mod:`~pictrieve.ui.chat`,
 :mod:`~pictrieve.ui.steer`, :mod:`~pictrieve.ui.ask`, :mod:`~pictrieve.ui.visualize` with NEEDLE's,
 :mod:`~pictrieve.ui.duplicates`, :mod:`~pictrieve.ui.methods` for the generic tabs); the page, its files,
-status, images and jobs are this
-module's. What the server holds between requests (the gallery, what it was started with, its jobs, the graphs
+status, images and jobs are this module's.
+What the server holds between requests (the gallery, what it was started with, its jobs, the graphs
 built so far) is one :class:`~pictrieve.ui.state.PageState`, ``app.state.page``, which every route reads.
 Requests are read into values by :mod:`pictrieve.ui.forms`.
 
