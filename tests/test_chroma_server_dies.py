@@ -43,3 +43,26 @@ def test_a_server_killed_mid_index_is_one_line_that_says_a_rerun_resumes(tmp_pat
     assert "Traceback" not in err, err
     (line,) = [line[line.index("error:"):] for line in err.splitlines() if "error:" in line]  # after the bar's last state
     assert url in line and "re-run" in line and "resumes" in line, line
+
+
+def test_a_search_after_the_server_died_is_a_gallery_error_naming_it(tmp_path, tiny_clip_embedder):
+    """Issue 29: what Chroma's HTTP client raises reaches no caller; a read of a gone server is one
+    :class:`GalleryUnreachableError` naming it (what the CLI, the page and MCP turn into one line)."""
+    import numpy as np
+
+    from pictrieve.vectorstore.errors import GalleryUnreachableError
+    from pictrieve.vectorstore.gallery import Gallery
+
+    server, url = start_chroma(chroma_executable(), tmp_path / "chroma")
+    try:
+        gallery = Gallery.open(url, tiny_clip_embedder)
+        vectors = np.eye(2, tiny_clip_embedder.dim, dtype=np.float32)
+        gallery.upsert(["a", "b"], vectors, [{"path": "/x/a.jpg"}, {"path": "/x/b.jpg"}])
+        assert gallery.search_vector(vectors[0], k=1)[0].id == "a"
+    finally:
+        server.kill()
+        server.wait(30)
+    for read in (lambda: gallery.search_vector(vectors[0], k=1), lambda: gallery.get(["a"]), gallery.count):
+        with pytest.raises(GalleryUnreachableError, match=url) as caught:
+            read()
+        assert caught.value.__cause__ is not None and caught.value.location == url

@@ -35,7 +35,6 @@ import functools
 import inspect
 import logging
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
@@ -71,7 +70,15 @@ from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
 )
 from pictrieve.vectorstore.reading import CollectionReader, GalleryItem
 from pictrieve.vectorstore.store import ImageStore, ImageWriter, Where  # noqa: F401 - re-exported
-from pictrieve.vectorstore.store_common import check_k as _check_k, collapse, image_search, text_search
+from pictrieve.vectorstore.store_common import (  # noqa: F401 - collapse: re-exported
+    check_k as _check_k,
+    collapse,
+    image_search,
+    missing_files,
+    sync_store,
+    text_search,
+    views_of,
+)
 from pictrieve.vectorstore.records import GALLERY_RECORD, RecordStore
 from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_of
 from pictrieve.vectorstore.relevance import mark as mark_relevance
@@ -244,16 +251,10 @@ class Gallery:
         """This view, then a view through each other embedder in ``embedders`` (one per name): the
         targets of :meth:`add` and :meth:`plan_index`. An :class:`Embedder` named like this view's
         embedder becomes this view's model."""
-        targets = [self]
-        for other in embedders or []:
-            name = other if isinstance(other, str) else other.name
-            if name == self.embedder_name or check_embedder_name(name) == self.embedder_name:
-                if not isinstance(other, str):
-                    self._embedder = self._embedder or other
-                continue
-            if name not in {t.embedder_name for t in targets}:
-                targets.append(self.with_embedder(other))
-        return targets
+        return views_of(self, embedders, self._adopt)
+
+    def _adopt(self, embedder: Embedder) -> None:
+        self._embedder = self._embedder or embedder
 
     def _chroma_client(self) -> Any:
         """The Chroma client of the gallery's database. Reading it creates nothing: a gallery folder
@@ -773,7 +774,7 @@ class Gallery:
 
     def missing_files(self) -> list[GalleryItem]:
         """Stored images whose files no longer exist (what :meth:`sync` would remove)."""
-        return [item for item in self.items() if not Path(item.path).exists()]
+        return missing_files(self)
 
     def sync(self, *, dry_run: bool = False, allow_missing_folders: bool = False,
              allow_large: bool = False) -> list[str]:
@@ -786,13 +787,7 @@ class Gallery:
         :data:`~pictrieve.vectorstore.syncing.SYNC_CONFIRM_SHARE` of the gallery would go unless
         ``allow_large``. A refusal removes nothing.
         """
-        gone = self.missing_files()
-        if not dry_run:
-            check_removal([item.path for item in gone], self.count(),
-                          allow_missing_folders=allow_missing_folders, allow_large=allow_large,
-                          location=str(self.location))
-            self.delete([item.id for item in gone])
-        return [item.path for item in gone]
+        return sync_store(self, dry_run=dry_run, allow_missing_folders=allow_missing_folders, allow_large=allow_large)
 
     def __repr__(self) -> str:
         return f"Gallery({self.location!r}, embedder={self.embedder_name!r})"

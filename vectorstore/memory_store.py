@@ -24,7 +24,6 @@ import json
 import os
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -43,8 +42,7 @@ from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_of
 from pictrieve.vectorstore.relevance import mark as mark_relevance
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 from pictrieve.vectorstore.store import Where
-from pictrieve.vectorstore.store_common import check_k, collapse, image_search, text_search
-from pictrieve.vectorstore.syncing import check_removal
+from pictrieve.vectorstore.store_common import check_k, collapse, image_search, sync_store, text_search, views_of
 
 _names = itertools.count(1)
 
@@ -158,16 +156,10 @@ class MemoryStore:
 
     def views(self, embedders: Sequence[Embedder | str] | None = None) -> list["MemoryStore"]:
         """This view, then one per other embedder in ``embedders`` (as :meth:`Gallery.views`)."""
-        targets = [self]
-        for other in embedders or []:
-            name = other if isinstance(other, str) else other.name
-            if name == self.embedder_name or check_embedder_name(name) == self.embedder_name:
-                if not isinstance(other, str):
-                    self._embedder = self._embedder or other
-                continue
-            if name not in {t.embedder_name for t in targets}:
-                targets.append(self.with_embedder(other))
-        return targets
+        return views_of(self, embedders, self._adopt)
+
+    def _adopt(self, embedder: Embedder) -> None:
+        self._embedder = self._embedder or embedder
 
     def _space(self) -> _Space | None:
         return self._db.spaces.get(self.embedder_name)
@@ -412,18 +404,10 @@ class MemoryStore:
     def plan_index(self, sources: Sources, *, embedders: Sequence[Embedder | str] | None = None) -> IndexPlan:
         return plan_index(self.views(embedders), sources)
 
-    def missing_files(self) -> list[GalleryItem]:
-        return [item for item in self.items() if not Path(item.path).exists()]
-
     def sync(self, *, dry_run: bool = False, allow_missing_folders: bool = False,
              allow_large: bool = False) -> list[str]:
         """Drop images whose files no longer exist, with :meth:`Gallery.sync`'s guard; return their paths."""
-        gone = self.missing_files()
-        if not dry_run:
-            check_removal([item.path for item in gone], self.count(), allow_missing_folders=allow_missing_folders,
-                          allow_large=allow_large, location=self.location)
-            self.delete([item.id for item in gone])
-        return [item.path for item in gone]
+        return sync_store(self, dry_run=dry_run, allow_missing_folders=allow_missing_folders, allow_large=allow_large)
 
     def __repr__(self) -> str:
         return f"MemoryStore({self.location!r}, embedder={self.embedder_name!r})"

@@ -1,20 +1,57 @@
 """What every :class:`~pictrieve.vectorstore.store.ImageStore` implementation shares, written once over the
 protocol: the checks on a request, text and image search on top of the store's own ``search_vector`` (hybrid
-keyword fusion included), and folding near-duplicate photos into one hit."""
+keyword fusion included), folding near-duplicate photos into one hit, the views of a gallery, and sync."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 from PIL import Image
 
 from pictrieve.tools.core.images import load_image
+from pictrieve.tools.models.embedders.factory import check_embedder_name
 from pictrieve.vectorstore.errors import QueryError
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.indexing import PHASH_KEY
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
+from pictrieve.vectorstore.syncing import check_removal
+
+
+def views_of(store: Any, embedders: Sequence[Any] | None, adopt: Callable[[Any], None]) -> list[Any]:
+    """``store``, then a view through each other embedder in ``embedders`` (names or embedders, one view
+    per name): the targets of indexing. An :class:`Embedder` named like ``store``'s own is handed to ``adopt`` (it
+    becomes that view's model)."""
+    targets = [store]
+    for other in embedders or []:
+        name = other if isinstance(other, str) else other.name
+        if name == store.embedder_name or check_embedder_name(name) == store.embedder_name:
+            if not isinstance(other, str):
+                adopt(other)
+            continue
+        if name not in {t.embedder_name for t in targets}:
+            targets.append(store.with_embedder(other))
+    return targets
+
+
+def missing_files(store: Any) -> list[Any]:
+    """``store``'s items whose files no longer exist (what :func:`sync_store` would remove)."""
+    return [item for item in store.items() if not Path(item.path).exists()]
+
+
+def sync_store(store: Any, *, dry_run: bool, allow_missing_folders: bool, allow_large: bool) -> list[str]:
+    """:meth:`ImageStore.sync <pictrieve.vectorstore.store.ImageStore.sync>`: drop the images whose files no longer
+    exist, behind the guard of :func:`~pictrieve.vectorstore.syncing.check_removal` (a refusal removes nothing);
+    return their paths (with ``dry_run``: the paths that would go, removing nothing)."""
+    gone = missing_files(store)
+    if not dry_run:
+        check_removal([item.path for item in gone], store.count(), allow_missing_folders=allow_missing_folders,
+                      allow_large=allow_large, location=str(store.location))
+        store.delete([item.id for item in gone])
+    return [item.path for item in gone]
 
 
 def check_k(k: int) -> None:
