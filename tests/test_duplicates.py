@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from helpers import FLICKR8K_DEV
 from helpers.cli import run
+from helpers.web_page import browser, page  # noqa: F401  (fixtures: headless Chromium and a page)
 
 from pictrieve.evaluation.near_duplicates import COPY_KINDS, write_copies
 from pictrieve.tools.core.images import load_image
@@ -249,3 +250,28 @@ async def test_mcp_and_the_page_list_the_groups_read_only(near_gallery, tmp_path
     assert not [block for block in found.content if block.type == "image"]
     assert len([block for block in pictured.content if block.type == "image"]) == 5
     assert bad.isError and "max_distance" in bad.content[0].text and len(bad.content) == 1
+
+
+@pytest.mark.browser
+def test_the_duplicates_tab_shows_each_group_with_its_pictures(near_gallery, tmp_path, page):
+    """The page in headless Chromium: the Duplicates tab lists the planted group, its five pictures load, the keeper
+    first, and a picture opens the larger view with its file."""
+    from helpers.web_page import serve
+
+    from pictrieve.ui.app import create_app
+
+    gallery, original, copies = near_gallery
+    with serve(create_app(gallery, state_dir=tmp_path / "state")) as url:
+        page.goto(url)
+        page.click("#tabs button[data-tab=duplicates]")
+        page.wait_for_function("() => { const pictures = [...document.querySelectorAll('#duplicates-groups .card img')];"
+                               " return pictures.length === 5 && pictures.every(p => p.complete && p.naturalWidth > 0); }")
+        assert page.text_content("#duplicates-summary").startswith(
+            "1 groups of near-identical photos (4 copies) among 8 photos")
+        files = page.eval_on_selector_all("#duplicates-groups .card", "cards => cards.map(c => c.title)")
+        assert sorted(files) == sorted([str(original), *copies])
+        roles = page.eval_on_selector_all("#duplicates-groups .card .score", "lines => lines.map(l => l.textContent)")
+        assert roles[0].startswith("the one to keep") and all(role == "near-identical copy" for role in roles[1:])
+        page.click("#duplicates-groups .card >> nth=1")
+        page.wait_for_selector("#viewer[open]")
+        assert page.text_content("#viewer-meta") == files[1]
