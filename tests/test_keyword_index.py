@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from pictrieve.vectorstore import keywords
-from pictrieve.vectorstore.gallery import Gallery
+from pictrieve.vectorstore.atomic_files import write_atomically
+from pictrieve.vectorstore.gallery import Gallery, chroma_client, chroma_collection
 from pictrieve.vectorstore.keywords import BM25_B, BM25_K1, INDEX_FOLDER, KeywordIndex, keyword_index
 
 VOCABULARY = ["".join(chr(97 + (i * 7 + j) % 26) for j in range(3 + i % 4)) for i in range(40)]
@@ -145,7 +146,7 @@ def test_a_write_of_k_photos_reads_those_k(gallery, reads):
     gallery.delete(["new", "r2"])
     assert [r.id for r in keyword_index(gallery).rank("venice")] == ["r1"]
     assert reads == []  # deletes are read from Chroma's log, no record is
-    gallery.collection.upsert(ids=["raw"], embeddings=_vectors(1, 2).tolist(), metadatas=[_meta("venice", "x.jpg")])
+    chroma_collection(gallery).upsert(ids=["raw"], embeddings=_vectors(1, 2).tolist(), metadatas=[_meta("venice", "x.jpg")])
     gallery.upsert(["other"], _vectors(1, 3), [_meta("oslo", "y.jpg")])  # bumps the write counter
     assert {r.id for r in keyword_index(gallery).rank("venice")} == {"r1", "raw"}
     _same_as_a_fresh_build(gallery)
@@ -191,6 +192,14 @@ def test_the_saved_index_survives_a_restart_and_a_torn_write(gallery, reads):
     keywords._cache.clear()
     _same_as_a_fresh_build(gallery)
     assert len(reads) == 60
+    # So is a torn base.
+    (base,) = [name for name in os.listdir(folder) if name.endswith(".npz")]
+    with open(f"{folder}/{base}", "r+b") as handle:
+        handle.truncate(200)
+    keywords._cache.clear()
+    reads.clear()
+    _same_as_a_fresh_build(gallery)
+    assert len(reads) == 60
 
 
 def test_a_save_that_fails_half_way_leaves_the_file_it_replaces(tmp_path):
@@ -202,7 +211,7 @@ def test_a_save_that_fails_half_way_leaves_the_file_it_replaces(tmp_path):
         raise OSError("disk full")
 
     with pytest.raises(OSError):
-        keywords._write_atomically(path, half)
+        write_atomically(path, half)
     assert path.read_text() == "good" and os.listdir(tmp_path) == ["state.json"]
 
 
@@ -225,7 +234,7 @@ def test_recent_records_merge_into_the_base_and_rank_the_same(gallery, monkeypat
 def test_a_collection_made_again_is_indexed_again(gallery):
     _same_as_a_fresh_build(gallery)
     with gallery.writing():
-        gallery.client.delete_collection(gallery.collection_name)
+        chroma_client(gallery).delete_collection(gallery.collection_name)
     again = Gallery.open(gallery.location, SyntheticEmbedder())
     again.upsert(["only"], _vectors(1, 5), [_meta("lisbon", "a.jpg")])
     assert [r.id for r in keyword_index(again).rank("lisbon")] == ["only"]

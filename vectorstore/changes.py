@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pictrieve.vectorstore.chroma_store import DATABASE_FILE, is_server
 
@@ -113,6 +115,45 @@ def snapshot(location: str, collection_name: str, since: tuple[str, int] | None 
                         deleted)
     except (sqlite3.Error, TypeError, ValueError) as exc:
         logger.debug("gallery %s: no change feed (%s)", location, exc)
+        return None
+    finally:
+        connection.close()
+
+
+def read_fields(location: str, collection_name: str, keys: Sequence[str],
+                rows: Sequence[int] | None = None) -> dict[str, tuple[int, dict[str, Any]]] | None:
+    """The scalar metadata ``keys`` of the records of ``collection_name`` (those at Chroma rows ``rows``, or all),
+    as ``{id: (row, {key: value})}``, read from the same table Chroma answers a ``where`` from (strings, ints and
+    floats; a key a record lacks is left out). ``None`` when this cannot be read (see :func:`snapshot`)."""
+    try:
+        connection = _connect(location)
+    except (OSError, sqlite3.Error) as exc:
+        logger.debug("gallery %s: no metadata table (%s)", location, exc)
+        return None
+    if connection is None:
+        return None
+    found: dict[str, tuple[int, dict[str, Any]]] = {}
+    marks = ",".join("?" * len(keys))
+    query = (f"SELECT e.id, e.embedding_id, m.key, m.string_value, m.int_value, m.float_value FROM embeddings e "
+             f"LEFT JOIN embedding_metadata m ON m.id = e.id AND m.key IN ({marks}) WHERE e.segment_id = ?")
+    try:
+        connection.execute("BEGIN")
+        segments = connection.execute(_SEGMENT, (collection_name,)).fetchall()
+        if len(segments) != 1:
+            return None
+        segment = segments[0][0]
+        batches = [None] if rows is None else [list(rows[i : i + 500]) for i in range(0, len(rows), 500)]
+        for batch in batches:
+            sql = query if batch is None else f"{query} AND e.id IN ({','.join('?' * len(batch))})"
+            for row, id_, key, text, integer, real in connection.execute(sql, (*keys, segment, *(batch or ()))):
+                fields = found.setdefault(str(id_), (int(row), {}))[1]
+                value = text if text is not None else integer if integer is not None else real
+                if key is not None and value is not None:
+                    fields[str(key)] = value
+        connection.execute("COMMIT")
+        return found
+    except (sqlite3.Error, TypeError, ValueError) as exc:
+        logger.debug("gallery %s: no metadata table (%s)", location, exc)
         return None
     finally:
         connection.close()

@@ -56,6 +56,7 @@ from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     StoreBackendError,
 )
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.filter_index import EXACT_MAX, nearest_among, passing_ids
 from pictrieve.vectorstore.photo_filter import PhotoFilter
 from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
     FailedImage,
@@ -574,8 +575,9 @@ class Gallery:
         """The ``k`` images closest to a vector in this gallery's embedding space, each with ``relevant``
         set by :meth:`relevance_cutoff`; with ``only_relevant`` those below it are dropped (maybe all).
 
-        ``where`` is a Chroma filter or a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter` (applied in the
-        store; its ``near`` radius is checked exactly on candidates, asking for more until ``k`` pass).
+        ``where`` is a Chroma filter or a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter` (the photos passing
+        it found in numpy columns by :mod:`~pictrieve.vectorstore.filter_index`, ``near``'s radius checked exactly, and
+        handed to the vector search; on a server, applied in the store, asking for more until ``k`` pass).
 
         ``collapse_duplicates`` folds each group of near-identical photos (:mod:`~pictrieve.vectorstore.duplicates`:
         perceptual hashes within a few bits, embeddings confirming) into its best-ranked member, whose ``copies``
@@ -583,8 +585,10 @@ class Gallery:
         one's copies are in) are found or the store has no more, so ``k`` hits come back when there are ``k``."""
         _check_k(k)
         photo_filter = where if isinstance(where, PhotoFilter) else None
+        allowed = None  # the ids passing a PhotoFilter, found in numpy columns (None: Chroma's ``where`` filters)
         if photo_filter is not None:
-            where = photo_filter.where()
+            allowed = None if photo_filter.is_empty else passing_ids(self, photo_filter)
+            where = photo_filter.where() if allowed is None else None
         # No count() here: on a 1M-image Chroma collection it costs ~60 ms, the query itself ~2 ms.
         collection = self._get_collection(create=False)
         if collection is None:
@@ -596,19 +600,22 @@ class Gallery:
                 f"query vector has {vector.shape[0]} dimensions, gallery {self.location} stores "
                 f"{stored}-d vectors for {self.embedder_name!r}; embed the query with that embedder"
             )
-        wanted = int(k) if photo_filter is None or not photo_filter.near else int(k) * 4
+        wanted = int(k) if photo_filter is None or not photo_filter.near or allowed is not None else int(k) * 4
         if collapse_duplicates:
             wanted = max(wanted, 2 * int(k) + 8)
         include = ["metadatas", "distances"] + (["embeddings"] if collapse_duplicates else [])
 
         def query(collection: Any, n: int) -> dict[str, Any]:
             with self._db.querying():
-                return collection.query(query_embeddings=[vector.tolist()], n_results=n, where=where, include=include)
+                if allowed is not None and len(allowed) <= EXACT_MAX:  # a few photos pass: scored exactly here
+                    return nearest_among(collection, vector, allowed, n, include)
+                return collection.query(query_embeddings=[vector.tolist()], n_results=n, where=where, include=include,
+                                        **({} if allowed is None else {"ids": allowed}))
 
         while True:
             result = self._fresh_read(lambda collection: query(collection, wanted))
             collection = self._get_collection(create=False)  # the reopened one, when the read had to reopen
-            if not result["ids"][0] and (where is None or collection.count() == 0):
+            if not result["ids"][0] and ((where is None and allowed is None) or collection.count() == 0):
                 raise self._empty_error()
             rows = range(len(result["ids"][0]))
             found = [(result["ids"][0][i], result["metadatas"][0][i], result["distances"][0][i],

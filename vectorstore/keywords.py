@@ -24,26 +24,25 @@ keyword contribution at all.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import hashlib
 import json
 import logging
 import math
-import os
 import re
 import threading
 import unicodedata
 import uuid
+import zipfile
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
 
+from pictrieve.vectorstore.atomic_files import folder_lock, write_atomically
 from pictrieve.vectorstore.changes import snapshot
 from pictrieve.vectorstore.chroma_store import is_server, read_generation
 from pictrieve.vectorstore.hits import ImageHit
@@ -428,10 +427,10 @@ class KeywordIndex:
         date with). Each file is written whole beside its place and renamed over it, so a reader, or a crash,
         never finds a half-written one; bases no state names any more are removed."""
         folder.mkdir(parents=True, exist_ok=True)
-        with self.lock, _folder_lock(folder):
+        with self.lock, folder_lock(folder):
             if self.base_file is None or not (folder / self.base_file).is_file():
                 base_file = f"{name}.{uuid.uuid4().hex[:12]}.npz"
-                _write_atomically(folder / base_file, lambda handle: np.savez(
+                write_atomically(folder / base_file, lambda handle: np.savez(
                     handle, ids=np.asarray(self._ids, dtype=str), orders=self._orders,
                     terms=np.asarray(self._terms, dtype=str), doc_ptr=self._doc_ptr, doc_terms=self._doc_terms,
                     doc_counts=self._doc_counts, term_ptr=self._term_ptr, term_docs=self._term_docs,
@@ -440,7 +439,7 @@ class KeywordIndex:
             state = {"version": STATE_VERSION, "base": self.base_file, "cursor": cursor,
                      "removed": [self._ids[slot] for slot in np.flatnonzero(~self._alive)],
                      "recent": [[id_, order, words_] for id_, (order, words_) in self._recent.items()]}
-            _write_atomically(folder / f"{name}.json",
+            write_atomically(folder / f"{name}.json",
                               lambda handle: handle.write(json.dumps(state, separators=(",", ":")).encode()))
             for old in folder.glob(f"{name}.*.npz"):
                 if old.name != self.base_file:
@@ -459,7 +458,7 @@ class KeywordIndex:
                     arrays = {key: base[key] for key in base.files}
             except FileNotFoundError:
                 continue
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
                 logger.warning("keyword index %s could not be read (%s); rebuilding it", folder / name, exc)
                 return None
             index = cls()
@@ -481,27 +480,6 @@ each write rewrites small (the merge itself is numpy work over the whole index, 
 
 INDEX_FOLDER = ".pictrieve-keywords"
 """Where an embedded gallery's keyword indexes are kept, inside its folder."""
-
-
-@contextlib.contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
-    """One saver at a time per folder (other processes wait; readers never do)."""
-    with open(folder / ".lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
-def _write_atomically(path: Path, write: Callable[[Any], Any]) -> None:
-    """Write ``path`` through a temporary file beside it, flushed to disk, then renamed over it."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 _cache: "OrderedDict[tuple[str, str, tuple[str, ...]], _Cached]" = OrderedDict()
@@ -669,12 +647,20 @@ def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) ->
     """The keyword ranking cut to the photos that pass ``where``, ranked again among them (tie-aware),
     down to ``depth`` photos and the end of the last tie."""
     filtered = where is not None and not (isinstance(where, PhotoFilter) and where.is_empty)
+    allowed = None  # the photos passing a PhotoFilter, from the filter columns (None: asked of the store)
+    if filtered and isinstance(where, PhotoFilter):
+        from pictrieve.vectorstore.filter_index import passing_ids
+
+        found = passing_ids(gallery, where)
+        allowed = None if found is None else set(found)
     kept: list[tuple[str, float, tuple[bool, bool]]] = []
     for start in range(0, len(ranked), 4 * depth):
         batch = ranked[start : start + 4 * depth]
         if len(kept) >= depth and batch[0].score < kept[-1][1]:
             break
-        if filtered:
+        if allowed is not None:
+            batch = [r for r in batch if r.id in allowed]
+        elif filtered:
             passing = gallery.metadata_where([r.id for r in batch], where)
             batch = [r for r in batch if r.id in passing]
         for found in batch:

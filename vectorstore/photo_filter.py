@@ -21,6 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 EARTH_RADIUS_KM = 6371.0088
 
+PLACE_FIELDS: tuple[str, ...] = ("place_city", "place_region", "place_country", "place")
+"""The stored fields ``place`` matches (any of them, exactly)."""
+CAMERA_FIELDS: tuple[str, ...] = ("camera", "camera_model", "camera_make")
+"""The stored fields ``camera`` matches (any of them, exactly)."""
+
 
 class FilterError(ValueError):
     """A filter that cannot be understood (a bad date, an unknown place): one line saying what to write."""
@@ -66,20 +71,20 @@ class PhotoFilter(BaseModel):
         """The Chroma ``where`` for these conditions (``None`` when there are none)."""
         terms: list[dict[str, Any]] = []
         if self.after:
-            terms.append({"taken_at_ts": {"$gte": _timestamp(self.after)}})
+            terms.append({"taken_at_ts": {"$gte": timestamp(self.after)}})
         if self.before:
-            terms.append({"taken_at_ts": {"$lt": _timestamp(self.before)}})
+            terms.append({"taken_at_ts": {"$lt": timestamp(self.before)}})
         if self.near:
-            (south, north), (west, east) = self._box()
+            (south, north), (west, east) = self.box()
             terms += [{"gps_lat": {"$gte": south}}, {"gps_lat": {"$lte": north}}]
             if west <= east:
                 terms += [{"gps_lon": {"$gte": west}}, {"gps_lon": {"$lte": east}}]
             else:  # the box crosses the antimeridian
                 terms.append({"$or": [{"gps_lon": {"$gte": west}}, {"gps_lon": {"$lte": east}}]})
         if self.place:
-            terms.append(_any_field(("place_city", "place_region", "place_country", "place"), self.place))
+            terms.append(_any_field(PLACE_FIELDS, self.place))
         if self.camera:
-            terms.append(_any_field(("camera", "camera_model", "camera_make"), self.camera))
+            terms.append(_any_field(CAMERA_FIELDS, self.camera))
         if self.folder:
             terms.append({"folder": {"$eq": self.folder}})
         if not terms:
@@ -95,7 +100,9 @@ class PhotoFilter(BaseModel):
             return False
         return distance_km(self.near, (float(lat), float(lon))) <= self.radius_km
 
-    def _box(self) -> tuple[tuple[float, float], tuple[float, float]]:
+    def box(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """``near``'s bounding box: ``((south, north), (west, east))`` in degrees (``west > east``: it crosses the
+        antimeridian); every photo within the radius is inside it."""
         assert self.near is not None
         lat, lon = self.near
         dlat = math.degrees(self.radius_km / EARTH_RADIUS_KM)
@@ -113,7 +120,8 @@ def _any_field(fields: tuple[str, ...], value: str) -> dict[str, Any]:
     return {"$or": [{name: {"$eq": value}} for name in fields]}
 
 
-def _timestamp(when: dt.datetime) -> int:
+def timestamp(when: dt.datetime) -> int:
+    """``when`` as the stored ``taken_at_ts`` (epoch seconds; a time without a zone is local time)."""
     return int((when if when.tzinfo else when.astimezone()).timestamp())
 
 

@@ -1,0 +1,159 @@
+"""Filters found in numpy columns (issue 30, filtered search at 100k): the photos passing a PhotoFilter are exactly
+those Chroma's ``where`` selects (``near``'s radius checked), filtered searches return what the store's filter
+returned, and the columns follow every write (this process's, another's, deletes), survive a restart, and are
+read again when their saved file is torn. Real embedded Chroma galleries holding synthetic vectors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pictrieve.vectorstore import filter_index
+from pictrieve.vectorstore.filter_index import FOLDER, passing_ids
+from pictrieve.vectorstore.gallery import Gallery, chroma_collection
+from pictrieve.vectorstore.photo_filter import PhotoFilter
+
+PLACES = [("Lisbon", "Lisbon", "PT", 38.72, -9.14), ("Porto", "Porto", "PT", 41.15, -8.61),
+          ("Suva", "Central", "FJ", -18.14, 178.44), ("Taveuni", "Northern", "FJ", -16.8, -179.97)]
+CAMERAS = [("Apple", "iPhone 12", "iPhone 12"), ("Canon", "Canon EOS R6", "Canon EOS R6")]
+START = dt.datetime(2019, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class SyntheticEmbedder:
+    name = "test:synthetic-8"
+    dim = 8
+
+
+def _record(rng: random.Random, i: int) -> dict:
+    when = START + dt.timedelta(days=rng.randint(0, 3 * 365), seconds=rng.randint(0, 86399))
+    meta = {"path": f"/p/{when:%Y-%m}/{i}.jpg", "folder": f"/p/{when:%Y-%m}", "name": f"{i}.jpg"}
+    if rng.random() < 0.9:
+        meta["taken_at_ts"] = int(when.timestamp())
+    if rng.random() < 0.7:
+        city, region, country, lat, lon = rng.choice(PLACES)
+        lat, lon = lat + rng.uniform(-0.3, 0.3), lon + rng.uniform(-0.3, 0.3)
+        lon = lon - 360 if lon > 180 else lon + 360 if lon < -180 else lon
+        meta.update(gps_lat=lat, gps_lon=lon if rng.random() < 0.9 else round(lon),  # a few stored as ints
+                    place=f"{city}, {region}, {country}", place_city=city, place_region=region, place_country=country)
+    if rng.random() < 0.8:
+        make, model, camera = rng.choice(CAMERAS)
+        meta.update(camera_make=make, camera_model=model, camera=camera)
+    return meta
+
+
+def _vectors(n: int, seed: int) -> np.ndarray:
+    rows = np.random.default_rng(seed).normal(size=(n, SyntheticEmbedder.dim)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def _filters(rng: random.Random) -> list[PhotoFilter]:
+    edge = START + dt.timedelta(days=400)  # a photo taken at this very second: in "after", not in "before"
+    found = [PhotoFilter(before=edge), PhotoFilter(after=edge, before=edge + dt.timedelta(days=1)), PhotoFilter(place="Nowhere"), PhotoFilter(camera="Apple"), PhotoFilter(place="FJ"),
+             PhotoFilter(near=(-17.5, 179.9), radius_km=200.0),  # a box across the antimeridian
+             PhotoFilter(near=(38.72, -9.14), radius_km=25.0), PhotoFilter(folder="/p/2020-06")]
+    for _ in range(25):
+        start = START + dt.timedelta(days=rng.randint(0, 1000))
+        found.append(PhotoFilter(
+            after=start if rng.random() < 0.7 else None,
+            before=start + dt.timedelta(days=rng.randint(1, 400)) if rng.random() < 0.6 else None,
+            near=(lambda p: (p[3], p[4]))(rng.choice(PLACES)) if rng.random() < 0.3 else None,
+            radius_km=rng.choice([5.0, 30.0, 80.0]),
+            place=rng.choice(["Lisbon", "PT", "Northern", "Suva, Central, FJ"]) if rng.random() < 0.3 else None,
+            camera=rng.choice(["Canon", "iPhone 12", "Canon EOS R6"]) if rng.random() < 0.3 else None))
+    return found
+
+
+@pytest.fixture
+def gallery(tmp_path):
+    rng = random.Random(3)
+    gallery = Gallery.open(tmp_path / "g", SyntheticEmbedder())
+    records = [_record(rng, i) for i in range(400)]
+    records[7]["taken_at_ts"] = int((START + dt.timedelta(days=400)).timestamp())
+    gallery.upsert([f"r{i}" for i in range(400)], _vectors(400, 0), records)
+    filter_index._cache.clear()
+    yield gallery
+    filter_index._cache.clear()
+
+
+def _store_answer(gallery, photo_filter: PhotoFilter) -> set[str]:
+    """What Chroma's own ``where`` selects, with ``near``'s radius checked: the filter as it ran before."""
+    found = chroma_collection(gallery).get(where=photo_filter.where(), include=["metadatas"])
+    return {id_ for id_, meta in zip(found["ids"], found["metadatas"]) if photo_filter.accepts(meta or {})}
+
+
+def _store_search(gallery, vector, k: int, photo_filter: PhotoFilter) -> list[str]:
+    found = chroma_collection(gallery).query(query_embeddings=[vector.tolist()], n_results=400, where=photo_filter.where(),
+                                     include=["metadatas"])
+    return [id_ for id_, meta in zip(found["ids"][0], found["metadatas"][0]) if photo_filter.accepts(meta or {})][:k]
+
+
+def test_the_columns_pass_exactly_what_the_store_filter_passes(gallery):
+    for photo_filter in _filters(random.Random(5)):
+        assert set(passing_ids(gallery, photo_filter)) == _store_answer(gallery, photo_filter), photo_filter
+    edge = START + dt.timedelta(days=400)
+    assert "r7" in passing_ids(gallery, PhotoFilter(after=edge)) and "r7" not in passing_ids(gallery, PhotoFilter(before=edge))
+    assert passing_ids(gallery, PhotoFilter(near=(-17.5, 179.9), radius_km=200.0))  # both sides of 180 degrees
+    assert {m["place_city"] for m in gallery.metadata_of(passing_ids(gallery, PhotoFilter(
+        near=(-17.5, 179.9), radius_km=200.0))).values()} == {"Suva", "Taveuni"}
+
+
+@pytest.mark.parametrize("exact_max", [1000, 3])  # scored here, or searched by Chroma among the passing ids
+def test_filtered_searches_return_what_the_store_filter_returned(gallery, monkeypatch, exact_max):
+    monkeypatch.setattr(filter_index, "EXACT_MAX", exact_max)
+    monkeypatch.setattr("pictrieve.vectorstore.gallery.EXACT_MAX", exact_max)
+    vectors = _vectors(6, 9)
+    for photo_filter in _filters(random.Random(6))[:14]:
+        for vector in vectors:
+            hits = gallery.search_vector(vector, k=5, where=photo_filter)
+            assert [h.id for h in hits] == _store_search(gallery, vector, 5, photo_filter), photo_filter
+            assert all(abs(h.score - float(vector @ gallery.embeddings([h.id])[0])) < 1e-5 for h in hits)
+    assert gallery.search_vector(vectors[0], k=5, where=PhotoFilter(place="Nowhere")) == []
+    assert (gallery.location, gallery.collection_name) in filter_index._cache  # the columns answered
+
+
+def test_every_write_is_seen_by_the_next_filtered_search(gallery):
+    lisbon = PhotoFilter(place="Lisbon")
+    before = set(passing_ids(gallery, lisbon))
+    gallery.upsert(["new"], _vectors(1, 1), [{"path": "/p/x.jpg", "place_city": "Lisbon"}])
+    assert set(passing_ids(gallery, lisbon)) == before | {"new"}
+    moved = sorted(before)[0]
+    gallery.update_metadata([moved], [{"place_city": "Porto", "place_region": "Porto", "place": "Porto, Porto, PT"}])
+    gallery.delete([sorted(before)[1]])
+    assert set(passing_ids(gallery, lisbon)) == (before | {"new"}) - set(sorted(before)[:2]) == _store_answer(gallery, lisbon)
+    code = ("import sys, numpy as np; from pictrieve.vectorstore.gallery import Gallery\n"
+            "class E: name = 'test:synthetic-8'; dim = 8\n"
+            "g = Gallery.open(sys.argv[1], E())\n"
+            "g.upsert(['far'], np.eye(8, dtype=np.float32)[:1], [{'path': '/q/a.jpg', 'camera': 'Leica M6'}])\n"
+            "g.delete(['new'])\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", code, gallery.location], check=True, env=env, timeout=300)
+    assert passing_ids(gallery, PhotoFilter(camera="Leica M6")) == ["far"]
+    assert "new" not in passing_ids(gallery, lisbon)
+    assert [h.id for h in gallery.search_vector(np.eye(8)[0], k=3, where=PhotoFilter(camera="Leica M6"))] == ["far"]
+
+
+def test_saved_columns_survive_a_restart_and_a_torn_file_is_read_again(gallery, monkeypatch):
+    camera = PhotoFilter(camera="Canon")
+    expected = _store_answer(gallery, camera)
+    assert set(passing_ids(gallery, camera)) == expected
+    (saved,) = (Path(gallery.location) / FOLDER).glob("*.npz")
+    gallery.upsert(["late"], _vectors(1, 2), [{"path": "/p/late.jpg", "camera": "Canon"}])  # after the save
+    filter_index._cache.clear()  # a new process: the saved columns, then what was written since
+    reads: list = []
+    real = filter_index.read_fields
+    monkeypatch.setattr(filter_index, "read_fields", lambda *args: reads.append(args[3:]) or real(*args))
+    assert set(passing_ids(gallery, camera)) == expected | {"late"}
+    assert len(reads) == 1 and len(reads[0][0]) == 1  # one record read, not 401
+    with open(saved, "r+b") as handle:
+        handle.truncate(100)
+    filter_index._cache.clear()
+    reads.clear()
+    assert set(passing_ids(gallery, camera)) == expected | {"late"}
+    assert reads == [(None,)]  # every record read again

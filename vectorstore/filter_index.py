@@ -1,0 +1,286 @@
+"""The photos that pass a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter`, found in numpy columns.
+
+Chroma answers a ``where`` from its SQLite metadata table before the vector search; at 100,000 records a date
+range took seconds there (``$gte``/``$lt`` on an integer scan far more rows than they keep) and an equality on a
+string about half a second (BENCHMARKS.md, filtered search). Here each process keeps the fields filters read
+(:data:`NUMBER_KEYS`, :data:`TEXT_KEYS`) as numpy columns, tests a filter in a few milliseconds, and hands the
+passing ids to Chroma's vector search (``query(ids=...)``, the same allow-list a ``where`` ends in), so the hits are
+those the ``where`` gives, only sooner. ``near``'s radius is checked exactly on the box's photos, as
+:meth:`PhotoFilter.accepts` does.
+
+The columns are read from the table Chroma answers a ``where`` from (:func:`~pictrieve.vectorstore.changes.read_fields`),
+once per process (about 2 s at 100k records), and kept up to date as the keyword index is: when the gallery's write
+counter moved, the records written since (by any process) are read again. A ``chroma run`` server, or a layout
+this cannot read, gets ``None``: the filter then runs in the store as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import zipfile
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pictrieve.vectorstore.atomic_files import write_atomically
+from pictrieve.vectorstore.changes import read_fields, snapshot
+from pictrieve.vectorstore.chroma_store import is_server, read_generation
+from pictrieve.vectorstore.photo_filter import PLACE_FIELDS, CAMERA_FIELDS, PhotoFilter, distance_km, timestamp
+
+logger = logging.getLogger(__name__)
+
+NUMBER_KEYS: tuple[str, ...] = ("taken_at_ts", "gps_lat", "gps_lon")
+TEXT_KEYS: tuple[str, ...] = (*PLACE_FIELDS, *CAMERA_FIELDS, "folder")
+
+MAX_CACHED = 4
+"""Galleries whose columns a process keeps."""
+
+EXACT_MAX = 1000
+"""Up to this many passing photos, their vectors are read and scored exactly here: Chroma's search over a short
+allow-list took 0.3-1.8 s at 100k records (reading 1,000 vectors: about 0.1 s); above it, Chroma searches them."""
+
+SAVE_AFTER = 1000
+"""Records changed since the columns were last saved before they are saved again (a new process reads the saved
+columns, then the records written since)."""
+
+FOLDER = ".pictrieve-filters"
+"""Where an embedded gallery's filter columns are saved, inside its folder."""
+
+
+class FilterColumns:
+    """The filter fields of a collection's records: a slot per record, numbers as float64 (NaN: missing), text as
+    codes into one vocabulary (-1: missing)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._ids: list[str] = []
+        self._slot: dict[str, int] = {}
+        self._alive = np.zeros(0, bool)
+        self._numbers = {key: np.zeros(0) for key in NUMBER_KEYS}
+        self._codes = {key: np.zeros(0, np.int32) for key in TEXT_KEYS}
+        self._vocab: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def save(self, path: Path, cursor: tuple[str, int]) -> None:
+        """Write the columns of the records there are now, and ``cursor``, to ``path`` (whole, then renamed)."""
+        with self.lock:
+            rows = np.flatnonzero(self._alive[: len(self._ids)])
+            arrays = {f"n_{key}": self._numbers[key][rows] for key in NUMBER_KEYS}
+            arrays.update({f"t_{key}": self._codes[key][rows] for key in TEXT_KEYS})
+            ids = np.asarray([self._ids[row] for row in rows], dtype=str)
+            vocab = np.asarray(sorted(self._vocab, key=self._vocab.get), dtype=str)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, lambda handle: np.savez(
+            handle, ids=ids, vocab=vocab, cursor=np.asarray(json.dumps([STATE_VERSION, *cursor])), **arrays))
+
+    @classmethod
+    def load(cls, path: Path) -> tuple["FilterColumns", tuple[str, int]] | None:
+        """The columns :meth:`save` wrote and their cursor (``None``: none, or unreadable: read them again)."""
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                version, collection_id, seq = json.loads(str(saved["cursor"]))
+                if version != STATE_VERSION:
+                    return None
+                columns = cls()
+                columns._ids = saved["ids"].tolist()
+                columns._slot = {id_: slot for slot, id_ in enumerate(columns._ids)}
+                columns._alive = np.ones(len(columns._ids), bool)
+                columns._numbers = {key: saved[f"n_{key}"].astype(np.float64) for key in NUMBER_KEYS}
+                columns._codes = {key: saved[f"t_{key}"].astype(np.int32) for key in TEXT_KEYS}
+                columns._vocab = {text: code for code, text in enumerate(saved["vocab"].tolist())}
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+            logger.warning("filter columns %s could not be read (%s); reading them again", path, exc)
+            return None
+        return columns, (str(collection_id), int(seq))
+
+    def known_ids(self) -> set[str]:
+        return set(self._slot)
+
+    def _grow(self, size: int) -> None:
+        if size <= len(self._alive):
+            return
+        capacity = max(size, 2 * len(self._alive), 1024)
+        extra = capacity - len(self._alive)
+        self._alive = np.concatenate([self._alive, np.zeros(extra, bool)])
+        for key in NUMBER_KEYS:
+            self._numbers[key] = np.concatenate([self._numbers[key], np.full(extra, np.nan)])
+        for key in TEXT_KEYS:
+            self._codes[key] = np.concatenate([self._codes[key], np.full(extra, -1, np.int32)])
+
+    def put(self, records: dict[str, tuple[int, dict[str, Any]]]) -> None:
+        """Write ``{id: (row, fields)}`` in, replacing what each id had."""
+        with self.lock:
+            for id_, (_, fields) in records.items():
+                slot = self._slot.get(id_)
+                if slot is None:
+                    slot = len(self._ids)
+                    self._grow(slot + 1)
+                    self._ids.append(id_)
+                    self._slot[id_] = slot
+                self._alive[slot] = True
+                for key in NUMBER_KEYS:
+                    value = fields.get(key)
+                    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                    self._numbers[key][slot] = float(value) if number else np.nan
+                for key in TEXT_KEYS:
+                    value = fields.get(key)
+                    self._codes[key][slot] = self._vocab.setdefault(value, len(self._vocab)) \
+                        if isinstance(value, str) else -1
+
+    def remove(self, ids: Any) -> None:
+        with self.lock:
+            for id_ in ids:
+                slot = self._slot.pop(id_, None)
+                if slot is not None:
+                    self._alive[slot] = False
+
+    def passing(self, photo_filter: PhotoFilter) -> list[str]:
+        """The ids of the records that pass ``photo_filter``: what its ``where`` selects, ``near``'s radius checked."""
+        with self.lock:
+            n = len(self._ids)
+            mask = self._alive[:n].copy()
+            taken = self._numbers["taken_at_ts"][:n]
+            if photo_filter.after:
+                mask &= taken >= timestamp(photo_filter.after)
+            if photo_filter.before:
+                mask &= taken < timestamp(photo_filter.before)
+            lat, lon = self._numbers["gps_lat"][:n], self._numbers["gps_lon"][:n]
+            if photo_filter.near:
+                (south, north), (west, east) = photo_filter.box()
+                mask &= (lat >= south) & (lat <= north)
+                mask &= ((lon >= west) & (lon <= east)) if west <= east else ((lon >= west) | (lon <= east))
+            for value, keys in ((photo_filter.place, PLACE_FIELDS), (photo_filter.camera, CAMERA_FIELDS),
+                                (photo_filter.folder, ("folder",))):
+                if value:
+                    code = self._vocab.get(value)
+                    if code is None:
+                        return []
+                    mask &= np.logical_or.reduce([self._codes[key][:n] == code for key in keys])
+            rows = np.flatnonzero(mask)
+            if photo_filter.near:
+                near, radius = photo_filter.near, photo_filter.radius_km
+                rows = [row for row in rows if distance_km(near, (float(lat[row]), float(lon[row]))) <= radius]
+            return [self._ids[row] for row in rows]
+
+
+STATE_VERSION = 1
+
+
+def nearest_among(collection: Any, vector: np.ndarray, ids: Sequence[str], n: int, include: Sequence[str]) -> dict[str, Any]:
+    """Chroma's ``query`` answer for the ``n`` records of ``ids`` closest to ``vector`` by cosine, scored exactly
+    here from their stored vectors (for short lists: see :data:`EXACT_MAX`)."""
+    got = collection.get(ids=list(ids), include=["embeddings"]) if len(ids) else {"ids": []}
+    if not len(got["ids"]):
+        return {"ids": [[]], "distances": [[]], "metadatas": [[]], "embeddings": [[]]}
+    vectors = np.asarray(got["embeddings"], dtype=np.float32)
+    query = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(query)
+    distances = 1.0 - (vectors @ query) / np.where(norms > 0, norms, 1.0)
+    order = np.argsort(distances, kind="stable")[: int(n)]
+    chosen = [got["ids"][i] for i in order]
+    metadata = dict(zip(*(lambda found: (found["ids"], found["metadatas"]))(
+        collection.get(ids=chosen, include=["metadatas"])))) if chosen else {}
+    return {"ids": [chosen], "distances": [[float(distances[i]) for i in order]],
+            "metadatas": [[metadata.get(id_) for id_ in chosen]],
+            "embeddings": [[vectors[i] for i in order]] if "embeddings" in include else None}
+
+
+@dataclass
+class _Cached:
+    stamp: Any
+    columns: FilterColumns
+    cursor: tuple[str, int]
+    unsaved: int = 0
+
+
+_cache: "OrderedDict[tuple[str, str], _Cached]" = OrderedDict()
+_cache_lock = threading.Lock()
+_sync_locks: dict[tuple[str, str], threading.Lock] = {}
+
+
+def passing_ids(gallery: Any, photo_filter: PhotoFilter) -> list[str] | None:
+    """The ids of ``gallery``'s records (this embedder's collection) that pass ``photo_filter``, as of now; ``None``
+    when the columns cannot be kept for this gallery (a server): filter in the store instead."""
+    columns = filter_columns(gallery)
+    return None if columns is None else columns.passing(photo_filter)
+
+
+def filter_columns(gallery: Any) -> FilterColumns | None:
+    """The filter columns of ``gallery``'s records, brought up to date with every write since they were read."""
+    location = str(gallery.location)
+    if is_server(location):
+        return None
+    key = (location, gallery.collection_name)
+    stamp = read_generation(location)
+    with _cache_lock:
+        cached = _cache.get(key)
+        if cached is not None and stamp is not None and cached.stamp == stamp:
+            _cache.move_to_end(key)
+            return cached.columns
+        lock = _sync_locks.setdefault(key, threading.Lock())
+    with lock:
+        with _cache_lock:
+            cached = _cache.get(key)
+        if cached is not None and stamp is not None and cached.stamp == stamp:
+            return cached.columns
+        fresh = _brought_up_to_date(location, gallery.collection_name, cached)
+        if fresh is None:
+            return None
+        fresh.stamp = stamp
+        with _cache_lock:
+            _cache[key] = fresh
+            _cache.move_to_end(key)
+            while len(_cache) > MAX_CACHED:
+                _cache.popitem(last=False)
+        return fresh.columns
+
+
+def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | None) -> _Cached | None:
+    """The columns this process holds (or the saved ones, or new ones) with the records written since applied."""
+    path = Path(location).expanduser() / FOLDER / f"{re.sub(r'[^A-Za-z0-9_-]+', '-', collection_name)}.npz"
+    if cached is None:
+        loaded = FilterColumns.load(path)
+        if loaded is not None:
+            cached = _Cached(None, *loaded)
+    seen = snapshot(location, collection_name, cached.cursor if cached else None)
+    if seen is None:
+        return None
+    same = cached is not None and cached.cursor[0] == seen.collection_id
+    columns = cached.columns if same else FilterColumns()
+    unsaved = (cached.unsaved if same else 0) + len(seen.changed) + len(seen.deleted or ())
+    keys = (*NUMBER_KEYS, *TEXT_KEYS)
+    if seen.deleted:
+        columns.remove(seen.deleted)
+    if seen.changed:
+        fields = read_fields(location, collection_name, keys, [r for _, r in seen.changed] if len(columns) else None)
+        if fields is None:
+            return None
+        columns.put(fields)
+        columns.remove(id_ for id_, _ in seen.changed if id_ not in fields)
+    if len(columns) != seen.count:  # records were deleted: keep those the collection holds
+        everything = read_fields(location, collection_name, keys)
+        if everything is None:
+            return None
+        known = columns.known_ids()
+        columns.remove(known - set(everything))
+        columns.put({id_: value for id_, value in everything.items() if id_ not in known})
+        unsaved += SAVE_AFTER
+    cursor = (seen.collection_id, seen.seq)
+    if unsaved >= SAVE_AFTER or not same:
+        try:
+            columns.save(path, cursor)
+            unsaved = 0
+        except OSError as exc:  # a gallery folder this user may not write: kept in memory only
+            logger.debug("filter columns of %s not saved (%s)", location, exc)
+    return _Cached(None, columns, cursor, unsaved)
