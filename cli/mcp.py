@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from pictrieve.cli.method_search import need_option, parse_needs
 from pictrieve.cli.runtime_options import runtime_options
 
 
@@ -51,12 +52,13 @@ from pictrieve.cli.runtime_options import runtime_options
               help="Where find_photo sessions are kept (default: the pictrieve cache folder).")
 @click.option("--max-image-mb", default=20.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Largest image a tool accepts or a resource sends.")
+@need_option
 @runtime_options
 def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int, allow_origins: tuple[str, ...],
         token: str | None,
         search: str | None, llm: str, base_url: str | None, vlm: str, vlm_base_url: str | None, detector: str,
         visualizer: str | None, captioner: str, allow_dirs: tuple[str, ...], state_dir: str | None,
-        max_image_mb: float) -> None:
+        max_image_mb: float, own_needs: tuple[str, ...] = ()) -> None:
     """Serve the gallery to MCP clients: search_images, search_by_image, ask_about_image, ask_gallery,
     find_photo / answer_question, gallery_info, and the resources pictrieve://gallery and pictrieve://image/{id}.
 
@@ -79,6 +81,7 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
     elif token:
         click.echo("pictrieve mcp: --token applies to --transport http only; ignored over stdio", err=True)
     _check_names(llm, base_url, vlm, vlm_base_url, search, visualizer)
+    needs = parse_needs(own_needs)  # a misspelt need: one line, before the gallery opens
     # Protocol messages alone on stdout: the original stream is kept for them, and anything else written to
     # it (a library's print, a native library's message) goes to stderr.
     protocol = _take_stdout() if transport == "stdio" else None
@@ -87,7 +90,7 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
         state_dir=Path(state_dir) if state_dir else default_checkpoint_path().parent / "mcp",
         llm=llm, base_url=base_url, vlm=vlm, vlm_base_url=vlm_base_url, detector=detector, search=search,
         visualizer=visualizer, captioner=captioner, allowed_dirs=AllowedDirs.of(allow_dirs),
-        max_image_bytes=int(max_image_mb * 2**20))
+        max_image_bytes=int(max_image_mb * 2**20), needs=needs)
     server = create_server(PictrieveService(opened, settings), host=host, port=port, allowed_origins=allow_origins)
     where = (f"streamable HTTP at http://{url_host(host)}:{port}/mcp"
              + (" (bearer token required)" if token else "")) if transport == "http" else "stdio"

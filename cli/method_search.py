@@ -233,12 +233,36 @@ def _given_needs(options: dict[str, Any], own_needs: tuple[str, ...]) -> dict[st
     """What was given for needs: the need options' values by need (or endpoint) name, and ``--need NAME=VALUE``."""
     given = {key: (list(value) if isinstance(value, tuple) else value) for key, value in options.items()
              if value not in (None, "", ())}
-    for item in own_needs:
+    given.update(parse_needs(own_needs))
+    return given
+
+
+def parse_needs(items: tuple[str, ...]) -> dict[str, str]:
+    """``--need NAME=VALUE`` options (a need a method declares itself) as ``{name: value}``; a malformed one, or
+    a name no registered method declares, is a usage error (one line)."""
+    given: dict[str, str] = {}
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise click.UsageError(f"--need takes NAME=VALUE, got {item!r}")
         given[key.strip()] = value.strip()
+    if given:
+        from pictrieve.agents.needs import all_needs
+        from pictrieve.graphs.registry import methods
+
+        known = {name for name, need in all_needs(methods()).items() if not need.brought_by_caller}
+        unknown = [key for key in given if key not in known]
+        if unknown:
+            raise click.UsageError(f"--need {unknown[0]}: no registered method needs it; known needs: "
+                                   f"{', '.join(sorted(known))}")
     return given
+
+
+def need_option(function: Any) -> Any:
+    """``--need NAME=VALUE`` (repeatable) for the server commands: a need a method declares itself."""
+    return click.option("--need", "own_needs", multiple=True, metavar="NAME=VALUE",
+                        help="A need a method declares itself (a plugin's), by name (repeatable); "
+                             "`pictrieve methods` lists each method's needs.")(function)
 
 
 def _needs(spec: Any, given: dict[str, Any], store: Any) -> dict[str, Any]:

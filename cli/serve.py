@@ -24,11 +24,39 @@ from pictrieve.cli.runtime_options import runtime_options, runtime_settings
 
 logger = logging.getLogger(__name__)
 
-SETTING_OPTIONS = {  # option name -> environment variable the served graphs read (graphs/serving.py)
-    "llm": "PICTRIEVE_LLM", "base_url": "PICTRIEVE_BASE_URL", "vlm": "PICTRIEVE_VLM",
-    "vlm_base_url": "PICTRIEVE_VLM_BASE_URL", "visualizer": "PICTRIEVE_VISUALIZER", "detector": "PICTRIEVE_DETECTOR",
-    "search": "PICTRIEVE_SEARCH", "captioner": "PICTRIEVE_CAPTIONER", "qc2_model": "PICTRIEVE_QC2_MODEL",
-}
+def setting_variables() -> dict[str, str]:
+    """Option name -> the environment variable the served graphs read it from, as the need registry declares
+    (:data:`pictrieve.agents.needs.NEEDS`: a need's ``configurable`` key, else its name; its endpoint's key)."""
+    from pictrieve.agents.needs import NEEDS
+
+    found: dict[str, str] = {}
+    for need in NEEDS.values():
+        if need.env_var:
+            found[need.config_key or need.name] = need.env_var
+        if need.endpoint is not None:
+            found[need.endpoint.key] = need.endpoint.env_var
+    return found
+
+
+SETTING_OPTIONS = setting_variables()
+"""The options above that set a need, and the variable each sets (graphs/serving.py reads them)."""
+
+
+def own_need_variables(items: tuple[str, ...]) -> dict[str, str]:
+    """``--need NAME=VALUE`` (a need a plugin declares itself) as the environment variable its need declares."""
+    from pictrieve.agents.needs import all_needs
+    from pictrieve.cli.method_search import parse_needs
+    from pictrieve.graphs.registry import methods
+
+    declared = all_needs(methods())
+    found = {}
+    for name, value in parse_needs(items).items():
+        variable = declared[name].env_var
+        if not variable:
+            raise click.BadParameter(f"the need {name} declares no environment variable: the server cannot be "
+                                     "given it", param_hint="--need")
+        found[variable] = value
+    return found
 
 
 def parse_allow(values: tuple[str, ...]) -> dict[str, list[str]]:
@@ -78,10 +106,12 @@ def parse_allow(values: tuple[str, ...]) -> dict[str, list[str]]:
 @click.option("--write-config", "write_config", default=None, type=click.Path(dir_okay=False), metavar="PATH",
               help="Write a langgraph.json serving every registered method (installed plugins included) to PATH "
                    "and exit; the settings above go into its env. Then: langgraph dev --config PATH.")
+@click.option("--need", "own_needs", multiple=True, metavar="NAME=VALUE",
+              help="A need a method declares itself (a plugin's), by name (repeatable): sets the variable it declares.")
 @runtime_options
 def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ...], cors_origins: tuple[str, ...],
           token: str | None, host: str, port: int, write_config: str | None, web_search: str | None,
-          **settings: str | None) -> None:
+          own_needs: tuple[str, ...] = (), **settings: str | None) -> None:
     """Serve every method (search, PlugIR, QC2, ... and installed plugins) with `langgraph dev`.
 
     Needs the LangGraph CLI: pip install "pictrieve[serve]". Clients talk to it with langgraph-sdk or
@@ -105,6 +135,7 @@ def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ..
         raise click.UsageError(str(exc)) from None
     env = {**({ENV_GALLERY: gallery} if gallery else {}),
            **{SETTING_OPTIONS[key]: value for key, value in settings.items() if value},
+           **own_need_variables(own_needs),
            **({ENV_ALLOW: json.dumps(parse_allow(allow))} if allow else {}),
            **({ENV_ALLOW_DIRS: os.pathsep.join(map(str, dirs.dirs))} if dirs else {}),
            **({ENV_CORS_ORIGINS: " ".join(o.rstrip("/") for o in cors_origins)} if cors_origins else {})}

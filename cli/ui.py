@@ -6,6 +6,7 @@ import socket
 
 import click
 
+from pictrieve.cli.method_search import need_option, parse_needs
 from pictrieve.cli.runtime_options import runtime_options
 
 
@@ -43,10 +44,11 @@ def free_port(host: str) -> int:
 @click.option("--port", default=0, type=click.IntRange(0, 65535), help="Port (default: a free one, printed on start).")
 @click.option("--state-dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Where chat sessions are kept (default: the user cache folder).")
+@need_option
 @runtime_options
 def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, captioner: str, visualizer: str | None,
        image_embedder: str | None, search: str | None, detector: str, vlm: str, vlm_base_url: str | None, host: str, port: int,
-       allow_hosts: tuple[str, ...], state_dir: str | None) -> None:
+       allow_hosts: tuple[str, ...], state_dir: str | None, own_needs: tuple[str, ...] = ()) -> None:
     """Serve a web page to search, chat (PlugIR), steer (QC2), visualize (VisRet, NEEDLE) and ask (VSA) over a gallery.
 
     Opens nothing by itself: visit the printed URL in a browser.
@@ -73,6 +75,7 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
     # the operator's endpoints answer before anything else (a dead one is one line, not a failed first run)
     check_endpoint(llm, base_url)
     check_endpoint(vlm, vlm_base_url, option="--vlm", base_option="--vlm-base-url")
+    needs = parse_needs(own_needs)  # a misspelt need: one line, before the gallery opens
     opened = Gallery.open(gallery, embedder, create=False)  # opening never writes
     if image_embedder and image_embedder not in opened.embedder_names:
         raise click.UsageError(f"--image-embedder {image_embedder}: the gallery holds {', '.join(opened.embedder_names)}; "
@@ -86,7 +89,7 @@ def ui(gallery: str, embedder: str | None, llm: str, base_url: str | None, capti
                                  "vlm": create_region_captioner(vlm, base_url=vlm_base_url)},
                      visualizer=visualizer,
                      visualize_context={"image_embedder": image_embedder} if image_embedder else None,
-                     bound=host, allowed_hosts=allow_hosts)
+                     bound=host, allowed_hosts=allow_hosts, needs=needs)
     port = port or free_port(host)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"pictrieve ui: {opened.count()} images in {opened.location}")

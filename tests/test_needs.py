@@ -188,3 +188,39 @@ def test_the_command_line_gives_a_plugins_own_need_with_need_and_refuses_what_do
         _needs(labelled, {"base_url": "http://127.0.0.1:9/v1"}, "G")
     with pytest.raises(click.UsageError, match="--need takes NAME=VALUE"):
         _given_needs({}, ("label",))
+
+
+def test_the_server_commands_take_a_plugins_own_need_by_name(labelled):
+    import click
+
+    from pictrieve.cli.method_search import parse_needs
+    from pictrieve.mcp_server.service import ServerSettings
+
+    assert parse_needs(("label=mine",)) == {"label": "mine"}
+    with pytest.raises(click.UsageError, match="--need lable: no registered method needs it; known needs: .*label"):
+        parse_needs(("lable=mine",))
+    with pytest.raises(click.UsageError, match="--need checkpointer"):  # brought by the front end, never given
+        parse_needs(("checkpointer=x",))
+    settings = ServerSettings(state_dir="s", llm="openai:m", base_url="http://127.0.0.1:9/v1", visualizer="exemplar:d",
+                              needs={"label": "mine"})
+    given = settings.given_needs()  # the MCP server's options, by need name, for the need registry
+    assert given["llm"] == "openai:m" and given["base_url"] == "http://127.0.0.1:9/v1"
+    assert given["visualizers"] == "exemplar:d" and given["label"] == "mine" and given["captioner"] == "auto"
+    assert resolve_needs(labelled, given, gallery="G", defaults=False)["label"]["label"] == "mine"
+
+
+def test_pictrieve_serve_gives_a_plugins_own_need_and_lets_runs_choose_it_only_when_allowed(labelled, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from pictrieve.cli.serve import SETTING_OPTIONS, serve
+
+    assert SETTING_OPTIONS["visualizer"] == "PICTRIEVE_VISUALIZER" and SETTING_OPTIONS["base_url"] == "PICTRIEVE_BASE_URL"
+    path = tmp_path / "langgraph.json"
+    done = CliRunner().invoke(serve, ["--write-config", str(path), "--need", "label=mine", "--allow", "label=a,b"])
+    assert done.exit_code == 0, done.output
+    env = json.loads(path.read_text())["env"]
+    assert env["TOY_LABEL"] == "mine" and json.loads(env["PICTRIEVE_SERVE_ALLOW"]) == {"label": ["a", "b"]}
+    refused = CliRunner().invoke(serve, ["--write-config", str(path), "--allow", "base_url=http://127.0.0.1:9"])
+    assert refused.exit_code == 2 and "never chosen by a run" in refused.output
