@@ -44,7 +44,7 @@ class NeedDefinitionError(ValueError):
 class MissingNeedError(PictrieveError, ValueError):
     """A method needs something nobody gave (a visualizer, say); :attr:`need` says how an operator gives it."""
 
-    def __init__(self, method: str, need: "Need") -> None:
+    def __init__(self, method: str, need: Need) -> None:
         self.method, self.need = method, need
         super().__init__(f"{method} needs {need.description}: {need.how_to_give()}")
 
@@ -193,7 +193,10 @@ def names_of(value: Any) -> list[Any]:
 def _chat_model(value: Any, context: NeedContext) -> Any:
     if value is None or not isinstance(value, str):
         return value
-    from pictrieve.tools.models.chat_models import LANGCHAIN_PROVIDERS, create_chat_model
+    from pictrieve.tools.models.chat_models import (
+        LANGCHAIN_PROVIDERS,
+        create_chat_model,
+    )
 
     # An endpoint belongs to a provider's model; one that runs in the process (offline, local:DIR) calls none.
     endpoint = context.endpoint if value.partition(":")[0] in LANGCHAIN_PROVIDERS else None
@@ -208,7 +211,10 @@ def _chat_model(value: Any, context: NeedContext) -> Any:
 def _visualizer(value: Any, context: NeedContext) -> Any:
     if not isinstance(value, str):
         return value
-    from pictrieve.tools.models.visualizers import check_visualizer_name, create_visualizer
+    from pictrieve.tools.models.visualizers import (
+        check_visualizer_name,
+        create_visualizer,
+    )
 
     name = check_visualizer_name(value)  # a missing extra: one line now, before anything loads
     return context.make(("visualizer", name), lambda: create_visualizer(name))

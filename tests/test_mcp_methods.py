@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from helpers.mcp import COLOURS, server_env, stdio_session
 from helpers.method_plugins import install_toy, plugin_env
 from helpers.qc2_fakes import train_tiny_qc2
+from PIL import Image
 
 pytestmark = pytest.mark.server
 

@@ -4,11 +4,21 @@ operator rule a server's callers meet, all in one place that every front end cal
 from __future__ import annotations
 
 import pytest
-
 from pictrieve.agents.method import Method, MethodDefinitionError
-from pictrieve.agents.needs import (NEEDS, MissingNeedError, Need, NeedContext, NeedDefinitionError, NeedNotAllowed,
-                                    check_caller_choices, choosable, missing_needs, names_of, operator_only,
-                                    resolve_needs)
+from pictrieve.agents.needs import (
+    NEEDS,
+    MissingNeedError,
+    Need,
+    NeedContext,
+    NeedDefinitionError,
+    NeedNotAllowed,
+    check_caller_choices,
+    choosable,
+    missing_needs,
+    names_of,
+    operator_only,
+    resolve_needs,
+)
 
 SCHEMAS = {"builder": "x:y", "settings": "x:y", "input_schema": "x:y", "output_schema": "x:y"}
 
@@ -176,7 +186,6 @@ def test_the_langgraph_server_resolves_a_plugins_own_need_under_the_operator_rul
 
 def test_the_command_line_gives_a_plugins_own_need_with_need_and_refuses_what_does_not_apply(labelled):
     import click
-
     from pictrieve.cli.method_search import _given_needs, _needs
 
     given = _given_needs({"llm": None, "visualizers": (), "qc2_model": None}, ("label=mine",))
@@ -192,7 +201,6 @@ def test_the_command_line_gives_a_plugins_own_need_with_need_and_refuses_what_do
 
 def test_the_server_commands_take_a_plugins_own_need_by_name(labelled):
     import click
-
     from pictrieve.cli.method_search import parse_needs
     from pictrieve.mcp_server.service import ServerSettings
 
@@ -213,7 +221,6 @@ def test_pictrieve_serve_gives_a_plugins_own_need_and_lets_runs_choose_it_only_w
     import json
 
     from click.testing import CliRunner
-
     from pictrieve.cli.serve import SETTING_OPTIONS, serve
 
     assert SETTING_OPTIONS["visualizer"] == "PICTRIEVE_VISUALIZER" and SETTING_OPTIONS["base_url"] == "PICTRIEVE_BASE_URL"
