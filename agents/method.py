@@ -34,10 +34,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pictrieve.agents.needs import NEEDS, Need
 from pictrieve.tools.core.registry import load_target as load_registered_target
+
+if TYPE_CHECKING:  # a light import: the registry reads Method objects before any store or model is needed
+    from pictrieve.vectorstore.store import ImageStore
 
 GALLERY_MODES = ("required", "optional")
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -145,7 +148,7 @@ class Method:
     def output_class(self) -> type:
         return load_target(self.output_schema)
 
-    def build(self, index: Any, **kwargs: Any) -> Any:
+    def build(self, index: ImageStore, **kwargs: Any) -> Any:
         """Compile the method's graph over ``index`` (keyword arguments go to the builder; ``name``
         defaults to the method's)."""
         kwargs.setdefault("name", self.name)

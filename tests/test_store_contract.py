@@ -198,3 +198,24 @@ def test_photos_index_and_search_by_text_image_and_words(store, tmp_path):
     assert store.search_image(folder / "p1.png", k=1)[0].path == str(folder / "p1.png")
     (folder / "p2.png").unlink()
     assert store.sync(allow_large=True) == [str(folder / "p2.png")] and store.count() == 2
+
+
+def test_an_exact_copy_reuses_its_twin_and_folds_into_it(store, tmp_path):
+    """A copy of a stored photo takes its twin's vector (found by content hash, ``find_content``), and a search
+    with ``collapse_duplicates`` returns the pair once, the copy listed in ``copies``."""
+    folder = tmp_path / "photos"
+    for i in range(3):
+        make_photo(folder / f"p{i}.png", seed=i)
+    store.add(folder, progress=False)
+    twin = folder / "copies" / "p0-again.png"
+    twin.parent.mkdir()
+    twin.write_bytes((folder / "p0.png").read_bytes())
+    found = store.find_content(store.get([path_id(folder / "p0.png")])[0].metadata["sha256"])
+    assert found is not None and found[0] == path_id(folder / "p0.png")
+    store.add(folder, progress=False)
+    assert store.count() == 4
+    np.testing.assert_allclose(*store.embeddings([path_id(folder / "p0.png"), path_id(twin)]), atol=1e-6)
+    hits = store.search_image(folder / "p0.png", k=3, collapse_duplicates=True)
+    assert len(hits) == 3 and len({hit.path for hit in hits} & {str(folder / "p0.png"), str(twin)}) == 1
+    assert hits[0].copies and set(hits[0].copies) | {hits[0].path} == {str(folder / "p0.png"), str(twin)}
+    assert len(store.search_text("a photo", k=3, hybrid=True, collapse_duplicates=True)) == 3
