@@ -175,11 +175,13 @@ class PictrieveService:
             from pictrieve.graphs.checkpoints import sqlite_checkpointer
             from pictrieve.graphs.plugir import default_arm
 
+            method = get_method("plugir")
             saver = sqlite_checkpointer(Path(self.settings.state_dir) / "plugir-sessions.sqlite")
-            graph = get_method("plugir").build(self.gallery, llm=llm, captioner=self.settings.captioner,
-                                               checkpointer=saver)
-            return PhotoSessions(graph, {"shown_k": SHOWN_PER_ROUND, "arm": default_arm(llm)},
-                                 get_method("plugir").step_table())
+            # its needs as every graph's, the chat model the one the other tools share
+            kwargs = resolve_needs(method, {**self.settings.given_needs(), "llm": llm}, gallery=self.gallery,
+                                   make=self._need_cache(progress))
+            graph = method.build(self.gallery, checkpointer=saver, **kwargs)
+            return PhotoSessions(graph, {"shown_k": SHOWN_PER_ROUND, "arm": default_arm(llm)}, method.step_table())
 
         return self._part("sessions", build, progress, "the find-photo method (PlugIR)")
 
