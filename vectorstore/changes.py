@@ -121,10 +121,11 @@ def snapshot(location: str, collection_name: str, since: tuple[str, int] | None 
 
 
 def read_fields(location: str, collection_name: str, keys: Sequence[str],
-                rows: Sequence[int] | None = None) -> dict[str, tuple[int, dict[str, Any]]] | None:
+                rows: Sequence[int] | None = None, list_keys: Sequence[str] = ()) -> dict[str, tuple[int, dict[str, Any]]] | None:
     """The scalar metadata ``keys`` of the records of ``collection_name`` (those at Chroma rows ``rows``, or all),
     as ``{id: (row, {key: value})}``, read from the same table Chroma answers a ``where`` from (strings, ints and
-    floats; a key a record lacks is left out). ``None`` when this cannot be read (see :func:`snapshot`)."""
+    floats; a key a record lacks is left out), and the list values of ``list_keys`` (their items in no set order).
+    ``None`` when this cannot be read (see :func:`snapshot`)."""
     try:
         connection = _connect(location)
     except (OSError, sqlite3.Error) as exc:
@@ -150,6 +151,16 @@ def read_fields(location: str, collection_name: str, keys: Sequence[str],
                 value = text if text is not None else integer if integer is not None else real
                 if key is not None and value is not None:
                     fields[str(key)] = value
+            if list_keys:
+                listed = (f"SELECT e.embedding_id, a.key, a.string_value, a.int_value, a.float_value "
+                          f"FROM embedding_metadata_array a JOIN embeddings e ON e.id = a.id "
+                          f"WHERE e.segment_id = ? AND a.key IN ({','.join('?' * len(list_keys))})")
+                if batch is not None:
+                    listed += f" AND a.id IN ({','.join('?' * len(batch))})"
+                for id_, key, text, integer, real in connection.execute(listed, (segment, *list_keys, *(batch or ()))):
+                    value = text if text is not None else integer if integer is not None else real
+                    if str(id_) in found and value is not None:
+                        found[str(id_)][1].setdefault(str(key), []).append(value)
         connection.execute("COMMIT")
         return found
     except (sqlite3.Error, TypeError, ValueError) as exc:
