@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -262,6 +263,20 @@ def test_copies_within_a_ray_run_wait_for_their_twin(tmp_path):
     pooled, later = _same_content_later(todo)
     assert [p.id for p in pooled] == ["a.jpg", "b.jpg", "d.jpg", "gone.jpg"]  # an unreadable one: the pool reports it
     assert [p.id for p in later] == ["c.jpg", "e.jpg"]
+    # two named pipes (same size, 0) and two empty files are left to the pool: reading a pipe here would wait forever
+    odd = []
+    for name in ("p1.jpg", "p2.jpg"):
+        os.mkfifo(tmp_path / name)
+        odd.append(PlannedFile(str(tmp_path / name), name, ["e"]))
+    for name in ("empty1.jpg", "empty2.jpg"):
+        (tmp_path / name).write_bytes(b"")
+        odd.append(PlannedFile(str(tmp_path / name), name, ["e"]))
+    split: list = []
+    worker = threading.Thread(target=lambda: split.append(_same_content_later(odd)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert split, "the driver waited on a named pipe"
+    assert [p.id for p in split[0][0]] == ["p1.jpg", "p2.jpg", "empty1.jpg", "empty2.jpg"] and split[0][1] == []
 
 
 def test_two_nodes_share_the_job_and_bad_files_are_reported(photos, chroma_server, tiny_clip_name, tmp_path,

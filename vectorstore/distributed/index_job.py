@@ -24,6 +24,7 @@ import functools
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -181,13 +182,16 @@ def index_on_ray(
 def _same_content_later(todo: Sequence[PlannedFile]) -> tuple[list[PlannedFile], list[PlannedFile]]:
     """Split the plan into the files for the pool and the later files of each group with the same content (the
     driver stores those after the pool, as copies). Only files whose byte size another planned file has are
-    hashed; one that cannot be read stays with the pool, which reports it as local indexing would."""
+    hashed, and only regular non-empty files; one that cannot be read stays with the pool, which reports it as local
+    indexing would."""
     sizes: dict[int, list[PlannedFile]] = {}
     for planned in todo:
         try:
-            sizes.setdefault(os.stat(planned.path).st_size, []).append(planned)
+            found = os.stat(planned.path)
         except OSError:
             continue
+        if stat.S_ISREG(found.st_mode) and found.st_size:  # never read a pipe here (it would wait for a writer)
+            sizes.setdefault(found.st_size, []).append(planned)
     later: set[str] = set()
     for same_size in (group for group in sizes.values() if len(group) > 1):
         first_of: dict[str, str] = {}
