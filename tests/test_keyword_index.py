@@ -44,6 +44,15 @@ def _lucene_bm25(documents: list[list[str]], terms: list[str]) -> list[float]:
     return out
 
 
+def test_records_without_words_count_wherever_they_are():
+    for documents in ([["lisbon"], ["porto", "porto"], []], [[], []], [[], ["lisbon"], []]):
+        index = KeywordIndex([str(n) for n in range(len(documents))], documents)
+        assert len(index) == len(documents)
+        expected = _lucene_bm25(documents, ["lisbon"])
+        assert {r.id: round(r.score, 5) for r in index.rank("lisbon")} == \
+            {str(n): round(score, 5) for n, score in enumerate(expected) if score > 0}
+
+
 def test_an_index_changed_record_by_record_ranks_as_a_fresh_one_and_as_bm25s():
     rng = random.Random(0)
     documents = {f"id{i}": _document(rng) for i in range(300)}

@@ -219,9 +219,8 @@ class KeywordIndex:
         self._term_ptr = np.asarray(arrays["term_ptr"], np.int64)
         self._term_docs = np.asarray(arrays["term_docs"], np.int32)
         self._term_counts = np.asarray(arrays["term_counts"], np.float32)
-        self._lengths = np.add.reduceat(self._doc_counts.astype(np.float64), self._doc_ptr[:-1]) \
-            if len(self._doc_counts) else np.zeros(n)
-        self._lengths[np.diff(self._doc_ptr) == 0] = 0  # reduceat gives the next record's first count there
+        owner = np.repeat(np.arange(n), np.diff(self._doc_ptr))
+        self._lengths = np.bincount(owner, weights=self._doc_counts, minlength=n).astype(np.float64)
         self._df = np.diff(self._term_ptr)
         self._dead = 0
         self._total_length = float(self._lengths.sum())
