@@ -257,3 +257,28 @@ def test_a_collection_made_again_is_indexed_again(gallery):
     again = Gallery.open(gallery.location, SyntheticEmbedder())
     again.upsert(["only"], _vectors(1, 5), [_meta("lisbon", "a.jpg")])
     assert [r.id for r in keyword_index(again).rank("lisbon")] == ["only"]
+
+
+def test_a_gallery_restored_from_an_older_copy_is_indexed_again(gallery, tmp_path, monkeypatch):
+    import shutil
+
+    from pictrieve.vectorstore import filter_index
+    from pictrieve.vectorstore.photo_filter import PhotoFilter
+
+    monkeypatch.setattr(filter_index, "SAVE_AFTER", 1)  # the filter columns are saved after each change too
+
+    _same_as_a_fresh_build(gallery)
+    filter_index.passing_ids(gallery, PhotoFilter(folder="/photos/lisbon"))
+    database = os.path.join(gallery.location, "chroma.sqlite3")
+    shutil.copy(database, tmp_path / "backup.sqlite3")
+    gallery.update_metadata(["r0"], [{"folder": "/photos/venice"}])
+    gallery.upsert(["new"], _vectors(1, 1), [_meta("venice", "gondola.jpg")])
+    assert {r.id for r in keyword_index(gallery).rank("venice")} == {"r0", "new"}  # saved beside the gallery
+    assert "r0" not in filter_index.passing_ids(gallery, PhotoFilter(folder="/photos/lisbon"))
+    keywords._cache.clear()
+    filter_index._cache.clear()  # a new process, after the gallery's database was put back as it was
+    shutil.copy(tmp_path / "backup.sqlite3", database)
+    assert keyword_index(gallery).rank("venice") == []
+    _same_as_a_fresh_build(gallery)
+    assert "r0" in filter_index.passing_ids(gallery, PhotoFilter(folder="/photos/lisbon"))
+    filter_index._cache.clear()

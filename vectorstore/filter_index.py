@@ -254,6 +254,9 @@ def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | N
         if loaded is not None:
             cached = _Cached(None, *loaded)
     seen = snapshot(location, collection_name, cached.cursor if cached else None)
+    if seen is not None and cached is not None and seen.seq < cached.cursor[1]:
+        # The database is older than the columns (a folder restored from a backup): read every record again.
+        cached, seen = None, snapshot(location, collection_name)
     if seen is None:
         return None
     same = cached is not None and cached.cursor[0] == seen.collection_id

@@ -546,6 +546,9 @@ def _brought_up_to_date(gallery: Any, key: tuple[str, str, tuple[str, ...]], cac
         loaded = KeywordIndex.load(folder, name)
         cached = _Cached(None, loaded[0], _cursor(loaded[1])) if loaded else _Cached(None, KeywordIndex(), None)
     seen = snapshot(location, collection_name, cached.cursor)
+    if seen is not None and cached.cursor is not None and seen.seq < cached.cursor[1]:
+        # The database is older than the index (a folder restored from a backup): start again from its records.
+        cached, seen = _Cached(None, KeywordIndex(), None), snapshot(location, collection_name)
     if seen is None:
         return None
     index, changed = cached.index, bool(seen.changed or seen.deleted)
