@@ -294,8 +294,12 @@ def test_two_nodes_share_the_job_and_bad_files_are_reported(photos, chroma_serve
     local = Gallery.open(tmp_path / "local", tiny_clip_name)
     expected = local.add(photos, batch_size=4, progress=False).to_dict()
     assert len(expected["failed"]) == 2
+    # Ray Data waits for both workers to be up before the first batch (not its default, which starts them
+    # asynchronously): on a loaded machine the second node's worker was still starting when the first had
+    # taken every batch, so "both nodes ran the job's workers" below failed now and then.
+    waiting = {**ray_env, "RAY_DATA_DEFAULT_WAIT_FOR_MIN_ACTORS_S": "600"}
     report = run_cli(index_command(photos, chroma_server, tiny_clip_name, "--engine", "ray", "--ray-address",
-                                   two_nodes["address"], "--ray-workers", "2", "--batch-size", "4"), ray_env)
+                                   two_nodes["address"], "--ray-workers", "2", "--batch-size", "4"), waiting)
     assert report == expected  # the same counts, and the bad files with the same reasons
     remote = stored(chroma_server, tiny_clip_name)
     assert_same_as_local(remote, local)
