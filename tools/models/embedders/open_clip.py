@@ -46,9 +46,10 @@ logger = logging.getLogger(__name__)
 RANDOM_WEIGHTS = "random"
 
 IMAGE_RUNTIME = "onnx"
-"""The image tower's runtime on a CPU unless told otherwise: ONNX Runtime ran ViT-B-32's tower 1.48x torch's
-images/s with the same vectors, and ``pictrieve index`` 1.00-1.13x (two runs on a loaded machine; ``BENCHMARKS.md``,
-"open_clip image towers on ONNX Runtime"). Set it to ``"torch"`` if a quiet rerun finds it slower end to end."""
+"""The image tower's runtime on a CPU unless told otherwise. With the fused export (:func:`export_tower`,
+:func:`tower_fusion`) ONNX Runtime ran ViT-B-32's ``pictrieve index`` at 1.29x torch's images/s on a loaded 2-core
+machine, 1.16x through ``Gallery.add`` (1.20x on the model) on a quiet 16-core Xeon, and level with torch (1.00x)
+on 2 quiet Xeon cores, with the same vectors (``BENCHMARKS.md``, "open_clip image towers on ONNX Runtime")."""
 IMAGE_QUANTIZE = "none"
 """int8 (``--quantize int8``) is opt-in only: no real weights here to check that recall holds."""
 TOWER_FORMAT = 2  # bump when image_tower's computation changes (invalidates cached exports)
