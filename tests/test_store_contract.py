@@ -54,6 +54,18 @@ def written(store):
     return ids
 
 
+@pytest.fixture
+def written_odd(store, written):
+    """``written`` and two records Chroma and Python disagree on: ``id7`` lacks ``tag`` and ``n`` (Chroma's ``$ne``
+    and ``$nin`` match a record without the key, chroma-core/chroma#4316) and ``id8`` holds ``n=True`` (Chroma
+    keeps bools apart from ints, where Python says ``True == 1``)."""
+    dim = store.embedder.dim
+    odd = [{"path": "/photos/misc/p7.jpg", "folder": "/photos/misc"},
+           {"path": "/photos/misc/p8.jpg", "folder": "/photos/misc", "n": True}]
+    assert store.upsert(["id7", "id8"], np.stack([axis(dim, 7), axis(dim, 8)]), odd) == 2
+    return written + ["id7", "id8"]
+
+
 def test_both_protocols_are_implemented(store):
     assert isinstance(store, ImageStore) and isinstance(store, ImageWriter)
     assert isinstance(store.location, str) and store.embedder_name and store.collection_name
@@ -106,9 +118,14 @@ def test_search_ranks_by_cosine_exactly(store, written):
     ({"n": {"$lt": 2}}, {"id1"}),
     ({"tag": "a"}, {"id2", "id4", "id6"}),
     ({"tag": {"$eq": "b"}}, {"id1", "id3", "id5"}),
-    ({"tag": {"$ne": "b"}}, {"id2", "id4", "id6"}),
-    ({"n": {"$in": [1, 6]}}, {"id1", "id6"}),
-    ({"n": {"$nin": [1, 2, 3, 4]}}, {"id5", "id6"}),
+    ({"tag": {"$ne": "b"}}, {"id2", "id4", "id6", "id7", "id8"}),  # a record without the key passes $ne
+    ({"tag": {"$nin": ["b"]}}, {"id2", "id4", "id6", "id7", "id8"}),  # and $nin
+    ({"n": {"$in": [1, 6]}}, {"id1", "id6"}),  # True is not 1
+    ({"n": {"$nin": [1, 2, 3, 4]}}, {"id5", "id6", "id7", "id8"}),
+    ({"n": True}, {"id8"}),
+    ({"n": {"$ne": 1}}, {"id2", "id3", "id4", "id5", "id6", "id7", "id8"}),
+    ({"n": {"$gt": 0}}, {"id1", "id2", "id3", "id4", "id5", "id6"}),  # a bool is not a number
+    ({"n": 1.0}, {"id1"}),  # but an int equals its float
     ({"$and": [{"tag": "a"}, {"n": {"$lte": 4}}]}, {"id2", "id4"}),
     ({"$or": [{"n": 1}, {"place_city": "Lyon"}]}, {"id1", "id3", "id6"}),
     ({"missing_key": "x"}, set()),
@@ -117,8 +134,9 @@ def test_search_ranks_by_cosine_exactly(store, written):
     (PhotoFilter(folder="/photos/july"), {"id4", "id5", "id6"}),
     (PhotoFilter(near=(48.85, 2.35), radius_km=5), {"id1", "id3", "id4"}),  # id5 is 5.6 km away, id2 far east
 ])
-def test_filters_apply_in_the_store(store, written, where, expected):
-    """``k`` photos that pass come back when there are ``k`` (never a top-k cut afterwards)."""
+def test_filters_apply_in_the_store(store, written_odd, where, expected):
+    """``k`` photos that pass come back when there are ``k`` (never a top-k cut afterwards); the expected sets are
+    what Chroma (1.5.9) itself returns, so the in-memory store answers as Chroma does."""
     dim = store.embedder.dim
     query = axis(dim, 2, lean=0.1)
     if expected:
@@ -127,7 +145,13 @@ def test_filters_apply_in_the_store(store, written, where, expected):
         assert len(store.search_vector(query, k=1, where=where)) == 1
     else:
         assert store.search_vector(query, k=3, where=where) == []
-    assert set(store.metadata_where(written, where)) == expected
+    assert set(store.metadata_where(written_odd, where)) == expected
+
+
+def test_an_ordering_compares_numbers_only(store, written):
+    """Chroma refuses ``$gt``/``$lt`` against a string; the in-memory store refuses it as well."""
+    with pytest.raises(GalleryError):
+        store.search_vector(axis(store.embedder.dim, 1), k=1, where={"tag": {"$gt": "a"}})
 
 
 def test_writes_replace_merge_and_delete(store, written):

@@ -454,10 +454,18 @@ def _passes(where: Where, metadata: Mapping[str, Any]) -> bool:
     return matches(where, metadata)
 
 
+_MISSING = object()
+"""What :func:`_compare` sees for a key the record lacks."""
+
+_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")
+
+
 def matches(where: Mapping[str, Any], metadata: Mapping[str, Any]) -> bool:
     """Whether ``metadata`` passes a Chroma-style ``where``: ``$and``/``$or`` of conditions, each
     ``{key: value}`` or ``{key: {op: value}}`` with ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``,
-    ``$in``, ``$nin``. A key the record lacks fails every condition on it."""
+    ``$in``, ``$nin``, as Chroma (1.5) decides them: a key the record lacks passes ``$ne`` and ``$nin`` and
+    fails the rest (chroma-core/chroma#4316); a bool never equals a number (``True`` is not ``1``); ints and
+    floats compare by value; ``$gt``/``$gte``/``$lt``/``$lte`` compare numbers only."""
     if not where:
         return True
     results = []
@@ -466,33 +474,48 @@ def matches(where: Mapping[str, Any], metadata: Mapping[str, Any]) -> bool:
             results.append(all(matches(part, metadata) for part in condition))
         elif key == "$or":
             results.append(any(matches(part, metadata) for part in condition))
-        elif key not in metadata:
-            results.append(False)
-        elif isinstance(condition, Mapping):
-            results.append(all(_compare(metadata[key], op, value) for op, value in condition.items()))
         else:
-            results.append(_compare(metadata[key], "$eq", condition))
+            stored = metadata.get(key, _MISSING)
+            if isinstance(condition, Mapping):
+                results.append(all(_compare(stored, op, value) for op, value in condition.items()))
+            else:
+                results.append(_compare(stored, "$eq", condition))
     return all(results)
 
 
-def _compare(stored: Any, op: str, value: Any) -> bool:
-    try:
-        if op == "$eq":
-            return stored == value
-        if op == "$ne":
-            return stored != value
-        if op == "$in":
-            return stored in value
-        if op == "$nin":
-            return stored not in value
-        if op == "$gt":
-            return stored > value
-        if op == "$gte":
-            return stored >= value
-        if op == "$lt":
-            return stored < value
-        if op == "$lte":
-            return stored <= value
-    except TypeError:  # a number compared with a string: no match, as in Chroma
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _equal(stored: Any, value: Any) -> bool:
+    """Chroma's equality: a bool only equals a bool, a number a number (``1 == 1.0``), a string a string."""
+    if stored is _MISSING or isinstance(stored, bool) != isinstance(value, bool):
         return False
-    raise GalleryError(f"unknown where operator {op!r}: use $eq, $ne, $gt, $gte, $lt, $lte, $in or $nin")
+    if _is_number(stored) or _is_number(value):
+        return _is_number(stored) and _is_number(value) and stored == value
+    return type(stored) is type(value) and stored == value
+
+
+def _compare(stored: Any, op: str, value: Any) -> bool:
+    if op not in _OPERATORS:
+        raise GalleryError(f"unknown where operator {op!r}: use $eq, $ne, $gt, $gte, $lt, $lte, $in or $nin")
+    if op in ("$in", "$nin"):
+        if not isinstance(value, (list, tuple)):
+            raise GalleryError(f"where operator {op} takes a list of values, not {value!r}")
+        found = any(_equal(stored, one) for one in value)
+        return found if op == "$in" else not found
+    if op == "$eq":
+        return _equal(stored, value)
+    if op == "$ne":
+        return not _equal(stored, value)
+    if not _is_number(value):  # Chroma refuses an ordering against anything but a number
+        raise GalleryError(f"where operator {op} compares numbers only, not {value!r}")
+    if not _is_number(stored):  # a missing key, a string or a bool: no match, as in Chroma
+        return False
+    if op == "$gt":
+        return stored > value
+    if op == "$gte":
+        return stored >= value
+    if op == "$lt":
+        return stored < value
+    return stored <= value
