@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pictrieve.agents.needs import NEEDS, Need
+from pictrieve.agents.needs import NEEDS, Need, need_clashes
 from pictrieve.tools.core.registry import load_target as load_registered_target
 
 if TYPE_CHECKING:  # a light import: the registry reads Method objects before any store or model is needed
@@ -109,6 +109,9 @@ class Method:
         if clash:
             raise MethodDefinitionError(f"method {self.name}: its own need(s) {', '.join(clash)} take the name of "
                                         "one of the house's needs: use that one by name, or another name")
+        clashes = need_clashes(own, NEEDS.values())
+        if clashes:
+            raise MethodDefinitionError(f"method {self.name}: {'; '.join(clashes)}: give its need another config_key")
         if any(need.brought_by_caller for need in own):
             raise MethodDefinitionError(f"method {self.name}: give each need of its own a resolver "
                                         "(resolve=function or 'module:function')")

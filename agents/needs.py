@@ -281,12 +281,50 @@ def needs_of(method: Any) -> list[Need]:
     return list(method.need_specs())
 
 
+RESERVED_CONFIG_KEYS = ("gallery", "embedder")
+"""``configurable`` keys a server reads itself (where the gallery is, which embedder): no need may take them."""
+
+
+def need_clashes(needs: Iterable[Need], known: Iterable[Need] = ()) -> list[str]:
+    """Why ``needs`` cannot be served beside ``known`` (and each other), one phrase each; empty when they can.
+
+    A server checks a run's choice per ``configurable`` key and hands it to the need of that name, so two
+    different needs of one name, or one ``config_key`` shared by two needs, would let a value checked by one
+    need's rule reach the other's resolver (a plugin's choosable need escaping the operator's check). The same
+    need (equal :class:`Need`) declared by two methods is fine."""
+    by_name: dict[str, Need] = {}
+    by_key: dict[str, Need] = {}
+    clashes: list[str] = []
+    for need in [*known, *needs]:
+        other = by_name.get(need.name)
+        if other is not None and other != need:
+            clashes.append(f"a different need is already called {need.name!r}")
+            continue
+        by_name[need.name] = need
+        if need.config_key is None:
+            continue
+        if need.config_key in RESERVED_CONFIG_KEYS:
+            clashes.append(f"need {need.name!r} takes configurable.{need.config_key}, which the server reads itself")
+            continue
+        holder = by_key.get(need.config_key)
+        if holder is not None and holder.name != need.name:
+            clashes.append(f"need {need.name!r} takes configurable.{need.config_key}, the key of need {holder.name!r}")
+            continue
+        by_key[need.config_key] = need
+    return clashes
+
+
 def all_needs(methods: Iterable[Any] = ()) -> dict[str, Need]:
-    """The house's needs and those the given methods declare, by name."""
+    """The house's needs and those the given methods declare, by name. Needs that clash
+    (:func:`need_clashes`: two of one name, or one ``config_key`` for two) are refused with
+    :class:`NeedDefinitionError`, never one of them silently kept (the registry refuses such a method first)."""
     found = dict(NEEDS)
     for method in methods:
-        for need in getattr(method, "own_needs", ()):
-            found.setdefault(need.name, need)
+        own = tuple(getattr(method, "own_needs", ()))
+        clashes = need_clashes(own, found.values())
+        if clashes:
+            raise NeedDefinitionError(f"method {getattr(method, 'name', method)}: {'; '.join(clashes)}")
+        found.update((need.name, need) for need in own)
     return found
 
 
@@ -385,4 +423,5 @@ def check_caller_choices(configurable: Mapping[str, Any], needs: Iterable[Need],
 
 __all__ = ["NEEDS", "Endpoint", "MissingNeedError", "Need", "NeedContext", "NeedDefinitionError", "NeedNotAllowed",
            "NeedUnavailable",
-           "all_needs", "check_caller_choices", "choosable", "missing_needs", "names_of", "needs_of", "operator_only", "resolve_needs"]
+           "RESERVED_CONFIG_KEYS", "all_needs", "check_caller_choices", "choosable", "missing_needs", "names_of", "need_clashes", "needs_of", "operator_only",
+           "resolve_needs"]

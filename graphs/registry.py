@@ -30,6 +30,7 @@ import threading
 from typing import Any
 
 from pictrieve.agents.method import NEEDS, Method, MethodDefinitionError, load_target  # noqa: F401  (re-exported)
+from pictrieve.agents.needs import need_clashes
 from pictrieve.errors import PictrieveError
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,22 @@ def register_method(method: Method) -> None:
     if not isinstance(method, Method):
         raise MethodDefinitionError(f"expected a Method, got {type(method).__name__}")
     with _lock:
+        _refuse_need_clashes(method, [m for name, m in _all().items() if name != method.name])
         _added[method.name] = method
         if _methods is not None:
             _methods[method.name] = method
             _origins[method.name] = "registered"
+
+
+def _refuse_need_clashes(method: Method, others: list[Method]) -> None:
+    """Refuse ``method`` when one of its own needs clashes with another method's (one name for two different
+    needs, or one ``configurable`` key for two): a server would check a run's choice under one need's rule and
+    hand it to the other's resolver (:func:`~pictrieve.agents.needs.need_clashes`)."""
+    known = [need for other in others for need in other.own_needs]
+    clashes = need_clashes(method.own_needs, known)
+    if clashes:
+        raise MethodDefinitionError(f"method {method.name}: {'; '.join(clashes)} (declared by another method): "
+                                    "give its own need another name and config_key")
 
 
 def unregister_method(name: str) -> None:
@@ -120,9 +133,16 @@ def _all() -> dict[str, Method]:
             _skipped.clear()
             loaded = _builtins()
             _origins.update((name, "built-in") for name in loaded)
-            for name, method in _plugins(set(loaded)).items():
+            for name, method in _plugins(loaded).items():
                 loaded[name] = method
             for name, method in _added.items():
+                try:
+                    _refuse_need_clashes(method, [m for other, m in loaded.items() if other != name])
+                except MethodDefinitionError as exc:  # a plugin installed since it was registered
+                    log.warning("skipping the registered method %s: %s", name, exc)
+                    _skipped.append({"entry_point": f"registered {name}", "distribution": "this program",
+                                     "error": f"MethodDefinitionError: {exc}"})
+                    continue
                 loaded[name] = method
                 _origins[name] = "registered"
             _methods = loaded
@@ -146,7 +166,7 @@ def _builtins() -> dict[str, Method]:
     return found
 
 
-def _plugins(taken: set[str]) -> dict[str, Method]:
+def _plugins(taken: dict[str, Method]) -> dict[str, Method]:
     from importlib.metadata import entry_points
 
     importlib.invalidate_caches()  # a distribution added to sys.path since the last look
@@ -161,6 +181,7 @@ def _plugins(taken: set[str]) -> dict[str, Method]:
                 raise MethodDefinitionError(f"it gave a {type(method).__name__}, not a pictrieve Method")
             if method.name in taken or method.name in found:
                 raise MethodDefinitionError(f"the name {method.name!r} is taken by another method")
+            _refuse_need_clashes(method, [*taken.values(), *found.values()])
         except Exception as exc:  # noqa: BLE001  (a broken plugin must not break the other methods)
             reason = f"{type(exc).__name__}: {exc}"
             log.warning("skipping the method plugin %s from %s: %s", where, distribution, reason)

@@ -231,3 +231,52 @@ def test_pictrieve_serve_gives_a_plugins_own_need_and_lets_runs_choose_it_only_w
     assert env["TOY_LABEL"] == "mine" and json.loads(env["PICTRIEVE_SERVE_ALLOW"]) == {"label": ["a", "b"]}
     refused = CliRunner().invoke(serve, ["--write-config", str(path), "--allow", "base_url=http://127.0.0.1:9"])
     assert refused.exit_code == 2 and "never chosen by a run" in refused.output
+
+
+# --- two needs must never share a name or a configurable key: a run's choice is checked under one rule ---------
+
+
+@pytest.mark.parametrize("config_key, words", [
+    ("llm", "takes configurable.llm, the key of need 'llm'"),
+    ("embedder", "takes configurable.embedder, which the server reads itself"),
+])
+def test_an_own_need_taking_a_house_key_is_refused(config_key, words):
+    stolen = Need("label", "a label", labeller, env_var="TOY_LABEL", cli_option="--label", config_key=config_key)
+    with pytest.raises(MethodDefinitionError, match=words):
+        method(stolen)
+
+
+def test_two_methods_declaring_clashing_needs_cannot_both_be_registered(labelled):
+    """One name for two different needs, or one config key for two needs: the second method is refused at
+    registration, so the server never reads a ``configurable`` key that only the other need's rule checked."""
+    from pictrieve.graphs.registry import available_methods, register_method, unregister_method
+    from pictrieve.graphs.serving import served_needs
+
+    other_key = Need("label", "another label", labeller, env_var="TOY_LABEL2", cli_option="--label2",
+                     config_key="label_unchecked")
+    same_key = Need("tag", "a tag", labeller, env_var="TOY_TAG", cli_option="--tag", config_key="label")
+    for clashing, words in [(other_key, "a different need is already called 'label'"),
+                            (same_key, "takes configurable.label, the key of need 'label'")]:
+        second = Method(name="labelled_again", description="another", needs=(clashing,), **SCHEMAS)
+        with pytest.raises(MethodDefinitionError, match=words):
+            register_method(second)
+        assert "labelled_again" not in available_methods()
+    assert [need.config_key for need in served_needs() if need.name == "label"] == ["label"]
+    shared = Method(name="labelled_too", description="the same need", needs=(LABEL,), **SCHEMAS)
+    register_method(shared)  # the same need declared twice is one need: fine
+    try:
+        assert "labelled_too" in available_methods()
+    finally:
+        unregister_method("labelled_too")
+
+
+def test_the_server_list_of_needs_refuses_a_clash_rather_than_keep_one():
+    from types import SimpleNamespace
+
+    from pictrieve.agents.needs import all_needs
+
+    other = Need("label", "another label", labeller, config_key="label_unchecked")
+    first, second = SimpleNamespace(name="a", own_needs=(LABEL,)), SimpleNamespace(name="b", own_needs=(other,))
+    assert all_needs([first, first])["label"] is LABEL
+    with pytest.raises(NeedDefinitionError, match="method b: a different need is already called 'label'"):
+        all_needs([first, second])
