@@ -5,7 +5,9 @@ Read-only, and it loads no model: the groups come from the perceptual hashes and
 paths, the photo to keep first), and the photos come as thumbnails only when the caller asks (``thumbnails``),
 at most :data:`MAX_THUMBNAILS` of them, so an agent that only tidies a list does not pay for pictures.
 Registered by :func:`add_duplicates_tool` on the server :func:`~pictrieve.mcp_server.server.create_server` makes;
-the work runs in a worker thread, and a bad argument is one ``isError`` line, as for every other tool.
+the work runs in a worker thread, and a bad argument is one ``isError`` line, as for every other tool. The report
+is kept until the gallery is written to, and while another call computes one, a call that needs a new one is one
+``isError`` line at once (:func:`~pictrieve.vectorstore.duplicates.duplicate_report`).
 """
 
 import base64
@@ -17,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from pictrieve.errors import PictrieveError
 from pictrieve.vectorstore.duplicates import (CLOSE_DISTANCE, CLOSE_MIN_COSINE, DEFAULT_MAX_DISTANCE, DEFAULT_MIN_COSINE,
-                                              find_duplicates)
+                                              duplicate_report)
 
 if TYPE_CHECKING:
     from pictrieve.mcp_server.server import PictrieveMCP
@@ -47,8 +49,10 @@ class DuplicatesResult(BaseModel):
 
 
 def duplicates_result(gallery: Any, *, limit: int, max_distance: int, min_cosine: float) -> DuplicatesResult:
-    """The gallery's near-duplicate groups, the first ``limit`` of them (blocking: reads every record's hash)."""
-    found = find_duplicates(gallery, max_distance=max_distance, min_cosine=min_cosine)
+    """The gallery's near-duplicate groups, the first ``limit`` of them (blocking: reads every record's hash, unless
+    the report of the gallery as it is now was kept; :class:`~pictrieve.vectorstore.duplicates.DuplicatesBusy` while
+    another call computes one)."""
+    found = duplicate_report(gallery, max_distance=max_distance, min_cosine=min_cosine)
     copies = sum(len(group.ids) - 1 for group in found.groups)
     summary = (f"{len(found.groups)} groups of near-identical photos ({copies} copies) among {found.compared} photos"
                + (f"; showing the first {limit}" if len(found.groups) > limit else ""))

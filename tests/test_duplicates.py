@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
+from typing import Any
 
 import numpy as np
 import pytest
 from helpers import FLICKR8K_DEV
 from helpers.cli import run
+from helpers.stores import STORES, open_store
 from helpers.web_page import browser, page  # noqa: F401  (fixtures: headless Chromium and a page)
 
 from pictrieve.evaluation.near_duplicates import COPY_KINDS, write_copies
@@ -275,3 +278,107 @@ def test_the_duplicates_tab_shows_each_group_with_its_pictures(near_gallery, tmp
         page.click("#duplicates-groups .card >> nth=1")
         page.wait_for_selector("#viewer[open]")
         assert page.text_content("#viewer-meta") == files[1]
+
+
+# --- servers: a report is kept until the gallery is written to, and one is computed at a time ---------------------
+
+
+def _hand_made(store) -> None:
+    """Four records written by hand: ``a`` and ``b`` near-identical (one hash bit apart, the same vector), ``c`` and
+    ``d`` far from everything."""
+    dim = store.embedder.dim
+    vectors = np.eye(4, dim, dtype=np.float32)
+    vectors[1] = vectors[0]
+    hashes = ["0f0f0f0f0f0f0f0f", "0f0f0f0f0f0f0f0e", "f0f0f0f0f0f0f0f0", "00ff00ff00ff00ff"]
+    store.upsert(list("abcd"), vectors, [{"path": f"/photos/{name}.jpg", "phash": value}
+                                          for name, value in zip("abcd", hashes)])
+
+
+def _counted_reads(store, monkeypatch, hold: "threading.Event | None" = None,
+                   entered: "threading.Event | None" = None) -> list[int]:
+    """Count ``store.items()`` calls (a full read of the records); with ``hold``, each read waits for it first."""
+    reads: list[int] = []
+    real = store.items
+
+    def items(*args, **kwargs):
+        reads.append(1)
+        if entered is not None:
+            entered.set()
+        if hold is not None:
+            assert hold.wait(30), "the test never let the held read go"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "items", items)
+    return reads
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_report_is_kept_until_the_gallery_is_written_to(kind, tmp_path, tiny_clip_embedder, monkeypatch):
+    from pictrieve.vectorstore.duplicates import duplicate_report
+
+    store = open_store(kind, tmp_path / "g", tiny_clip_embedder)
+    _hand_made(store)
+    reads = _counted_reads(store, monkeypatch)
+    first = duplicate_report(store)
+    assert [group.ids for group in first.groups] == [["a", "b"]] and reads == [1]
+    first.groups.clear()  # the caller's copy: what is kept is untouched
+    assert [group.ids for group in duplicate_report(store).groups] == [["a", "b"]] and reads == [1]
+    assert duplicate_report(store, min_cosine=0.95).groups and reads == [1, 1]  # other settings: their own report
+    store.upsert(["e"], np.eye(1, store.embedder.dim, dtype=np.float32), [{"path": "/photos/e.jpg",
+                                                                          "phash": "0f0f0f0f0f0f0f0f"}])
+    assert [sorted(group.ids) for group in duplicate_report(store).groups] == [["a", "b", "e"]]
+    assert reads == [1, 1, 1]  # a write: read again, once
+    duplicate_report(store)
+    assert reads == [1, 1, 1]
+
+
+def _call_in_memory(server, tool: str, arguments: dict[str, Any] | None = None) -> Any:
+    """Call ``tool`` on ``server`` from a real MCP client over in-memory streams, in a thread of its own (its own
+    event loop: a browser test before may leave one running in this thread)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mcp.shared.memory import create_connected_server_and_client_session
+
+    async def call() -> Any:
+        async with create_connected_server_and_client_session(server._mcp_server) as session:
+            return await session.call_tool(tool, arguments or {})
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, call()).result(timeout=120)
+
+
+def test_a_second_report_while_one_is_computed_is_refused_at_once(tmp_path, tiny_clip_embedder, monkeypatch):
+    """While one request computes a report (its read of the records held here), the page answers another ``429``
+    with one line and MCP's find_duplicates (a real client, in memory) one ``isError`` line; once it is done, both
+    get the kept report without reading the records again."""
+    from helpers.web_page import page_client
+
+    from pictrieve.mcp_server.duplicates import add_duplicates_tool
+    from pictrieve.mcp_server.server import PictrieveMCP
+    from pictrieve.ui.app import create_app
+    from pictrieve.vectorstore.duplicates import duplicate_report
+
+    gallery = open_store("chroma", tmp_path / "g", tiny_clip_embedder)
+    _hand_made(gallery)
+    hold, entered = threading.Event(), threading.Event()
+    reads = _counted_reads(gallery, monkeypatch, hold, entered)
+    client = page_client(create_app(gallery, state_dir=tmp_path / "state"))
+    server = PictrieveMCP(name="test")
+    add_duplicates_tool(server, gallery)
+    done: list[Any] = []
+    first = threading.Thread(target=lambda: done.append(duplicate_report(gallery)))
+    first.start()
+    try:
+        assert entered.wait(60)
+        busy = client.get("/api/duplicates")
+        assert busy.status_code == 429 and "already looking for near-duplicates" in busy.json()["error"], busy.text
+        refused = _call_in_memory(server, "find_duplicates")
+        assert refused.isError and len(refused.content) == 1 and "already looking" in refused.content[0].text
+    finally:
+        hold.set()
+        first.join(60)
+    assert done and [group.ids for group in done[0].groups] == [["a", "b"]] and reads == [1]
+    assert client.get("/api/duplicates").json()["groups"][0]["ids"] == ["a", "b"]
+    found = _call_in_memory(server, "find_duplicates")
+    assert not found.isError and found.structuredContent["groups"][0]["ids"] == ["a", "b"] and reads == [1]

@@ -12,18 +12,29 @@ are cut in four 16-bit bands; two hashes within ``d`` bits agree within ``d // 4
 band's values are tabled once and every hash looks up its band's neighbours within that many bits (137
 look-ups for ``d`` up to 11), all in numpy. Only candidate pairs' vectors are read. The defaults were chosen
 on flickr8k-train with synthetic copies (``benchmarks/near_duplicates.py``; BENCHMARKS.md).
+
+Servers (the page's ``/api/duplicates``, MCP's ``find_duplicates``) call :func:`duplicate_report`: a report is
+kept per gallery, embedder and settings, tagged with the gallery's write counter, so asking again before any
+write reads nothing; and at most :data:`MAX_COMPUTING` reports are computed at once in a process, a request past
+that refused at once with :class:`DuplicatesBusy` (one line) rather than queued behind a full read of the gallery.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
+import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.perceptual_hash import hash_to_int
+from pictrieve.vectorstore.chroma_store import is_server, read_generation
 from pictrieve.vectorstore.indexing import PHASH_KEY
 
 if TYPE_CHECKING:
@@ -212,3 +223,66 @@ def find_duplicates(gallery: "Gallery", *, max_distance: int = DEFAULT_MAX_DISTA
 
 def _pixels(meta: dict[str, Any]) -> int:
     return int(meta.get("width") or 0) * int(meta.get("height") or 0)
+
+
+# --- for servers: one report per gallery state, a bounded number computed at once ------------------------------
+
+MAX_COMPUTING = 1
+"""Duplicate reports computed at once in a process (each reads every record's hash); past that, refused."""
+MAX_CACHED = 8
+"""Reports kept (per gallery location, embedder and settings), the least recently asked dropped first."""
+
+
+class DuplicatesBusy(PictrieveError):
+    """Another request is computing a duplicate report; this one is refused at once (the page answers ``429``)."""
+
+
+_computing = threading.BoundedSemaphore(MAX_COMPUTING)
+_cache: "OrderedDict[tuple[Any, ...], tuple[Any, DuplicatesReport]]" = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def write_stamp(gallery: Any) -> Any:
+    """The gallery's write state, which every write changes: an embedded gallery's write counter
+    (:func:`~pictrieve.vectorstore.chroma_store.read_generation`), an in-memory store's own; ``None`` when it
+    keeps none (a ``chroma run`` server, or a folder no writer of this version has written): never cached."""
+    own = getattr(gallery, "write_stamp", None)
+    if callable(own):
+        return own()
+    location = str(gallery.location)
+    if is_server(location):
+        return None
+    return read_generation(location)
+
+
+def duplicate_report(gallery: Any, *, max_distance: int = DEFAULT_MAX_DISTANCE, min_cosine: float = DEFAULT_MIN_COSINE,
+                     close_distance: int = CLOSE_DISTANCE, close_min_cosine: float = CLOSE_MIN_COSINE) -> DuplicatesReport:
+    """:func:`find_duplicates` for a server: the report kept for the gallery's current write state when there is
+    one (no record is read), else computed now, unless :data:`MAX_COMPUTING` reports are being computed already
+    (:class:`DuplicatesBusy`, at once). The caller gets its own copy."""
+    location = str(gallery.location)
+    place = location if is_server(location) or location.startswith("memory:") else str(Path(location).expanduser().resolve())
+    settings = (int(max_distance), float(min_cosine), int(close_distance), float(close_min_cosine))
+    key = (place, getattr(gallery, "collection_name", None), settings)
+    stamp = write_stamp(gallery)  # read before the records are: a write meanwhile makes the next call recompute
+    if stamp is not None:
+        with _cache_lock:
+            kept = _cache.get(key)
+            if kept is not None and kept[0] == stamp:
+                _cache.move_to_end(key)
+                return copy.deepcopy(kept[1])
+    if not _computing.acquire(blocking=False):
+        raise DuplicatesBusy("the server is already looking for near-duplicates for another request (it reads "
+                             "every photo's hash); try again in a moment")
+    try:
+        report = find_duplicates(gallery, max_distance=max_distance, min_cosine=min_cosine,
+                                 close_distance=close_distance, close_min_cosine=close_min_cosine)
+    finally:
+        _computing.release()
+    if stamp is not None:
+        with _cache_lock:
+            _cache[key] = (stamp, copy.deepcopy(report))
+            _cache.move_to_end(key)
+            while len(_cache) > MAX_CACHED:
+                _cache.popitem(last=False)
+    return report

@@ -94,9 +94,11 @@ class MemoryDatabase:
         self.records: dict[str, str] = {}
         self.lock = threading.RLock()
         self.written = False
+        self.generation = 0
 
     def changed(self) -> None:
         self.written = True
+        self.generation += 1
 
 
 class MemoryStore:
@@ -176,6 +178,10 @@ class MemoryStore:
                                  fix="add some with gallery.add(PHOTOS) first", location=self.location)
 
     # ------------------------------------------------------------------ the gallery
+
+    def write_stamp(self) -> int:
+        """The gallery's write counter (every write of any view bumps it): what a cached answer is tagged with."""
+        return self._db.generation
 
     def exists(self) -> bool:
         """Whether anything was written yet."""
