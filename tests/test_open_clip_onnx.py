@@ -180,3 +180,35 @@ def test_an_optimizer_failure_keeps_the_plain_export_with_one_line(cache, tiny_c
     message = warnings[0].getMessage()
     assert "kept the plain ONNX export" in message and "no-such-model" in message and "\n" not in message
     assert warnings[0].exc_info is None
+
+
+def test_the_optimizers_prints_stay_off_stdout_but_another_threads_do_not(cache, tiny_clip_name, photos, monkeypatch,
+                                                                         capfd):
+    """ONNX Runtime's transformer optimizer prints ("Removed N initializers ..."): what it prints is kept off
+    stdout (where ``--json`` answers and MCP's stdio go), while what another thread prints meanwhile is not lost,
+    and the real stdout is back afterwards. The real optimizer runs; the wrapper around it only prints, from
+    its own thread and from another one it waits for, before handing over."""
+    import sys
+    import threading
+
+    from onnxruntime.transformers import optimizer
+
+    real = optimizer.optimize_model
+
+    def chatty(*args, **kwargs):
+        print("the optimizer's own chatter")
+        other = threading.Thread(target=lambda: print("another thread's output"))
+        other.start()
+        other.join()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(optimizer, "optimize_model", chatty)
+    before = sys.stdout
+    embedder = create_embedder(tiny_clip_name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    embedder.embed_images(photos)
+    [exported] = exports(cache)
+    assert "Attention" in op_types(exported)  # the optimizer ran (through the wrapper)
+    assert sys.stdout is before
+    out = capfd.readouterr().out
+    assert "another thread's output" in out and "chatter" not in out, out

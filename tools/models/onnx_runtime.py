@@ -37,6 +37,7 @@ import hashlib
 import logging
 import io
 import os
+import sys
 import tempfile
 import threading
 import warnings
@@ -355,8 +356,10 @@ def _optimize(source: Path, target: Path, fusion: TransformerFusion) -> None:
     for handler in handlers:  # its modules log through loggers of their own names, which reach the root's handlers
         handler.addFilter(quiet)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # it prints, too
-            warnings.simplefilter("ignore")
+        # It prints, too ("Removed N initializers ..."): only this thread's prints are kept off stdout, and only its
+        # modules' warnings are dropped, so another thread's output (a server's, a --json answer) goes on as before.
+        with _this_thread_prints_to(io.StringIO()), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"onnx(runtime)?(\.|$)")
             from onnxruntime.transformers.optimizer import MODEL_TYPES, optimize_model
 
             if fusion.model_type not in MODEL_TYPES:
@@ -370,6 +373,47 @@ def _optimize(source: Path, target: Path, fusion: TransformerFusion) -> None:
     finally:
         for handler in handlers:
             handler.removeFilter(quiet)
+
+
+class _ThreadStdout(io.TextIOBase):
+    """``sys.stdout`` while some threads' prints are kept apart: each of those threads writes to its own buffer,
+    every other thread to the stream that was ``sys.stdout`` before (:func:`_this_thread_prints_to`)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.buffers: dict[int, io.StringIO] = {}
+
+    def _target(self) -> Any:
+        return self.buffers.get(threading.get_ident(), self.stream)
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno, ... of the real stream
+        return getattr(self.stream, name)
+
+
+_stdout_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _this_thread_prints_to(buffer: io.StringIO) -> Iterator[None]:
+    """Send what the calling thread prints to ``buffer`` for the block; other threads keep printing to stdout
+    (``contextlib.redirect_stdout`` would swallow every thread's prints meanwhile)."""
+    with _stdout_lock:
+        proxy = sys.stdout if isinstance(sys.stdout, _ThreadStdout) else _ThreadStdout(sys.stdout)
+        proxy.buffers[threading.get_ident()] = buffer
+        sys.stdout = proxy
+    try:
+        yield
+    finally:
+        with _stdout_lock:
+            proxy.buffers.pop(threading.get_ident(), None)
+            if not proxy.buffers and sys.stdout is proxy:  # the last one out puts the real stream back
+                sys.stdout = proxy.stream
 
 
 @contextlib.contextmanager
