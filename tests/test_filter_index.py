@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from pictrieve.vectorstore import filter_index
-from pictrieve.vectorstore.filter_index import FOLDER, passing_ids
+from pictrieve.vectorstore.changes import position
+from pictrieve.vectorstore.filter_index import columns_path, passing_ids
 from pictrieve.vectorstore.gallery import Gallery, chroma_collection
 from pictrieve.vectorstore.photo_filter import PhotoFilter
 
@@ -143,12 +144,13 @@ def test_saved_columns_survive_a_restart_and_a_torn_file_is_read_again(gallery, 
     camera = PhotoFilter(camera="Canon")
     expected = _store_answer(gallery, camera)
     assert set(passing_ids(gallery, camera)) == expected
-    (saved,) = (Path(gallery.location) / FOLDER).glob("*.npz")
+    (saved,) = columns_path(gallery.location, gallery.collection_name,
+                            position(gallery.location, gallery.collection_name)[0]).parent.glob("*.npz")
     gallery.upsert(["late"], _vectors(1, 2), [{"path": "/p/late.jpg", "camera": "Canon"}])  # after the save
     filter_index._cache.clear()  # a new process: the saved columns, then what was written since
     reads: list = []
     real = filter_index.read_fields
-    monkeypatch.setattr(filter_index, "read_fields", lambda *args: reads.append(args[3:]) or real(*args))
+    monkeypatch.setattr(filter_index, "read_fields", lambda *args, **kw: reads.append(args[3:]) or real(*args, **kw))
     assert set(passing_ids(gallery, camera)) == expected | {"late"}
     assert len(reads) == 1 and len(reads[0][0]) == 1  # one record read, not 401
     with open(saved, "r+b") as handle:

@@ -15,10 +15,12 @@ import sys
 import numpy as np
 import pytest
 
-from pictrieve.vectorstore import keywords
+from pictrieve.vectorstore import changes, filter_index, keywords
 from pictrieve.vectorstore.atomic_files import write_atomically
 from pictrieve.vectorstore.gallery import Gallery, chroma_client, chroma_collection
-from pictrieve.vectorstore.keywords import BM25_B, BM25_K1, INDEX_FOLDER, KeywordIndex, keyword_index
+from pictrieve.vectorstore.changes import index_folder, position
+from pictrieve.vectorstore.keywords import BM25_B, BM25_K1, INDEX_KIND, KeywordIndex, hybrid_search, keyword_index
+from pictrieve.vectorstore.photo_filter import PhotoFilter
 
 VOCABULARY = ["".join(chr(97 + (i * 7 + j) % 26) for j in range(3 + i % 4)) for i in range(40)]
 
@@ -141,6 +143,13 @@ def reads(monkeypatch, gallery):
     return seen
 
 
+def _saved_folder(gallery) -> str:
+    """Where the gallery's keyword index is saved: in the (test's) cache, not in the gallery's folder."""
+    folder = index_folder(gallery.location, position(gallery.location, gallery.collection_name)[0], INDEX_KIND)
+    assert str(folder).startswith(os.environ["PICTRIEVE_CACHE"])
+    return str(folder)
+
+
 def _same_as_a_fresh_build(gallery) -> None:
     fresh = KeywordIndex.from_records((item.id, item.metadata) for item in gallery.items())
     index = keyword_index(gallery)
@@ -166,8 +175,7 @@ def test_a_write_of_k_photos_reads_those_k(gallery, reads):
     assert [r.id for r in keyword_index(gallery).rank("venice")] == ["r1"]
     assert reads == []  # deletes are read from Chroma's log, no record is
     chroma_collection(gallery).upsert(ids=["raw"], embeddings=_vectors(1, 2).tolist(), metadatas=[_meta("venice", "x.jpg")])
-    gallery.upsert(["other"], _vectors(1, 3), [_meta("oslo", "y.jpg")])  # bumps the write counter
-    assert {r.id for r in keyword_index(gallery).rank("venice")} == {"r1", "raw"}
+    assert {r.id for r in keyword_index(gallery).rank("venice")} == {"r1", "raw"}  # no write counter moved
     _same_as_a_fresh_build(gallery)
 
 
@@ -191,7 +199,7 @@ def test_the_saved_index_survives_a_restart_and_a_torn_write(gallery, reads):
     gallery.upsert(["new"], _vectors(1, 1), [_meta("venice", "gondola.jpg")])
     gallery.delete(["r0"])  # a record of the saved base, taken out
     keyword_index(gallery)
-    folder = gallery.location + "/" + INDEX_FOLDER
+    folder = _saved_folder(gallery)
     (state,) = [name for name in os.listdir(folder) if name.endswith(".json")]
     assert json.loads(open(f"{folder}/{state}").read())["recent"][0][0] == "new"
     keywords._cache.clear()  # a new process
@@ -243,7 +251,7 @@ def test_recent_records_merge_into_the_base_and_rank_the_same(gallery, monkeypat
             gallery.delete([f"m{n - 1}"])
         index = keyword_index(gallery)
         assert index.pending < 5 + 2
-    folder = gallery.location + "/" + INDEX_FOLDER
+    folder = _saved_folder(gallery)
     assert len([name for name in os.listdir(folder) if name.endswith(".npz")]) == 1  # old bases are removed
     _same_as_a_fresh_build(gallery)
     keywords._cache.clear()
@@ -281,4 +289,61 @@ def test_a_gallery_restored_from_an_older_copy_is_indexed_again(gallery, tmp_pat
     assert keyword_index(gallery).rank("venice") == []
     _same_as_a_fresh_build(gallery)
     assert "r0" in filter_index.passing_ids(gallery, PhotoFilter(folder="/photos/lisbon"))
+    filter_index._cache.clear()
+
+
+RAW_WRITER = ("import sys, chromadb\n"
+              "collection = chromadb.PersistentClient(path=sys.argv[1]).get_collection(sys.argv[2])\n"
+              "collection.add(ids=['raw'], embeddings=[[1.0] + [0.0] * 7],\n"
+              "               metadatas=[{'path': '/photos/venice/gondola.jpg', 'folder': '/photos/venice'}])\n")
+"""Another tool's write: a bare chromadb client in another process (no pictrieve, no write counter)."""
+
+
+def _raw_write(gallery, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RAW_WRITER + "".join(extra), gallery.location, gallery.collection_name],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_a_writer_in_another_process_commits_while_a_first_build_reads(gallery, monkeypatch):
+    """The first build reads Chroma's file in chunks, each its own short read: a writer in another process commits
+    while the reader is held between two chunks (in one long read transaction, as before, it waited for the whole
+    read). What was written meanwhile, a delete and an update of records already read included, is in the result."""
+    monkeypatch.setattr(changes, "CHUNK_ROWS", 7)
+    writes: list[subprocess.CompletedProcess] = []
+
+    def write_once() -> None:  # the reader is paused here, holding no lock
+        if not writes:
+            writes.append(_raw_write(gallery, "collection.delete(ids=['r0'])\n",
+                                     "collection.update(ids=['r1'], metadatas=[{'folder': '/photos/oslo'}])\n",
+                                     timeout=60))
+
+    monkeypatch.setattr(changes, "between_chunks", write_once)
+    index = keyword_index(gallery)
+    assert writes and writes[0].returncode == 0, writes and writes[0].stderr[-2000:]
+    assert {r.id for r in index.rank("venice gondola")} == {"raw"}
+    assert {r.id for r in index.rank("oslo")} == {"r1"} and "r0" not in index.known_ids()
+    monkeypatch.setattr(changes, "between_chunks", None)
+    _same_as_a_fresh_build(gallery)
+    writes.clear()
+    monkeypatch.setattr(changes, "between_chunks", write_once)
+    gallery.delete(["raw"])
+    filter_index._cache.clear()
+    assert set(filter_index.passing_ids(gallery, PhotoFilter(folder="/photos/venice"))) == {"raw"}  # (written again)
+    assert writes and writes[0].returncode == 0, writes[0].stderr[-2000:]
+
+
+def test_a_running_reader_sees_a_bare_chroma_client_of_another_process(gallery):
+    """A long-running reader (ui, mcp, serve) holds its keyword index and filter columns; a write by another tool
+    moves no pictrieve counter, yet the next hybrid and filtered searches include it (the change feed's position
+    is checked before a held index is used)."""
+    query = np.eye(8, dtype=np.float32)[0]
+    assert not [h for h in hybrid_search(gallery, "venice gondola", query, 5) if h.keyword_match]
+    assert filter_index.passing_ids(gallery, PhotoFilter(folder="/photos/venice")) == []
+    written = _raw_write(gallery)
+    assert written.returncode == 0, written.stderr[-2000:]
+    hits = hybrid_search(gallery, "venice gondola", query, 5)
+    assert hits[0].id == "raw" and hits[0].keyword_match
+    assert filter_index.passing_ids(gallery, PhotoFilter(folder="/photos/venice")) == ["raw"]
+    assert [h.id for h in gallery.search_vector(query, 5, PhotoFilter(folder="/photos/venice"))] == ["raw"]
     filter_index._cache.clear()

@@ -104,3 +104,32 @@ def test_the_stdio_mcp_server_refuses_before_speaking(not_a_gallery):
     assert ended.returncode == 2 and ended.stdout == ""
     assert "is not a pictrieve gallery" in one_clear_line(ended)
     assert tree_state(not_a_gallery) == before
+
+
+@pytest.mark.slow
+def test_searching_an_existing_gallery_writes_nothing_into_its_folder(tmp_path, tiny_clip_name):
+    """A plain search (hybrid: the keyword index), a filtered one (the filter columns), ``info`` and a search in
+    this process add nothing to an existing gallery's folder: the indexes derived from it live in the user's cache
+    (``$PICTRIEVE_CACHE``), built there on first use. (The folder is not byte-identical: chromadb 1.x itself
+    rewrites its HNSW segment files and touches chroma.sqlite3 when a client opens and queries a collection, as a
+    bare ``chromadb.PersistentClient`` query does; pictrieve's own files are what is checked here.)"""
+    from pictrieve.tools.core.pypi_assets import cache_root
+    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.photo_filter import PhotoFilter
+    from helpers import make_photo
+
+    photos, location = tmp_path / "photos", tmp_path / "gallery"
+    for i in range(4):
+        make_photo(photos / f"lisbon_{i}.png", seed=i)
+    indexed = run("index", str(photos), "--gallery", str(location), "-e", tiny_clip_name)  # written, closed
+    assert indexed.returncode == 0, indexed.stderr
+    before = set(tree_state(location))
+    for command in [("search", "lisbon", "-e", tiny_clip_name), ("search", "lisbon", "--folder", str(photos), "-e",
+                                                                tiny_clip_name), ("info",)]:
+        done = run(*command, "--gallery", str(location))
+        assert done.returncode == 0, (command, done.stderr)
+        assert set(tree_state(location)) == before, command
+    assert list((cache_root() / "gallery-indexes").rglob("*.npz"))  # built, in the cache
+    reader = Gallery.open(location, tiny_clip_name, create=False)
+    assert len(reader.search_text("lisbon", k=2, where=PhotoFilter(folder=str(photos.resolve())), hybrid=True)) == 2
+    assert set(tree_state(location)) == before

@@ -374,13 +374,14 @@ class Database:
                     self.epoch += 1
             return self._chroma
 
-    def refresh(self, *, force: bool = False) -> None:
+    def refresh(self, *, force: bool = False, reopen: bool = False) -> None:
         """Reopen when another process bumped the write counter (looked at, at most every
-        :data:`FRESH_CHECK_SECONDS`, unless ``force``)."""
+        :data:`FRESH_CHECK_SECONDS`, unless ``force``); with ``reopen``, even when it did not (a read found records
+        the loaded index lacks: written by something that keeps no counter, such as a bare Chroma client)."""
         if self.server:
             return
         now = time.monotonic()
-        if not force and now - self._checked < FRESH_CHECK_SECONDS:
+        if not (force or reopen) and now - self._checked < FRESH_CHECK_SECONDS:
             return
         with self._lock:
             self._checked = now
@@ -389,7 +390,7 @@ class Database:
                 if is_gallery_folder(self.location):  # made by another process since
                     self.connect(create=False)
                 return
-            if current == self._seen:
+            if current == self._seen and not reopen:
                 return
             logger.debug("gallery %s changed in another process (write %s); reopening", self.location, current)
             self._seen = current

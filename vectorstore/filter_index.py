@@ -8,10 +8,12 @@ passing ids to Chroma's vector search (``query(ids=...)``, the same allow-list a
 those the ``where`` gives, only sooner. ``near``'s radius is checked exactly on the box's photos, as
 :meth:`PhotoFilter.accepts` does.
 
-The columns are read from the table Chroma answers a ``where`` from (:func:`~pictrieve.vectorstore.changes.read_fields`),
-once per process (about 2 s at 100k records), and kept up to date as the keyword index is: when the gallery's write
-counter moved, the records written since (by any process) are read again. A ``chroma run`` server, or a layout
-this cannot read, gets ``None``: the filter then runs in the store as before.
+The columns are read from the table Chroma answers a ``where`` from (:func:`~pictrieve.vectorstore.changes.read_fields`)
+the first time a gallery is filtered (about 15 s at 100k records, BENCHMARKS.md; said at INFO with a progress bar),
+saved in the user's cache (never in the gallery's folder), and kept up to date as the keyword index is: each
+filtered search first reads where the collection's write sequence stands (one tiny query, moved by every writer)
+and, when it moved, reads the records written since. A ``chroma run`` server, an in-memory store, or a layout this
+cannot read, gets ``None``: the filter then runs in the store as before.
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ from typing import Any
 import numpy as np
 
 from pictrieve.vectorstore.atomic_files import write_atomically
-from pictrieve.vectorstore.changes import read_fields, snapshot
-from pictrieve.vectorstore.chroma_store import is_server, read_generation
+from pictrieve.vectorstore.changes import cannot_save, embedded_location, index_folder, position, read_fields, snapshot
 from pictrieve.vectorstore.photo_filter import PLACE_FIELDS, CAMERA_FIELDS, PhotoFilter, distance_km, timestamp
 
 logger = logging.getLogger(__name__)
@@ -50,8 +51,9 @@ SAVE_AFTER = 1000
 """Records changed since the columns were last saved before they are saved again (a new process reads the saved
 columns, then the records written since)."""
 
-FOLDER = ".pictrieve-filters"
-"""Where an embedded gallery's filter columns are saved, inside its folder."""
+INDEX_KIND = "filters"
+"""The kind of index (:func:`~pictrieve.vectorstore.changes.index_folder`) the filter columns are saved as, in the
+user's cache."""
 
 
 class FilterColumns:
@@ -198,7 +200,6 @@ def nearest_among(collection: Any, vector: np.ndarray, ids: Sequence[str], n: in
 
 @dataclass
 class _Cached:
-    stamp: Any
     columns: FilterColumns
     cursor: tuple[str, int]
     unsaved: int = 0
@@ -217,27 +218,29 @@ def passing_ids(gallery: Any, photo_filter: PhotoFilter) -> list[str] | None:
 
 
 def filter_columns(gallery: Any) -> FilterColumns | None:
-    """The filter columns of ``gallery``'s records, brought up to date with every write since they were read."""
-    location = str(gallery.location)
-    if is_server(location):
+    """The filter columns of ``gallery``'s records, brought up to date with every write since they were read (by any
+    writer: the collection's write sequence number in Chroma's file is checked first, one tiny query)."""
+    location = embedded_location(gallery)
+    if location is None:
         return None
     key = (location, gallery.collection_name)
-    stamp = read_generation(location)
+    now = position(location, gallery.collection_name)
+    if now is None:
+        return None
     with _cache_lock:
         cached = _cache.get(key)
-        if cached is not None and stamp is not None and cached.stamp == stamp:
+        if cached is not None and cached.cursor == now:
             _cache.move_to_end(key)
             return cached.columns
         lock = _sync_locks.setdefault(key, threading.Lock())
     with lock:
         with _cache_lock:
             cached = _cache.get(key)
-        if cached is not None and stamp is not None and cached.stamp == stamp:
-            return cached.columns
-        fresh = _brought_up_to_date(location, gallery.collection_name, cached)
+        if cached is not None and cached.cursor[0] == now[0] and cached.cursor[1] >= now[1]:
+            return cached.columns  # another thread brought them up to date meanwhile
+        fresh = _brought_up_to_date(location, gallery.collection_name, cached, now[0])
         if fresh is None:
             return None
-        fresh.stamp = stamp
         with _cache_lock:
             _cache[key] = fresh
             _cache.move_to_end(key)
@@ -246,13 +249,18 @@ def filter_columns(gallery: Any) -> FilterColumns | None:
         return fresh.columns
 
 
-def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | None) -> _Cached | None:
+def columns_path(location: str, collection_name: str, collection_id: str) -> Path:
+    """Where the filter columns of a collection are saved: in the user's cache, never in the gallery's folder."""
+    return index_folder(location, collection_id, INDEX_KIND) / f"{re.sub(r'[^A-Za-z0-9_-]+', '-', collection_name)}.npz"
+
+
+def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | None,
+                        collection_id: str) -> _Cached | None:
     """The columns this process holds (or the saved ones, or new ones) with the records written since applied."""
-    path = Path(location).expanduser() / FOLDER / f"{re.sub(r'[^A-Za-z0-9_-]+', '-', collection_name)}.npz"
-    if cached is None:
+    path = columns_path(location, collection_name, collection_id)
+    if cached is None or cached.cursor[0] != collection_id:
         loaded = FilterColumns.load(path)
-        if loaded is not None:
-            cached = _Cached(None, *loaded)
+        cached = _Cached(*loaded) if loaded is not None else None
     seen = snapshot(location, collection_name, cached.cursor if cached else None)
     if seen is not None and cached is not None and seen.seq < cached.cursor[1]:
         # The database is older than the columns (a folder restored from a backup): read every record again.
@@ -266,13 +274,14 @@ def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | N
     if seen.deleted:
         columns.remove(seen.deleted)
     if seen.changed:
-        fields = read_fields(location, collection_name, keys, [r for _, r in seen.changed] if len(columns) else None)
+        fields = read_fields(location, collection_name, keys, [r for _, r in seen.changed] if len(columns) else None,
+                             what="filter fields")
         if fields is None:
             return None
         columns.put(fields)
         columns.remove(id_ for id_, _ in seen.changed if id_ not in fields)
     if len(columns) != seen.count:  # records were deleted: keep those the collection holds
-        everything = read_fields(location, collection_name, keys)
+        everything = read_fields(location, collection_name, keys, what="filter fields")
         if everything is None:
             return None
         known = columns.known_ids()
@@ -284,6 +293,6 @@ def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | N
         try:
             columns.save(path, cursor)
             unsaved = 0
-        except OSError as exc:  # a gallery folder this user may not write: kept in memory only
-            logger.debug("filter columns of %s not saved (%s)", location, exc)
-    return _Cached(None, columns, cursor, unsaved)
+        except OSError as exc:  # a cache this user may not write: kept in memory only
+            cannot_save("the filter columns", location, exc)
+    return _Cached(columns, cursor, unsaved)

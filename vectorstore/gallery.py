@@ -400,7 +400,7 @@ class Gallery:
             if self._db.server or not _index_older_than_records(error):
                 raise
             logger.debug("gallery %s: index older than its records (%s); reopening", self.location, error)
-            self._db.refresh(force=True)
+            self._db.refresh(reopen=True)  # (a bare Chroma client's write moves no counter)
             return read(self._get_collection(create=False))
 
     def _find_or_create(self, client: Any, embedder: Embedder) -> Any:

@@ -10,12 +10,13 @@ the scores against ``bm25s`` where it is installed). ``bm25s`` itself, used befo
 record after any change (about 2 minutes at 100,000 photos, each search after a write) and took about a second
 to import; ``rank_bm25`` has had no release since 2022 and scores every record in pure Python per query.
 
-Freshness: an embedded gallery's index is kept in its folder (:data:`INDEX_FOLDER`) and per process, tagged with
-the gallery's write counter (:func:`~pictrieve.vectorstore.chroma_store.read_generation`, bumped by every write of
-every process); a search whose gallery changed since first reads the records written since (found in Chroma's
-own file by :mod:`~pictrieve.vectorstore.changes`, whoever wrote them) and applies them, so no result ever comes
-from a stale index and a write of ``k`` photos costs reading ``k``. A ``chroma run`` server has no such counter:
-there the index is rebuilt for each search (one read of every record's metadata).
+Freshness: an embedded gallery's index is kept per process and saved in the user's cache (never in the gallery's
+folder), tagged with the collection's write sequence number in Chroma's own file. Each search first reads that
+number (one tiny query; every writer moves it: any process, a raw Chroma handle, langchain-chroma); when it moved,
+the records written since (found by :mod:`~pictrieve.vectorstore.changes`, whoever wrote them) are applied, so no
+result comes from an index older than the gallery was when the search began, and a write of ``k`` photos costs
+reading ``k``. A ``chroma run`` server or an in-memory store has no such feed: there the index is built from every
+record for each search.
 
 Ranks on the keyword side are tie-aware (photos with the same BM25 score share a rank), so a word every
 photo carries (a common parent folder) shifts nothing. Photos without a single query word get no
@@ -43,8 +44,7 @@ from typing import Any
 import numpy as np
 
 from pictrieve.vectorstore.atomic_files import folder_lock, write_atomically
-from pictrieve.vectorstore.changes import read_fields, snapshot
-from pictrieve.vectorstore.chroma_store import is_server, read_generation
+from pictrieve.vectorstore.changes import cannot_save, embedded_location, index_folder, position, read_fields, snapshot
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.photo_filter import PhotoFilter
 
@@ -477,8 +477,9 @@ MERGE_AT = 2000
 """Records written or taken out since the base before they are merged into a new one: keeps the state file that
 each write rewrites small (the merge itself is numpy work over the whole index, about 0.1 s at 100k records)."""
 
-INDEX_FOLDER = ".pictrieve-keywords"
-"""Where an embedded gallery's keyword indexes are kept, inside its folder."""
+INDEX_KIND = "keywords"
+"""The kind of index (:func:`~pictrieve.vectorstore.changes.index_folder`) a gallery's keyword indexes are saved as,
+in the user's cache."""
 
 
 _cache: "OrderedDict[tuple[str, str, tuple[str, ...]], _Cached]" = OrderedDict()
@@ -488,7 +489,6 @@ _sync_locks: dict[tuple[str, str, tuple[str, ...]], threading.Lock] = {}
 
 @dataclass
 class _Cached:
-    stamp: Any
     index: KeywordIndex
     cursor: tuple[str, int] | None
 
@@ -496,30 +496,33 @@ class _Cached:
 def keyword_index(gallery: Any, fields: Sequence[str] = KEYWORD_FIELDS) -> KeywordIndex:
     """The keyword index of ``gallery``'s records (this embedder's collection), as fresh as the gallery.
 
-    An embedded gallery's index is kept in its folder (:data:`INDEX_FOLDER`) and brought up to date with the
-    records written since (by any process, found through :mod:`~pictrieve.vectorstore.changes`) when the
-    gallery's write counter moved: a write of ``k`` photos costs reading those ``k``. A ``chroma run`` server
-    (or a store without Chroma's file) has neither: there the index is rebuilt from every record, each search."""
-    location = str(gallery.location)
+    An embedded gallery's index is kept per process and saved in the user's cache
+    (:func:`~pictrieve.vectorstore.changes.index_folder`); each search first reads where the collection's write
+    sequence stands (one tiny read of Chroma's file, moved by every writer: any process, a raw Chroma handle,
+    langchain-chroma) and, when it moved, applies the records written since: a write of ``k`` photos costs reading
+    those ``k``. A ``chroma run`` server or an in-memory store has no change feed: there the index is built from
+    every record, each search."""
+    location = embedded_location(gallery)
+    if location is None:
+        return KeywordIndex.from_records(_all_records(gallery), fields)
     key = (location, gallery.collection_name, tuple(fields))
-    server = is_server(location)
-    stamp = None if server else read_generation(location)  # read before the records are (None: never written
-    with _cache_lock:                                       # by this version; its first write makes it 1)
+    now = position(location, gallery.collection_name)
+    with _cache_lock:
         cached = _cache.get(key)
-        if _still_fresh(cached, server, stamp):
+        if cached is not None and now is not None and cached.cursor == now:
             _cache.move_to_end(key)
             return cached.index
         lock = _sync_locks.setdefault(key, threading.Lock())
     with lock:  # one update at a time per index in this process; the others wait for it and use it
         with _cache_lock:
             cached = _cache.get(key)
-        if _still_fresh(cached, server, stamp):
-            return cached.index
-        fresh = None if server else _brought_up_to_date(gallery, key, cached, fields)
-        if fresh is None:
-            fresh = _Cached(stamp, KeywordIndex.from_records(_all_records(gallery), fields), None)
-        fresh.stamp = stamp
-        logger.debug("keyword index of %s: %d photos (write %s)", location, len(fresh.index), stamp)
+        if cached is not None and now is not None and cached.cursor is not None and cached.cursor[1] >= now[1] \
+                and cached.cursor[0] == now[0]:
+            return cached.index  # another thread brought it up to date meanwhile
+        fresh = None if now is None else _brought_up_to_date(gallery, key, cached, fields, now[0])
+        if fresh is None:  # the change feed cannot be read: every record, through Chroma's API
+            return KeywordIndex.from_records(_all_records(gallery), fields)
+        logger.debug("keyword index of %s: %d photos (write %s)", location, len(fresh.index), fresh.cursor)
         with _cache_lock:
             _cache[key] = fresh
             _cache.move_to_end(key)
@@ -528,27 +531,21 @@ def keyword_index(gallery: Any, fields: Sequence[str] = KEYWORD_FIELDS) -> Keywo
         return fresh.index
 
 
-def _still_fresh(cached: _Cached | None, server: bool, stamp: Any) -> bool:
-    """Whether the index this process holds is that of the gallery now: no write since, by the write counter.
-    Without a counter (a server, or a store that keeps none) and without the change feed, it never is."""
-    return cached is not None and not server and cached.stamp == stamp and (stamp is not None or cached.cursor is not None)
-
-
 def _brought_up_to_date(gallery: Any, key: tuple[str, str, tuple[str, ...]], cached: _Cached | None,
-                        fields: Sequence[str]) -> _Cached | None:
-    """The index of this process (or the one saved in the gallery's folder, or a new one) with the records
-    written since applied, saved again when anything changed; ``None`` when the changes cannot be read."""
+                        fields: Sequence[str], collection_id: str) -> _Cached | None:
+    """The index of this process (or the one saved in the cache, or a new one) with the records written since
+    applied, saved again when anything changed; ``None`` when the changes cannot be read."""
     location, collection_name, _ = key
-    folder = Path(location).expanduser() / INDEX_FOLDER
+    folder = index_folder(location, collection_id, INDEX_KIND)
     name = f"{re.sub(r'[^A-Za-z0-9_-]+', '-', collection_name)}__" + \
         hashlib.sha1(json.dumps([list(fields), FOLDER_PARTS]).encode()).hexdigest()[:10]
-    if cached is None or cached.cursor is None:
+    if cached is None or cached.cursor is None or cached.cursor[0] != collection_id:
         loaded = KeywordIndex.load(folder, name)
-        cached = _Cached(None, loaded[0], _cursor(loaded[1])) if loaded else _Cached(None, KeywordIndex(), None)
+        cached = _Cached(loaded[0], _cursor(loaded[1])) if loaded else _Cached(KeywordIndex(), None)
     seen = snapshot(location, collection_name, cached.cursor)
     if seen is not None and cached.cursor is not None and seen.seq < cached.cursor[1]:
         # The database is older than the index (a folder restored from a backup): start again from its records.
-        cached, seen = _Cached(None, KeywordIndex(), None), snapshot(location, collection_name)
+        cached, seen = _Cached(KeywordIndex(), None), snapshot(location, collection_name)
     if seen is None:
         return None
     index, changed = cached.index, bool(seen.changed or seen.deleted)
@@ -572,9 +569,9 @@ def _brought_up_to_date(gallery: Any, key: tuple[str, str, tuple[str, ...]], cac
     if changed or index.base_file is None or cached.cursor != cursor:
         try:
             index.save(folder, name, list(cursor))
-        except OSError as exc:  # a gallery folder this user may not write: the index is kept in memory only
-            logger.debug("keyword index of %s not saved (%s)", location, exc)
-    return _Cached(None, index, cursor)
+        except OSError as exc:  # a cache this user may not write: the index is kept in memory only
+            cannot_save("the keyword index", location, exc)
+    return _Cached(index, cursor)
 
 
 def _cursor(value: Any) -> tuple[str, int] | None:
@@ -591,7 +588,8 @@ def _apply(index: KeywordIndex, gallery: Any, changed: Sequence[tuple[str, int]]
     if not changed:
         return
     stored = read_fields(str(gallery.location), gallery.collection_name, [*SCALAR_FIELDS, *fields],
-                         [row for _, row in changed] if len(changed) < len(index) else None, LIST_FIELDS)
+                         [row for _, row in changed] if len(changed) < len(index) else None, LIST_FIELDS,
+                         what="words for the keyword index")
     if stored is not None:
         wanted = {id_ for id_, _ in changed}
         index.update((id_, record_words(meta, fields), row) for id_, (row, meta) in stored.items() if id_ in wanted)
