@@ -239,10 +239,11 @@ def snapshot(location: str, collection_name: str, since: tuple[str, int] | None 
         def meanwhile() -> tuple[tuple[str, str, int] | None, int, list[tuple], list[str] | None, list[str] | None]:
             now = _head(connection, collection_name)
             count = connection.execute("SELECT count(*) FROM embeddings WHERE segment_id = ?", (segment,)).fetchone()[0]
+            moved = now is not None and now[2] != start  # (nothing written meanwhile: no second scan)
             written = connection.execute(
                 "SELECT embedding_id, id FROM embeddings WHERE segment_id = ? AND seq_id > ? ORDER BY id",
-                (segment, start)).fetchall()
-            gone = _deleted(connection, collection_id, start)
+                (segment, start)).fetchall() if moved else []
+            gone = _deleted(connection, collection_id, start) if moved else []
             return now, int(count), written, gone, None if after is None else _deleted(connection, collection_id, after)
 
         now, count, written, gone, deleted = _in_transaction(connection, location, meanwhile)
