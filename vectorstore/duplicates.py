@@ -34,6 +34,7 @@ import numpy as np
 
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.perceptual_hash import hash_to_int
+from pictrieve.vectorstore.changes import embedded_location, position
 from pictrieve.vectorstore.chroma_store import is_server, read_generation
 from pictrieve.vectorstore.indexing import PHASH_KEY
 
@@ -243,16 +244,18 @@ _cache_lock = threading.Lock()
 
 
 def write_stamp(gallery: Any) -> Any:
-    """The gallery's write state, which every write changes: an embedded gallery's write counter
-    (:func:`~pictrieve.vectorstore.chroma_store.read_generation`), an in-memory store's own; ``None`` when it
-    keeps none (a ``chroma run`` server, or a folder no writer of this version has written): never cached."""
+    """The gallery's write state, which every write changes: for an embedded Chroma gallery its write counter
+    (:func:`~pictrieve.vectorstore.chroma_store.read_generation`) and its collection's newest write sequence number
+    (:func:`~pictrieve.vectorstore.changes.position`: a bare Chroma client's write moves it too); an in-memory
+    store's own counter; ``None`` when it keeps neither (a ``chroma run`` server): then nothing is cached."""
     own = getattr(gallery, "write_stamp", None)
     if callable(own):
         return own()
-    location = str(gallery.location)
-    if is_server(location):
+    location = embedded_location(gallery)
+    if location is None:
         return None
-    return read_generation(location)
+    generation, feed = read_generation(location), position(location, gallery.collection_name)
+    return None if generation is None and feed is None else (generation, feed)
 
 
 def duplicate_report(gallery: Any, *, max_distance: int = DEFAULT_MAX_DISTANCE, min_cosine: float = DEFAULT_MIN_COSINE,
