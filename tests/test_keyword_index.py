@@ -347,3 +347,28 @@ def test_a_running_reader_sees_a_bare_chroma_client_of_another_process(gallery):
     assert filter_index.passing_ids(gallery, PhotoFilter(folder="/photos/venice")) == ["raw"]
     assert [h.id for h in gallery.search_vector(query, 5, PhotoFilter(folder="/photos/venice"))] == ["raw"]
     filter_index._cache.clear()
+
+
+def test_a_commit_in_progress_makes_a_read_wait_briefly_and_say_so(gallery, monkeypatch, caplog):
+    """While another process's commit holds the database (an exclusive lock, held here on a second connection), a
+    read of the change feed waits :data:`~pictrieve.vectorstore.changes.BUSY_SECONDS` per try, logs each retry and
+    gives up after :data:`~pictrieve.vectorstore.changes.BUSY_TRIES` (the caller then reads through Chroma's API);
+    once the commit is done it reads at once."""
+    import logging
+    import sqlite3
+
+    monkeypatch.setattr(changes, "BUSY_SECONDS", 0.05)
+    monkeypatch.setattr(changes, "BUSY_TRIES", 3)
+    holder = sqlite3.connect(os.path.join(gallery.location, "chroma.sqlite3"), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with caplog.at_level(logging.INFO, logger="pictrieve.vectorstore.changes"):
+            assert changes.position(gallery.location, gallery.collection_name) is None
+            assert changes.snapshot(gallery.location, gallery.collection_name) is None
+        retries = [r for r in caplog.records if "being written by another process" in r.getMessage()]
+        assert len(retries) == 2 * (3 - 1) and all(r.levelno == logging.INFO for r in retries)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert changes.position(gallery.location, gallery.collection_name)[1] > 0
+    assert len(changes.snapshot(gallery.location, gallery.collection_name).changed) == 60

@@ -4,6 +4,7 @@ a folder that does not exist is refused the same way and is not created. Only in
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from helpers import langgraph_dev
 from helpers.cli import CLI, one_clear_line, run
-from helpers.mcp import server_env
+from helpers.mcp import server_env, stdio_session
 
 
 def tree_state(root: Path) -> dict[str, tuple]:
@@ -130,6 +131,17 @@ def test_searching_an_existing_gallery_writes_nothing_into_its_folder(tmp_path, 
         assert done.returncode == 0, (command, done.stderr)
         assert set(tree_state(location)) == before, command
     assert list((cache_root() / "gallery-indexes").rglob("*.npz"))  # built, in the cache
+
+    async def mcp_searches() -> None:  # a new cache for the server: it builds its indexes again, there
+        env = {**server_env(), "PICTRIEVE_CACHE": str(tmp_path / "mcp-cache")}
+        async with stdio_session(["--gallery", str(location), "-e", tiny_clip_name], env=env) as session:
+            for arguments in ({"query": "lisbon"}, {"query": "lisbon", "folder": str(photos.resolve())}):
+                found = await session.call_tool("search_images", {**arguments, "k": 2})
+                assert not found.isError and len(found.structuredContent["hits"]) == 2, found.content
+
+    asyncio.run(mcp_searches())
+    assert set(tree_state(location)) == before
+    assert list((tmp_path / "mcp-cache" / "gallery-indexes").rglob("*.npz"))
     reader = Gallery.open(location, tiny_clip_name, create=False)
     assert len(reader.search_text("lisbon", k=2, where=PhotoFilter(folder=str(photos.resolve())), hybrid=True)) == 2
     assert set(tree_state(location)) == before
