@@ -131,13 +131,19 @@ class Snapshot:
 
 
 def _connect(location: str) -> sqlite3.Connection | None:
+    """A read-only connection to the embedded gallery's database, or ``None`` (a server, no database yet, or one
+    that cannot be opened: callers then fall back to Chroma's API)."""
     if is_server(location):
         return None
-    path = Path(location).expanduser() / DATABASE_FILE
-    if not path.is_file():
+    try:
+        path = Path(location).expanduser() / DATABASE_FILE
+        if not path.is_file():
+            return None
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_SECONDS,
+                               isolation_level=None, check_same_thread=False)
+    except (OSError, sqlite3.Error) as exc:
+        logger.debug("gallery %s: database not readable directly (%s)", location, exc)
         return None
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_SECONDS,
-                           isolation_level=None, check_same_thread=False)
 
 
 _SEGMENT = """SELECT s.id, c.id FROM segments s JOIN collections c ON s.collection = c.id
@@ -162,11 +168,7 @@ def _head(connection: sqlite3.Connection, collection_name: str) -> tuple[str, st
 def position(location: str, collection_name: str) -> tuple[str, int] | None:
     """``(collection id, newest write sequence number)`` of the collection now: one tiny read, whoever wrote.
     An index whose cursor equals it is fresh. ``None`` when this cannot be read (see :func:`snapshot`)."""
-    try:
-        connection = _connect(location)
-    except (OSError, sqlite3.Error) as exc:
-        logger.debug("gallery %s: no change feed (%s)", location, exc)
-        return None
+    connection = _connect(location)
     if connection is None:
         return None
     try:
@@ -211,11 +213,7 @@ def snapshot(location: str, collection_name: str, since: tuple[str, int] | None 
 
     Read in chunks by row number, each a short read of its own, then one short transaction for what was written
     meanwhile: no other process waits on this read for longer than one chunk."""
-    try:
-        connection = _connect(location)
-    except (OSError, sqlite3.Error) as exc:
-        logger.debug("gallery %s: no change feed (%s)", location, exc)
-        return None
+    connection = _connect(location)
     if connection is None:
         return None
     try:
@@ -272,11 +270,7 @@ def read_fields(location: str, collection_name: str, keys: Sequence[str],
     Read in chunks of rows, each a short read of its own (see :data:`CHUNK_ROWS`): a record written while this
     reads carries a newer sequence number than the snapshot that asked for it, so the next update reads it again.
     Reading every record of a large collection says so at INFO (``what``: what is being built) with a progress bar."""
-    try:
-        connection = _connect(location)
-    except (OSError, sqlite3.Error) as exc:
-        logger.debug("gallery %s: no metadata table (%s)", location, exc)
-        return None
+    connection = _connect(location)
     if connection is None:
         return None
     found: dict[str, tuple[int, dict[str, Any]]] = {}
