@@ -158,16 +158,17 @@ def test_the_exported_tower_is_fused_by_onnx_runtimes_transformer_optimizer(cach
     [exported] = exports(cache)
     ops = op_types(exported)
     assert {"Attention", "SkipLayerNormalization"} <= ops and "Softmax" not in ops, sorted(ops)
-    assert embedder.image_export().fusion.num_heads == 2  # read from the model (tests/data: width 32, head 16)
+    assert embedder.image_export().fusion.num_heads == 2  # read from the config (tests/data: width 32, head 16)
+    assert open_clip_embedders.model_tower_fusion(embedder.model) == embedder.image_export().fusion  # as the model says
 
 
 def test_an_optimizer_failure_keeps_the_plain_export_with_one_line(cache, tiny_clip_name, photos, monkeypatch, caplog):
     from pictrieve.tools.models.onnx_runtime import TransformerFusion
 
+    monkeypatch.setattr(open_clip_embedders, "tower_fusion", lambda config: TransformerFusion("no-such-model", 2, 32))
     embedder = create_embedder(tiny_clip_name, device="cpu")
     monkeypatch.setenv(RUNTIME_ENV, "torch")
     on_torch = embedder.embed_images(photos)
-    monkeypatch.setattr(open_clip_embedders, "tower_fusion", lambda model: TransformerFusion("no-such-model", 2, 32))
     monkeypatch.setenv(RUNTIME_ENV, "onnx")
     with caplog.at_level(logging.INFO, logger="pictrieve"):
         on_plain = embedder.embed_images(photos)
@@ -212,3 +213,55 @@ def test_the_optimizers_prints_stay_off_stdout_but_another_threads_do_not(cache,
     assert sys.stdout is before
     out = capfd.readouterr().out
     assert "another thread's output" in out and "chatter" not in out, out
+
+
+NEW_PROCESS = """
+import json, sys
+from PIL import Image
+from pictrieve.tools.models.embedders.factory import create_embedder
+embedder = create_embedder(sys.argv[1], device="cpu")
+vectors = embedder.embed_images([Image.open(path) for path in sys.argv[2:]])
+heavy = ("torch", "open_clip", "torchvision")
+print(json.dumps({"vectors": vectors.tolist(), "imported": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def embed_in_a_new_process(name, paths):
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", NEW_PROCESS, name, *map(str, paths)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    return np.asarray(answer["vectors"], dtype=np.float32), answer["imported"]
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_once_exported_a_new_process_embeds_images_without_torch(cache, tiny_clip_name, tmp_path, monkeypatch,
+                                                                quantize):
+    """The exported file carries its input recipe, so a new process (an indexing run, an image query) opens it and
+    runs without importing torch, torchvision or open_clip (about 4 s of ViT-B-32's cold start), with the same
+    vectors; before any export it still runs torch (and imports it)."""
+    from PIL import Image
+
+    paths = [make_photo(tmp_path / "photos" / f"p{i}.jpg", seed=20 + i, size=size)
+             for i, size in enumerate([(64, 48), (48, 64), (20, 30)])]
+    monkeypatch.setenv(QUANTIZE_ENV, quantize)
+    embedder = create_embedder(tiny_clip_name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    on_torch = embedder.embed_images([Image.open(p) for p in paths])
+    monkeypatch.delenv(RUNTIME_ENV)  # auto: ONNX Runtime on a CPU
+
+    before, imported = embed_in_a_new_process(tiny_clip_name, paths[:1])  # one image: never exports
+    assert "torch" in imported and exports(cache) == []
+    np.testing.assert_allclose(before, on_torch[:1], atol=1e-4, rtol=0)
+
+    on_onnx = embedder.embed_images([Image.open(p) for p in paths])  # a batch: exports (and quantises)
+    assert len(exports(cache)) == (2 if quantize == "int8" else 1)
+    vectors, imported = embed_in_a_new_process(tiny_clip_name, paths)
+    assert imported == [], imported
+    np.testing.assert_allclose(vectors, on_onnx, atol=1e-5, rtol=0)
+    if quantize == "none":
+        np.testing.assert_allclose(vectors, on_torch, atol=1e-4, rtol=0)

@@ -151,6 +151,9 @@ class OnnxExport:
     atol: float = 1e-4  # largest difference from torch's outputs on the example inputs accepted
     extra: Mapping[str, Any] = field(default_factory=dict)  # anything else the file depends on
     fusion: TransformerFusion | None = None  # rewrite with ONNX Runtime's transformer optimizer after exporting
+    metadata: Callable[[], Mapping[str, str]] | None = None
+    """Called once when exporting: strings stored in the file itself (ONNX ``metadata_props``) and read back with
+    :attr:`OnnxModel.metadata`, e.g. how to prepare the inputs, so a later process needs nothing but the file."""
 
     def axes(self) -> dict[str, dict[int, str]]:
         if self.dynamic_axes is not None:
@@ -209,6 +212,8 @@ class OnnxModel:
             raise OnnxExportError(f"ONNX Runtime cannot open {self.path}: {_first_line(exc)}") from exc
         self.input_names = tuple(i.name for i in self.session.get_inputs())
         self.output_names = tuple(o.name for o in self.session.get_outputs())
+        self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
+        """What the export stored in the file (:attr:`OnnxExport.metadata`); empty when nothing was."""
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """The outputs for ``inputs`` (float32 arrays, in :attr:`input_names` order)."""
@@ -320,6 +325,21 @@ def _export(export: OnnxExport, target: Path) -> None:
                               f"(more than {export.atol:g}); not using it")
     if export.fusion is not None:
         _fuse_in_place(export, target, arrays, expected)
+    if export.metadata is not None:
+        _store_metadata(target, export.metadata())
+
+
+def _store_metadata(path: Path, entries: Mapping[str, str]) -> None:
+    """Add ``entries`` to the ONNX file's ``metadata_props`` (replacing entries of the same names), in place."""
+    import onnx
+
+    model = onnx.load(str(path))
+    kept = [p for p in model.metadata_props if p.key not in entries]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    for key, value in entries.items():
+        model.metadata_props.add(key=key, value=str(value))
+    onnx.save(model, str(path))
 
 
 def _difference(path: Path, arrays: list[np.ndarray], expected: list["torch.Tensor"]) -> float:

@@ -20,13 +20,16 @@ quantised tower; it is never the default here, because its recall cannot be chec
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from PIL import Image
@@ -36,6 +39,7 @@ from pictrieve.tools.core.devices import pick_device
 from pictrieve.tools.core.pypi_assets import files_fingerprint
 from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.tools.models.embedders.base import EmbedderBase
+from pictrieve.tools.models.embedders.clip_pixels import PixelRecipe
 from pictrieve.tools.models.onnx_runtime import (
     OnnxExport, OnnxModel, TransformerFusion, choose_runtime, package_version, requested_quantization,
     try_onnx_model,
@@ -52,7 +56,7 @@ machine, 1.16x through ``Gallery.add`` (1.20x on the model) on a quiet 16-core X
 on 2 quiet Xeon cores, with the same vectors (``BENCHMARKS.md``, "open_clip image towers on ONNX Runtime")."""
 IMAGE_QUANTIZE = "none"
 """int8 (``--quantize int8``) is opt-in only: no real weights here to check that recall holds."""
-TOWER_FORMAT = 2  # bump when image_tower's computation changes (invalidates cached exports)
+TOWER_FORMAT = 3  # 3: the file carries its PixelRecipe. Bump when image_tower's computation changes (invalidates cached exports)
 EXPORT_MIN_BATCH = 2
 """A batch this big may start the one-time export (12-80 s for ViT-B-32 on a CPU); a query's single image runs
 on the export when it exists and on torch otherwise, so a search never waits for an export indexing can make."""
@@ -63,7 +67,13 @@ class EmbedderWeightsUnavailableError(PictrieveError, RuntimeError):
 
 
 class OpenCLIPEmbedder(EmbedderBase):
-    """An open_clip model behind the :class:`~pictrieve.tools.models.embedders.base.Embedder` protocol."""
+    """An open_clip model behind the :class:`~pictrieve.tools.models.embedders.base.Embedder` protocol.
+
+    The torch model is built when something needs it: the text tower, the torch runtime, or the one-time
+    export. When the image tower runs on ONNX Runtime from a cached export (the usual case on a CPU once a
+    gallery was indexed), indexing and image queries never import torch or open_clip: the architecture's
+    config is read from its JSON file, and the input transform (:class:`PixelRecipe`) from the exported file.
+    """
 
     def __init__(
         self,
@@ -74,42 +84,59 @@ class OpenCLIPEmbedder(EmbedderBase):
         precision: str | None = None,
         batch_size: int = 64,
     ) -> None:
-        import open_clip
-
-        self.arch, self.pretrained = _register_config_file(arch), pretrained
+        self._config_source = arch  # a built-in name, a .json file, hf-hub:/local-dir:
+        self.arch, self.pretrained = _model_name(arch), pretrained
         self.device = pick_device(device)
         self.precision = precision or ("fp16" if self.device.startswith("cuda") else "fp32")
         self.batch_size = batch_size
-        weights = None if pretrained in (None, "", RANDOM_WEIGHTS) else _expand(pretrained)
-        if weights is None and not self.arch.startswith(("hf-hub:", "local-dir:")):
-            logger.warning("open_clip %s with RANDOM weights: fine for tests, useless for search", arch)
-        try:
-            # Random weights are seeded, so a gallery built with them reopens with the same model.
-            with torch_seeded(0):
-                model, _, preprocess = open_clip.create_model_and_transforms(
-                    self.arch, pretrained=weights, device=self.device, precision=self.precision
-                )
-        except RuntimeError as exc:
-            if "Unknown model" in str(exc) or "not found" in str(exc).lower():
-                raise EmbedderWeightsUnavailableError(
-                    f"open_clip: {exc}. See `open_clip.list_models()` and "
-                    "`open_clip.list_pretrained()` for valid names."
-                ) from exc
-            raise _offline_hint(arch, pretrained, exc) from exc
-        except (OSError, ValueError) as exc:
-            raise _offline_hint(arch, pretrained, exc) from exc
-        self.model = model.eval()
-        self._preprocess = preprocess
-        self._tokenizer = open_clip.get_tokenizer(self.arch)
-        self.dim = int(_output_dim(model))
+        self._weights = None if pretrained in (None, "", RANDOM_WEIGHTS) else _expand(pretrained)
         self.name = f"open_clip:{arch}/{pretrained or RANDOM_WEIGHTS}"
-        self._weights = weights
+        self._config = model_config(arch)  # None where only open_clip can tell (hf-hub:, local-dir:, unknown)
+        self._torch: _TorchParts | None = None
+        self._torch_lock = threading.Lock()
         self._towers: dict[str | None, OnnxModel | None] = {}
         self._towers_lock = threading.Lock()
         self._export: OnnxExport | None = None
+        if self._config is not None and self._exported_tower_serves_images():
+            self.dim = int(self._config["embed_dim"])  # the torch model waits for a text or an export
+        else:
+            self.dim = int(_output_dim(self._torch_parts().model))  # as before: names and weights checked now
+
+    @property
+    def model(self) -> Any:
+        """The torch model (``open_clip.CLIP``), built on first use."""
+        return self._torch_parts().model
+
+    def _torch_parts(self) -> "_TorchParts":
+        with self._torch_lock:
+            if self._torch is None:
+                self._torch = _load_torch_parts(self._config_source, self.arch, self.pretrained, self._weights,
+                                                self.device, self.precision)
+            return self._torch
+
+    def _exported_tower_serves_images(self) -> bool:
+        """Whether the image tower will run on ONNX Runtime from a file that is already exported."""
+        if choose_runtime(IMAGE_RUNTIME, self.device) != "onnx" or self.precision != "fp32":
+            return False
+        return self.image_export().path(requested_quantization(default=IMAGE_QUANTIZE)).is_file()
 
     def preprocess(self, image: Image.Image) -> Any:
-        return self._preprocess(image.convert("RGB"))
+        """A ``(3, H, W)`` array from :class:`PixelRecipe` when the exported tower will run it (no torch needed),
+        else open_clip's own transform (a tensor); the two are equal to float rounding."""
+        recipe = self._cached_tower_recipe()
+        if recipe is not None:
+            return recipe(image)
+        return self._torch_parts().preprocess(image.convert("RGB"))
+
+    def _cached_tower_recipe(self) -> PixelRecipe | None:
+        """The input recipe stored in the exported tower that runs images here, if that file exists already
+        (never starts an export: preprocessing runs in decoding threads and for single query images)."""
+        quantize = requested_quantization(default=IMAGE_QUANTIZE)
+        tower = self._towers.get(quantize)
+        if tower is None and quantize not in self._towers and self._exported_tower_serves_images():
+            tower = self._tower_for(EXPORT_MIN_BATCH)
+        text = tower.metadata.get(PIXEL_RECIPE_KEY) if tower is not None else None
+        return _recipe(text) if text else None
 
     @property
     def image_runtime(self) -> OnnxModel | None:
@@ -133,35 +160,43 @@ class OpenCLIPEmbedder(EmbedderBase):
 
     def image_export(self) -> OnnxExport:
         """How to export this model's image tower (pixels -> unit vectors), keyed by its fingerprint
-        (made once per embedder: a local checkpoint's content is hashed)."""
+        (made once per embedder: a local checkpoint's content is hashed). Everything in the key comes from the
+        architecture's config when it can be read without open_clip, so a cached file is found without torch."""
         if self._export is None:
             self._export = self._make_export()
         return self._export
 
     def _make_export(self) -> OnnxExport:
-        import torch
-
-        size = _image_size(self.model)
+        config = self._config
+        size = _image_size(config) if config is not None else _model_image_size(self.model)
+        fusion = tower_fusion(config) if config is not None else model_tower_fusion(self.model)
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.arch).strip("-")[:40] or "model"
 
         def example() -> tuple[Any, ...]:
+            import torch
+
             return (torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(0)),)
 
+        def metadata() -> dict[str, str]:
+            recipe = PixelRecipe.from_preprocess_cfg(getattr(self.model.visual, "preprocess_cfg", None) or {})
+            return {PIXEL_RECIPE_KEY: recipe.to_json()} if recipe is not None and recipe.size == size else {}
+
         return OnnxExport(
-            name=f"open_clip-{slug}-image", fingerprint=image_tower_fingerprint(self.arch, self._weights),
+            name=f"open_clip-{slug}-image",
+            fingerprint=image_tower_fingerprint(self.arch, self._weights, config),
             build=lambda: export_tower(self.model), example_inputs=example,
             input_names=("pixels",), output_names=("embedding",), extra={"image_size": size},
-            fusion=tower_fusion(self.model),
+            fusion=fusion, metadata=metadata,
         )
 
     def embed_preprocessed(self, batch: Sequence[Any]) -> np.ndarray:
-        import torch
-
         tower = self._tower_for(len(batch))
         if tower is not None:
             pixels = np.stack([np.asarray(item, dtype=np.float32) for item in batch])
             return tower.run(pixels)[0]
-        pixels = torch.stack(list(batch)).to(self.device, dtype=self._dtype())
+        import torch
+
+        pixels = torch.stack([torch.as_tensor(item) for item in batch]).to(self.device, dtype=self._dtype())
         with torch.inference_mode():
             features = self.model.encode_image(pixels, normalize=True)
         return features.float().cpu().numpy()
@@ -169,15 +204,59 @@ class OpenCLIPEmbedder(EmbedderBase):
     def _embed_text_batch(self, texts: Sequence[str]) -> np.ndarray:
         import torch
 
-        tokens = self._tokenizer(list(texts)).to(self.device)
+        parts = self._torch_parts()
+        tokens = parts.tokenizer(list(texts)).to(self.device)
         with torch.inference_mode():
-            features = self.model.encode_text(tokens, normalize=True)
+            features = parts.model.encode_text(tokens, normalize=True)
         return features.float().cpu().numpy()
 
     def _dtype(self) -> Any:
         import torch
 
         return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision, torch.float32)
+
+
+PIXEL_RECIPE_KEY = "pictrieve.pixel_recipe"
+"""The exported tower's metadata entry holding its :class:`PixelRecipe` (JSON)."""
+
+
+@functools.lru_cache(maxsize=8)
+def _recipe(text: str) -> PixelRecipe:
+    return PixelRecipe.from_json(text)
+
+
+@dataclass(frozen=True)
+class _TorchParts:
+    model: Any
+    preprocess: Any
+    tokenizer: Any
+
+
+def _load_torch_parts(source: str, arch: str, pretrained: str | None, weights: str | None, device: str,
+                      precision: str) -> _TorchParts:
+    """Build the open_clip model (imports torch and open_clip: seconds), its transform and its tokenizer."""
+    import open_clip
+
+    if source.endswith(".json"):
+        open_clip.add_model_config(_expand(source))
+    if weights is None and not arch.startswith(("hf-hub:", "local-dir:")):
+        logger.warning("open_clip %s with RANDOM weights: fine for tests, useless for search", source)
+    try:
+        # Random weights are seeded, so a gallery built with them reopens with the same model.
+        with torch_seeded(0):
+            model, _, preprocess = open_clip.create_model_and_transforms(
+                arch, pretrained=weights, device=device, precision=precision
+            )
+    except RuntimeError as exc:
+        if "Unknown model" in str(exc) or "not found" in str(exc).lower():
+            raise EmbedderWeightsUnavailableError(
+                f"open_clip: {exc}. See `open_clip.list_models()` and "
+                "`open_clip.list_pretrained()` for valid names."
+            ) from exc
+        raise _offline_hint(source, pretrained, exc) from exc
+    except (OSError, ValueError) as exc:
+        raise _offline_hint(source, pretrained, exc) from exc
+    return _TorchParts(model.eval(), preprocess, open_clip.get_tokenizer(arch))
 
 
 def _tower_module() -> type:
@@ -221,9 +300,20 @@ def export_tower(model: Any) -> Any:
     return tower.eval()
 
 
-def tower_fusion(model: Any) -> TransformerFusion | None:
-    """How ONNX Runtime's optimizer should fuse the tower :func:`export_tower` makes (``None`` when it has no
-    self-attention blocks to fuse)."""
+def tower_fusion(config: Mapping[str, Any]) -> TransformerFusion | None:
+    """How ONNX Runtime's optimizer should fuse the tower :func:`export_tower` makes, read from the architecture's
+    config (open_clip's ``VisionTransformer``: ``width // head_width`` heads); ``None`` for towers with no such
+    self-attention blocks (timm trunks, ResNets). A config that promises blocks the model lacks costs one warning
+    line at export time: the optimizer finds nothing to fuse and the plain export is kept."""
+    vision = config.get("vision_cfg") or {}
+    if vision.get("timm_model_name") or isinstance(vision.get("layers"), (list, tuple)):
+        return None
+    width, head_width = int(vision.get("width", 768)), int(vision.get("head_width", 64))
+    return TransformerFusion("clip", num_heads=width // head_width, hidden_size=width)
+
+
+def model_tower_fusion(model: Any) -> TransformerFusion | None:
+    """:func:`tower_fusion` read from a built model, for architectures whose config only open_clip can fetch."""
     blocks = _attention_blocks(model.visual)
     if not blocks:
         return None
@@ -282,13 +372,18 @@ def _split_attention_module() -> type:
     return _SplitAttention
 
 
-def image_tower_fingerprint(arch: str, weights: str | None) -> str:
+def image_tower_fingerprint(arch: str, weights: str | None, config: Mapping[str, Any] | None = None) -> str:
     """What an exported image tower depends on: open_clip's version, the architecture's config, and the
     weights (a local file's or folder's content, else the pretrained tag or hub name; random weights are
-    seeded, so their name is enough)."""
-    import open_clip
+    seeded, so their name is enough). Computed without importing open_clip where the config file can be read."""
+    if config is None and not arch.startswith(("hf-hub:", "local-dir:")):
+        config = model_config(arch)
+        if config is None:  # a config open_clip holds but no file of ours names (added with add_model_config)
+            import open_clip
 
-    config = open_clip.get_model_config(arch) if not arch.startswith(("hf-hub:", "local-dir:")) else None
+            config = open_clip.get_model_config(arch)
+    elif arch.startswith(("hf-hub:", "local-dir:")):
+        config = None
     config_hash = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
     if weights is None:
         source = arch[len("local-dir:"):] if arch.startswith("local-dir:") else None
@@ -303,7 +398,33 @@ def image_tower_fingerprint(arch: str, weights: str | None) -> str:
             f"weights={weights_id}/tower={TOWER_FORMAT}")
 
 
-def _image_size(model: Any) -> tuple[int, int]:
+def model_config(arch: str) -> dict[str, Any] | None:
+    """open_clip's config of ``arch`` (a built-in name or a ``.json`` file), read from its JSON file without
+    importing open_clip (equal to ``open_clip.get_model_config``); ``None`` for ``hf-hub:``/``local-dir:`` names,
+    unknown names, and files that are not model configs."""
+    if arch.startswith(("hf-hub:", "local-dir:")):
+        return None
+    if arch.endswith(".json"):
+        path = Path(_expand(arch))
+    else:
+        spec = importlib.util.find_spec("open_clip")  # finds the package without running it
+        folders = list(spec.submodule_search_locations or []) if spec is not None else []
+        if not folders or not re.fullmatch(r"[A-Za-z0-9_.@-]+", arch):
+            return None
+        path = Path(folders[0]) / "model_configs" / f"{arch}.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) and {"embed_dim", "vision_cfg", "text_cfg"} <= config.keys() else None
+
+
+def _image_size(config: Mapping[str, Any]) -> tuple[int, int]:
+    size = (config.get("vision_cfg") or {}).get("image_size", 224)
+    return (int(size[0]), int(size[1])) if isinstance(size, (tuple, list)) else (int(size), int(size))
+
+
+def _model_image_size(model: Any) -> tuple[int, int]:
     size = getattr(model.visual, "image_size", 224)
     return (int(size[0]), int(size[1])) if isinstance(size, (tuple, list)) else (int(size), int(size))
 
@@ -327,16 +448,13 @@ def parse_open_clip_spec(spec: str) -> tuple[str, str | None]:
     return arch, pretrained or None
 
 
-def _register_config_file(arch: str) -> str:
-    """Register an open_clip model-config JSON file and return its model name (the file stem)."""
+def _model_name(arch: str) -> str:
+    """The name open_clip knows ``arch`` by: a ``.json`` config file's stem (registered when the model is built)."""
     if not arch.endswith(".json"):
         return arch
-    import open_clip
-
     path = _expand(arch)
     if not Path(path).is_file():
         raise FileNotFoundError(f"open_clip model config {path} does not exist")
-    open_clip.add_model_config(path)
     return Path(path).stem
 
 
