@@ -13,7 +13,9 @@ Also reported: the one-time export and int8 quantisation (seconds), the largest 
 fp32 vectors from torch's, and the lowest cosine of the int8 vectors with torch's. Random weights (the
 default, ``open_clip:ViT-B-32/random``) cost what the real ones cost: speed does not depend on the weights.
 ``onnx-fp32-unfused`` runs the tower as exported before ONNX Runtime's transformer fusions (attention, residual +
-LayerNorm, bias + GELU; ``tools/models/onnx_runtime.py``), so one run shows what the fusions give.
+LayerNorm, bias + GELU; ``tools/models/onnx_runtime.py``), so one run shows what the fusions give;
+``onnx-fp32-all-tokens`` the fused tower with its last block computed for every token, as exported before that
+block was cut to the class token (``export_tower``), so one run shows what the cut gives.
 
 Run:  python benchmarks/open_clip_runtimes.py ../shared/datasets/flickr8k-dev/images --threads 2 --json
 """
@@ -39,9 +41,11 @@ ARMS = {  # name -> (PICTRIEVE_RUNTIME, PICTRIEVE_QUANTIZE)
     "onnx-fp32": ("onnx", "none"),
     "onnx-int8": ("onnx", "int8"),
     "onnx-fp32-unfused": ("onnx", "none"),  # the plain export, before ONNX Runtime's transformer fusions
+    "onnx-fp32-all-tokens": ("onnx", "none"),  # fused, but the last block for every token
 }
 UNFUSED = "onnx-fp32-unfused"
-_fp32_sessions: dict[str, Any] = {}  # onnx-fp32 / onnx-fp32-unfused -> its ONNX Runtime session
+ALL_TOKENS = "onnx-fp32-all-tokens"
+_fp32_sessions: dict[str, Any] = {}  # onnx-fp32 and the earlier exports -> its ONNX Runtime session
 
 
 def use_arm(arm: str, embedder: Any = None) -> None:
@@ -56,17 +60,23 @@ def use_arm(arm: str, embedder: Any = None) -> None:
         embedder._towers.pop(None, None)  # not opened yet: pictrieve opens (or exports) its own file
 
 
-def open_unfused(embedder: Any) -> Any:
-    """The tower as exported before the fusions (``torch.nn.MultiheadAttention`` as torch writes it, no optimizer;
-    its own cached file), for the ``onnx-fp32-unfused`` arm."""
+def open_earlier_export(embedder: Any, arm: str) -> Any:
+    """The tower as exported before a change, in its own cached file: before the fusions (``onnx-fp32-unfused``:
+    ``torch.nn.MultiheadAttention`` as torch writes it, no optimizer), or before the class-token last block
+    (``onnx-fp32-all-tokens``)."""
     import dataclasses
 
-    from pictrieve.tools.models.embedders.open_clip import image_tower
+    from pictrieve.tools.models.embedders.open_clip import export_tower, image_tower
     from pictrieve.tools.models.onnx_runtime import onnx_model
 
     export = embedder.image_export()
-    return onnx_model(dataclasses.replace(export, name=f"{export.name}-unfused", fusion=None,
-                                          build=lambda: image_tower(embedder.model)))
+    if arm == UNFUSED:
+        earlier = dataclasses.replace(export, name=f"{export.name}-unfused", fusion=None,
+                                      build=lambda: image_tower(embedder.model))
+    else:
+        earlier = dataclasses.replace(export, name=f"{export.name}-all-tokens",
+                                      build=lambda: export_tower(embedder.model, first_token_only=False))
+    return onnx_model(earlier)
 
 
 def rotated(arms: Sequence[str], round_: int) -> list[str]:
@@ -80,8 +90,8 @@ def prepare_runtimes(embedder: Any, arms: Sequence[str], sample: Sequence[Any]) 
     for arm in arms:
         use_arm(arm, embedder)
         start = time.perf_counter()
-        if arm == UNFUSED:
-            _fp32_sessions[UNFUSED] = open_unfused(embedder)
+        if arm in (UNFUSED, ALL_TOKENS):
+            _fp32_sessions[arm] = open_earlier_export(embedder, arm)
             use_arm(arm, embedder)
         vectors[arm] = embedder.embed_preprocessed(sample)  # exports and opens the file at the first ONNX call
         timings[arm] = round(time.perf_counter() - start, 2)

@@ -5,6 +5,7 @@ made, int8 only when asked. The tiny random CLIP of tests/data stands in for ViT
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -265,3 +266,35 @@ def test_once_exported_a_new_process_embeds_images_without_torch(cache, tiny_cli
     np.testing.assert_allclose(vectors, on_onnx, atol=1e-5, rtol=0)
     if quantize == "none":
         np.testing.assert_allclose(vectors, on_torch, atol=1e-4, rtol=0)
+
+
+def test_the_last_block_runs_for_the_class_token_alone_with_the_same_vectors(cache, tmp_path, photos, monkeypatch):
+    """A tower that pools its class token exports its last block for that token alone (about 6.6% of ViT-B-32's
+    work saved); the earlier blocks still fuse, and the vectors are torch's."""
+    import json
+
+    import torch
+
+    config = json.loads((Path(__file__).parent / "data" / "pictrieve-tiny-clip.json").read_text())
+    config["vision_cfg"]["layers"] = 3
+    path = tmp_path / "pictrieve-tiny-clip-3.json"
+    path.write_text(json.dumps(config))
+    name = f"open_clip:{path}/random"
+    embedder = create_embedder(name, device="cpu")
+    visual = open_clip_embedders.export_tower(embedder.model).visual
+    blocks = list(visual.transformer.resblocks)
+    assert [type(b).__name__ for b in blocks] == ["ResidualAttentionBlock"] * 2 + ["_FirstTokenBlock"]
+    tokens = torch.randn(4, 5, 32, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        np.testing.assert_allclose(blocks[-1](tokens).numpy(), embedder.model.visual.transformer.resblocks[-1](
+            tokens)[:, :1].numpy(), atol=1e-6, rtol=0)
+
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    on_torch = embedder.embed_images(photos)
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    np.testing.assert_allclose(embedder.embed_images(photos), on_torch, atol=1e-4, rtol=0)
+    import onnx
+
+    [exported] = exports(cache)
+    nodes = [node.op_type for node in onnx.load(str(exported)).graph.node]
+    assert nodes.count("Attention") == 2 and "Softmax" in nodes, nodes  # two fused blocks, one class-token block
