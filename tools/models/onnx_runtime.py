@@ -15,7 +15,7 @@ weights, how to build the torch module and example inputs) and asks :func:`try_o
   imported, which is most of a cold start;
 - a transformer (``fusion``: :class:`TransformerFusion`) is then rewritten by ONNX Runtime's transformer optimizer
   (``onnxruntime.transformers.optimizer``), which fuses each block's attention, LayerNorm + residual and
-  bias + GELU into single operators (ViT-B-32: 116 nodes instead of 1,574; ``benchmarks/onnx_node_counts.py``); the fused file must
+  bias + GELU into single operators (ViT-B-32: 184 nodes instead of 1,546; ``benchmarks/onnx_node_counts.py``); the fused file must
   match torch as the plain one does. An optimizer that fails, or fuses into different outputs, leaves the
   plain export in place after one warning line;
 - ``quantize="int8"`` adds a dynamically quantised copy (weights int8, activations quantised per

@@ -13,8 +13,10 @@ Runs on CUDA in fp16 when a GPU is present, else on the CPU in fp32. On a CPU th
 ONNX Runtime where that measured faster (:data:`IMAGE_RUNTIME`; ``--runtime``/``$PICTRIEVE_RUNTIME``
 overrides, see :mod:`pictrieve.tools.models.onnx_runtime`): exported once per model at first use, cached
 by the model's fingerprint (:func:`image_tower_fingerprint`), with the same vectors as torch to 1e-4, so a
-gallery indexed with one runtime is searched with the other. ``--quantize int8`` opts in to a dynamically
-quantised tower; it is never the default here, because its recall cannot be checked without real weights
+gallery indexed with one runtime is searched with the other. The file carries its input transform
+(:class:`~pictrieve.tools.models.embedders.clip_pixels.PixelRecipe`), so once it exists images are embedded
+without importing torch or open_clip; the torch model is built on first need (a text, the torch runtime, an
+export). ``--quantize int8`` opts in to a dynamically quantised tower; it is never the default here, because its recall cannot be checked without real weights
 (README, "Runtimes"). The text tower stays on torch.
 """
 
@@ -51,12 +53,15 @@ RANDOM_WEIGHTS = "random"
 
 IMAGE_RUNTIME = "onnx"
 """The image tower's runtime on a CPU unless told otherwise. With the fused export (:func:`export_tower`,
-:func:`tower_fusion`) ONNX Runtime ran ViT-B-32's ``pictrieve index`` at 1.29x torch's images/s on a loaded 2-core
-machine, 1.16x through ``Gallery.add`` (1.20x on the model) on a quiet 16-core Xeon, and level with torch (1.00x)
-on 2 quiet Xeon cores, with the same vectors (``BENCHMARKS.md``, "open_clip image towers on ONNX Runtime")."""
+:func:`tower_fusion`) and a process that needs no torch once it is exported, ONNX Runtime ran ViT-B-32's
+``pictrieve index`` at 1.37x torch's images/s on the quiet 2-core machine (1.16x through ``Gallery.add`` on a quiet
+16-core Xeon), with the same vectors, and an image query started in 1.8 s instead of 6.9 (``BENCHMARKS.md``,
+"No torch once exported")."""
 IMAGE_QUANTIZE = "none"
 """int8 (``--quantize int8``) is opt-in only: no real weights here to check that recall holds."""
-TOWER_FORMAT = 4  # 3: the file carries its PixelRecipe; 4: the last block for the class token only. Bump when image_tower's computation changes (invalidates cached exports)
+TOWER_FORMAT = 4
+"""Bump when the exported tower changes (invalidates cached files). 3: the file carries its :class:`PixelRecipe`;
+4: the last block runs for the class token alone (:func:`export_tower`)."""
 EXPORT_MIN_BATCH = 2
 """A batch this big may start the one-time export (12-80 s for ViT-B-32 on a CPU); a query's single image runs
 on the export when it exists and on torch otherwise, so a search never waits for an export indexing can make."""
