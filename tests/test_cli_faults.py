@@ -325,8 +325,10 @@ def test_a_torchvision_built_for_another_torch_is_one_line_naming_both(tmp_path,
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(BROKEN_TORCHVISION)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([*CLI, "index", str(photo_folder), "-g", str(tmp_path / "g"), "-e", tiny_clip_name],
-                            capture_output=True, text=True, timeout=600, env=env)
+    # --runtime torch: with the tower already exported (the session's shared ONNX cache), indexing would not import
+    # torch or torchvision at all, and there would be nothing to refuse
+    result = subprocess.run([*CLI, "index", str(photo_folder), "-g", str(tmp_path / "g"), "-e", tiny_clip_name,
+                             "--runtime", "torch"], capture_output=True, text=True, timeout=600, env=env)
     line = one_clear_line(result)
     assert result.returncode == 2 and line.startswith("error: torchvision ")
     assert "torch " in line and "torchvision::nms" in line and "pip install --force-reinstall torch torchvision" in line

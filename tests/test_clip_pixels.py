@@ -58,12 +58,28 @@ def test_the_recipe_equals_open_clips_transform(cfg, tmp_path, request):
         np.testing.assert_allclose(ours, theirs, atol=1e-6, rtol=0, err_msg=f"{picture.mode} {picture.size}")
 
 
-def test_the_real_models_transform_config_is_reproduced(tmp_path):
-    """The config open_clip attaches to a built ViT-B-32 (what the export stores) gives its own transform."""
-    model, _, preprocess = open_clip.create_model_and_transforms("ViT-B-32")
+def test_a_built_models_transform_config_is_reproduced(tmp_path, tiny_clip_embedder):
+    """The config open_clip attaches to a built model (what the export stores) gives that model's own transform."""
+    from pictrieve.tools.models.embedders.open_clip import checked_recipe
+
+    model, preprocess = tiny_clip_embedder.model, tiny_clip_embedder._torch_parts().preprocess
     recipe = PixelRecipe.from_preprocess_cfg(model.visual.preprocess_cfg)
     picture = Image.open(make_photo(tmp_path / "p.png", seed=3, size=(300, 200)))
     np.testing.assert_allclose(recipe(picture), preprocess(picture).numpy(), atol=1e-6, rtol=0)
+    assert checked_recipe(model, preprocess, recipe.size) == recipe
+    assert checked_recipe(model, lambda picture: preprocess(picture) * 1.01, recipe.size) is None  # not reproduced
+
+
+@pytest.mark.parametrize("text", [
+    "", "{}", "[1, 2]", '{"size": [224], "resize_mode": "shortest", "interpolation": "bicubic", "mean": [0.5, 0.5, 0.5], '
+    '"std": [0.5, 0.5, 0.5]}',
+    PixelRecipe((224, 224), "longest", "bicubic", (0.5,) * 3, (0.5,) * 3).to_json(),
+    PixelRecipe((224, 224), "shortest", "bicubic", (0.5,) * 3, (0.0,) * 3).to_json(),
+    PixelRecipe((224, 200), "shortest", "bicubic", (0.5,) * 3, (0.5,) * 3).to_json(),
+])
+def test_a_damaged_or_foreign_recipe_is_refused(text):
+    with pytest.raises(ValueError):
+        PixelRecipe.from_json(text)
 
 
 @pytest.mark.parametrize("change", [

@@ -298,3 +298,51 @@ def test_the_last_block_runs_for_the_class_token_alone_with_the_same_vectors(cac
     [exported] = exports(cache)
     nodes = [node.op_type for node in onnx.load(str(exported)).graph.node]
     assert nodes.count("Attention") == 2 and "Softmax" in nodes, nodes  # two fused blocks, one class-token block
+
+
+def test_an_export_without_a_recipe_builds_the_torch_model_at_once(cache, tiny_clip_name, photos, monkeypatch):
+    """Where the transform cannot be reproduced without torch, the exported file keeps no recipe: a new embedder then
+    builds the torch model at once, as before (a wrong name or missing weights fail at the start, not per photo),
+    and runs open_clip's transform into the exported tower."""
+    monkeypatch.setattr(open_clip_embedders, "checked_recipe", lambda model, preprocess, size: None)
+    embedder = create_embedder(tiny_clip_name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    on_torch = embedder.embed_images(photos)
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    embedder.embed_images(photos)  # exports
+    [exported] = exports(cache)
+    assert "pixel_recipe" not in exported.with_suffix(".json").read_text()
+    again = create_embedder(tiny_clip_name, device="cpu")
+    assert again._torch is not None  # built in __init__
+    np.testing.assert_allclose(again.embed_images(photos), on_torch, atol=1e-4, rtol=0)
+    assert again.image_runtime is not None
+
+
+def test_a_damaged_recipe_is_ignored_with_one_line(cache, tiny_clip_name, photos, monkeypatch, caplog):
+    embedder = create_embedder(tiny_clip_name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    on_torch = embedder.embed_images(photos)
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    embedder.embed_images(photos)  # exports
+    [exported] = exports(cache)
+    exported.with_suffix(".json").write_text('{"pixel_recipe": "{\\"size\\": \\"big\\"}"}')
+    open_clip_embedders._parsed_recipe.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="pictrieve"):
+        again = create_embedder(tiny_clip_name, device="cpu")
+        np.testing.assert_allclose(again.embed_images(photos), on_torch, atol=1e-4, rtol=0)
+    assert again._torch is not None
+    said = [r.getMessage() for r in caplog.records if "stored open_clip input recipe" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0], said
+
+
+def test_the_torch_runtime_keeps_open_clips_transform(cache, tiny_clip_name, photos, monkeypatch):
+    """With an export (and its recipe) on disk, ``--runtime torch`` still prepares images with open_clip's own
+    transform: the torch path is torch as before."""
+    import torch
+
+    embedder = create_embedder(tiny_clip_name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    embedder.embed_images(photos)  # exports
+    assert isinstance(embedder.preprocess(photos[0]), np.ndarray)
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    assert isinstance(embedder.preprocess(photos[0]), torch.Tensor)

@@ -18,6 +18,9 @@ weights, how to build the torch module and example inputs) and asks :func:`try_o
   bias + GELU into single operators (ViT-B-32: 184 nodes instead of 1,546; ``benchmarks/onnx_node_counts.py``); the fused file must
   match torch as the plain one does. An optimizer that fails, or fuses into different outputs, leaves the
   plain export in place after one warning line;
+- whatever else a later process needs to use the file without torch (``metadata``: an open_clip tower's input
+  transform) is kept beside it as ``NAME-KEY.json``, in place before the model file is, and read with
+  :func:`cached_metadata`;
 - ``quantize="int8"`` adds a dynamically quantised copy (weights int8, activations quantised per
   call; ``onnxruntime.quantization``), cached beside it. It suits models whose time goes to matrix
   products (transformer towers); on a convolutional network it runs ``ConvInteger``, which measured
@@ -36,6 +39,7 @@ import contextlib
 import hashlib
 import logging
 import io
+import json
 import os
 import sys
 import tempfile
@@ -49,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 import numpy as np
 
 from pictrieve.errors import PictrieveError
+from pictrieve.tools.core.files import atomic_write_text
 from pictrieve.tools.core.model_cache import shared_model
 from pictrieve.tools.core.pypi_assets import cache_root
 from pictrieve.tools.core.threads import intra_op_threads
@@ -152,8 +157,9 @@ class OnnxExport:
     extra: Mapping[str, Any] = field(default_factory=dict)  # anything else the file depends on
     fusion: TransformerFusion | None = None  # rewrite with ONNX Runtime's transformer optimizer after exporting
     metadata: Callable[[], Mapping[str, str]] | None = None
-    """Called once when exporting: strings stored in the file itself (ONNX ``metadata_props``) and read back with
-    :attr:`OnnxModel.metadata`, e.g. how to prepare the inputs, so a later process needs nothing but the file."""
+    """Called once when exporting: strings kept beside the file (``NAME-KEY.json``, written before the model file
+    itself) and read back by :func:`cached_metadata` without ONNX Runtime, e.g. how to prepare the inputs, so a later
+    process needs nothing but the cache."""
 
     def axes(self) -> dict[str, dict[int, str]]:
         if self.dynamic_axes is not None:
@@ -212,8 +218,6 @@ class OnnxModel:
             raise OnnxExportError(f"ONNX Runtime cannot open {self.path}: {_first_line(exc)}") from exc
         self.input_names = tuple(i.name for i in self.session.get_inputs())
         self.output_names = tuple(o.name for o in self.session.get_outputs())
-        self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
-        """What the export stored in the file (:attr:`OnnxExport.metadata`); empty when nothing was."""
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """The outputs for ``inputs`` (float32 arrays, in :attr:`input_names` order)."""
@@ -269,14 +273,44 @@ def ensure_exported(export: OnnxExport, quantize: str | None = None) -> Path:
             raise OnnxExportError(f"cannot create the ONNX cache folder {path.parent} ({exc.strerror or exc})") from exc
         if quantize is None:
             logger.warning("exporting %s to ONNX Runtime once (a few seconds to a minute): %s", export.name, path)
-            _write_atomically(path, lambda tmp: _export(export, tmp))
+
+            def write(tmp: Path) -> None:
+                _export(export, tmp)
+                if export.metadata is not None:  # in place before the model file is
+                    atomic_write_text(metadata_path(path), json.dumps(dict(export.metadata()), sort_keys=True))
+
+            _write_atomically(path, write)
         elif quantize == "int8":
             source = ensure_exported(export, None)
             logger.warning("quantising %s to int8 once: %s", export.name, path)
-            _write_atomically(path, lambda tmp: _quantize_int8(source, tmp))
+
+            def write(tmp: Path) -> None:
+                _quantize_int8(source, tmp)
+                if metadata_path(source).is_file():  # the same inputs as the file it quantises
+                    atomic_write_text(metadata_path(path), metadata_path(source).read_text())
+
+            _write_atomically(path, write)
         else:
             raise RuntimeSettingError(f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}")
         return path
+
+
+def metadata_path(path: Path) -> Path:
+    """Where the metadata of the cached file ``path`` is kept (:attr:`OnnxExport.metadata`)."""
+    return path.with_suffix(".json")
+
+
+def cached_metadata(path: Path) -> dict[str, str] | None:
+    """What the export stored beside the cached file ``path`` (:meth:`OnnxExport.path`), when that file exists;
+    ``None`` when either is missing or unreadable. Reads a small JSON file: neither ONNX Runtime nor torch is
+    involved."""
+    try:
+        if not path.is_file():
+            return None
+        stored = json.loads(metadata_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return {str(k): str(v) for k, v in stored.items()} if isinstance(stored, dict) else None
 
 
 def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
@@ -325,21 +359,6 @@ def _export(export: OnnxExport, target: Path) -> None:
                               f"(more than {export.atol:g}); not using it")
     if export.fusion is not None:
         _fuse_in_place(export, target, arrays, expected)
-    if export.metadata is not None:
-        _store_metadata(target, export.metadata())
-
-
-def _store_metadata(path: Path, entries: Mapping[str, str]) -> None:
-    """Add ``entries`` to the ONNX file's ``metadata_props`` (replacing entries of the same names), in place."""
-    import onnx
-
-    model = onnx.load(str(path))
-    kept = [p for p in model.metadata_props if p.key not in entries]
-    del model.metadata_props[:]
-    model.metadata_props.extend(kept)
-    for key, value in entries.items():
-        model.metadata_props.add(key=key, value=str(value))
-    onnx.save(model, str(path))
 
 
 def _difference(path: Path, arrays: list[np.ndarray], expected: list["torch.Tensor"]) -> float:

@@ -53,9 +53,19 @@ class PixelRecipe:
 
     @classmethod
     def from_json(cls, text: str) -> "PixelRecipe":
-        data = json.loads(text)
-        return cls(tuple(data["size"]), data["resize_mode"], data["interpolation"],  # type: ignore[arg-type]
-                   tuple(data["mean"]), tuple(data["std"]))  # type: ignore[arg-type]
+        """The recipe :meth:`to_json` wrote; ``ValueError`` for anything else (a damaged or foreign file)."""
+        try:
+            data = json.loads(text)
+            recipe = cls((int(data["size"][0]), int(data["size"][1])), str(data["resize_mode"]),
+                         str(data["interpolation"]), _triple(data["mean"]), _triple(data["std"]))  # type: ignore[arg-type]
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a pixel recipe: {text[:200]!r} ({exc})") from exc
+        height, width = recipe.size
+        if (min(height, width) < 1 or recipe.interpolation not in RESAMPLING or recipe.mean is None
+                or recipe.std is None or min(recipe.std) <= 0 or recipe.resize_mode not in ("shortest", "squash")
+                or (recipe.resize_mode == "shortest" and height != width)):
+            raise ValueError(f"not a pixel recipe this version reproduces: {text[:200]!r}")
+        return recipe
 
     def __call__(self, image: Image.Image) -> np.ndarray:
         """``image`` (converted to RGB) resized, cropped, scaled and normalised: ``(3, height, width)`` float32."""

@@ -43,8 +43,8 @@ from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.tools.models.embedders.base import EmbedderBase
 from pictrieve.tools.models.embedders.clip_pixels import PixelRecipe
 from pictrieve.tools.models.onnx_runtime import (
-    OnnxExport, OnnxModel, TransformerFusion, choose_runtime, package_version, requested_quantization,
-    try_onnx_model,
+    OnnxExport, OnnxExportError, OnnxModel, TransformerFusion, cached_metadata, choose_runtime, package_version,
+    requested_quantization, try_onnx_model,
 )
 
 logger = logging.getLogger(__name__)
@@ -89,21 +89,26 @@ class OpenCLIPEmbedder(EmbedderBase):
         precision: str | None = None,
         batch_size: int = 64,
     ) -> None:
-        self._config_source = arch  # a built-in name, a .json file, hf-hub:/local-dir:
+        # a built-in name, a .json file (resolved now: the working directory may change), hf-hub:/local-dir:
+        self._config_source = _expand(arch) if arch.endswith(".json") else arch
         self.arch, self.pretrained = _model_name(arch), pretrained
         self.device = pick_device(device)
         self.precision = precision or ("fp16" if self.device.startswith("cuda") else "fp32")
         self.batch_size = batch_size
         self._weights = None if pretrained in (None, "", RANDOM_WEIGHTS) else _expand(pretrained)
         self.name = f"open_clip:{arch}/{pretrained or RANDOM_WEIGHTS}"
+        if self._weights is None and not arch.startswith(("hf-hub:", "local-dir:")):
+            logger.warning("open_clip %s with RANDOM weights: fine for tests, useless for search", arch)
         self._config = model_config(arch)  # None where only open_clip can tell (hf-hub:, local-dir:, unknown)
         self._torch: _TorchParts | None = None
         self._torch_lock = threading.Lock()
         self._towers: dict[str | None, OnnxModel | None] = {}
         self._towers_lock = threading.Lock()
         self._export: OnnxExport | None = None
-        if self._config is not None and self._exported_tower_serves_images():
-            self.dim = int(self._config["embed_dim"])  # the torch model waits for a text or an export
+        self._recipes: dict[str | None, PixelRecipe] = {}  # per quantization: the cached file's recipe, once found
+        self._export_paths: dict[str | None, Path] = {}
+        if self._config is not None and self._stored_recipe() is not None:
+            self.dim = int(self._config["embed_dim"])  # the torch model waits for a text (or an export)
         else:
             self.dim = int(_output_dim(self._torch_parts().model))  # as before: names and weights checked now
 
@@ -119,29 +124,31 @@ class OpenCLIPEmbedder(EmbedderBase):
                                                 self.device, self.precision)
             return self._torch
 
-    def _exported_tower_serves_images(self) -> bool:
-        """Whether the image tower will run on ONNX Runtime from a file that is already exported."""
-        if choose_runtime(IMAGE_RUNTIME, self.device) != "onnx" or self.precision != "fp32":
-            return False
-        return self.image_export().path(requested_quantization(default=IMAGE_QUANTIZE)).is_file()
-
     def preprocess(self, image: Image.Image) -> Any:
-        """A ``(3, H, W)`` array from :class:`PixelRecipe` when the exported tower will run it (no torch needed),
-        else open_clip's own transform (a tensor); the two are equal to float rounding."""
-        recipe = self._cached_tower_recipe()
+        """A ``(3, H, W)`` array from :class:`PixelRecipe` when an exported tower with a recipe will run it (no
+        torch needed), else open_clip's own transform (a tensor); the two are equal to float rounding."""
+        recipe = self._stored_recipe()
         if recipe is not None:
             return recipe(image)
         return self._torch_parts().preprocess(image.convert("RGB"))
 
-    def _cached_tower_recipe(self) -> PixelRecipe | None:
-        """The input recipe stored in the exported tower that runs images here, if that file exists already
-        (never starts an export: preprocessing runs in decoding threads and for single query images)."""
+    def _stored_recipe(self) -> PixelRecipe | None:
+        """The input recipe kept beside the exported tower that runs images here, when ONNX Runtime is the runtime
+        and that file exists already; ``None`` otherwise (then torch's transform is used). It never starts an
+        export: preprocessing runs in decoding threads and for single query images. Until a recipe is found, each
+        call looks again (a stat: the file may be exported meanwhile); once found it is kept."""
+        if choose_runtime(IMAGE_RUNTIME, self.device) != "onnx" or self.precision != "fp32":
+            return None
         quantize = requested_quantization(default=IMAGE_QUANTIZE)
-        tower = self._towers.get(quantize)
-        if tower is None and quantize not in self._towers and self._exported_tower_serves_images():
-            tower = self._tower_for(EXPORT_MIN_BATCH)
-        text = tower.metadata.get(PIXEL_RECIPE_KEY) if tower is not None else None
-        return _recipe(text) if text else None
+        recipe = self._recipes.get(quantize)
+        if recipe is None:
+            if quantize not in self._export_paths:
+                self._export_paths[quantize] = self.image_export().path(quantize)
+            stored = (cached_metadata(self._export_paths[quantize]) or {}).get(PIXEL_RECIPE_KEY)
+            recipe = _parsed_recipe(stored) if stored else None
+            if recipe is not None:
+                self._recipes[quantize] = recipe
+        return recipe
 
     @property
     def image_runtime(self) -> OnnxModel | None:
@@ -183,13 +190,21 @@ class OpenCLIPEmbedder(EmbedderBase):
             return (torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(0)),)
 
         def metadata() -> dict[str, str]:
-            recipe = PixelRecipe.from_preprocess_cfg(getattr(self.model.visual, "preprocess_cfg", None) or {})
-            return {PIXEL_RECIPE_KEY: recipe.to_json()} if recipe is not None and recipe.size == size else {}
+            recipe = checked_recipe(self.model, self._torch_parts().preprocess, size)
+            return {PIXEL_RECIPE_KEY: recipe.to_json()} if recipe is not None else {}
+
+        def build() -> Any:
+            if config is not None:
+                import open_clip
+
+                if open_clip.get_model_config(self.arch) != config:  # the name was re-registered in this process
+                    raise OnnxExportError(f"open_clip's config for {self.arch!r} is not the file {self._config_source}")
+            return export_tower(self.model)
 
         return OnnxExport(
             name=f"open_clip-{slug}-image",
             fingerprint=image_tower_fingerprint(self.arch, self._weights, config),
-            build=lambda: export_tower(self.model), example_inputs=example,
+            build=build, example_inputs=example,
             input_names=("pixels",), output_names=("embedding",), extra={"image_size": size},
             fusion=fusion, metadata=metadata,
         )
@@ -221,13 +236,35 @@ class OpenCLIPEmbedder(EmbedderBase):
         return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision, torch.float32)
 
 
-PIXEL_RECIPE_KEY = "pictrieve.pixel_recipe"
+PIXEL_RECIPE_KEY = "pixel_recipe"
 """The exported tower's metadata entry holding its :class:`PixelRecipe` (JSON)."""
 
 
-@functools.lru_cache(maxsize=8)
-def _recipe(text: str) -> PixelRecipe:
-    return PixelRecipe.from_json(text)
+@functools.lru_cache(maxsize=16)
+def _parsed_recipe(text: str) -> PixelRecipe | None:
+    """A stored recipe, or ``None`` (said once) when it cannot be read: torch's transform is never wrong."""
+    try:
+        return PixelRecipe.from_json(text)
+    except ValueError as exc:
+        logger.warning("ignoring a stored open_clip input recipe (%s): images use open_clip's own transform", exc)
+        return None
+
+
+def checked_recipe(model: Any, preprocess: Any, size: tuple[int, int]) -> PixelRecipe | None:
+    """The :class:`PixelRecipe` of ``model``'s transform, when it gives ``preprocess``'s pixels (to 1e-5) on a test
+    picture; ``None`` when this transform is not one :class:`PixelRecipe` reproduces (or a future open_clip reads its
+    config otherwise): then every process keeps open_clip's transform and builds the torch model."""
+    recipe = PixelRecipe.from_preprocess_cfg(getattr(model.visual, "preprocess_cfg", None) or {})
+    if recipe is None or recipe.size != size:
+        return None
+    ramp = np.linspace(0, 255, 97 * 61 * 3, dtype=np.float32).reshape(61, 97, 3)
+    picture = Image.fromarray(((ramp * 7) % 256).astype(np.uint8))  # not square, not a multiple of the crop
+    expected = np.asarray(preprocess(picture), dtype=np.float32)
+    got = recipe(picture)
+    if got.shape != expected.shape or float(np.abs(got - expected).max()) > 1e-5:
+        logger.warning("open_clip's input transform is not reproduced without torch (%s); images keep it", recipe)
+        return None
+    return recipe
 
 
 @dataclass(frozen=True)
@@ -243,9 +280,7 @@ def _load_torch_parts(source: str, arch: str, pretrained: str | None, weights: s
     import open_clip
 
     if source.endswith(".json"):
-        open_clip.add_model_config(_expand(source))
-    if weights is None and not arch.startswith(("hf-hub:", "local-dir:")):
-        logger.warning("open_clip %s with RANDOM weights: fine for tests, useless for search", source)
+        open_clip.add_model_config(source)
     try:
         # Random weights are seeded, so a gallery built with them reopens with the same model.
         with torch_seeded(0):
@@ -322,8 +357,14 @@ def tower_fusion(config: Mapping[str, Any]) -> TransformerFusion | None:
     vision = config.get("vision_cfg") or {}
     if vision.get("timm_model_name") or isinstance(vision.get("layers"), (list, tuple)):
         return None
+    if vision.get("block_type") not in (None, "default") or any(vision.get(option) for option in CUSTOM_BLOCK_OPTIONS):
+        return None  # open_clip's CustomResidualAttentionBlock: no nn.MultiheadAttention to rewrite
     width, head_width = int(vision.get("width", 768)), int(vision.get("head_width", 64))
     return TransformerFusion("clip", num_heads=width // head_width, hidden_size=width)
+
+
+CUSTOM_BLOCK_OPTIONS = ("qk_norm", "scaled_cosine_attn", "scale_heads", "scale_attn_inner", "scale_attn", "scale_fc")
+"""Vision-config options that make open_clip build its custom attention blocks instead of ``nn.MultiheadAttention``."""
 
 
 def model_tower_fusion(model: Any) -> TransformerFusion | None:
