@@ -54,9 +54,9 @@ RANDOM_WEIGHTS = "random"
 IMAGE_RUNTIME = "onnx"
 """The image tower's runtime on a CPU unless told otherwise. With the fused export (:func:`export_tower`,
 :func:`tower_fusion`) and a process that needs no torch once it is exported, ONNX Runtime ran ViT-B-32's
-``pictrieve index`` at 1.37x torch's images/s on the quiet 2-core machine (1.16x through ``Gallery.add`` on a quiet
-16-core Xeon), with the same vectors, and an image query started in 1.8 s instead of 6.9 (``BENCHMARKS.md``,
-"No torch once exported")."""
+``pictrieve index`` of 500 photos at 1.37-1.44x torch's images/s on the quiet 2-core machine (1.24x without the
+start-up; 1.16x through ``Gallery.add`` on a quiet 16-core Xeon), with the same vectors, and an image query started
+in 1.8-2.4 s instead of 6.9-8.6 (``BENCHMARKS.md``, "No torch once exported")."""
 IMAGE_QUANTIZE = "none"
 """int8 (``--quantize int8``) is opt-in only: no real weights here to check that recall holds."""
 TOWER_FORMAT = 4
