@@ -300,17 +300,24 @@ def test_the_last_block_runs_for_the_class_token_alone_with_the_same_vectors(cac
     assert nodes.count("Attention") == 2 and "Softmax" in nodes, nodes  # two fused blocks, one class-token block
 
 
-def test_an_export_without_a_recipe_builds_the_torch_model_at_once(cache, tiny_clip_name, photos, monkeypatch):
-    """Where the transform cannot be reproduced without torch, the exported file keeps no recipe: a new embedder then
-    builds the torch model at once, as before (a wrong name or missing weights fail at the start, not per photo),
-    and runs open_clip's transform into the exported tower."""
-    monkeypatch.setattr(open_clip_embedders, "checked_recipe", lambda model, preprocess, size: None)
-    embedder = create_embedder(tiny_clip_name, device="cpu")
+def torch_vectors_then_export(cache, name, photos, monkeypatch):
+    """``photos``' vectors on torch, then the tower exported (ONNX Runtime on for the rest of the test): the vectors
+    and the exported file."""
+    embedder = create_embedder(name, device="cpu")
     monkeypatch.setenv(RUNTIME_ENV, "torch")
     on_torch = embedder.embed_images(photos)
     monkeypatch.setenv(RUNTIME_ENV, "onnx")
     embedder.embed_images(photos)  # exports
     [exported] = exports(cache)
+    return on_torch, exported
+
+
+def test_an_export_without_a_recipe_builds_the_torch_model_at_once(cache, tiny_clip_name, photos, monkeypatch):
+    """Where the transform cannot be reproduced without torch, the exported file keeps no recipe: a new embedder then
+    builds the torch model at once, as before (a wrong name or missing weights fail at the start, not per photo),
+    and runs open_clip's transform into the exported tower."""
+    monkeypatch.setattr(open_clip_embedders, "checked_recipe", lambda model, preprocess, size: None)
+    on_torch, exported = torch_vectors_then_export(cache, tiny_clip_name, photos, monkeypatch)
     assert "pixel_recipe" not in exported.with_suffix(".json").read_text()
     again = create_embedder(tiny_clip_name, device="cpu")
     assert again._torch is not None  # built in __init__
@@ -319,12 +326,7 @@ def test_an_export_without_a_recipe_builds_the_torch_model_at_once(cache, tiny_c
 
 
 def test_a_damaged_recipe_is_ignored_with_one_line(cache, tiny_clip_name, photos, monkeypatch, caplog):
-    embedder = create_embedder(tiny_clip_name, device="cpu")
-    monkeypatch.setenv(RUNTIME_ENV, "torch")
-    on_torch = embedder.embed_images(photos)
-    monkeypatch.setenv(RUNTIME_ENV, "onnx")
-    embedder.embed_images(photos)  # exports
-    [exported] = exports(cache)
+    on_torch, exported = torch_vectors_then_export(cache, tiny_clip_name, photos, monkeypatch)
     exported.with_suffix(".json").write_text('{"pixel_recipe": "{\\"size\\": \\"big\\"}"}')
     open_clip_embedders._parsed_recipe.cache_clear()
     with caplog.at_level(logging.WARNING, logger="pictrieve"):
