@@ -77,7 +77,9 @@ class OpenCLIPEmbedder(EmbedderBase):
     The torch model is built when something needs it: the text tower, the torch runtime, or the one-time
     export. When the image tower runs on ONNX Runtime from a cached export (the usual case on a CPU once a
     gallery was indexed), indexing and image queries never import torch or open_clip: the architecture's
-    config is read from its JSON file, and the input transform (:class:`PixelRecipe`) from the exported file.
+    config is read from its JSON file, and the input transform (:class:`PixelRecipe`) from beside the exported
+    file. Without a stored recipe the torch model is built at once, as before, so a wrong name or missing weights
+    fail here and not once per photo.
     """
 
     def __init__(
