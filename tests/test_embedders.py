@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -51,3 +53,21 @@ def test_embed_texts_rejects_a_bare_string(tiny_clip_embedder):
 def test_missing_config_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         create_embedder(f"open_clip:{tmp_path}/nothing.json/random")
+
+
+def test_model_configs_are_read_as_open_clip_reads_them(tiny_clip_name):
+    """The open_clip embedder reads an architecture's config from its JSON file without importing open_clip (the key
+    of a cached export is computed from it before any torch): the same dict open_clip gives, for every built-in
+    architecture and for a config file."""
+    open_clip = pytest.importorskip("open_clip")
+    from pictrieve.tools.models.embedders.open_clip import model_config
+
+    shipped = Path(open_clip.__file__).parent / "model_configs"  # list_models() also holds configs tests registered
+    names = sorted(path.stem for path in shipped.glob("*.json"))
+    assert len(names) > 50
+    for name in names:
+        assert model_config(name) == open_clip.get_model_config(name), name
+    assert model_config("no-such-architecture") is None and model_config("hf-hub:org/repo") is None
+    config_file = tiny_clip_name.split(":", 1)[1].rsplit("/", 1)[0]
+    open_clip.add_model_config(config_file)
+    assert model_config(config_file) == open_clip.get_model_config("pictrieve-tiny-clip")
