@@ -319,10 +319,14 @@ def test_an_export_without_a_recipe_builds_the_torch_model_at_once(cache, tiny_c
     monkeypatch.setattr(open_clip_embedders, "checked_recipe", lambda model, preprocess, size: None)
     on_torch, exported = torch_vectors_then_export(cache, tiny_clip_name, photos, monkeypatch)
     assert "pixel_recipe" not in exported.with_suffix(".json").read_text()
+    reads = []
+    real = open_clip_embedders.cached_metadata
+    monkeypatch.setattr(open_clip_embedders, "cached_metadata", lambda path: reads.append(path) or real(path))
     again = create_embedder(tiny_clip_name, device="cpu")
     assert again._torch is not None  # built in __init__
     np.testing.assert_allclose(again.embed_images(photos), on_torch, atol=1e-4, rtol=0)
     assert again.image_runtime is not None
+    assert len(reads) == 1, reads  # read once, not once per photo: the file exists, so its answer is final
 
 
 def test_a_damaged_recipe_is_ignored_with_one_line(cache, tiny_clip_name, photos, monkeypatch, caplog):

@@ -37,8 +37,7 @@ class PixelRecipe:
     def from_preprocess_cfg(cls, cfg: Mapping[str, Any]) -> "PixelRecipe | None":
         """The recipe for open_clip's ``model.visual.preprocess_cfg``, or ``None`` when this module does not
         reproduce it (``longest`` resizing, a non-square ``shortest`` crop, a mode other than RGB)."""
-        size = cfg.get("size", 224)
-        height, width = (int(size[0]), int(size[1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
+        height, width = side_pair(cfg.get("size", 224))
         mode = cfg.get("resize_mode") or "shortest"
         interpolation = cfg.get("interpolation") or "bicubic"
         interpolation = "bicubic" if interpolation == "random" else interpolation  # as open_clip does at inference
@@ -96,6 +95,11 @@ def _center_crop(image: Image.Image, height: int, width: int) -> Image.Image:
     top = int(round((image.height - height) / 2.0))
     left = int(round((image.width - width) / 2.0))
     return image.crop((left, top, left + width, top + height))
+
+
+def side_pair(size: Any) -> tuple[int, int]:
+    """``(height, width)`` from open_clip's way of giving a size: one number for a square, or two."""
+    return (int(size[0]), int(size[1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
 
 
 def _triple(values: Any) -> tuple[float, float, float] | None:

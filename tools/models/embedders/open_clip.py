@@ -41,7 +41,7 @@ from pictrieve.tools.core.devices import pick_device
 from pictrieve.tools.core.pypi_assets import files_fingerprint
 from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.tools.models.embedders.base import EmbedderBase
-from pictrieve.tools.models.embedders.clip_pixels import PixelRecipe
+from pictrieve.tools.models.embedders.clip_pixels import PixelRecipe, side_pair
 from pictrieve.tools.models.onnx_runtime import (
     OnnxExport, OnnxExportError, OnnxModel, TransformerFusion, cached_metadata, choose_runtime, package_version,
     requested_quantization, try_onnx_model,
@@ -107,7 +107,7 @@ class OpenCLIPEmbedder(EmbedderBase):
         self._towers: dict[str | None, OnnxModel | None] = {}
         self._towers_lock = threading.Lock()
         self._export: OnnxExport | None = None
-        self._recipes: dict[str | None, PixelRecipe] = {}  # per quantization: the cached file's recipe, once found
+        self._recipes: dict[str | None, PixelRecipe | None] = {}  # per quantization, once its file exists
         self._export_paths: dict[str | None, Path] = {}
         if self._config is not None and self._stored_recipe() is not None:
             self.dim = int(self._config["embed_dim"])  # the torch model waits for a text (or an export)
@@ -137,20 +137,21 @@ class OpenCLIPEmbedder(EmbedderBase):
     def _stored_recipe(self) -> PixelRecipe | None:
         """The input recipe kept beside the exported tower that runs images here, when ONNX Runtime is the runtime
         and that file exists already; ``None`` otherwise (then torch's transform is used). It never starts an
-        export: preprocessing runs in decoding threads and for single query images. Until a recipe is found, each
-        call looks again (a stat: the file may be exported meanwhile); once found it is kept."""
+        export: preprocessing runs in decoding threads and for single query images. Until the file exists each call
+        looks again (a stat: it may be exported meanwhile); once it exists its answer is kept (the recipe is written
+        before the model file, so it never changes after)."""
         if choose_runtime(IMAGE_RUNTIME, self.device) != "onnx" or self.precision != "fp32":
             return None
         quantize = requested_quantization(default=IMAGE_QUANTIZE)
-        recipe = self._recipes.get(quantize)
-        if recipe is None:
-            if quantize not in self._export_paths:
-                self._export_paths[quantize] = self.image_export().path(quantize)
-            stored = (cached_metadata(self._export_paths[quantize]) or {}).get(PIXEL_RECIPE_KEY)
-            recipe = _parsed_recipe(stored) if stored else None
-            if recipe is not None:
-                self._recipes[quantize] = recipe
-        return recipe
+        if quantize in self._recipes:
+            return self._recipes[quantize]
+        if quantize not in self._export_paths:
+            self._export_paths[quantize] = self.image_export().path(quantize)
+        if not self._export_paths[quantize].is_file():
+            return None  # not exported yet
+        text = (cached_metadata(self._export_paths[quantize]) or {}).get(PIXEL_RECIPE_KEY)
+        self._recipes[quantize] = _parsed_recipe(text) if text else None
+        return self._recipes[quantize]
 
     @property
     def image_runtime(self) -> OnnxModel | None:
@@ -521,13 +522,11 @@ def model_config(arch: str) -> dict[str, Any] | None:
 
 
 def _image_size(config: Mapping[str, Any]) -> tuple[int, int]:
-    size = (config.get("vision_cfg") or {}).get("image_size", 224)
-    return (int(size[0]), int(size[1])) if isinstance(size, (tuple, list)) else (int(size), int(size))
+    return side_pair((config.get("vision_cfg") or {}).get("image_size", 224))
 
 
 def _model_image_size(model: Any) -> tuple[int, int]:
-    size = getattr(model.visual, "image_size", 224)
-    return (int(size[0]), int(size[1])) if isinstance(size, (tuple, list)) else (int(size), int(size))
+    return side_pair(getattr(model.visual, "image_size", 224))
 
 
 def build_open_clip_embedder(spec: str, device: str | None = None) -> OpenCLIPEmbedder:
