@@ -450,3 +450,17 @@ def _port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(1)
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_oversized_run_bodies_and_pictures_are_refused(served):
+    """A run's body is read by the guard (it looks for state writes) up to 64 MiB: one byte more is refused, not
+    buffered without end; a picture over 20 MiB sent as data is refused in one line, nothing decoded."""
+    from pictrieve.graphs.serving_http import _MAX_CHECKED_BODY
+
+    head, tail = b'{"assistant_id": "search", "input": {"query": "', b'"}}'
+    body = head + b"a" * (_MAX_CHECKED_BODY + 1 - len(head) - len(tail)) + tail
+    answer = httpx.post(f"{served['url']}/runs/wait", content=body, headers={"content-type": "application/json"},
+                        timeout=300)
+    assert answer.status_code == 403 and "too large" in answer.text, (answer.status_code, answer.text[:300])
+    picture = base64.b64encode(os.urandom(21 * 2**20)).decode()
+    assert "larger than" in _search_error(served["url"], image=picture)
