@@ -108,6 +108,19 @@ def test_capture_time_place_and_camera_are_read_fromexif_block(tmp_path):
     assert "Lisbon" in fields["place"] and fields["place_country"] == "PT"
 
 
+@pytest.mark.parametrize("offset, taken_at, utc_ts", [
+    ("-05:00", "2023-06-14T18:02:33-05:00", 1686762153 + 6 * 3600),  # 23:02:33 UTC, not 13:02:33
+    ("+05:30", "2023-06-14T18:02:33+05:30", 1686762153 - 4 * 3600 - 30 * 60),  # 12:32:33 UTC
+    ("-03:30", "2023-06-14T18:02:33-03:30", 1686762153 + 4 * 3600 + 30 * 60),  # minutes take the sign too
+])
+def test_the_capture_time_offset_keeps_its_sign(tmp_path, offset, taken_at, utc_ts):
+    """OffsetTimeOriginal west of Greenwich: the clock reading is local, the instant later than UTC's reading."""
+    path = tmp_path / "west.jpg"
+    _upright().save(path, exif=exif_block(1, taken="2023:06:14 18:02:33", offset=offset))
+    fields = read_photo_metadata(path, places=False).fields
+    assert fields["taken_at"] == taken_at and fields["taken_at_ts"] == utc_ts
+
+
 def test_a_photo_without_exif_takes_the_file_time(tmp_path):
     path = tmp_path / "plain.png"
     _upright().save(path)
