@@ -76,6 +76,25 @@ def test_the_offline_default_ships_a_calibrated_threshold():
     assert 0.0 < shipped["threshold"] < 1.0 and "flickr8k-train" in shipped["stats"]["folder"]
 
 
+def test_a_gallerys_own_calibration_wins_over_the_shipped_cutoff(tmp_path):
+    """The offline default ships a cutoff; ``pictrieve calibrate`` on a gallery of it must still be what judges."""
+    gallery = Gallery.open(tmp_path / "g", "offline")  # no model is loaded to read or store a record
+    assert gallery.embedder_name == "offline" and gallery.relevance_cutoff().source == "shipped"
+    shipped = shipped_cutoffs()["offline"]["threshold"]
+    store_cutoff(gallery, shipped + 0.1, {"criterion": "test"})
+    cutoff = gallery.relevance_cutoff()
+    assert (cutoff.source, cutoff.threshold) == ("gallery", pytest.approx(shipped + 0.1))
+    assert cutoff.judge([shipped + 0.05]) == [False]  # judged by the gallery's cutoff, not the shipped one
+
+
+def test_choose_threshold_takes_the_middle_of_the_best_run():
+    # Interleaved scores: t = 0.25, 0.45 and 0.65 each reach 2/3 balanced accuracy; the middle one is chosen.
+    threshold, stats = choose_threshold([0.3, 0.5, 0.7], [0.2, 0.4, 0.6])
+    assert threshold == pytest.approx(0.45) and stats["balanced_accuracy"] == pytest.approx(0.6667, abs=1e-4)
+    # Separated scores: the one best candidate is the midpoint between the two neighbouring scores.
+    assert choose_threshold([0.5, 0.6], [0.1, 0.2])[0] == pytest.approx(0.35)
+
+
 def test_choose_threshold_maximises_balanced_accuracy():
     threshold, stats = choose_threshold([0.5, 0.6, 0.7, 0.8], [0.1, 0.2, 0.3, 0.65])
     # 0.3 < t <= 0.5 gets every present and 3 of 4 absent (0.875); nothing does better.
