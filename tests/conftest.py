@@ -121,6 +121,18 @@ def offline_llm(tmp_path, monkeypatch):
     return create_chat_model("offline")
 
 
+@pytest.fixture(scope="session")
+def smollm2_checkpoint() -> Path:
+    """The transformers checkpoint of the bundled SmolLM2-135M that ``pictrieve fetch-models`` converted (read
+    only: a model server loads it), else skip: tests never download or convert it."""
+    from pictrieve.tools.models.causal_lm import OFFLINE_DEFAULT_LM
+
+    checkpoint = USER_CACHE / "transformers" / OFFLINE_DEFAULT_LM
+    if not (checkpoint / "config.json").is_file():
+        pytest.skip(f"no SmolLM2 checkpoint at {checkpoint}: run `pictrieve fetch-models` once")
+    return checkpoint
+
+
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory) -> str:
     """A tiny random causal LM as a local checkpoint (:func:`qc2_fakes.build_tiny_checkpoint`)."""
