@@ -135,6 +135,20 @@ def test_the_colour_of_several_things_is_asked_of_them_all():
     assert colour.text.startswith("What colour are the dogs:")
 
 
+def test_what_a_clause_negates_is_denied_never_confirmed():
+    """"not on snow" cuts its clause: what follows the negation is denied, and never said or asked for."""
+    snow = Question(text="Is there snow in the photo?", kind="yes_no", key="snow", phrase="snow")
+    for question, answer in [(None, "a dog on grass, not on snow"), (snow, "the dog is not on snow"),
+                             (snow, "a dog on grass, not on snow"), (PLACE, "on grass, not on snow")]:
+        facts = answer_facts(question, answer)
+        assert "snow" in facts.denied and "snow" not in facts.confirmed, (answer, facts)
+        assert not any("snow" in phrase for phrase in facts.phrases), (answer, facts.phrases)
+    assert read_answer(snow, "the dog is not on snow") == 0
+    assert read_answer(PLACE, "on grass, not on snow") == 1  # grass
+    assert "grass" in answer_facts(PLACE, "on grass, not on snow").confirmed
+    assert "snow" not in reformulate_with_answers("a dog", [turn(snow, "a dog on grass, not on snow")])
+
+
 def test_a_later_answer_overrides_an_earlier_one():
     """Issue 28 (audit of offline_questioner.py:280): a contradicted answer kept both confirmed and denied."""
     no_then_yes = [turn(BALL, "no"), turn(DOG_COLOUR, "black, with a ball in its mouth")]
