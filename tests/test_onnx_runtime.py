@@ -212,3 +212,54 @@ def test_a_small_module_round_trips_with_its_outputs(tmp_path, monkeypatch):
     assert other.path() != export.path() and export.path("int8") != export.path()  # keyed by fingerprint and settings
     monkeypatch.setenv(ONNX_CACHE_ENV, str(tmp_path / "shared"))  # one folder for processes with other caches
     assert export.path() == tmp_path / "shared" / export.path().name
+
+
+def test_any_export_failure_falls_back_with_one_line(tmp_path, monkeypatch, caplog):
+    """Not only the exporter's own refusals: a module that cannot even be built (a missing weights file, a bug)
+    leaves torch running too, after one line, instead of failing the index."""
+    import torch
+
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path))
+
+    def build():
+        raise FileNotFoundError(2, "No such file or directory", "weights.pt")
+
+    export = OnnxExport(name="unbuildable", fingerprint="test", build=build,
+                        example_inputs=lambda: (torch.ones(1, 3),), input_names=("x",), output_names=("y",))
+    with caplog.at_level(logging.WARNING):
+        assert try_onnx_model(export) is None
+    assert "weights.pt" in _one_warning(caplog)
+    assert not export.path().exists()
+
+
+def test_an_export_whose_difference_from_torch_is_nan_is_refused_and_not_cached(tmp_path, monkeypatch, caplog):
+    """NaN compares false with everything: a check written ``difference > atol`` would let it through."""
+    import torch
+
+    monkeypatch.setenv("PICTRIEVE_CACHE", str(tmp_path))
+
+    class LogOfNegative(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.log(x - 10.0)  # NaN from torch and from ONNX Runtime alike: no difference measured
+
+    export = OnnxExport(name="nan-out", fingerprint="test", build=LogOfNegative,
+                        example_inputs=lambda: (torch.ones(2, 3),), input_names=("x",), output_names=("y",))
+    with caplog.at_level(logging.WARNING):
+        assert try_onnx_model(export) is None
+    assert "differs from torch by nan" in _one_warning(caplog)
+    assert not export.path().exists() and not list((tmp_path / "onnx").iterdir())
+
+
+def test_the_int8_file_is_keyed_by_the_onnxruntime_version(monkeypatch):
+    """A quantised file is made by ONNX Runtime's quantiser: another version must not read a stale one. The plain
+    export (no fusion) is ONNX Runtime's input only, so its key does not follow that version."""
+    import pictrieve.tools.models.onnx_runtime as onnx_runtime
+
+    export = OnnxExport(name="tiny", fingerprint="test", build=lambda: None, example_inputs=lambda: (),
+                        input_names=("x",), output_names=("y",))
+    keys = {}
+    for version in ("1.20.0", "1.21.0"):
+        monkeypatch.setattr(onnx_runtime, "package_version", lambda name, v=version: v if name == "onnxruntime" else "2.0")
+        keys[version] = (export.key(), export.key("int8"))
+    assert keys["1.20.0"][0] == keys["1.21.0"][0]
+    assert keys["1.20.0"][1] != keys["1.21.0"][1]
