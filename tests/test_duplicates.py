@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,23 @@ def test_copies_hash_close_to_their_original_and_unrelated_photos_far(tmp_path, 
     from PIL import Image
     with Image.open(copies["rotated"]) as sideways:
         assert hamming(base, perceptual_hash(sideways.convert("RGB"))) > DEFAULT_MAX_DISTANCE
+
+
+def test_a_resized_copy_is_found_under_the_offline_embedder(tmp_path, dev_photos):
+    """The offline default embeds a half-size photo well below the full cosine (0.86 here): the pair is found by
+    its close hashes and the lower cosine they need, in a real gallery of the real model."""
+    from pictrieve.vectorstore.duplicates import CLOSE_DISTANCE, DEFAULT_MIN_COSINE, find_duplicates
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    original = Path(shutil.copy(dev_photos[0], folder / dev_photos[0].name))
+    resized = write_copies(original, folder, kinds=("resized",))["resized"]
+    gallery = Gallery.open(tmp_path / "g", "offline")
+    gallery.add(folder, progress=False)
+    report = find_duplicates(gallery)
+    assert [sorted(group.paths) for group in report.groups] == [sorted([str(original), str(resized)])]
+    group = report.groups[0]
+    assert group.max_distance <= CLOSE_DISTANCE and group.min_cosine < DEFAULT_MIN_COSINE  # the close rule found it
 
 
 def test_candidate_pairs_match_comparing_every_pair():
