@@ -80,6 +80,22 @@ def test_a_resized_copy_is_found_under_the_offline_embedder(tmp_path, dev_photos
     assert group.max_distance <= CLOSE_DISTANCE and group.min_cosine < DEFAULT_MIN_COSINE  # the close rule found it
 
 
+def test_perceptual_hash_values_are_pinned():
+    """Every stored hash depends on these exact bits: any change to the hash (its sampling, its DCT, which
+    coefficients make the median) must be a deliberate one. The corner glow is a dark picture whose DC term
+    lies below the other coefficients' median, so counting it in the median changes bits there."""
+    from PIL import Image
+
+    y, x = np.mgrid[0:64, 0:64].astype(np.float64)
+    waves = np.clip(128 + 60 * np.sin(x / 5.0) + 50 * np.cos(y / 7.0) + 0.8 * x - 0.5 * y, 0, 255)
+    corner_glow = 255 * np.exp(-(x**2 + y**2) / 8.0)
+    corner_block = np.zeros((64, 64))
+    corner_block[:6, :6] = 255
+    hashes = [perceptual_hash(Image.fromarray(a.astype(np.uint8)).convert("RGB"))
+              for a in (waves, corner_glow, corner_block)]
+    assert hashes == ["b8e4e4e46ce464ec", "007e7e7e7c7c7000", "78fcfcfcf8700000"]
+
+
 def test_candidate_pairs_match_comparing_every_pair():
     rng = np.random.default_rng(7)
     hashes = rng.integers(0, 2**63, 400, dtype=np.int64).astype(np.uint64) * np.uint64(2)
