@@ -110,6 +110,16 @@ def test_photos_with_every_word_of_the_query_come_first():
     assert fuse(vector_ids, keyword, 1)[0] == "named"  # the shipped setting
 
 
+def test_the_fused_order_counts_ranks_from_one():
+    """Pinned: with the shipped constants (k=2, weight 0.75) v3 scores 1/5 + 0.75/3 = 0.45 against v1's 1/3; ranks
+    counted from 0 would tie v1 (1/2) with v3 (1/4 + 0.75/3) and put v1 first."""
+    from pictrieve.vectorstore.keywords import RRF_K, KEYWORD_WEIGHT, KeywordRank, fuse
+
+    assert (RRF_K, KEYWORD_WEIGHT) == (2, 0.75)
+    keyword = [KeywordRank("v3", 2.0, 1), KeywordRank("k1", 1.0, 2)]
+    assert fuse(["v1", "v2", "v3"], keyword, 4, all_words_first=False) == ["v3", "v1", "v2", "k1"]
+
+
 def test_hash_like_file_names_give_no_words():
     assert record_words({"path": "/data/flickr8k-dev/images/1000268201_693b08cb0e.jpg"}, ("name",)) == ["1000268201"]
     assert record_words({"name": "IMG_20190601_beach.jpg", "folder": "/x/deadbeef12/cafe"}, ("folder", "name")) == \
