@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
 
 @click.command("ask")
-@click.argument("image", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.argument("question")
+@click.argument("image", required=False, metavar="[IMAGE]")
+@click.argument("question", required=False, metavar="QUESTION")
 @click.option("--search", "search", default=None,
               help="Where to search: 'ddgs' (DuckDuckGo, needs internet) or local:DIR (a folder of pages). "
                    "Default: no search, the answer comes from the photo alone.")
@@ -35,22 +36,24 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
         verbose: bool, as_json: bool) -> None:
     """Answer QUESTION about IMAGE from what the photo shows and what a search finds, with sources.
 
+    With --gallery and no IMAGE, the photo that best matches QUESTION is found in the gallery first.
+
     Steps: regions (detector), descriptions, a chain of search (the planner asks sub-questions, a
     searcher per sub-question reads pages and may search again, the planner may ask follow-ups),
     then one answer citing numbered sources; citations of sources that were not read are removed.
     With the offline model (the default) the answer is extractive: sentences quoted from the pages.
 
     \b
-    Example (offline):
+    Examples (offline):
       pictrieve ask photo.jpg "how many teeth does this animal have?" --search local:examples/vsa-offline/pages -v
+      pictrieve ask "which of my photos shows a dog, and what breed is it?" --gallery ./my.gallery
     """
     start = time.perf_counter()
+    image, question = _image_and_question(image, question, gallery)
     if image is not None:
         from pictrieve.tools.core.images import load_image
 
         load_image(image)  # a bad photo is one line (ImageDecodeError), before any model loads
-    elif not gallery:
-        raise click.UsageError("give an IMAGE, or --gallery to find the photo in a gallery")
     from pictrieve.tools.models.llm_calls import check_endpoint
 
     check_endpoint(llm, base_url)  # a dead or refusing endpoint is one line now, not after the regions
@@ -102,6 +105,8 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
         out["hits"] = [h.to_json() for h in out.get("hits") or []]
         click.echo(json.dumps(out, indent=2, default=str))
         return
+    if image is None and state.get("image"):  # visual RAG: say which photo the answer is about
+        click.echo(f"Photo: {state['image']}")
     click.echo(state.get("answer", ""))
     cited = set((state.get("citations") or {}).get("cited") or [])
     for heading, group in (("Sources:", [s for s in state.get("sources") or [] if s["number"] in cited]),
@@ -110,3 +115,20 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
             click.echo(f"\n{heading}")
             for source in group:
                 click.echo(f"  [{source['number']}] {source['title']} - {source['url']}")
+
+
+def _image_and_question(first: str | None, second: str | None, gallery: str | None) -> tuple[str | None, str]:
+    """``(image, question)`` from the one or two words given: ``IMAGE QUESTION``, or ``QUESTION`` alone with
+    ``--gallery`` (the photo is then the gallery's best match for the question)."""
+    if second is None:  # one argument: the question (click fills the first slot first)
+        if first is None:
+            raise click.UsageError("give a QUESTION: pictrieve ask [IMAGE] QUESTION")
+        if not gallery:
+            hint = " (IMAGE is given, the QUESTION is missing)" if Path(first).is_file() else ""
+            raise click.UsageError(f"give an IMAGE before the question, or --gallery to find the photo in a "
+                                   f"gallery{hint}")
+        return None, first
+    if not Path(first).is_file():
+        raise click.BadParameter(f"{first!r} is no image file" + (
+            "; to find the photo in the gallery give the question alone" if gallery else ""), param_hint="IMAGE")
+    return first, second

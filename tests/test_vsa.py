@@ -269,3 +269,32 @@ def test_offline_ask_end_to_end_on_a_real_photo(tmp_path, monkeypatch):
     assert out["answerer"] == "extractive" and "36 to 44 teeth" in out["answer"]
     cited = {s["number"]: s["url"] for s in out["sources"]}
     assert out["citations"]["cited"] and all(cited[n].endswith("horses.md") for n in out["citations"]["cited"])
+
+
+def test_ask_a_question_alone_with_a_gallery_finds_the_photo_first(tmp_path, photo_folder, tiny_clip_name, monkeypatch):
+    """README's visual-RAG form, `pictrieve ask "QUESTION" --gallery G`: the one argument is the question (not a
+    file that does not exist), the gallery's best match is the photo, and the answer says which photo it is."""
+    from click.testing import CliRunner
+    from helpers.vsa_fakes import save_tiny_owlvit
+
+    from pictrieve.cli.main import cli
+    from pictrieve.vectorstore.gallery import Gallery
+
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_name)
+    gallery.add(photo_folder, progress=False)
+    owl = save_tiny_owlvit(tmp_path / "owl")
+    monkeypatch.setenv("PICTRIEVE_PAGES_DB", str(tmp_path / "db"))
+    question = "which of my photos shows a red square, and how many teeth does a dog have?"
+    common = ["--detector", f"zeroshot:{owl}", "--search", f"local:{PAGES}"]
+    result = CliRunner().invoke(cli, ["ask", question, "--gallery", str(tmp_path / "g"), *common])
+    assert result.exit_code == 0, result.output
+    best = gallery.search_text(question, k=1)[0].path
+    assert f"Photo: {best}" in result.output
+    as_json = CliRunner().invoke(cli, ["ask", question, "--gallery", str(tmp_path / "g"), *common, "--json"])
+    out = json.loads(as_json.output[as_json.output.index("{"):])
+    assert out["image"] == best and out["hits"][0]["path"] == best
+    # without a gallery, or with an IMAGE that is no file, one line says what to give
+    alone = CliRunner().invoke(cli, ["ask", question])
+    assert alone.exit_code == 2 and "or --gallery to find the photo in a gallery" in alone.output
+    missing = CliRunner().invoke(cli, ["ask", str(tmp_path / "nope.jpg"), question])
+    assert missing.exit_code == 2 and "is no image file" in missing.output
