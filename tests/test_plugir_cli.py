@@ -41,6 +41,19 @@ def test_piped_answers_then_found(fakes, tmp_path):
     assert f"Found: {first_shown}" in result.output and first_shown.startswith(str(fakes.location.rsplit("/", 1)[0]))
 
 
+def test_a_pick_of_no_photo_shown_is_refused_and_the_question_asked_again(fakes, tmp_path):
+    # 3 photos shown: "found 11" and "found 0" pick nothing, so the session goes on with the same question
+    result = run(["a dog in the snow", "-k", "3"], "found 11\nfound 0\nfound 2\n", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "Found: 11" not in result.output and "Found: 0" not in result.output
+    assert "There is no photo 11 here: say found 1 to found 3" in result.output
+    assert "There is no photo 0 here" in result.output
+    asked = [line for line in result.output.splitlines() if line.startswith("Q1: ")]
+    assert len(asked) == 3 and all(line.endswith(asked[0][len("Q1: "):]) for line in asked)  # the same question, each time
+    second_shown = result.output.split("Round 0 query")[1].splitlines()[2].split()[2]
+    assert f"Found: {second_shown}" in result.output
+
+
 def test_end_of_input_keeps_session_and_resume_continues(fakes, tmp_path):
     first = run(["a dog in the snow", "--session", "s1"], "brown\n", tmp_path)
     assert first.exit_code == 0 and "End of input; session s1 saved" in first.output

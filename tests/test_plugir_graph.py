@@ -180,8 +180,12 @@ def test_parse_reply_and_settings():
     assert parse_reply("found 2", top)["found"].id == "b"
     assert parse_reply("found b", top)["found"].id == "b"
     assert parse_reply({"found": "a"}, top)["found"].id == "a"
-    unknown = parse_reply("found zz", top)["found"]
-    assert unknown.id == "zz" and unknown.path == "" and unknown.score == 0.0
+    # a pick of no photo shown is refused with a line saying what a pick can be, never ends the session
+    for reply, said in (("found zz", "No photo shown has the id 'zz'"), ("found 3", "There is no photo 3 here"),
+                        ("found 0", "There is no photo 0 here")):
+        refused = parse_reply(reply, top)
+        assert set(refused) == {"refused"} and refused["refused"].startswith(said)
+        assert "found 1 to found 2" in refused["refused"]
     assert parse_reply("STOP", top) == {"stop": True}
     assert parse_reply("it is found in a park", top) == {"answer": "it is found in a park"}
     assert parse_reply("", top) == {"answer": "unknown"}

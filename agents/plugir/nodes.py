@@ -134,12 +134,24 @@ def ask(state: PlugIRState, *, answerer: Answerer | None = None) -> dict[str, An
     if choice:
         payload["options"] = option_labels(spec)
 
-    def reply_to(asked: str, attempt: int) -> dict[str, Any]:
+    def reply_to(asked: str, attempt: int, notice: str = "") -> dict[str, Any]:
         if answerer is not None:
             return parse_reply(answerer(asked, state), shown)
+        if notice:  # said in the question itself, so every front end shows it; "notice" for programs
+            return parse_reply(interrupt({**payload, "question": f"{notice} {asked}", "notice": notice}), shown)
         return parse_reply(interrupt({**payload, "question": asked} if attempt else payload), shown)
 
-    parsed = reply_to(question, 0)
+    def refusing(parsed: dict[str, Any], asked: str, attempt: int) -> dict[str, Any]:
+        """Ask again while the reply picks a photo that was not shown (a simulated user: once, then unknown)."""
+        tries = 0
+        while "refused" in parsed:
+            if answerer is not None and tries >= 1:
+                return {"answer": "unknown"}
+            tries += 1
+            parsed = reply_to(asked, attempt, parsed["refused"])
+        return parsed
+
+    parsed = refusing(reply_to(question, 0), question, 0)
     # A choice answered with none of its options ("yes", "black" to "Where is it?") is asked
     # again with the options spelled out, never read into the query (a simulated user once).
     reasks = MAX_REASKS if answerer is None else 1
@@ -150,7 +162,7 @@ def ask(state: PlugIRState, *, answerer: Answerer | None = None) -> dict[str, An
             parsed = {"answer": "unknown"}
             break
         attempt += 1
-        parsed = reply_to(clarified(choice), attempt)
+        parsed = refusing(reply_to(clarified(choice), attempt), clarified(choice), attempt)
     # A pick or a stop ends the round the person was in: ``round`` then counts it, as the
     # interrupt that asked did (its payload's round is the state's + 1).
     ended = {"stopped": True, "round": state.get("round", 0) + 1}

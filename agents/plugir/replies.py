@@ -16,9 +16,10 @@ _STOP = {"stop", "quit", "exit", "q", "done", "give up"}
 
 
 def parse_reply(reply: Any, shown: Sequence[ImageHit]) -> dict[str, Any]:
-    """Turn a resume value into ``{"answer": str}``, ``{"found": ImageHit}`` or ``{"stop": True}``.
+    """Turn a resume value into ``{"answer": str}``, ``{"found": ImageHit}``, ``{"stop": True}`` or
+    ``{"refused": why}`` (a pick of no photo shown: ``found 11`` of 10, ``found 0``; ask again, saying ``why``).
 
-    Accepts a string (``"found 3"`` = the 3rd shown image, or an image id; ``"stop"``; anything
+    Accepts a string (``"found 3"`` = the 3rd shown image, or a shown image's id; ``"stop"``; anything
     else is an answer) or a mapping with ``answer`` / ``found`` / ``stop`` keys.
     """
     if isinstance(reply, Mapping):
@@ -43,9 +44,11 @@ def _found(token: str, shown: Sequence[ImageHit]) -> dict[str, Any]:
             return {"found": hit}
     if token.isdigit() and 1 <= int(token) <= len(shown):
         return {"found": shown[int(token) - 1]}
-    # Not one of the shown images: record the pick as given rather than failing the session.
-    logger.warning("'found %s' matches no shown image; ending with it recorded as given", token)
-    return {"found": ImageHit(id=token)}
+    # Not one of the shown images: never end the session on a photo nobody saw; say what a pick can be.
+    logger.info("'found %s' matches no shown image; asking again", token)
+    picks = f"found 1 to found {len(shown)}" if len(shown) > 1 else "found 1"
+    what = f"There is no photo {token} here" if token.isdigit() else f"No photo shown has the id {token!r}"
+    return {"refused": f"{what}: say {picks} for a photo shown, stop to end, or answer the question."}
 
 
 def option_labels(spec: Mapping[str, Any]) -> list[str]:
