@@ -25,6 +25,7 @@ none of them names a need or a method.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -119,6 +120,10 @@ class Need:
     not_a_choice: tuple[str, ...] = ()
     """Values that do not count as a choice for a method declaring the need optional
     (:attr:`~pictrieve.agents.method.Method.optional`): such a method is given nothing instead."""
+    available: str | Callable[[Any, NeedContext], str | None] | None = None
+    """``available(value, context)`` (or ``"module:function"``): why ``value`` cannot be made now (a model
+    folder that holds no model), or ``None``; cheap, it makes nothing. Front ends list only methods whose
+    needs can be met (:func:`unmet_needs`). ``None`` here: any value given can be made."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -232,6 +237,26 @@ def _qc2_model(value: Any, context: NeedContext) -> Any:
     return context.make(key, lambda: load_for_gallery(gallery, value))
 
 
+def _qc2_model_missing(value: Any, context: NeedContext) -> str | None:
+    """Why no QC2 model can be loaded for the gallery (no ``qc2.json`` in its folder), or ``None``."""
+    if value is not None and not isinstance(value, str):
+        return None
+    if context.gallery is None:
+        return "the QC2 model is the one trained for a gallery, and there is none"
+    from pictrieve.agents.qc2.bundle import BUNDLE_FILE
+    from pictrieve.agents.qc2.errors import QC2ModelError
+    from pictrieve.agents.qc2.pipeline import default_model_dir
+
+    try:
+        folder = Path(value) if value else default_model_dir(context.gallery)
+    except QC2ModelError as exc:  # a gallery on a server has no folder of its own
+        return str(exc)
+    if not (folder / BUNDLE_FILE).is_file():
+        return (f"no QC2 model has been trained for this gallery (none in {folder}): train one with "
+                "`pictrieve quality train --gallery GALLERY`")
+    return None
+
+
 def _region_describer(value: Any, context: NeedContext) -> Any:
     if not isinstance(value, str):
         return value
@@ -256,7 +281,8 @@ NEEDS: Mapping[str, Need] = MappingProxyType({need.name: need for need in (
          _visualizer, env_var="PICTRIEVE_VISUALIZER", cli_option="--visualizer", config_key="visualizer",
          many=True, required=True, example="exemplar:DIR"),
     Need("qc2_model", "the QC2 query-completion model trained for the gallery (or the folder it was saved in)",
-         _qc2_model, env_var="PICTRIEVE_QC2_MODEL", cli_option="--qc2-model", example="DIR"),
+         _qc2_model, env_var="PICTRIEVE_QC2_MODEL", cli_option="--qc2-model", example="DIR",
+         available=_qc2_model_missing),
     Need("captioner", "captions for gallery images that have none (a name such as auto, or a Captioner)",
          _as_given, env_var="PICTRIEVE_CAPTIONER", cli_option="--captioner", config_key="captioner", default="auto"),
     Need("vlm", "a vision-language model describing image regions (a name such as offline or openai:MODEL)",
@@ -362,6 +388,28 @@ def missing_needs(method: Any, given: Mapping[str, Any] | None = None,
     return [need for need in needs_of(method) if need.required and not names_of(need.value(given.get(need.name), environ))]
 
 
+def unmet_needs(method: Any, given: Mapping[str, Any] | None = None, *, gallery: Any = None,
+                environ: Mapping[str, str] | None = None) -> list[tuple[Need, str]]:
+    """``(need, why)`` for each need of ``method`` that cannot be met now: a required one nobody gave, or one whose
+    value its :attr:`Need.available` check refuses (a QC2 model never trained). Cheap: nothing is made. Front ends
+    offer only methods with none (MCP's ``gallery_info``), and refuse a run of another in one line."""
+    given = dict(given or {})
+    optional = set(getattr(method, "optional", ()))
+    unmet = [(need, f"{need.description}: {need.how_to_give()}") for need in missing_needs(method, given, environ)]
+    for need in needs_of(method):
+        if need.available is None or need.brought_by_caller or any(need is n for n, _ in unmet):
+            continue
+        value = need.value(given.get(need.name), environ)
+        if need.name in optional and _blank(value):
+            continue
+        check = load_target(need.available, error=NeedDefinitionError)
+        why = next((reason for item in (names_of(value) if need.many else [value])
+                    if (reason := check(item, NeedContext(gallery=gallery)))), None)
+        if why:
+            unmet.append((need, why))
+    return unmet
+
+
 # --- what a server's caller may choose ------------------------------------------------------------
 
 
@@ -423,5 +471,5 @@ def check_caller_choices(configurable: Mapping[str, Any], needs: Iterable[Need],
 
 __all__ = ["NEEDS", "Endpoint", "MissingNeedError", "Need", "NeedContext", "NeedDefinitionError", "NeedNotAllowed",
            "NeedUnavailable",
-           "RESERVED_CONFIG_KEYS", "all_needs", "check_caller_choices", "choosable", "missing_needs", "names_of", "need_clashes", "needs_of", "operator_only",
+           "RESERVED_CONFIG_KEYS", "all_needs", "check_caller_choices", "choosable", "missing_needs", "names_of", "unmet_needs", "need_clashes", "needs_of", "operator_only",
            "resolve_needs"]

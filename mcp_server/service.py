@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pictrieve.agents.needs import missing_needs, resolve_needs
+from pictrieve.agents.needs import missing_needs, resolve_needs, unmet_needs
 from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import get_method
@@ -136,9 +136,10 @@ class PictrieveService:
         return [m.name for m in sorted(found, key=lambda m: (not m.exact_ranking, m.name))]
 
     def ready_methods(self) -> list[str]:
-        """:meth:`search_methods` whose needs this server can meet (a visualizer, say)."""
+        """:meth:`search_methods` whose needs this server can meet now (a visualizer given, a QC2 model trained)."""
         given = self.settings.given_needs()
-        return [name for name in self.search_methods() if not missing_needs(get_method(name), given)]
+        return [name for name in self.search_methods()
+                if not unmet_needs(get_method(name), given, gallery=self.gallery)]
 
     def graph(self, name: str, progress: Progress = no_progress) -> Any:
         """``name``'s graph over the gallery, its needs resolved from the server's settings by the need registry
@@ -150,6 +151,8 @@ class PictrieveService:
         for need in missing_needs(method, given):
             raise ToolInputError(f"{name} needs {need.description}, and this server has none: restart it with "
                                  f"{need.cli_option} {need.example or 'VALUE'}, or use method='{self.plain_method()}'")
+        for need, why in unmet_needs(method, given, gallery=self.gallery):
+            raise ToolInputError(f"{name} cannot run here: {why}; or use method='{self.plain_method()}'")
         if not method.needs:
             return self._part(f"graph:{name}", lambda: method.build(self.gallery))
         # A method that pauses for a person is run without a checkpointer here: its defaults never pause.

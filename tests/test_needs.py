@@ -18,6 +18,7 @@ from pictrieve.agents.needs import (
     names_of,
     operator_only,
     resolve_needs,
+    unmet_needs,
 )
 
 SCHEMAS = {"builder": "x:y", "settings": "x:y", "input_schema": "x:y", "output_schema": "x:y"}
@@ -119,6 +120,30 @@ def test_the_qc2_model_is_the_one_trained_for_the_gallery_and_needs_one():
 
     with pytest.raises(NeedUnavailable, match="trained for a gallery"):
         NEEDS["qc2_model"].build(None, NeedContext(gallery=None))
+
+
+def test_a_method_whose_model_was_never_trained_is_not_offered(tmp_path, tiny_clip_name, photo_folder):
+    """MCP's gallery_info lists only the methods whose needs can be met: no QC2 model trained for the gallery,
+    no qc2 (it listed qc2, and search_images(method="qc2") then failed); asking for it says how to train one."""
+    from pathlib import Path
+
+    from pictrieve.graphs.registry import get_method
+    from pictrieve.mcp_server.service import PictrieveService, ServerSettings, ToolInputError
+    from pictrieve.vectorstore.gallery import Gallery
+
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_name)
+    gallery.add(photo_folder, progress=False)
+    ((need, why),) = unmet_needs(get_method("qc2"), {}, gallery=gallery)
+    assert need.name == "qc2_model" and "`pictrieve quality train --gallery GALLERY`" in why
+    assert unmet_needs(get_method("search"), {}, gallery=gallery) == []
+    service = PictrieveService(gallery, ServerSettings(state_dir=tmp_path / "state"))
+    offered = service.info()["search_methods"]
+    assert "search" in offered and "qc2" not in offered
+    with pytest.raises(ToolInputError, match="qc2 cannot run here: no QC2 model has been trained for this gallery"):
+        service.graph("qc2")
+    (Path(gallery.location) / "qc2").mkdir()
+    (Path(gallery.location) / "qc2" / "qc2.json").write_text("{}")  # a saved model's file: now it can be tried
+    assert unmet_needs(get_method("qc2"), {}, gallery=gallery) == [] and "qc2" in service.info()["search_methods"]
 
 
 # --- the operator rule: a caller chooses inputs, never where the server reaches or what it reads --------------
