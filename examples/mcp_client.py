@@ -75,7 +75,34 @@ def main() -> None:
     args = parser.parse_args()
     if bool(args.gallery) == bool(args.url):
         parser.error("give --gallery (stdio) or --url (HTTP)")
-    asyncio.run(search(args))
+    try:
+        asyncio.run(search(args))
+    except Exception as exc:  # the SDK raises from a task group: find the HTTP status inside
+        status = http_status(exc)
+        if status in (401, 403):
+            sys.exit(f"{args.url} refused the request ({status}): pass the server's token with --token TOKEN "
+                     "or set PICTRIEVE_MCP_TOKEN" + (" (the one given was not accepted)" if args.token else ""))
+        if status is not None:
+            sys.exit(f"{args.url} answered HTTP {status}: is it `pictrieve mcp --transport http`?")
+        raise
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of the first ``httpx.HTTPStatusError`` in ``exc`` (exception groups and causes searched)."""
+    import httpx
+
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        error = todo.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, httpx.HTTPStatusError):
+            return error.response.status_code
+        todo.extend(getattr(error, "exceptions", ()))
+        todo.extend((error.__cause__, error.__context__))
+    return None
 
 
 if __name__ == "__main__":

@@ -391,6 +391,22 @@ def test_http_needs_the_token(http_server):
         assert ok.status_code == 200, scheme
 
 
+def test_the_example_client_without_the_token_says_so_in_one_line(http_server):
+    """examples/mcp_client.py against a server that wants a token: one line saying to pass it (it printed a
+    41-line traceback); with the token it searches."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "mcp_client.py"
+    env = {key: value for key, value in server_env().items() if key != "PICTRIEVE_MCP_TOKEN"}
+    for token, said in (([], "pass the server's token with --token TOKEN"),
+                        (["--token", "wrong"], "the one given was not accepted")):
+        done = subprocess.run([sys.executable, str(example), "a red square", "--url", http_server.url, *token],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 1 and not done.stdout, done.stdout
+        assert done.stderr.strip().count("\n") == 0 and "(401)" in done.stderr and said in done.stderr, done.stderr
+    found = subprocess.run([sys.executable, str(example), "a red square", "--url", http_server.url, "--token",
+                            "s3cret-token", "-k", "1"], capture_output=True, text=True, timeout=120, env=env)
+    assert found.returncode == 0 and "search_images" in found.stdout, found.stderr
+
+
 def test_an_http_body_above_the_limit_is_refused_before_it_reaches_a_tool(http_server):
     limit = int(0.5 * 2**20) * 4 // 3 + 2**20  # --max-image-mb 0.5 as base64, and a megabyte for the rest
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
