@@ -177,7 +177,9 @@ def train(gallery: str | None, captions_from: str | None, split: str, images: in
         click.echo(json.dumps({"model": str(directory), "axes": [a.to_dict() for a in bundle.axes],
                                "training": bundle.training, "source": bundle.gallery}, indent=2))
         return
-    state = "stopped early (time budget; run again to resume)" if report.stopped_early else "done"
+    state = ("stopped early (time budget; run again to resume)" if report.stopped_early else
+             "done; the time budget cut the last level-usage check: run again to measure it"
+             if report.level_check_pending else "done")
     click.echo(
         f"trained {bundle.base_model} on {report.examples} captions: {report.steps} steps "
         f"({state}) in {time.perf_counter() - started:.0f} s (frozen-layer cache {report.cache_seconds:.0f} s), "

@@ -182,21 +182,68 @@ def prepare_caption_galleries(
     ``budget.should_stop()`` is true afterwards and the galleries are not complete yet.
     """
     work = Path(work)
-    train_folder = CaptionedFolder.load(folder, split=split).sample(images, seed=seed)
+    train_folder, held_folder = split_captioned_folder(folder, split=split, images=images,
+                                                       heldout_split=heldout_split, heldout_images=heldout_images,
+                                                       seed=seed)
     train = eval_gallery(train_folder, embedder, location=work / "train-gallery", progress=progress, budget=budget)
     quality_scorer = create_quality_scorer(scorer or default_quality_scorer_name(train.embedder_name))
     _annotate(train, quality_scorer, "training captions", progress, budget)
     heldout = None
-    if heldout_split and heldout_images != 0 and not (budget is not None and budget.should_stop()):
-        held_folder = CaptionedFolder.load(folder, split=heldout_split).sample(heldout_images, seed=seed)
-        overlap = set(held_folder.paths) & set(train_folder.paths)
-        if overlap:
-            raise ValueError(f"{len(overlap)} held-out photos are also training photos: choose another "
-                             f"--heldout-split than --split ({heldout_split!r} vs {split!r})")
+    if held_folder is not None and not (budget is not None and budget.should_stop()):
         heldout = eval_gallery(held_folder, embedder, location=work / "heldout-gallery", progress=progress,
                                budget=budget)
         _annotate(heldout, quality_scorer, "held-out captions", progress, budget)
     return train, heldout, quality_scorer.key
+
+
+HELDOUT_FRACTION = 0.15
+"""The share of photos held out for the level-usage check when captions.jsonl marks no split (as
+``pictrieve train-embedder --held-out`` does)."""
+
+
+def split_captioned_folder(folder: str | os.PathLike, *, split: str | None = "train", images: int | None = None,
+                           heldout_split: str | None = "dev", heldout_images: int | None = 60,
+                           seed: int = 0) -> tuple[CaptionedFolder, CaptionedFolder | None]:
+    """The training photos and the held-out ones (``None``: no held-out check) of a captioned folder.
+
+    With a ``"split"`` field in captions.jsonl (flickr8k-train), the rows of ``split`` train and those of
+    ``heldout_split`` are held out. A folder whose captions.jsonl marks no split at all (the README's format)
+    holds out a seeded random :data:`HELDOUT_FRACTION` of its photos (at most ``heldout_images``) and trains
+    on the rest, so the level check still runs on captions the model never saw. A split named but absent
+    from a file that has splits is a :class:`QC2ModelError` naming the splits it has."""
+    from pictrieve.evaluation.datasets import read_caption_splits
+    from pictrieve.vectorstore.captions import CAPTIONS_FILE
+
+    caption_file = Path(folder) / CAPTIONS_FILE
+    marked = read_caption_splits(caption_file) if caption_file.is_file() else {}
+    want_heldout = bool(heldout_split) and heldout_images != 0
+    if not marked and (split is not None or want_heldout):
+        every = CaptionedFolder.load(folder)
+        held_count = 0
+        if want_heldout and len(every.paths) >= 2:
+            held_count = max(1, round(HELDOUT_FRACTION * len(every.paths)))
+            held_count = min(held_count, heldout_images or held_count, len(every.paths) - 1)
+        held = every.sample(held_count, seed=seed) if held_count else None
+        kept = [p for p in every.paths if held is None or p not in held.captions]
+        logger.info("%s marks no \"split\": training on %d photos, holding out a random %d for the level check",
+                    caption_file, len(kept), held_count)
+        train = CaptionedFolder(root=every.root, captions={p: every.captions[p] for p in kept})
+        return train.sample(images, seed=seed), held
+    names = sorted(set(marked.values()))
+    for name, option, other in ((split, "--split", "all"), (heldout_split if want_heldout else None,
+                                                             "--heldout-split", "none")):
+        if name is not None and name not in names:
+            raise QC2ModelError(f"{caption_file} has no rows with \"split\": \"{name}\" (its splits: "
+                                f"{', '.join(names)}): choose one with {option}, or {option} {other}")
+    train = CaptionedFolder.load(folder, split=split).sample(images, seed=seed)
+    if not want_heldout:
+        return train, None
+    held = CaptionedFolder.load(folder, split=heldout_split).sample(heldout_images, seed=seed)
+    overlap = set(held.paths) & set(train.paths)
+    if overlap:
+        raise QC2ModelError(f"{len(overlap)} held-out photos are also training photos: choose another "
+                            f"--heldout-split than --split ({heldout_split!r} vs {split!r})")
+    return train, held
 
 
 def _annotate(gallery: Gallery, quality_scorer: QualityScorer, what: str, progress: bool, budget: Any = None) -> None:

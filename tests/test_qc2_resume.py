@@ -93,7 +93,7 @@ def _train_until_done(checkpoint, examples, config, folder, probes, max_seconds,
         model, report, _ = train_completion_model(model, tokenizer, examples, AXES, config, progress=False,
                                                   checkpoint_dir=folder, max_seconds=max_seconds, probes=probes)
         done.append((report, time.perf_counter() - start))
-        if not report.stopped_early:
+        if not report.stopped_early and not report.level_check_pending:
             return model, done
     raise AssertionError(f"not finished after {runs} runs")
 
@@ -113,7 +113,9 @@ def test_a_spent_budget_still_moves_each_run_one_unit_forward(tiny_checkpoint, t
     # check and step 1, step 2 (stopped at the final check), the final check
     assert [(r.steps, [row["epoch"] for row in r.probe_losses]) for r, _ in runs] == (
         [(0, [])] * chunks + [(1, [0]), (2, [0]), (2, [0, 1])])
-    assert all(r.stopped_early for r, _ in runs[:-1]) and not runs[-1][0].stopped_early
+    # every run but the last two stopped with steps left; the one whose final check was cut trained them all
+    assert all(r.stopped_early for r, _ in runs[:-2]) and not any(r.stopped_early for r, _ in runs[-2:])
+    assert runs[-2][0].level_check_pending and not runs[-1][0].level_check_pending
     assert runs[-1][0].losses == pytest.approx(reference.losses, abs=1e-6)
     assert [row == pytest.approx(ref, abs=1e-6) for row, ref in zip(runs[-1][0].probe_losses, reference.probe_losses)] == [True, True]
     for name, value in _trainable(whole).items():
@@ -335,3 +337,99 @@ def test_eval_quality_trains_on_other_captions_and_reuses_a_given_model(tiny_che
     payload = json.loads(out.stdout)
     assert payload["training"]["qc2"]["model"] == str(model_dir) and payload["training"]["qc2"]["reused"] is True
     assert len(payload["methods"]["qc2"]) == 9
+
+
+class _CountingBudget:
+    """A time budget that is spent once ``limit`` units of work were done (``None``: never; it counts them)."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit, self.done, self.seconds = limit, 0, 0.0
+
+    def progressed(self) -> None:
+        self.done += 1
+
+    def should_stop(self) -> bool:
+        return self.limit is not None and self.done >= self.limit
+
+    def elapsed(self) -> float:
+        return 0.0
+
+
+def test_a_run_that_trained_every_step_is_done_even_when_the_budget_cuts_its_last_check(tiny_checkpoint):
+    """The budget runs out after the last training step, during the last level-usage check: every step is
+    trained, so the run is not "stopped early"; the report says only the last check is pending."""
+    examples = _examples()
+    axes = [AxisLevels.fit("Relevance", [0.1, 0.2, 0.3], score_key="relevance"),
+            AxisLevels.fit("Quality", [1.0, 2.0, 3.0], score_key="quality")]
+    probes = level_variants(examples[:5], axes, seed=0, per_axis=False)
+    config = QC2TrainConfig(**CONFIG)
+    counting = _CountingBudget()
+    model, tokenizer = _load(tiny_checkpoint)
+    _, whole, _ = train_completion_model(model, tokenizer, examples, AXES, config, progress=False, probes=probes,
+                                         budget=counting)
+    assert not whole.stopped_early and not whole.level_check_pending
+    # the last unit of work is the last check: spend the budget just before it
+    model, tokenizer = _load(tiny_checkpoint)
+    _, cut, _ = train_completion_model(model, tokenizer, examples, AXES, config, progress=False, probes=probes,
+                                       budget=_CountingBudget(counting.done - 1))
+    assert cut.steps == whole.steps == 6
+    assert not cut.stopped_early and cut.level_check_pending
+    assert [row["epoch"] for row in cut.probe_losses] == [0, 1, 2]  # the check after epoch 3 was cut
+
+
+def _uncaptioned_split_folder(root: Path) -> Path:
+    """README's captions.jsonl: no "split" field on any line."""
+    folder = _captioned_folder(root)
+    lines = [json.loads(line) for line in (folder / "captions.jsonl").read_text().splitlines()]
+    (folder / "captions.jsonl").write_text("".join(json.dumps({k: v for k, v in line.items() if k != "split"}) + "\n"
+                                                   for line in lines))
+    return folder
+
+
+def test_a_folder_without_splits_holds_out_a_random_share(tmp_path):
+    from pictrieve.agents.qc2.errors import QC2ModelError
+    from pictrieve.evaluation.quality import split_captioned_folder
+
+    folder = _uncaptioned_split_folder(tmp_path / "plain")
+    train, held = split_captioned_folder(folder, seed=3)
+    assert len(held.paths) == 1 and len(train.paths) == 7  # 15% of 8 photos, at least one
+    assert not set(train.paths) & set(held.paths)
+    assert split_captioned_folder(folder, seed=3)[1].paths == held.paths  # seeded
+    assert split_captioned_folder(folder, heldout_split=None)[1] is None
+    assert len(split_captioned_folder(folder, images=4)[0].paths) == 4
+    marked = _captioned_folder(tmp_path / "marked")
+    train, held = split_captioned_folder(marked)
+    assert len(train.paths) == 6 and len(held.paths) == 2
+    with pytest.raises(QC2ModelError, match=r'no rows with "split": "test" \(its splits: dev, train\)'):
+        split_captioned_folder(marked, split="test")
+
+
+def test_train_from_captions_of_a_folder_without_splits(tiny_checkpoint, tiny_clip_name, tmp_path):
+    """`quality train --captions-from` on a README-format captions.jsonl (no "split"): trains, and checks
+    the levels on a held-out random share, instead of a traceback about a "train" split."""
+    from pictrieve.cli.quality import quality
+
+    folder = _uncaptioned_split_folder(tmp_path / "train")
+    out = tmp_path / "model"
+    args = ["train", "--captions-from", str(folder), "--out", str(out), "--embedder", tiny_clip_name,
+            "--base-model", tiny_checkpoint, "--epochs", "1", "--batch-size", "4", "--train-layers", "1",
+            "--lora-rank", "4", "--probe-size", "6"]
+    result = CliRunner().invoke(quality, args)
+    assert result.exit_code == 0, result.output
+    assert "on 14 captions" in result.output and "(done)" in result.output  # 7 photos x 2 captions
+    assert "heldout_true" in result.output
+    info = json.loads((out / "qc2.json").read_text())
+    assert info["gallery"]["count"] == 7 and info["gallery"]["heldout"]["count"] == 1
+
+
+def test_training_on_a_gallery_without_captions_says_how_to_get_captions(tmp_path):
+    from types import SimpleNamespace
+
+    from pictrieve.agents.qc2.annotation import build_training_data, metadata_key
+    from pictrieve.agents.qc2.errors import QC2ModelError
+
+    items = [SimpleNamespace(id=str(i), captions=[], metadata={metadata_key("brisque"): 20.0 + i}) for i in range(3)]
+    with pytest.raises(QC2ModelError) as refused:
+        build_training_data(items, ["brisque"])
+    assert "--captioner offline" in str(refused.value) and "--captions-from" in str(refused.value)
+    assert "run `pictrieve quality annotate`" not in str(refused.value)

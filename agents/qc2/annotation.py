@@ -267,6 +267,11 @@ def build_training_data(
         and all(item.metadata.get(metadata_key(k)) is not None for k in quality_keys)
     ]
     if not usable:
+        if not any(item_captions(item) for item in items):  # annotating again would not help: nothing to learn from
+            raise QC2ModelError(
+                "no photo in this gallery has a caption, and QC2 learns from captions: caption them with "
+                "`pictrieve quality annotate --gallery GALLERY --captioner offline` (or a BLIP model), or train on "
+                "a captioned folder: `pictrieve quality train --captions-from DIR --out MODEL_DIR`")
         raise QC2ModelError("no image has captions, relevance and all requested scores: run `pictrieve quality annotate`")
     if len(usable) < len(items):
         logger.info("%d of %d images are fully annotated and used for training", len(usable), len(items))

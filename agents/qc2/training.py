@@ -103,6 +103,9 @@ class TrainReport:
     cached_trunk: bool = False
     resumed_from_step: int = 0
     stopped_early: bool = False
+    """Training steps are left (the time budget ran out first): run again to resume."""
+    level_check_pending: bool = False
+    """Every step is trained but the last level-usage check was cut by the time budget (a re-run measures it)."""
     probe_losses: list[dict[str, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -327,9 +330,12 @@ def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Seq
             stopped = not check_levels_if_due()
         save("end of epoch" if not stopped else "time budget")
     bar.close()
-    if stopped:
+    if stopped and step < total_steps:
         logger.warning("QC2 training stopped at step %d of %d: the time budget (%.0f s) is spent; "
                        "run the same command again to resume", step, total_steps, budget.seconds)
+    elif stopped:
+        logger.warning("QC2 training finished its %d steps; the time budget (%.0f s) cut the last level-usage "
+                       "check: run the same command again to measure it", step, budget.seconds)
     model.eval()
     report = TrainReport(
         examples=n_train,
@@ -343,7 +349,9 @@ def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Seq
         trainable_parameters=sum(p.numel() for p in trainable),
         cached_trunk=cache is not None,
         resumed_from_step=resumed_from,
-        stopped_early=stopped,
+        # A run whose every step is done is finished, even when the budget cut its last level check.
+        stopped_early=stopped and step < total_steps,
+        level_check_pending=stopped and step >= total_steps,
         probe_losses=probe_history,
     )
     logger.info("QC2 training: %d steps in %.0f s (trunk cache %.0f s), loss %.3f -> %.3f",
