@@ -63,6 +63,20 @@ def test_words_beyond_none_of_these_become_facts():
     assert is_valid_answer(PLACE, "on a carpet") and not is_valid_answer(PLACE, "black")
 
 
+def test_what_an_answer_says_after_there_is_or_its_is_kept():
+    """Issue 37: "yes, and there is snow" lost the snow and "none of these, it's outside" lost outside: a
+    person names a thing after "there is" or "it's", where a caption would put an article."""
+    facts = answer_facts(BALL, "yes, and there is snow")
+    assert {"ball", "snow"} <= facts.confirmed and any("snow" in phrase for phrase in facts.phrases)
+    outside = answer_facts(PLACE, "none of these, it's outside")
+    assert "outside" in outside.confirmed and outside.denied == {"beach", "grass", "snow"}
+    assert reformulate_with_answers("a dog", [turn(PLACE, "none of these, it's outside")]) == "a dog, outside"
+    assert "dog" in answer_facts(None, "there are two dogs").confirmed | answer_facts(None, "they're dogs").confirmed
+    # a negated one is denied, not confirmed
+    assert answer_facts(None, "there is no snow").denied == {"snow"}
+    assert "outside" in answer_facts(None, "it's not outside").denied
+
+
 def test_free_words_re_rank_the_photos_even_when_not_appended_to_the_text():
     captions = ["a girl on the beach", "a girl in the snow", "a girl on the grass", "a girl in a park",
                 "a girl sitting on a carpet by brick steps", "a girl on a sofa"]

@@ -112,6 +112,12 @@ def answered_facts(turns: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[st
 _CLAUSE = re.compile(r"[,;.!?]+|\s+(?:but|although|though|whereas)\s+", re.I)
 _NEGATION = re.compile(r"\b(?:no|not|without|nothing|never|neither|nor|isn'?t|aren'?t|wasn'?t|weren'?t|"
                        r"doesn'?t|don'?t)\b", re.I)
+# Captions name things after an article or a preposition ("in the snow"); a person answering says "there is
+# snow" or "it's outside". Such a copula opens a noun phrase in an answer, as "with" does in a caption.
+_COPULA = re.compile(r"\b(?:there(?:'s|\s+is|\s+are|\s+was|\s+were)|it(?:'s|\s+is|\s+was)|"
+                     r"they(?:'re|\s+are|\s+were)|(?:this|that)(?:'s|\s+is))\b", re.I)
+_SCENE_WORDS = frozenset({"outside", "outdoors", "inside", "indoors", "underwater", "upstairs", "downstairs"})
+"""Where a photo was taken, said as one word: facts of an answer, though a caption's stop words drop them."""
 
 
 @dataclass(frozen=True)
@@ -183,12 +189,23 @@ def _told(question: Question | None, answer: str) -> _Told:
             continue
         negation = _NEGATION.search(clause)
         if negation:
-            unsaid.merge(caption_terms(clause[negation.end():]))
+            unsaid.merge(_answer_terms(clause[negation.end():]))
             clause = clause[:negation.start()].strip(" .,!;:-")
-        terms = caption_terms(clause) if clause else CaptionTerms()
+        terms = _answer_terms(clause) if clause else CaptionTerms()
         if terms.keys:
             said.append((clause, terms))
     return _Told(tuple(said), unsaid, passing)
+
+
+def _answer_terms(clause: str) -> CaptionTerms:
+    """The caption terms of an answer's clause, reading a copula as opening a noun phrase ("yes, and there is
+    snow": snow) and one-word scenes ("it's outside") as things."""
+    terms = caption_terms(_COPULA.sub(" with ", clause))
+    for word in words(clause):
+        if word in _SCENE_WORDS and word not in terms.things:
+            terms.things.add(word)
+            terms.display.setdefault(word, word)
+    return terms
 
 
 def _fact_keys(terms: CaptionTerms) -> set[str]:
