@@ -170,9 +170,12 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @click.option("--near", help="Only photos taken near LAT,LON or a city name (see --radius).")
 @click.option("--radius", "radius_km", type=click.FloatRange(min=0, min_open=True), default=10.0,
               show_default=True, help="Kilometres around --near.")
-@click.option("--place", help="Only photos whose place is this city, region or country code (exact).")
-@click.option("--camera", help="Only photos from this camera (its name, make or model, exact).")
-@click.option("--folder", type=click.Path(file_okay=False), help="Only photos in this folder.")
+@click.option("--place", help="Only photos whose city, region or country (name or code) has these words; case "
+                              "aside, the last word may be a word's start ('lisbon', 'portugal', 'PT').")
+@click.option("--camera", help="Only photos whose camera name, make or model has these words ('iphone', 'pixel 7').")
+@click.option("--folder", type=click.Path(file_okay=False),
+              help="Only photos in this folder or folders inside it (a path that is no folder here: folder names "
+                   "in a row, e.g. trips/2023).")
 @click.option("--hybrid/--no-hybrid", default=True, show_default=True,
               help="Rank by the photos' own words too (folder and file names, captions, place, photo text), "
                    "fused with the vectors; --no-hybrid ranks by vectors alone.")

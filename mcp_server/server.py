@@ -271,10 +271,13 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         near: Annotated[str | None, Field(description="Only photos taken near 'LAT,LON' or a city ('Lisbon', "
                                                       "'Paris, FR'); see radius_km")] = None,
         radius_km: Annotated[float | None, Field(gt=0, description="Kilometres around near (default 10)")] = None,
-        place: Annotated[str | None, Field(description="Only photos whose place is this city, region or country "
-                                                       "code, exactly as stored (e.g. 'Lisbon', 'PT')")] = None,
-        camera: Annotated[str | None, Field(description="Only photos from this camera (name, make or model)")] = None,
-        folder: Annotated[str | None, Field(description="Only photos in this folder (its full path)")] = None,
+        place: Annotated[str | None, Field(description="Only photos whose city, region or country (name or code) "
+                                                       "has these words, case aside (e.g. 'lisbon', 'Portugal', "
+                                                       "'PT')")] = None,
+        camera: Annotated[str | None, Field(description="Only photos whose camera name, make or model has these "
+                                                        "words, case aside (e.g. 'iphone', 'pixel 7')")] = None,
+        folder: Annotated[str | None, Field(description="Only photos in this folder or inside it (its full path), "
+                                                        "or whose folder path holds these folder names")] = None,
         hybrid: Annotated[bool, Field(description="Match the photos' own words too (folder and file names, "
                                                   "captions, place, text in the photo), fused with what they show; "
                                                   "false: by what they show alone")] = True,

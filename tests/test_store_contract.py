@@ -17,6 +17,7 @@ from helpers import make_photo
 from helpers.stores import STORES, open_store
 
 from pictrieve.vectorstore.chroma_store import path_id
+from pictrieve.vectorstore.filter_explain import explain_filter
 from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryError, GalleryError, ImageNotFoundError
 from pictrieve.vectorstore.gallery import QueryError
 from pictrieve.vectorstore.hits import ImageHit
@@ -52,6 +53,116 @@ def written(store):
                  for i in range(1, 7)]
     assert store.upsert(ids, np.stack([axis(dim, i) for i in range(1, 7)]), metadatas) == 6
     return ids
+
+
+def _photo(when: str, source: str = "exif", *, local: bool = True, **fields) -> dict:
+    """Metadata as indexing writes it for a photo taken at ``when`` (ISO 8601); ``local=False``: a record indexed
+    before ``taken_at_local_ts`` was stored."""
+    moment = dt.datetime.fromisoformat(when)
+    meta = {"taken_at": when, "taken_at_ts": int(moment.timestamp()), "taken_at_source": source, **fields}
+    if local:
+        meta["taken_at_local_ts"] = int(moment.replace(tzinfo=dt.timezone.utc).timestamp())
+    return meta
+
+
+LISBON = {"place": "Lisbon, Lisbon, PT", "place_city": "Lisbon", "place_region": "Lisbon", "place_country": "PT",
+          "gps_lat": 38.7167, "gps_lon": -9.1333}
+
+
+@pytest.fixture
+def placed(store):
+    """Four phone photos as indexing stores them: two in Lisbon (an iPhone at 00:00 local on June 13, a Pixel 7 at
+    23:30 local on June 12, the latter an older record without ``taken_at_local_ts``), one in Tokyo (a Canon at
+    08:00 local on June 12, still June 11 in UTC), and a screenshot dated by its file."""
+    dim = store.embedder.dim
+    metadatas = [
+        _photo("2023-06-13T00:00:00+01:00", path="/photos/Trips/Lisbon/a1.jpg", folder="/photos/Trips/Lisbon",
+               camera="Apple iPhone 13 Pro", camera_make="Apple", camera_model="iPhone 13 Pro", **LISBON),
+        _photo("2023-06-12T23:30:00+01:00", local=False, path="/photos/Trips/Lisbon/a2.jpg",
+               folder="/photos/Trips/Lisbon", camera="Google Pixel 7", camera_make="Google",
+               camera_model="Pixel 7", **LISBON),
+        _photo("2023-06-12T08:00:00+09:00", path="/photos/tokyo/a3.jpg", folder="/photos/tokyo",
+               camera="Canon EOS R6", camera_make="Canon", camera_model="Canon EOS R6", place="Tokyo, Tokyo, JP",
+               place_city="Tokyo", place_region="Tokyo", place_country="JP", gps_lat=35.6895, gps_lon=139.6917),
+        _photo("2023-06-12T10:00:00+00:00", "file", path="/photos/screens/a4.png", folder="/photos/screens"),
+    ]
+    ids = ["a1", "a2", "a3", "a4"]
+    store.upsert(ids, np.stack([axis(dim, i) for i in range(1, 5)]), metadatas)
+    return ids
+
+
+JUNE_12 = {"after": "2023-06-12", "before": "2023-06-13"}
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({"place": "lisbon"}, {"a1", "a2"}),
+    ({"place": "LISBON"}, {"a1", "a2"}),
+    ({"place": "lis"}, {"a1", "a2"}),  # the start of a word
+    ({"place": "portugal"}, {"a1", "a2"}),  # a country by name
+    ({"place": "PT"}, {"a1", "a2"}),  # by code
+    ({"place": "prt"}, {"a1", "a2"}),  # by ISO alpha-3 code
+    ({"place": "Lisbon, Portugal"}, {"a1", "a2"}),  # each comma part must match
+    ({"place": "Lisbon, Japan"}, set()),
+    ({"place": "japan"}, {"a3"}),
+    ({"place": "isbon"}, set()),  # inside a word is no match
+    ({"camera": "iphone"}, {"a1"}),
+    ({"camera": "google pixel 7"}, {"a2"}),
+    ({"camera": "pixel"}, {"a2"}),
+    ({"camera": "canon eos"}, {"a3"}),
+    ({"camera": "pro iphone"}, set()),  # words in their order
+    ({"folder": "/PHOTOS/trips"}, {"a1", "a2"}),  # that folder and those inside it, case aside
+    ({"folder": "/photos"}, {"a1", "a2", "a3", "a4"}),
+    ({"folder": "/photos/trip"}, set()),  # a path matches whole folder names
+    ({"folder": "trips/lisbon"}, {"a1", "a2"}),  # a relative path that is no folder here: folder names in a row
+    ({"folder": "photos/nope"}, set()),
+    # Calendar dates in each photo's own local time: June 12 there, whatever the UTC date.
+    (JUNE_12, {"a2", "a3", "a4"}),
+    ({**JUNE_12, "exif_dates_only": True}, {"a2", "a3"}),  # the screenshot has only its file's date
+    ({"after": "2023-06-13"}, {"a1"}),
+    ({"before": "2023-06-12T09:00:00"}, {"a3"}),  # a time without a zone: the photo's clock
+    ({"after": "2023-06-12T23:00:00+00:00"}, {"a1"}),  # a time with a zone: instants (a2 is 22:30 UTC)
+    ({"place": "lisbon", "camera": "pixel", **JUNE_12}, {"a2"}),
+])
+def test_text_and_dates_match_as_people_write_them(store, placed, options, expected):
+    """Both stores decide by one rule (the filter columns for Chroma, :meth:`PhotoFilter.accepts` in memory)."""
+    where = PhotoFilter.parse(**options)
+    query = axis(store.embedder.dim, 1, lean=0.1)
+    assert {hit.id for hit in store.search_vector(query, k=10, where=where)} == expected
+    assert set(store.metadata_where(placed, where)) == expected
+    assert explain_filter(store, where).passing == len(expected)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"place": "Paris"}, "0 photos pass place 'Paris'; places here: Lisbon PT (2), Tokyo JP (1); 1 photo without one"),
+    ({"camera": "nikon"}, "0 photos pass camera 'nikon'; cameras here: Apple iPhone 13 Pro (1), Canon EOS R6 (1), "
+                          "Google Pixel 7 (1); 1 photo without one"),
+    ({"folder": "photos/nope"}, "0 photos pass folder 'photos/nope' (no such folder on disk); folders here: "
+                                "/photos/Trips/Lisbon (2), /photos/screens (1), /photos/tokyo (1)"),
+    ({"near": "41.15,-8.61", "radius_km": 50}, "0 photos pass within 50 km of 41.15,-8.61; the nearest photo is "
+                                               "274 km away (Lisbon PT); 1 photo without a GPS position"),
+    ({"after": "2024-01-01"}, "0 photos pass taken on or after 2024-01-01; photos here were taken 2023-06-12 .. "
+                              "2023-06-13 (1 photo dated by its file)"),
+    ({"before": "2023-06-12", "exif_dates_only": True},
+     "0 photos pass taken before 2023-06-12 (EXIF dates only); photos here were taken 2023-06-12 .. 2023-06-13; "
+     "1 photo dated only by its file is left out (exif_dates_only)"),
+    ({"place": "lisbon", "camera": "canon"}, "each filter passes photos on its own (place 'lisbon': 2, camera "
+                                             "'canon': 1), but no photo passes them all together"),
+    ({"place": "Paris", "camera": "nikon", "after": "2023-06-12"},
+     "0 photos pass place 'Paris'; places here: Lisbon PT (2), Tokyo JP (1); 1 photo without one; 0 photos pass "
+     "camera 'nikon'; cameras here: Apple iPhone 13 Pro (1), Canon EOS R6 (1), Google Pixel 7 (1); 1 photo "
+     "without one"),
+    ({"place": "lisbon"}, "2 photos of 4 pass the filters"),
+])
+def test_an_empty_filter_says_which_condition_left_nothing(store, placed, options, message):
+    where = PhotoFilter.parse(**options)
+    explanation = explain_filter(store, where)
+    assert explanation.message == message
+    assert explanation.empty == (not message.startswith("2 photos"))
+    assert explanation.total == 4 and explanation.to_json()["message"] == message
+
+
+def test_an_empty_gallery_says_so(store):
+    assert explain_filter(store, PhotoFilter(place="Lisbon")).message == "the gallery has no photos"
 
 
 @pytest.fixture

@@ -33,12 +33,17 @@ import numpy as np
 
 from pictrieve.vectorstore.atomic_files import write_atomically
 from pictrieve.vectorstore.changes import cannot_save, embedded_location, index_folder, position, read_fields, snapshot
-from pictrieve.vectorstore.photo_filter import PLACE_FIELDS, CAMERA_FIELDS, PhotoFilter, distance_km, timestamp
+from pictrieve.vectorstore.photo_filter import (
+    CAMERA_FIELDS, FOLDER_FIELDS, PLACE_FIELDS, PhotoFilter, TextTerm, bound_seconds, distance_km, local_seconds)
 
 logger = logging.getLogger(__name__)
 
-NUMBER_KEYS: tuple[str, ...] = ("taken_at_ts", "gps_lat", "gps_lon")
-TEXT_KEYS: tuple[str, ...] = (*PLACE_FIELDS, *CAMERA_FIELDS, "folder")
+NUMBER_KEYS: tuple[str, ...] = ("taken_at_ts", "taken_at_local_ts", "gps_lat", "gps_lon")
+"""Number columns; ``taken_at_local_ts`` holds :func:`~pictrieve.vectorstore.photo_filter.local_seconds` (read
+from ``taken_at`` for a record indexed before the field was stored)."""
+TEXT_KEYS: tuple[str, ...] = (*PLACE_FIELDS, *CAMERA_FIELDS, *FOLDER_FIELDS, "taken_at_source")
+READ_KEYS: tuple[str, ...] = (*NUMBER_KEYS, *TEXT_KEYS, "taken_at")
+"""The stored fields the columns are made from."""
 
 MAX_CACHED = 4
 """Galleries whose columns a process keeps."""
@@ -68,6 +73,11 @@ class FilterColumns:
         self._numbers = {key: np.zeros(0) for key in NUMBER_KEYS}
         self._codes = {key: np.zeros(0, np.int32) for key in TEXT_KEYS}
         self._vocab: dict[str, int] = {}
+        self._vocab_list: list[str] = []
+        self._field_codes: dict[str, dict[int, None]] = {key: {} for key in TEXT_KEYS}
+        """Per text field, the codes it has held, in the order first seen (a term is matched against these only)."""
+        self._matched: dict[tuple[TextTerm, str], tuple[int, list[int]]] = {}
+        """Per (term, field): how many of the field's codes were matched, and those that matched."""
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -99,6 +109,8 @@ class FilterColumns:
                 columns._numbers = {key: saved[f"n_{key}"].astype(np.float64) for key in NUMBER_KEYS}
                 columns._codes = {key: saved[f"t_{key}"].astype(np.int32) for key in TEXT_KEYS}
                 columns._vocab = {text: code for code, text in enumerate(saved["vocab"].tolist())}
+                columns._field_codes = {key: dict.fromkeys(int(c) for c in np.unique(codes) if c >= 0)
+                                        for key, codes in columns._codes.items()}
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
@@ -132,13 +144,15 @@ class FilterColumns:
                     self._slot[id_] = slot
                 self._alive[slot] = True
                 for key in NUMBER_KEYS:
-                    value = fields.get(key)
+                    value = local_seconds(fields) if key == "taken_at_local_ts" else fields.get(key)
                     number = isinstance(value, (int, float)) and not isinstance(value, bool)
                     self._numbers[key][slot] = float(value) if number else np.nan
                 for key in TEXT_KEYS:
                     value = fields.get(key)
-                    self._codes[key][slot] = self._vocab.setdefault(value, len(self._vocab)) \
-                        if isinstance(value, str) else -1
+                    code = self._vocab.setdefault(value, len(self._vocab)) if isinstance(value, str) else -1
+                    self._codes[key][slot] = code
+                    if code >= 0:
+                        self._field_codes[key].setdefault(code)
 
     def remove(self, ids: Any) -> None:
         with self.lock:
@@ -148,35 +162,93 @@ class FilterColumns:
                     self._alive[slot] = False
 
     def passing(self, photo_filter: PhotoFilter) -> list[str]:
-        """The ids of the records that pass ``photo_filter``: what its ``where`` selects, ``near``'s radius checked."""
+        """The ids of the records that pass ``photo_filter``: :meth:`PhotoFilter.accepts`'s rule, in columns."""
+        with self.lock:
+            rows = np.flatnonzero(self.mask(photo_filter))
+            return [self._ids[row] for row in rows]
+
+    def mask(self, photo_filter: PhotoFilter) -> np.ndarray:
+        """Per slot, whether its record passes ``photo_filter`` (a deleted slot never does)."""
         with self.lock:
             n = len(self._ids)
             mask = self._alive[:n].copy()
-            taken = self._numbers["taken_at_ts"][:n]
-            if photo_filter.after:
-                mask &= taken >= timestamp(photo_filter.after)
-            if photo_filter.before:
-                mask &= taken < timestamp(photo_filter.before)
-            lat, lon = self._numbers["gps_lat"][:n], self._numbers["gps_lon"][:n]
+            for bound, later in ((photo_filter.after, True), (photo_filter.before, False)):
+                if bound is not None:
+                    local = bound.tzinfo is None
+                    taken = self._numbers["taken_at_local_ts" if local else "taken_at_ts"][:n]
+                    limit = bound_seconds(bound)
+                    mask &= (taken >= limit) if later else (taken < limit)
+            if photo_filter.exif_dates_only and (photo_filter.after or photo_filter.before):
+                mask &= self._text_is("taken_at_source", "exif", n)
             if photo_filter.near:
+                lat, lon = self._numbers["gps_lat"][:n], self._numbers["gps_lon"][:n]
                 (south, north), (west, east) = photo_filter.box()
                 mask &= (lat >= south) & (lat <= north)
                 mask &= ((lon >= west) & (lon <= east)) if west <= east else ((lon >= west) | (lon <= east))
-            for value, keys in ((photo_filter.place, PLACE_FIELDS), (photo_filter.camera, CAMERA_FIELDS),
-                                (photo_filter.folder, ("folder",))):
-                if value:
-                    code = self._vocab.get(value)
-                    if code is None:
-                        return []
-                    mask &= np.logical_or.reduce([self._codes[key][:n] == code for key in keys])
-            rows = np.flatnonzero(mask)
-            if photo_filter.near:
                 near, radius = photo_filter.near, photo_filter.radius_km
-                rows = [row for row in rows if distance_km(near, (float(lat[row]), float(lon[row]))) <= radius]
-            return [self._ids[row] for row in rows]
+                for row in np.flatnonzero(mask):
+                    mask[row] = distance_km(near, (float(lat[row]), float(lon[row]))) <= radius
+            for term in photo_filter.text_terms():
+                mask &= self.term_mask(term, n)
+            return mask
+
+    def term_mask(self, term: TextTerm, n: int | None = None) -> np.ndarray:
+        """Per slot, whether its record passes one text condition: the term is matched once per distinct text a
+        field holds (a few hundred places, cameras, folders; remembered, so a later search matches only texts
+        written since), then looked up by code, one array index per record."""
+        with self.lock:
+            n = len(self._ids) if n is None else n
+            vocab = self.vocabulary()
+            mask = np.zeros(n, bool)
+            for key in term.fields:
+                seen = list(self._field_codes[key])
+                checked, hits = self._matched.get((term, key), (0, []))
+                hits = hits + [code for code in seen[checked:] if term.matches(key, vocab[code])]
+                if len(self._matched) > 4096:  # many different terms: start again
+                    self._matched.clear()
+                self._matched[(term, key)] = (len(seen), hits)
+                if hits:
+                    table = np.zeros(len(vocab) + 1, bool)  # the last entry answers the missing code, -1
+                    table[hits] = True
+                    mask |= table[self._codes[key][:n]]
+            return mask
+
+    def _text_is(self, key: str, value: str, n: int) -> np.ndarray:
+        code = self._vocab.get(value)
+        return np.zeros(n, bool) if code is None else self._codes[key][:n] == code
+
+    def vocabulary(self) -> list[str]:
+        """The stored texts by code."""
+        with self.lock:
+            if len(self._vocab_list) != len(self._vocab):
+                self._vocab_list = sorted(self._vocab, key=self._vocab.__getitem__)
+            return self._vocab_list
+
+    def values(self, key: str, mask: np.ndarray | None = None) -> list[str | None]:
+        """The stored text of ``key`` per live slot (``mask``: those slots only), ``None`` where missing."""
+        with self.lock:
+            n = len(self._ids)
+            chosen = self._alive[:n] if mask is None else self._alive[:n] & mask
+            vocab = self.vocabulary()
+            return [vocab[code] if code >= 0 else None for code in self._codes[key][:n][chosen]]
+
+    def numbers(self, key: str, mask: np.ndarray | None = None) -> np.ndarray:
+        """The stored numbers of ``key`` per live slot (``mask``: those slots only), NaN where missing."""
+        with self.lock:
+            n = len(self._ids)
+            chosen = self._alive[:n] if mask is None else self._alive[:n] & mask
+            return self._numbers[key][:n][chosen].copy()
+
+    @classmethod
+    def of_records(cls, records: Any) -> "FilterColumns":
+        """Columns for ``{id: metadata}`` (a store without saved columns: in-memory, a server)."""
+        columns = cls()
+        columns.put({id_: (0, dict(meta or {})) for id_, meta in records.items()})
+        return columns
 
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""2: the local-time and date-source columns (issue 37)."""
 
 
 def nearest_among(collection: Any, vector: np.ndarray, ids: Sequence[str], n: int, include: Sequence[str]) -> dict[str, Any]:
@@ -270,7 +342,7 @@ def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | N
     same = cached is not None and cached.cursor[0] == seen.collection_id
     columns = cached.columns if same else FilterColumns()
     unsaved = (cached.unsaved if same else 0) + len(seen.changed) + len(seen.deleted or ())
-    keys = (*NUMBER_KEYS, *TEXT_KEYS)
+    keys = READ_KEYS
     if seen.deleted:
         columns.remove(seen.deleted)
     if seen.changed:

@@ -576,8 +576,9 @@ class Gallery:
         set by :meth:`relevance_cutoff`; with ``only_relevant`` those below it are dropped (maybe all).
 
         ``where`` is a Chroma filter or a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter` (the photos passing
-        it found in numpy columns by :mod:`~pictrieve.vectorstore.filter_index`, ``near``'s radius checked exactly, and
-        handed to the vector search; on a server, applied in the store, asking for more until ``k`` pass).
+        it found in numpy columns by :mod:`~pictrieve.vectorstore.filter_index` and handed to the vector search; on a
+        server, what Chroma's ``where`` can say applied in the store and :meth:`PhotoFilter.accepts` on the candidates,
+        asking for more until ``k`` pass).
 
         ``collapse_duplicates`` folds each group of near-identical photos (:mod:`~pictrieve.vectorstore.duplicates`:
         perceptual hashes within a few bits, embeddings confirming) into its best-ranked member, whose ``copies``
@@ -600,7 +601,9 @@ class Gallery:
                 f"query vector has {vector.shape[0]} dimensions, gallery {self.location} stores "
                 f"{stored}-d vectors for {self.embedder_name!r}; embed the query with that embedder"
             )
-        wanted = int(k) if photo_filter is None or not photo_filter.near or allowed is not None else int(k) * 4
+        # ``where`` keeps more photos than pass (a box for ``near``, no text, widened local dates): ask for more.
+        loose = photo_filter is not None and allowed is None and photo_filter.checked_after_where
+        wanted = int(k) * 4 if loose else int(k)
         if collapse_duplicates:
             wanted = max(wanted, 2 * int(k) + 8)
         include = ["metadatas", "distances"] + (["embeddings"] if collapse_duplicates else [])
@@ -625,7 +628,7 @@ class Gallery:
             exhausted = len(result["ids"][0]) < wanted
             if exhausted or len(distinct) >= k + int(collapse_duplicates):
                 break
-            wanted *= 4  # the box held candidates outside the radius, or copies: ask for more
+            wanted *= 4  # candidates ``where`` kept that fail the filter, or copies: ask for more
         hits = mark_relevance([
             ImageHit.from_record(id_, meta, score=1.0 - float(dist), rank=rank).model_copy(
                 update={"copies": [str((other or {}).get("path", "")) for other in copies]} if copies else {})

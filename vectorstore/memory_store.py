@@ -451,12 +451,12 @@ def _check_metadata(meta: Mapping[str, Any]) -> None:
 
 
 def _passes(where: Where, metadata: Mapping[str, Any]) -> bool:
-    """Whether ``metadata`` passes ``where`` (a :class:`PhotoFilter`, its ``near`` radius exactly, or a dict)."""
+    """Whether ``metadata`` passes ``where`` (a :class:`PhotoFilter`: its rule, :meth:`PhotoFilter.accepts`; or a
+    Chroma-style dict)."""
     if where is None:
         return True
     if isinstance(where, PhotoFilter):
-        condition = where.where()
-        return (condition is None or matches(condition, metadata)) and where.accepts(metadata)
+        return where.accepts(metadata)
     return matches(where, metadata)
 
 

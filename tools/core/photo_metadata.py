@@ -10,6 +10,7 @@ coordinates and no place name.
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import logging
 import os
@@ -55,7 +56,9 @@ def read_photo_metadata(path: str | os.PathLike, *, places: bool = True) -> Phot
     Fields: ``orientation``, ``width``/``height`` as shown (upright), ``folder`` (the file name is the
     record's ``name``),
     ``taken_at`` (ISO 8601, with the offset when the camera wrote one), ``taken_at_ts`` (seconds since the
-    epoch, for range filters), ``taken_at_source`` (``"exif"`` or ``"file"``: the file's modification time),
+    epoch), ``taken_at_local_ts`` (:func:`local_timestamp`: the photo's own clock time, which date filters compare;
+    a camera time without an offset is that clock time as written), ``taken_at_source`` (``"exif"`` or ``"file"``:
+    the file's modification time, on this machine's clock),
     ``gps_lat``/``gps_lon``, ``place``/``place_city``/``place_region``/``place_country`` (with ``places`` and
     the gazetteer installed), ``camera_make``/``camera_model``/``camera``, and ``reader``
     (:data:`READER_VERSION`). Raises ``OSError`` only when the file cannot be found (``stat``).
@@ -84,7 +87,7 @@ def read_photo_metadata(path: str | os.PathLike, *, places: bool = True) -> Phot
     if "taken_at" not in meta.fields:
         when = dt.datetime.fromtimestamp(stat.st_mtime).astimezone()
         meta.fields.update(taken_at=when.isoformat(timespec="seconds"), taken_at_ts=int(stat.st_mtime),
-                           taken_at_source="file")
+                           taken_at_local_ts=local_timestamp(when), taken_at_source="file")
     if places and "gps_lat" in meta.fields:
         meta.fields.update(place_fields(meta.fields["gps_lat"], meta.fields["gps_lon"]))
     return meta
@@ -114,7 +117,8 @@ def _read_exif(path: Path, exif: Any, meta: PhotoMetadata) -> None:
                 meta.notes.append(f"{path}: capture date {stamp!r} ignored (an unset or wrong camera clock)")
             else:
                 meta.fields.update(taken_at=when.isoformat(), taken_at_source="exif",
-                                   taken_at_ts=int((when if when.tzinfo else when.astimezone()).timestamp()))
+                                   taken_at_ts=int((when if when.tzinfo else when.astimezone()).timestamp()),
+                                   taken_at_local_ts=local_timestamp(when))
     except Exception as exc:  # noqa: BLE001
         meta.notes.append(f"{path}: unreadable capture date ignored ({exc})")
     try:
@@ -130,6 +134,12 @@ def _read_exif(path: Path, exif: Any, meta: PhotoMetadata) -> None:
                 meta.fields.update(gps_lat=round(lat, 6), gps_lon=round(lon, 6))
     except Exception as exc:  # noqa: BLE001
         meta.notes.append(f"{path}: unreadable GPS position ignored ({exc})")
+
+
+def local_timestamp(when: dt.datetime) -> int:
+    """The clock time ``when`` shows, as seconds since 1970-01-01 00:00 on that clock (its zone ignored): stored as
+    ``taken_at_local_ts`` so that a date filter compares the photo's own calendar date, not UTC's."""
+    return calendar.timegm(when.replace(tzinfo=None).timetuple())
 
 
 def parse_exif_datetime(stamp: str, offset: str | None = None) -> dt.datetime | None:
