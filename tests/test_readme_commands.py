@@ -117,7 +117,7 @@ SLOW: dict[str, str] = {
 MAY_FIND_NOTHING = {
     'pictrieve search "a giraffe in a kitchen" -g ./my.gallery --only-relevant',
     'pictrieve search "beach" -g ./my.gallery --after 2023-06-01 --before 2023-07-01 --near Lisbon --radius 20',
-    'pictrieve search "dog" -g ./my.gallery --place PT --camera "Pixel 7" --folder ~/Photos/2023',
+    'pictrieve search "dog" -g ./my.gallery --place portugal --camera "pixel 7" --folder ~/Photos/2023',
 }
 """Searches README shows finding maybe nothing (no photo here was taken in Lisbon, nor with a Pixel 7)."""
 
@@ -125,7 +125,7 @@ AWAITING: dict[str, str] = {
     'pictrieve search "beach" -g ./my.gallery --after 2023-06-01 --before 2023-07-01 --near Lisbon --radius 20':
         "issue 37 item 2: an empty filtered search prints nothing (the `request` and `filters` work makes it say "
         "which filter left nothing); remove this entry when it lands",
-    'pictrieve search "dog" -g ./my.gallery --place PT --camera "Pixel 7" --folder ~/Photos/2023':
+    'pictrieve search "dog" -g ./my.gallery --place portugal --camera "pixel 7" --folder ~/Photos/2023':
         "issue 37 item 2: an empty filtered search prints nothing (the `request` and `filters` work makes it say "
         "which filter left nothing); remove this entry when it lands",
 }
