@@ -372,3 +372,30 @@ def test_a_commit_in_progress_makes_a_read_wait_briefly_and_say_so(gallery, monk
         holder.close()
     assert changes.position(gallery.location, gallery.collection_name)[1] > 0
     assert len(changes.snapshot(gallery.location, gallery.collection_name).changed) == 60
+
+
+def test_a_word_every_photo_carries_is_ranked_without_an_object_per_photo(monkeypatch):
+    """Issue 40.4: the keyword side of a hybrid search keeps its ranking as arrays; only the photos the fusion
+    reads become :class:`KeywordRank` objects (at 100k photos one object per match cost up to 140 ms idle,
+    over a second under load: benchmarks/keyword_common_word.py). Each photo here says "dog" a different
+    number of times, so no two scores tie."""
+    from dataclasses import astuple
+
+    from pictrieve.vectorstore import keywords
+
+    index = keywords.KeywordIndex([f"p{i}" for i in range(300)], [["dog"] * (i + 1) for i in range(300)])
+    expected = index.rank("dog")
+    made = []
+
+    class CountedRank(keywords.KeywordRank):
+        def __init__(self, *args, **kwargs):
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(keywords, "KeywordRank", CountedRank)
+    ranking = index.ranking("dog")
+    assert len(ranking) == 300 and len(set(ranking.scores.tolist())) == 300 and not made
+    cut = keywords._passing(None, ranking, None, 10)
+    assert [r.id for r in cut] == [r.id for r in expected[:10]] and [r.rank for r in cut] == list(range(1, 11))
+    assert len(made) == 10, len(made)
+    assert astuple(ranking[3]) == astuple(expected[3]) and astuple(ranking[-1]) == astuple(expected[-1])

@@ -39,7 +39,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -159,6 +159,51 @@ class KeywordRank:
     """Whether the photo's words hold every word of the query that some photo carries (it ranks first)."""
     every_word: bool = False
     """Whether the photo's words hold every word of the query (it is marked relevant)."""
+
+
+def tie_aware_ranks(scores: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``scores`` sorted best first, equal scores sharing the rank of the first of them."""
+    if not len(scores):
+        return np.zeros(0, np.int64)
+    starts = np.r_[True, scores[1:] != scores[:-1]]
+    return np.maximum.accumulate(np.where(starts, np.arange(1, len(scores) + 1), 0))
+
+
+class KeywordRanking:
+    """The keyword side's ranking, best first, held as arrays; item ``i`` is a :class:`KeywordRank` built when
+    read (``ranking[i]``, a slice, or iteration), so a search that reads the first few hundred of 100k
+    matches builds a few hundred objects."""
+
+    def __init__(self, ids: Sequence[str], slots: np.ndarray, scores: np.ndarray, ranks: np.ndarray,
+                 all_words: np.ndarray, every_word: np.ndarray) -> None:
+        self._ids = ids  # ids[slots[i]] is the i-th photo's id
+        self._slots = slots
+        self.scores = scores
+        self.ranks = ranks
+        self.all_words = all_words
+        self.every_word = every_word
+
+    @classmethod
+    def empty(cls) -> "KeywordRanking":
+        nothing = np.zeros(0, np.int64)
+        return cls([], nothing, np.zeros(0, np.float32), nothing, nothing.astype(bool), nothing.astype(bool))
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def ids(self, start: int = 0, stop: int | None = None) -> list[str]:
+        """The ids of positions ``start`` to ``stop``, best first."""
+        return [self._ids[slot] for slot in self._slots[start:stop].tolist()]
+
+    def __getitem__(self, position: int | slice) -> Any:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        i = range(len(self))[position]
+        return KeywordRank(self._ids[int(self._slots[i])], float(self.scores[i]), int(self.ranks[i]),
+                           bool(self.all_words[i]), bool(self.every_word[i]))
+
+    def __iter__(self) -> Iterator[KeywordRank]:
+        return (self[i] for i in range(len(self)))
 
 
 class KeywordIndex:
@@ -393,30 +438,36 @@ class KeywordIndex:
 
     def rank(self, query: str) -> list[KeywordRank]:
         """Every record with at least one of the query's words, best first; equal scores share a rank."""
+        return list(self.ranking(query))
+
+    def ranking(self, query: str) -> "KeywordRanking":
+        """:meth:`rank` as arrays: nothing is built per matching record until it is read, so a word that
+        most of a large gallery carries costs a sort, not one Python object per photo (a search reads the
+        first few hundred)."""
         every = list(dict.fromkeys(words(query)))
         with self.lock:
             terms = [t for t in every if self.df(t)]
             if not terms:
-                return []
+                return KeywordRanking.empty()
             base, recent, held, recent_held = self.scores(terms)
             found = np.flatnonzero(base > 0)
-            ids = [self._ids[slot] for slot in found]
+            ids: Sequence[str] = self._ids
+            slots = found
             scores = base[found]
             orders = self._orders[found]
             counts = held[found]
             if recent:
-                ids += list(recent)
+                ids = [*(self._ids[slot] for slot in found), *recent]
+                slots = np.arange(len(ids))
                 scores = np.concatenate([scores, np.fromiter(recent.values(), np.float32, len(recent))])
                 orders = np.concatenate([orders, [self._recent[id_][0] for id_ in recent]])
                 counts = np.concatenate([counts, [recent_held[id_] for id_ in recent]])
         complete = len(terms) == len(every)  # words no record holds are for the vectors alone
-        ranked: list[KeywordRank] = []
-        for position, row in enumerate(np.lexsort((orders, -scores)), start=1):
-            score = float(scores[row])
-            rank = ranked[-1].rank if ranked and ranked[-1].score == score else position
-            all_words = bool(counts[row] == len(terms))
-            ranked.append(KeywordRank(ids[row], score, rank, all_words, all_words and complete))
-        return ranked
+        order = np.lexsort((orders, -scores))
+        scores = scores[order]
+        all_words = counts[order] == len(terms)
+        return KeywordRanking(ids, slots[order], scores, tie_aware_ranks(scores), all_words,
+                              all_words & complete)
 
     # ------------------------------------------------------------------ saving
 
@@ -630,7 +681,7 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     depth = max(int(k), int(pool))
     vector_hits = gallery.search_vector(vector, depth, where)
     index = keyword_index(gallery, fields)
-    keyword = _passing(gallery, index.rank(query), where, depth)
+    keyword = _passing(gallery, index.ranking(query), where, depth)
     chosen = fuse([hit.id for hit in vector_hits], keyword, k, rrf_k=rrf_k, weight=weight)
     by_id = {hit.id: hit for hit in vector_hits}
     matched = {found.id for found in keyword}
@@ -659,9 +710,10 @@ def fuse(vector_ids: Sequence[str], keyword: Sequence[KeywordRank], k: int, *, r
     return sorted(fused, key=lambda id_: (id_ not in full, -fused[id_], first_seen[id_]))[: int(k)]
 
 
-def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) -> list[KeywordRank]:
+def _passing(gallery: Any, ranked: KeywordRanking, where: Any, depth: int) -> list[KeywordRank]:
     """The keyword ranking cut to the photos that pass ``where``, ranked again among them (tie-aware),
-    down to ``depth`` photos and the end of the last tie."""
+    down to ``depth`` photos and the end of the last tie. Read in batches of ``4 * depth``: only the photos
+    read become objects, however many carry the query's words."""
     filtered = where is not None and not (isinstance(where, PhotoFilter) and where.is_empty)
     allowed = None  # the photos passing a PhotoFilter, from the filter columns (None: asked of the store)
     if filtered and isinstance(where, PhotoFilter):
@@ -671,18 +723,21 @@ def _passing(gallery: Any, ranked: list[KeywordRank], where: Any, depth: int) ->
         allowed = None if found is None else set(found)
     kept: list[tuple[str, float, tuple[bool, bool]]] = []
     for start in range(0, len(ranked), 4 * depth):
-        batch = ranked[start : start + 4 * depth]
-        if len(kept) >= depth and batch[0].score < kept[-1][1]:
+        if len(kept) >= depth and ranked.scores[start] < kept[-1][1]:
             break
+        ids = ranked.ids(start, start + 4 * depth)
+        rows: Iterable[int] = range(len(ids))
         if allowed is not None:
-            batch = [r for r in batch if r.id in allowed]
+            rows = [row for row in rows if ids[row] in allowed]
         elif filtered:
-            passing = gallery.metadata_where([r.id for r in batch], where)
-            batch = [r for r in batch if r.id in passing]
-        for found in batch:
-            if len(kept) >= depth and found.score < kept[-1][1]:
+            passing = gallery.metadata_where(ids, where)
+            rows = [row for row in rows if ids[row] in passing]
+        for row in rows:
+            score = float(ranked.scores[start + row])
+            if len(kept) >= depth and score < kept[-1][1]:
                 break
-            kept.append((found.id, found.score, (found.all_words, found.every_word)))
+            kept.append((ids[row], score,
+                         (bool(ranked.all_words[start + row]), bool(ranked.every_word[start + row]))))
     out: list[KeywordRank] = []
     for position, (id_, score, flags) in enumerate(kept, start=1):
         out.append(KeywordRank(id_, score, out[-1].rank if out and out[-1].score == score else position, *flags))
