@@ -388,15 +388,6 @@ class KeywordIndex:
         t = self._vocab.get(term)
         return (0 if t is None else int(self._df[t])) + len(self._recent_postings.get(term, ()))
 
-    def words_of(self, id_: str) -> frozenset[str]:
-        """The distinct words of record ``id_`` (empty when unknown)."""
-        if id_ in self._recent:
-            return frozenset(self._recent[id_][1])
-        slot = self._slot.get(id_)
-        if slot is None:
-            return frozenset()
-        return frozenset(self._terms[t] for t in self._doc_terms[self._doc_ptr[slot] : self._doc_ptr[slot + 1]])
-
     def _weights(self, idf: np.float32, counts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """BM25 weights of one word in records holding it ``counts`` times, as ``bm25s`` computes them: the
         term-frequency part in float64, times the float32 idf, rounded to float32 once."""

@@ -344,18 +344,6 @@ def clarified(question: Question) -> str:
     return vocabulary()["templates"]["ask_again"].format(question=question.text, options=listed)
 
 
-def confirmed_phrase(question: Question, answer: str) -> str | None:
-    """What an answer adds to the query for the question itself: the asked term on "yes", the option
-    picked (or a value of the same kind outside the options), else ``None``."""
-    outcome = read_answer(question, answer)
-    if question.kind == "yes_no":
-        return question.phrase if outcome == 1 else None
-    if outcome is not None and outcome < len(question.options):
-        return _option_phrase(question, question.options[outcome])
-    option = other_value(question, answer)
-    return _option_phrase(question, option) if option else None
-
-
 def query_parts(description: str, facts: DialogueFacts | Sequence[Mapping[str, Any]]) -> list[str]:
     """The description, then each phrase the answers added, in order and without repeats.
 

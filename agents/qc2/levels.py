@@ -111,9 +111,6 @@ class AxisLevels:
         """Level name per score."""
         return [self.levels[i] for i in self.level_indices(scores)]
 
-    def level_of(self, score: float) -> str:
-        return self.assign([score])[0]
-
     def normalize(self, name: str) -> str:
         return normalize_level(name, self.levels)
 
