@@ -24,8 +24,12 @@ class Hit(BaseModel):
     path: str = Field(default="", description="The photo's file on the server")
     copies: list[str] = Field(default_factory=list, description="With collapse_duplicates: the files of the "
                               "near-identical photos this one stands for")
-    taken_at: str = Field(default="", description="When the photo was taken (ISO 8601, from its EXIF, else the "
-                          "file's time), if known")
+    taken_at: str = Field(default="", description="When the photo was taken (ISO 8601, from its EXIF, with its "
+                          "offset when the camera wrote one), if known")
+    file_date: str = Field(default="", description="For a photo without an EXIF capture time: its file's time (ISO "
+                           "8601), which may not be when it was taken")
+    date: str = Field(default="", description="The day it was taken by the photo's own clock (YYYY-MM-DD), or "
+                      "'YYYY-MM-DD (file date)' when only the file's date is known")
     place: str = Field(default="", description="Where it was taken (city, region, country), when the photo has a "
                        "GPS position")
     camera: str = Field(default="", description="The camera or phone that took it, from its EXIF")

@@ -19,12 +19,15 @@ FULL = ImageHit(id="a1", path="/p/a.jpg", score=0.876543, rank=1, captions=["a d
 def test_hit_json_says_what_is_known_and_only_that():
     assert hit_json(FULL) == {"rank": 1, "id": "a1", "path": "/p/a.jpg", "score": 0.8765, "relevant": True,
                               "caption": "a dog", "keyword_match": True, "taken_at": "2024-06-01T10:00:00",
-                              "place": "Lisbon, PT", "camera": "Pixel 7", "photo_text": "EXIT",
+                              "date": "2024-06-01", "place": "Lisbon, PT", "camera": "Pixel 7", "photo_text": "EXIT",
                               "copies": ["/p/a-copy.jpg"]}
     bare = ImageHit(id="b", path="/p/b.jpg", score=0.5, rank=2)
     assert hit_json(bare) == {"rank": 2, "id": "b", "path": "/p/b.jpg", "score": 0.5, "relevant": None,
                               "caption": "", "keyword_match": False}
     assert hit_json(FULL.to_json()) == hit_json(FULL)  # a hit's JSON (from a checkpoint) reads the same
+    by_file = bare.model_copy(update={"metadata": {"taken_at": "2024-06-01T10:00:00+01:00", "taken_at_source": "file"}})
+    assert hit_json(by_file) == {**hit_json(bare), "file_date": "2024-06-01T10:00:00+01:00",
+                                 "date": "2024-06-01 (file date)"}  # never a taken_at: a file's time is no capture time
 
 
 def test_the_mcp_hit_schema_holds_every_field_of_hit_json():
@@ -39,7 +42,9 @@ def test_hit_line():
                               "  (+1 near-identical copy)")
     file_time = FULL.model_copy(update={"metadata": {"taken_at": "2024-06-01T10:00:00"}, "copies": [],
                                         "keyword_match": False, "captions": []})
-    assert hit_line(file_time) == "  1  0.877  /p/a.jpg"  # a file's time is no capture time
+    assert hit_line(file_time) == "  1  0.877  /p/a.jpg"  # a time of unknown source is not shown
+    by_file = file_time.model_copy(update={"metadata": {"taken_at": "2024-06-01T10:00:00", "taken_at_source": "file"}})
+    assert hit_line(by_file) == "  1  0.877  /p/a.jpg  [2024-06-01 (file date)]"  # marked as the file's
     assert hit_line(ImageHit(id="x", rank=12, score=0.1)) == " 12  0.100  x"  # no file: its id
 
 

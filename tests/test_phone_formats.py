@@ -201,4 +201,6 @@ async def test_mcp_gives_a_heic_as_jpeg_and_hits_say_when_where_and_with_what(tm
         hits = {hit["id"]: hit for hit in found.structuredContent["hits"]}
     lisbon = hits[path_id(folder / "lisbon.jpg")]
     assert lisbon["taken_at"].startswith("2024-06-12T18:30:00") and "Lisbon" in lisbon["place"]
-    assert "iPhone 13" in lisbon["camera"]
+    assert "iPhone 13" in lisbon["camera"] and lisbon["date"] == "2024-06-12"
+    side = hits[path_id(folder / "side.heic")]  # no EXIF time: its file's date, said to be one
+    assert not side.get("taken_at") and side["file_date"] and side["date"].endswith(" (file date)")

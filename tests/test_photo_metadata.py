@@ -253,3 +253,59 @@ def test_near_reads_coordinates_and_city_names():
         parse_near("Qqxz Nowhere")
     with pytest.raises(FilterError, match="latitude must be within"):
         parse_near("91,0")
+
+
+@pytest.fixture
+def june_gallery(tmp_path, tiny_clip_embedder):
+    """Photos around midnight of June 12-13, 2023, as their cameras' clocks read: 00:00 on June 13 in Lisbon (still
+    June 12 in UTC), 23:30 on June 12 in Lisbon, 08:00 on June 12 in Tokyo (June 11 in UTC), an offset-less camera
+    at 23:50 on June 12, and a screenshot without EXIF whose file is from noon UTC on June 12."""
+    import os
+
+    folder = tmp_path / "june"
+    folder.mkdir()
+    shots = {"midnight.jpg": ("2023:06:13 00:00:00", "+01:00"), "late.jpg": ("2023:06:12 23:30:00", "+01:00"),
+             "tokyo.jpg": ("2023:06:12 08:00:00", "+09:00"), "nooffset.jpg": ("2023:06:12 23:50:00", None)}
+    for n, (name, (taken, offset)) in enumerate(shots.items()):
+        _upright().rotate(n * 9).save(folder / name, exif=exif_block(taken=taken, offset=offset))
+    _upright().rotate(50).save(folder / "screen.png")
+    noon = 1_686_571_200  # 2023-06-12 12:00 UTC: June 12 on any clock within 11 hours of UTC
+    os.utime(folder / "screen.png", (noon, noon))
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    gallery.add(folder, progress=False)
+    return gallery, folder
+
+
+def test_indexing_stores_the_photos_own_clock_time(june_gallery):
+    _, folder = june_gallery
+    midnight = read_photo_metadata(folder / "midnight.jpg", places=False).fields
+    assert midnight["taken_at"] == "2023-06-13T00:00:00+01:00" and midnight["taken_at_ts"] == 1_686_610_800
+    assert midnight["taken_at_local_ts"] == 1_686_614_400  # 2023-06-13 00:00 on the photo's clock
+    assert read_photo_metadata(folder / "nooffset.jpg", places=False).fields["taken_at_local_ts"] == 1_686_613_800
+    screen = read_photo_metadata(folder / "screen.png", places=False).fields
+    assert screen["taken_at_source"] == "file" and screen["taken_at_local_ts"] // 86400 == 1_686_571_200 // 86400
+
+
+def test_date_filters_compare_the_photos_own_calendar_days(june_gallery):
+    """``--after 2023-06-12 --before 2023-06-13`` is June 12 on each photo's clock: the Lisbon midnight photo (June 12
+    in UTC) is out, Tokyo's morning photo (June 11 in UTC) is in; ``exif_dates_only`` leaves the screenshot out."""
+    from pictrieve.vectorstore.photo_filter import PhotoFilter
+
+    gallery, _ = june_gallery
+    june_12 = PhotoFilter.parse(after="2023-06-12", before="2023-06-13")
+    assert _names(gallery.search_text("a photo", k=10, where=june_12)) == \
+        {"late.jpg", "tokyo.jpg", "nooffset.jpg", "screen.png"}
+    exif_only = PhotoFilter.parse(after="2023-06-12", before="2023-06-13", exif_dates_only=True)
+    assert _names(gallery.search_text("a photo", k=10, where=exif_only)) == {"late.jpg", "tokyo.jpg", "nooffset.jpg"}
+    assert _names(gallery.search_text("a photo", k=10, where=PhotoFilter.parse(after="2023-06-13"))) == {"midnight.jpg"}
+
+
+def test_the_cli_shows_each_photos_own_date_and_marks_a_file_date(june_gallery):
+    from click.testing import CliRunner
+    from pictrieve.cli.gallery_commands import search
+
+    gallery, _ = june_gallery
+    result = CliRunner().invoke(search, ["a photo", "-g", str(gallery.location), "-k", "10", "--no-hybrid"])
+    lines = {Path(line.split()[2]).name: line for line in result.output.splitlines() if "/june/" in line}
+    assert "[2023-06-13]" in lines["midnight.jpg"] and "[2023-06-12]" in lines["tokyo.jpg"]
+    assert "[2023-06-12 (file date)]" in lines["screen.png"]

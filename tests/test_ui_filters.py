@@ -63,6 +63,9 @@ def test_the_search_api_takes_the_clis_filters(app, library):
     assert _folders(search(near="38.72,-9.14", radius_km=5)) == {"lisbon"}
     assert _folders(search(place="PT")) == {"lisbon", "porto"}
     assert _folders(search(folder=str(library / "misc"))) == {"misc"}
+    # as people write them: by word, case aside, a country by name, folder names in a row
+    assert _folders(search(camera="pixel")) == _folders(search(place="portugal")) - {"porto"} == {"lisbon"}
+    assert _folders(search(place="lisbon")) == {"lisbon"} and _folders(search(folder="photos/MISC")) == {"misc"}
     hit = search(camera="Pixel 7")[0]
     assert hit["metadata"]["taken_at"].startswith("2023-06-14T18:02") and "Lisbon" in hit["metadata"]["place"]
     # An upload searches with the same filters (multipart fields).
@@ -116,6 +119,13 @@ def test_the_page_filters_and_shows_when_where_and_which_camera(page, served):
                            "[...document.querySelectorAll('#search-grid .card .about')].every(e => "
                            "e.textContent.startsWith('2019-01-02'))")
     page.fill("#f-before", "")
+    # A photo without an EXIF time shows its file's date, marked as such.
+    page.fill("#f-folder", "misc")
+    page.click("#search-form button[type=submit]")
+    page.wait_for_function("() => document.querySelectorAll('#search-grid .card .about').length === 2 && "
+                           "[...document.querySelectorAll('#search-grid .card .about')].every(e => "
+                           "e.textContent.endsWith('(file date)'))")
+    page.fill("#f-folder", "")
     # Hybrid on: the photos in lisbon/ come first for "lisbon", marked as matched by their words; off: none is.
     page.fill("#query", "lisbon")
     page.click("#search-form button[type=submit]")

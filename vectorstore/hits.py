@@ -69,8 +69,21 @@ class ImageHit(BaseModel):
 
     @property
     def taken_at(self) -> str:
-        """When the photo was taken (ISO 8601, from EXIF or the file's time), or ``""``."""
+        """When the photo was taken (ISO 8601, from EXIF or the file's time: see :attr:`dated_by_file`), or ``""``."""
         return str(self.metadata.get("taken_at") or "")
+
+    @property
+    def dated_by_file(self) -> bool:
+        """Whether :attr:`taken_at` is only the file's time (the photo has no EXIF capture time)."""
+        return self.metadata.get("taken_at_source") == "file"
+
+    @property
+    def date_label(self) -> str:
+        """The day it was taken by the photo's own clock, ``"2023-06-13"``; ``"2023-06-13 (file date)"`` when the
+        photo has no EXIF capture time and the day is its file's; ``""`` when unknown (or of unknown source)."""
+        if not self.taken_at or self.metadata.get("taken_at_source") not in ("exif", "file"):
+            return ""
+        return self.taken_at[:10] + (" (file date)" if self.dated_by_file else "")
 
     @property
     def place(self) -> str:
@@ -114,7 +127,8 @@ def as_hit(value: ImageHit | Mapping[str, Any]) -> ImageHit:
 
 KNOWN_FIELDS = ("taken_at", "place", "camera", "photo_text")
 """What :func:`hit_json` adds when the photo has it: when, where and with which camera it was taken, the text read
-in it (a gallery indexed with ``--ocr``)."""
+in it (a gallery indexed with ``--ocr``). A photo dated only by its file gets ``file_date`` instead of
+``taken_at``, and every dated one ``date`` (:attr:`ImageHit.date_label`)."""
 
 
 def hit_json(hit: ImageHit | Mapping[str, Any]) -> dict[str, Any]:
@@ -124,6 +138,10 @@ def hit_json(hit: ImageHit | Mapping[str, Any]) -> dict[str, Any]:
     The MCP tools' ``Hit`` schema and the LangChain tools' rows are this dict."""
     hit = as_hit(hit)
     known = {name: value for name in KNOWN_FIELDS if (value := getattr(hit, name))}
+    if hit.dated_by_file and "taken_at" in known:  # a file's time is no capture time: say which it is
+        known = {"file_date" if name == "taken_at" else name: value for name, value in known.items()}
+    if hit.date_label:
+        known["date"] = hit.date_label
     return {"rank": hit.rank, "id": hit.id, "path": hit.path, "score": round(hit.score, 4), "relevant": hit.relevant,
             "caption": hit.caption, "keyword_match": hit.keyword_match, **known,
             **({"copies": list(hit.copies)} if hit.copies else {})}
@@ -131,12 +149,12 @@ def hit_json(hit: ImageHit | Mapping[str, Any]) -> dict[str, Any]:
 
 def hit_line(hit: ImageHit | Mapping[str, Any]) -> str:
     """A hit as one line of text: rank, score, file (or id), caption, then what is known of when, where and with
-    what it was taken (an EXIF time only: a file's time says nothing), ``[words]`` for a keyword match, and how
+    what it was taken (the day by the photo's own clock, "(file date)" when it is only the file's), ``[words]`` for
+    a keyword match, and how
     many near-identical copies it stands for."""
     hit = as_hit(hit)
     caption = f"  {hit.caption}" if hit.caption else ""
-    taken = hit.taken_at[:10] if hit.metadata.get("taken_at_source") == "exif" else ""
-    about = "  ".join(part for part in (taken, hit.place, hit.camera) if part)
+    about = "  ".join(part for part in (hit.date_label, hit.place, hit.camera) if part)
     words = "  [words]" if hit.keyword_match else ""
     copies = (f"  (+{len(hit.copies)} near-identical {'copy' if len(hit.copies) == 1 else 'copies'})"
               if hit.copies else "")

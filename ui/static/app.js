@@ -48,7 +48,10 @@ function card(hit, onClick) {
   if (copies) score.textContent += ` · +${copies} near-identical ${copies === 1 ? "copy" : "copies"}`;
   div.append(img, cap, score);
   const meta = hit.metadata || {};
-  const about = [(meta.taken_at || "").slice(0, 16).replace("T", " "), meta.place || "", meta.camera || ""].filter(Boolean);
+  // The photo's own clock time; a photo without an EXIF time shows its file's, marked as such.
+  const taken = (meta.taken_at || "").slice(0, 16).replace("T", " ");
+  const when = taken && meta.taken_at_source === "file" ? `${taken} (file date)` : taken;
+  const about = [when, meta.place || "", meta.camera || ""].filter(Boolean);
   if (about.length) {
     const line = document.createElement("div");
     line.className = "about";
