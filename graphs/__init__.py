@@ -23,7 +23,6 @@ the web page and the LangGraph server treat them alike, and name none of them):
 Modules here are the wiring of each method's nodes (``agents/<method>/``) into a ``StateGraph``:
 one module per method, named as the method is (``graphs/<m>.py`` beside ``agents/<m>/`` and
 ``prompts/<m>/``): ``search`` (the reference method: plain search), ``plugir``, ``qc2``, ``visret``,
-``needle`` and ``vsa``; and ``registry`` (finds the methods), ``settings``
-(re-exports the run settings), ``serving`` (a factory per registered method for the server),
+``needle`` and ``vsa``; and ``registry`` (finds the methods), ``serving`` (a factory per registered method for the server),
 ``checkpoints`` (checkpointers that know our state's types).
 """

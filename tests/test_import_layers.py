@@ -4,8 +4,7 @@ Read from the source (no module is imported): every ``import pictrieve...`` of e
 
 - **Layers**: ``cli`` -> ``ui``/``mcp_server``/``integrations``/``evaluation`` -> ``graphs`` -> ``agents`` -> ``vectorstore`` -> ``tools``/``prompts``
   -> ``errors``. No import, at the top of a module or inside a function, goes to a higher layer: a method's
-  folder (``agents/<m>/``) names its graph builder as a ``"module:attribute"`` string, never an import. An old
-  module path kept for one release (a ``moved_module`` alias) may name where its names moved, whatever the layer.
+  folder (``agents/<m>/``) names its graph builder as a ``"module:attribute"`` string, never an import.
 - **No circle**: the imports made when a module loads (top level, outside ``if TYPE_CHECKING``) form no
   cycle, so no module depends on the order in which others are imported.
 - **tools shows its parts**: every module of ``tools`` lives in ``tools/core``, ``tools/models`` or
@@ -100,17 +99,9 @@ def layer(module: str) -> int | None:
     return LAYERS.get(parts[1]) if len(parts) > 1 else None
 
 
-def moved_aliases() -> set[str]:
-    """Old module paths kept for one release (``__getattr__ = moved_module(__name__, ...)``): such an alias
-    imports its names from wherever they moved, a higher layer included (the LangChain tools left graphs/)."""
-    return {name for name, path in modules().items() if "= moved_module(__name__" in path.read_text(encoding="utf-8")}
-
-
 def test_no_import_goes_to_a_higher_layer():
-    aliases = moved_aliases()
-    assert "pictrieve.graphs.vision_search_tools" in aliases  # the reader sees them
     upward = sorted(f"{source} -> {target}" for source, targets in graph(top_level_only=False).items()
-                    for target in targets if source not in aliases
+                    for target in targets
                     if layer(source) is not None and layer(target) is not None and layer(target) > layer(source))
     assert not upward, "imports against the layering:\n" + "\n".join(upward)
 
@@ -258,7 +249,7 @@ def test_indexing_writes_through_the_writer_protocol():
 # The front ends reach every method through the registry (graphs/registry.py) and every need through the need
 # registry (agents/needs.py): the LangGraph server, `pictrieve search --method`, the MCP server and the page's
 # generic parts. A front-end module names a built-in method neither as a string (exactly the method's name;
-# docstrings aside) nor by importing its modules (agents/<m>/, graphs/<m>.py, or a renamed module's alias).
+# docstrings aside) nor by importing its modules (agents/<m>/ or graphs/<m>.py).
 # The exceptions are views of their own for one method, listed below with why; a listed exception that is no
 # longer used fails too, so the list stays exact.
 
@@ -303,8 +294,7 @@ def builtin_method_names() -> set[str]:
 
 
 def method_modules(names: set[str], known: dict[str, Path]) -> dict[str, str]:
-    """``{module: method}``: each method's folder and graph module, and the aliases left by a rename (a graphs
-    module built by ``moved_module``) of the method whose graph module it imports."""
+    """``{module: method}``: each method's folder and graph module."""
     found = {}
     for module, path in known.items():
         parts = module.split(".")
@@ -312,11 +302,6 @@ def method_modules(names: set[str], known: dict[str, Path]) -> dict[str, str]:
             found[module] = parts[2]
         elif len(parts) == 3 and parts[1] == "graphs" and parts[2] in names:
             found[module] = parts[2]
-    for module, path in known.items():
-        if module.startswith("pictrieve.graphs.") and "moved_module(" in path.read_text(encoding="utf-8"):
-            aliased = {found[t] for t in imports(module, path, top_level_only=True) if t in found}
-            if len(aliased) == 1:
-                found[module] = aliased.pop()
     return found
 
 
