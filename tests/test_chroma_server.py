@@ -109,3 +109,47 @@ def test_a_plan_written_by_another_process_stores_what_add_stores(chroma_server,
     ids = sorted(reference.ids())
     np.testing.assert_allclose(driver.embeddings(ids), reference.embeddings(ids), atol=1e-5)
     assert [item.metadata for item in driver.get(ids)] == [item.metadata for item in reference.get(ids)]
+
+
+def test_a_server_gallery_filters_as_the_reference_store_does(chroma_server, tiny_clip_embedder):
+    """A ``chroma run`` server has no filter columns: Chroma's ``where`` keeps what it can say (dates widened to any
+    clock's offset, ``near``'s box) and :meth:`PhotoFilter.accepts` decides the rest (text by word and case aside,
+    the photo's own calendar day) on the candidates. It answers what the in-memory reference store answers, for
+    searches and for :func:`explain_filter`."""
+    import datetime as dt
+
+    import numpy as np
+
+    from pictrieve.vectorstore.filter_explain import explain_filter
+    from pictrieve.vectorstore.memory_store import MemoryStore
+    from pictrieve.vectorstore.photo_filter import PhotoFilter
+
+    rng = np.random.default_rng(4)
+    places = [("Lisbon", "Lisbon", "PT"), ("Porto", "Porto", "PT"), ("Tokyo", "Tokyo", "JP")]
+    cameras = [("Apple", "iPhone 13 Pro", "Apple iPhone 13 Pro"), ("Google", "Pixel 7", "Google Pixel 7")]
+    metadatas = []
+    for i in range(60):
+        offset = dt.timezone(dt.timedelta(hours=int(rng.choice([-8, 0, 1, 9]))))
+        when = dt.datetime(2023, 6, 12, tzinfo=dt.timezone.utc).astimezone(offset) + dt.timedelta(hours=int(i) - 20)
+        city, region, country = places[i % 3]
+        make, model, camera = cameras[i % 2]
+        metadatas.append({"path": f"/photos/{city.lower()}/p{i}.jpg", "folder": f"/photos/{city.lower()}",
+                          "taken_at": when.isoformat(), "taken_at_ts": int(when.timestamp()),
+                          "taken_at_source": "file" if i % 7 == 0 else "exif", "place_city": city,
+                          "place_region": region, "place_country": country, "place": f"{city}, {region}, {country}",
+                          "camera_make": make, "camera_model": model, "camera": camera})
+    vectors = rng.normal(size=(60, tiny_clip_embedder.dim)).astype(np.float32)
+    server, memory = Gallery.open(chroma_server, tiny_clip_embedder), MemoryStore(tiny_clip_embedder)
+    for store in (server, memory):
+        store.upsert([f"p{i}" for i in range(60)], vectors, metadatas)
+    query = rng.normal(size=tiny_clip_embedder.dim).astype(np.float32)
+    for options in ({"place": "portugal"}, {"place": "tok"}, {"camera": "iphone"}, {"folder": "PORTO"},
+                    {"after": "2023-06-12", "before": "2023-06-13"},
+                    {"after": "2023-06-12", "before": "2023-06-13", "exif_dates_only": True, "camera": "pixel 7"},
+                    {"place": "lisbon", "camera": "pixel"}, {"place": "paris"}):
+        where = PhotoFilter.parse(**options)
+        expected = [hit.id for hit in memory.search_vector(query, k=8, where=where)]
+        assert [hit.id for hit in server.search_vector(query, k=8, where=where)] == expected, options
+        assert explain_filter(server, where) == explain_filter(memory, where), options
+    assert explain_filter(server, PhotoFilter(place="paris")).message.startswith("0 photos pass place 'paris'; "
+                                                                                 "places here: Lisbon PT (20)")
