@@ -4,15 +4,21 @@ A search result's URL comes from the internet, so opening it must not let a page
 search result) reach this machine's own services. :func:`fetch_page`:
 
 - accepts ``http`` and ``https`` only;
-- resolves the host and refuses loopback, private, link-local, multicast, reserved and cloud
-  metadata addresses (169.254.169.254 and friends), and re-checks every redirect target itself
-  (redirects are followed by hand, never by the HTTP library);
+- resolves the host once and refuses it when any of its addresses is loopback, private, link-local,
+  multicast, reserved or a cloud metadata address (169.254.169.254 and friends), then connects to an
+  address it checked, never to what a second lookup answers: the name is not resolved again, so a name
+  whose answers change between lookups (DNS rebinding: a public address for the check, 127.0.0.1 for the
+  connection) cannot lead it anywhere it did not check. The request still names the host (``Host``
+  header; for HTTPS the TLS server name and the certificate check), and every redirect target is checked
+  and pinned the same way (redirects are followed by hand, never by the HTTP library);
+- connects directly, never through a proxy named in the environment (a proxy would resolve the name
+  again, out of our sight);
 - caps the bytes read (``max_bytes``) and the time spent (``timeout``);
 - reads only textual content types (HTML, plain text, Markdown, XML);
 - extracts the readable text with trafilatura (plain text and Markdown: their paragraphs, unwrapped).
 
-Tests need a loopback server; they pass ``allow_hosts={"127.0.0.1"}`` explicitly. The default
-allows nothing private.
+Tests need a loopback server; they pass ``allow_hosts={"127.0.0.1"}`` explicitly (an allowed host is still
+resolved once and connected to at that address). The default allows nothing private.
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ from __future__ import annotations
 import ipaddress
 import socket
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 from urllib.parse import urljoin, urlsplit
 
-import requests
+import urllib3
 
 from pictrieve.errors import PictrieveError
 
@@ -32,6 +38,7 @@ TIMEOUT_S = 10.0
 MAX_REDIRECTS = 5
 TEXT_TYPES = ("text/html", "text/plain", "text/markdown", "application/xhtml+xml", "text/xml", "application/xml")
 METADATA_HOSTS = {"metadata.google.internal", "metadata", "instance-data"}
+USER_AGENT = "pictrieve-vsa/0.1 (+https://github.com/)"
 
 
 class UnsafeURLError(PictrieveError, ValueError):
@@ -63,30 +70,75 @@ def _address_is_public(address: str) -> bool:
 
 def check_url(url: str, *, allow_hosts: Iterable[str] = ()) -> str:
     """Return ``url`` if it is safe to fetch, else raise :class:`UnsafeURLError` (or :class:`FetchError`
-    when its host cannot be resolved).
+    when its host cannot be resolved). :func:`fetch_page` uses :func:`checked_addresses`, which also gives
+    the addresses checked, to connect to one of them.
 
     ``allow_hosts`` names hosts (or addresses) exempt from the address check; meant for tests with
     a local server, never for production use.
     """
+    checked_addresses(url, allow_hosts=allow_hosts)
+    return url
+
+
+def checked_addresses(url: str, *, allow_hosts: Iterable[str] = ()) -> list[str]:
+    """The addresses of ``url``'s host, resolved once and each checked to be public (see :func:`check_url`);
+    a connection for ``url`` must go to one of these, never to a fresh lookup of the name."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise UnsafeURLError(f"refusing {url!r}: only http and https pages are fetched")
     host = (parts.hostname or "").lower()
     if not host:
         raise UnsafeURLError(f"refusing {url!r}: no host")
-    if host in set(allow_hosts):
-        return url
-    if host in METADATA_HOSTS or host.endswith(".internal") or host == "localhost" or host.endswith(".localhost"):
+    allowed = host in set(allow_hosts)
+    if not allowed and (host in METADATA_HOSTS or host.endswith(".internal") or host == "localhost"
+                        or host.endswith(".localhost")):
         raise UnsafeURLError(f"refusing {url!r}: {host} is a local or metadata host")
     try:
-        infos = socket.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:  # a network failure, not a refusal: nothing was fetched
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError) as exc:  # a network failure, not a refusal: nothing fetched
         raise FetchError(f"could not fetch {url}: cannot resolve {host} ({exc})") from exc
-    for info in infos:
-        address = str(info[4][0])
-        if not _address_is_public(address):
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    for address in addresses:
+        if not allowed and not _address_is_public(address):
             raise UnsafeURLError(f"refusing {url!r}: {host} resolves to the non-public address {address}")
-    return url
+    if not addresses:
+        raise FetchError(f"could not fetch {url}: {host} has no address")
+    return addresses
+
+
+def _get_pinned(url: str, addresses: list[str], timeout: float) -> Any:
+    """GET ``url`` (no redirect followed) over a connection to the first of ``addresses`` that answers; the
+    request names ``url``'s host (``Host``; for HTTPS the TLS server name and the certificate's name), so the
+    server sees what a browser would send, while the name is never looked up again."""
+    import certifi
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    shown_host = f"[{host}]" if ":" in host else host
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {**urllib3.util.make_headers(accept_encoding=True), "User-Agent": USER_AGENT,
+               "Host": shown_host if parts.port is None else f"{shown_host}:{parts.port}"}
+    limits = urllib3.Timeout(connect=timeout, read=timeout)
+    failure: Exception | None = None
+    for address in addresses:
+        if parts.scheme == "https":
+            pool: Any = urllib3.HTTPSConnectionPool(address, port, timeout=limits, retries=False, maxsize=1,
+                                                    server_hostname=host, assert_hostname=host,
+                                                    cert_reqs="CERT_REQUIRED", ca_certs=certifi.where())
+        else:
+            pool = urllib3.HTTPConnectionPool(address, port, timeout=limits, retries=False, maxsize=1)
+        try:
+            return pool.urlopen("GET", target, headers=headers, redirect=False, retries=False,
+                                preload_content=False, assert_same_host=False)
+        except urllib3.exceptions.NewConnectionError as exc:  # this address does not answer: the next checked one
+            failure = exc
+            pool.close()
+        except urllib3.exceptions.HTTPError as exc:
+            pool.close()
+            raise FetchError(f"could not fetch {url}: {exc}") from exc
+    raise FetchError(f"could not fetch {url}: {failure}")
 
 
 def extract_text(body: str, content_type: str, url: str = "") -> tuple[str, str]:
@@ -117,22 +169,15 @@ def fetch_page(
     timeout: float = TIMEOUT_S,
     max_chars: int | None = 8192,
     allow_hosts: Iterable[str] = (),
-    session: requests.Session | None = None,
 ) -> FetchedPage:
     """Fetch ``url`` within the caps and return its readable text (see the module docstring)."""
     allow = set(allow_hosts)
-    http = session or requests.Session()
     current = url
     for _ in range(MAX_REDIRECTS + 1):
-        check_url(current, allow_hosts=allow)
-        try:
-            response = http.get(current, timeout=timeout, stream=True, allow_redirects=False,
-                                headers={"User-Agent": "pictrieve-vsa/0.1 (+https://github.com/)"})
-        except requests.RequestException as exc:
-            raise FetchError(f"could not fetch {current}: {exc}") from exc
-        if response.is_redirect or response.status_code in (301, 302, 303, 307, 308):
+        response = _get_pinned(current, checked_addresses(current, allow_hosts=allow), timeout)
+        if response.status in (301, 302, 303, 307, 308):
             location = response.headers.get("Location")
-            response.close()
+            response.release_conn()
             if not location:
                 raise FetchError(f"{current} redirects nowhere")
             current = urljoin(current, location)
@@ -140,9 +185,9 @@ def fetch_page(
         break
     else:
         raise FetchError(f"too many redirects from {url}")
-    with response:
-        if response.status_code >= 400:
-            raise FetchError(f"{current} answered HTTP {response.status_code}")
+    try:
+        if response.status >= 400:
+            raise FetchError(f"{current} answered HTTP {response.status}")
         content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if content_type and not content_type.startswith(TEXT_TYPES):
             raise FetchError(f"{current} is {content_type}, not a text page")
@@ -150,14 +195,31 @@ def fetch_page(
         if declared and declared.isdigit() and int(declared) > max_bytes:
             raise FetchError(f"{current} is {declared} bytes, over the {max_bytes}-byte cap")
         chunks, size = [], 0
-        for chunk in response.iter_content(65536):
-            size += len(chunk)
-            if size > max_bytes:
-                raise FetchError(f"{current} is over the {max_bytes}-byte cap")
-            chunks.append(chunk)
-        encoding = response.encoding or "utf-8"
-    body = b"".join(chunks).decode(encoding, errors="replace")
+        try:
+            for chunk in response.stream(65536, decode_content=True):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise FetchError(f"{current} is over the {max_bytes}-byte cap")
+                chunks.append(chunk)
+        except urllib3.exceptions.HTTPError as exc:
+            raise FetchError(f"could not fetch {current}: {exc}") from exc
+        encoding = _charset(response.headers.get("Content-Type", "")) or "utf-8"
+    finally:
+        response.release_conn()
+    try:
+        body = b"".join(chunks).decode(encoding, errors="replace")
+    except LookupError:  # a charset Python does not know
+        body = b"".join(chunks).decode("utf-8", errors="replace")
     title, text = extract_text(body, content_type or "text/html", current)
     if max_chars is not None:
         text = text[:max_chars]
     return FetchedPage(url=current, title=title or current, text=text, content_type=content_type)
+
+
+def _charset(content_type: str) -> str | None:
+    """The ``charset`` parameter of a ``Content-Type`` header, if any."""
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip():
+            return value.strip().strip('"\'')
+    return None
