@@ -63,8 +63,6 @@ IMAGE_ARGUMENT = ("The photo: a gallery id from an earlier result (e.g. 3f2a...)
                   "data:image/...;base64 URL, or a file path inside the folders the server allows (gallery_info "
                   "lists them; none by default)")
 MAX_ERROR_CHARS = 400
-VIEWABLE_SIDE = 1600
-"""Longest side of the JPEG the image resource gives for a format clients cannot show (the page's size)."""
 
 
 class PictrieveMCP(FastMCP):
@@ -149,17 +147,6 @@ def _image_mime(data: bytes) -> str | None:
 
 
 # --- results ------------------------------------------------------------------------------------------------
-
-def viewable_bytes(path: Path) -> bytes:
-    """The photo's file as it is when clients show that format, else a JPEG of it (HEIC, TIFF), upright, as the
-    page serves it: an agent that reads the resource gets a picture it can show."""
-    from pictrieve.tools.core.images import shown_by_browsers
-    from pictrieve.tools.core.thumbnails import jpeg_thumbnail
-
-    if shown_by_browsers(path):
-        return path.read_bytes()
-    return jpeg_thumbnail(path, max_side=VIEWABLE_SIDE)
-
 
 def photo_content(hits: Sequence[ImageHit]) -> list[Any]:
     """Each hit's label and JPEG thumbnail (:func:`~pictrieve.vectorstore.hits.photo_blocks`, as the LangChain tools
@@ -387,8 +374,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     @server.resource("pictrieve://image/{image_id}", name="image", title="A gallery photo",
                      description="The bytes of the gallery photo with this id (ids come from search results).")
     async def image_resource(image_id: str) -> bytes:
-        path = await anyio.to_thread.run_sync(service.image_file, image_id)
-        return await anyio.to_thread.run_sync(viewable_bytes, path)
+        return await anyio.to_thread.run_sync(service.image_bytes, image_id)
 
     from pictrieve.mcp_server.duplicates import add_duplicates_tool
 

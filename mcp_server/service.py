@@ -23,6 +23,7 @@ from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import get_method
 from pictrieve.mcp_server.progress import Progress, loading, no_progress
 from pictrieve.mcp_server.sessions import PhotoSessions
+from pictrieve.tools.core.gallery_photos import ChangedPhotoError
 from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, gallery_image_lookup, image_argument
 from pictrieve.vectorstore.hits import ImageHit, as_hit
 from pictrieve.vectorstore.relevance import judge_by_text
@@ -298,13 +299,24 @@ class PictrieveService:
         found = self._lookup(str(image_id)) if self._lookup else None
         if found is None:
             raise ToolInputError(f"no image with id {str(image_id)[:64]} in this gallery (ids come from search results)")
-        path = Path(found)
-        if not path.is_file():
-            raise ToolInputError(f"the file of gallery image {image_id} is gone (run `pictrieve sync` on the gallery)")
-        if path.stat().st_size > self.settings.max_image_bytes:
-            raise ToolInputError(f"the image file is larger than this server sends ({self.settings.max_image_bytes / 2**20:g} "
-                                 "MiB); search results show it as a thumbnail")
-        return path
+        return Path(found)
+
+    def image_bytes(self, image_id: str) -> bytes:
+        """The bytes of gallery image ``image_id`` as clients show them (the file, or a JPEG of a HEIC or TIFF:
+        :func:`~pictrieve.tools.core.thumbnails.viewable_photo`), only while its file is the one indexed."""
+        from pictrieve.tools.core.thumbnails import viewable_photo
+
+        path, shown = self.image_file(image_id), f"gallery image {image_id}"
+        try:
+            return viewable_photo(path, name=shown, max_bytes=self.settings.max_image_bytes)[0]
+        except FileNotFoundError:
+            raise ToolInputError(f"the file of gallery image {image_id} is gone (run `pictrieve sync` on the gallery)") from None
+        except ChangedPhotoError as exc:
+            log.warning("refused %s: %s", path, exc)
+            raise ToolInputError(str(exc)) from None
+        except (PictrieveError, OSError) as exc:
+            log.info("cannot send %s: %s", path, exc)
+            raise ToolInputError(f"the file of gallery image {image_id} cannot be read") from None
 
     def _image(self, image: str) -> Any:
         return image_argument(image, lookup_id=self._lookup, allowed=self.settings.allowed_dirs,

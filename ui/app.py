@@ -3,8 +3,10 @@
 FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these endpoints:
 
 - ``GET /api/status``: image count, embedders, which methods (tabs) are available.
-- ``GET /api/image/{id}``: the bytes of a gallery image, looked up by id only (never a request path); a format
-  browsers cannot show (HEIC, TIFF) comes as a JPEG of it, its longest side at most :data:`VIEW_SIDE`.
+- ``GET /api/image/{id}``: the bytes of a gallery image, looked up by id only (never a request path), and only
+  while its file is the one indexed (no link followed, still an image:
+  :func:`~pictrieve.tools.core.thumbnails.viewable_photo`); a format browsers cannot show (HEIC, TIFF) comes as
+  a JPEG of it, its longest side at most :data:`VIEW_SIDE`.
 - ``POST /api/search``: text query, uploaded image, or ``like`` (an id: "more like this"), with the CLI's filters
   (``after``, ``before``, ``near``, ``radius_km``, ``place``, ``camera``, ``folder``) and ``hybrid`` (default on:
   the photos' own words count too).
@@ -60,8 +62,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import available_methods
-from pictrieve.tools.core.images import shown_by_browsers
-from pictrieve.tools.core.thumbnails import jpeg_thumbnail
+from pictrieve.tools.core.gallery_photos import ChangedPhotoError
+from pictrieve.tools.core.thumbnails import viewable_photo
 from pictrieve.ui.ask import router as ask_router
 from pictrieve.ui.chat import router as chat_router
 from pictrieve.ui.duplicates import router as duplicates_router
@@ -229,16 +231,18 @@ def image(image_id: str, page: Page) -> Response:
         (item,) = page.gallery.get([image_id])
     except (KeyError, GalleryError):  # unknown id, or a malformed one the store refuses
         return JSONResponse({"error": "no such image in this gallery"}, status_code=404)
-    path = Path(item.path)
-    if not path.is_file():
+    shown = f"gallery image {image_id}"
+    try:  # the file that was indexed (no link followed, still an image); HEIC, TIFF...: a JPEG of it
+        data, media_type = viewable_photo(item.path, name=shown, max_side=VIEW_SIDE)
+    except FileNotFoundError:
         return JSONResponse({"error": "the image file is gone (run `pictrieve sync`)"}, status_code=404)
-    if shown_by_browsers(path):
-        return FileResponse(path)
-    try:  # HEIC, TIFF...: no browser shows them, so the page gets a JPEG (upright, as the models saw it)
-        return Response(jpeg_thumbnail(path, max_side=VIEW_SIDE), media_type="image/jpeg")
+    except ChangedPhotoError as exc:
+        log.warning("refused %s: %s", item.path, exc)
+        return JSONResponse({"error": str(exc)}, status_code=404)
     except (PictrieveError, OSError) as exc:
-        log.info("cannot show %s: %s", path, exc)
+        log.info("cannot show %s: %s", item.path, exc)
         return JSONResponse({"error": "the image file cannot be read"}, status_code=404)
+    return Response(data, media_type=media_type)
 
 
 @page_router.get("/api/jobs/{job_id}")

@@ -5,7 +5,9 @@ The MCP server (``pictrieve mcp``) and the LangChain tools (:mod:`pictrieve.inte
 resolve their ``image`` arguments here, so both follow one rule:
 
 - **ids**: a photo of the gallery, looked up by the caller's ``lookup_id`` (the file path comes from the
-  gallery, never from the request);
+  gallery, never from the request), read as the file that was indexed
+  (:func:`~pictrieve.tools.core.gallery_photos.open_gallery_photo`: a photo replaced by a link is refused) into
+  the private folder, so the graph reads what was checked;
 - **base64** (or a ``data:image/...;base64,`` URL): decoded, size-capped before decoding, written to a
   private temporary folder that lives as long as the ``with`` block;
 - **paths**: only inside an :class:`AllowedDirs` folder, checked on the real path (symlinks and ``..``
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pictrieve.errors import PictrieveError
+from pictrieve.tools.core.gallery_photos import open_gallery_photo
 from pictrieve.tools.core.images import image_size, load_service_image
 
 DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -163,9 +166,9 @@ def image_argument(
     within a service's memory budget (:func:`~pictrieve.tools.core.images.load_service_image`; ``max_pixels``:
     its pixel budget, default the server's).
 
-    Yields a path that stays valid inside the ``with`` block: the file itself, or, for base64 data and for a
-    picture larger than the models need, a copy in a temporary folder removed afterwards (reduced, so the
-    graph's own decodes of it are cheap too). Raises :class:`ImageInputError` with one line for anything
+    Yields a path that stays valid inside the ``with`` block: an allowed file itself, or, for a gallery photo,
+    base64 data and a picture larger than the models need, a copy in a temporary folder removed afterwards
+    (reduced, so the graph's own decodes of it are cheap too). Raises :class:`ImageInputError` with one line for anything
     that cannot be used; a value that is none of the three says what each try found.
     """
     with tempfile.TemporaryDirectory(prefix="pictrieve-image-") as folder:
@@ -198,9 +201,7 @@ def _source_file(text: str, lookup_id: ImageLookup | None, allowed: AllowedDirs,
     ``folder``, or an allowed path (checked before anything is read)."""
     found = lookup_id(text) if lookup_id is not None and len(text) < MIN_BASE64_CHARS and _is_name(text) else None
     if found is not None:
-        if not Path(found).is_file():
-            raise ImageInputError(f"the file of gallery image {text} is gone (run `pictrieve sync` on the gallery)")
-        return Path(found), f"gallery image {text}"
+        return _gallery_copy(Path(found), f"gallery image {text}", folder), f"gallery image {text}"
     if looks_like_image_data(text):
         path = folder / f"data-{uuid.uuid4().hex}"
         path.write_bytes(decode_image_data(text, max_bytes=max_bytes))
@@ -220,6 +221,24 @@ def _source_file(text: str, lookup_id: ImageLookup | None, allowed: AllowedDirs,
     if real.stat().st_size > max_bytes:
         raise ImageInputError(f"the image file is larger than {_size(max_bytes)}; use a smaller one")
     return real, text
+
+
+def _gallery_copy(found: Path, shown: str, folder: Path) -> Path:
+    """A copy in ``folder`` of the gallery photo stored at ``found``, read as the file that was indexed
+    (:func:`~pictrieve.tools.core.gallery_photos.open_gallery_photo`: a photo replaced by a link is refused), so
+    what the graph reads later is what was checked here, whatever happens to the folder meanwhile."""
+    try:
+        with open_gallery_photo(found, name=shown) as photo:
+            data = photo.checked()
+    except FileNotFoundError:
+        raise ImageInputError(f"the file of {shown} is gone (run `pictrieve sync` on the gallery)") from None
+    except PictrieveError as exc:  # ChangedPhotoError (a link, no image now), ImageTooLargeError: one line each
+        raise ImageInputError(str(exc)) from None
+    except OSError as exc:
+        raise ImageInputError(f"the file of {shown} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    copy = folder / f"gallery-{uuid.uuid4().hex}{found.suffix.lower()}"
+    copy.write_bytes(data)
+    return copy
 
 
 def _decoded_within_budget(source: Path, shown: str, folder: Path, max_pixels: int | None) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import glob
 import hashlib
+import io
 import logging
 import os
 import struct
@@ -87,6 +88,23 @@ _SMALL_PIXELS = 4_000_000
 _service_decodes = threading.BoundedSemaphore(SERVICE_DECODES)
 
 
+class ImageBytes:
+    """An image file already read into memory (from a file opened with care, say a gallery photo checked to be
+    the file that was indexed), named as the caller knows it: the loaders here take it wherever they take a
+    path, decode only these bytes (the file is not opened again), and name it by ``name`` in their messages."""
+
+    __slots__ = ("data", "name")
+
+    def __init__(self, data: bytes, name: str) -> None:
+        self.data, self.name = data, name
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"ImageBytes({self.name!r}, {len(self.data)} bytes)"
+
+
 class ImageDecodeError(PictrieveError, ValueError):
     """A file could not be decoded as an image."""
 
@@ -101,6 +119,13 @@ class ImageTooLargeError(ImageDecodeError):
 
 def is_image_path(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_EXTENSIONS
+
+
+def is_hidden_name(name: str) -> bool:
+    """Whether a file or folder name is hidden, so that indexing skips it (and everything below a hidden
+    folder): ``.thumbnails``, macOS's ``._IMG_1.JPG`` resource forks, a download's ``.photo.jpg.part``. The
+    one rule for the folder walk of ``index`` and the events of ``index --watch``."""
+    return name.startswith(".")
 
 
 def shown_by_browsers(path: str | os.PathLike) -> bool:
@@ -177,10 +202,10 @@ def _walk(top: Path, report: Any) -> Iterator[Path]:
             dirs[:] = []
             continue
         visited.add((stat.st_dev, stat.st_ino))
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not is_hidden_name(d))
         for name in sorted(files):
             candidate = Path(root) / name
-            if not name.startswith(".") and is_image_path(candidate):
+            if not is_hidden_name(name) and is_image_path(candidate):
                 yield candidate
 
 
@@ -199,7 +224,7 @@ def max_image_pixels() -> int:
 
 
 def load_image(
-    path: str | os.PathLike,
+    path: str | os.PathLike | ImageBytes,
     *,
     max_pixels: int | None = None,
     draft_size: tuple[int, int] | None = None,
@@ -257,7 +282,7 @@ def service_max_pixels() -> int:
     return cap
 
 
-def load_service_image(path: str | os.PathLike, *, max_pixels: int | None = None,
+def load_service_image(path: str | os.PathLike | ImageBytes, *, max_pixels: int | None = None,
                        side: int = SERVICE_SIDE) -> Image.Image:
     """Decode a picture a network caller sent, in bounded memory, as an RGB image whose longest side is at
     most ``side``; or raise :class:`ImageDecodeError` with one line (starting with ``path``, as
@@ -293,7 +318,7 @@ def load_service_image(path: str | os.PathLike, *, max_pixels: int | None = None
             _service_decodes.release()
 
 
-def _draft_size(path: str | os.PathLike, side: int) -> tuple[int, int]:
+def _draft_size(path: str | os.PathLike | ImageBytes, side: int) -> tuple[int, int]:
     """The size decoding ``path`` gives when a JPEG is reduced toward ``side`` (from the header alone)."""
     image = _open_header(path)
     try:
@@ -313,7 +338,7 @@ def _draft_box(size: tuple[int, int], side: int) -> tuple[int, int]:
     return max(1, -(-size[0] * side // longest)), max(1, -(-size[1] * side // longest))
 
 
-def image_size(path: str | os.PathLike) -> tuple[int, int]:
+def image_size(path: str | os.PathLike | ImageBytes) -> tuple[int, int]:
     """``(width, height)`` from the file's header, without decoding pixels (as stored: see
     :func:`upright_size` for the size a viewer shows)."""
     image = _open_header(path)
@@ -360,13 +385,14 @@ def upright_size(size: tuple[int, int], orientation: int) -> tuple[int, int]:
     return (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
 
 
-def _open_header(path: str | os.PathLike) -> ImageFile.ImageFile:
-    """Open ``path`` reading only its header, like ``Image.open`` without Pillow's global bomb limit.
+def _open_header(path: str | os.PathLike | ImageBytes) -> ImageFile.ImageFile:
+    """Open ``path`` (or the bytes of an :class:`ImageBytes`) reading only its header, like ``Image.open``
+    without Pillow's global bomb limit.
 
     ``Image.open`` compares the size with the process-wide ``Image.MAX_IMAGE_PIXELS`` (warning above
     it, failing at twice it); our cap is per call instead, so we run the format plugins ourselves.
     """
-    handle = open(path, "rb")
+    handle = io.BytesIO(path.data) if isinstance(path, ImageBytes) else open(path, "rb")
     try:
         prefix = handle.read(16)
         if not prefix:  # Pillow's format probes fail on it with a struct message
