@@ -107,9 +107,12 @@ def is_server(location: str) -> bool:
 is_remote = is_server
 
 
-def path_id(path: str | os.PathLike) -> str:
-    """The record id of an image file: a hash of its absolute path (stable across runs and embedders)."""
-    return hashlib.sha1(str(Path(path).resolve()).encode("utf-8")).hexdigest()[:24]
+def path_id(path: str | os.PathLike, *, resolve: bool = True) -> str:
+    """The record id of an image file: a hash of its absolute path (stable across runs and embedders), links
+    resolved; ``resolve=False``: of ``path`` as it is (the id of the record stored under a real path where a
+    link now stands)."""
+    absolute = Path(path).resolve() if resolve else Path(os.path.abspath(path))
+    return hashlib.sha1(str(absolute).encode("utf-8")).hexdigest()[:24]
 
 
 def collection_name_for(embedder_name: str) -> str:

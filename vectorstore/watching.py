@@ -11,6 +11,10 @@ then follows the folders' changes in batches:
   a whole folder gone or more than a fifth of the gallery at once is kept, with one line saying so (an
   unplugged drive looks exactly like deleted photos); a watched folder that disappears keeps its photos
   until it comes back, and then is caught up;
+- a photo replaced by a link (at its path or along its folders) or by a file that is no image has its record
+  dropped, with one line: records hold real paths (``index`` resolves links), and no server serves a gallery
+  photo through a link (:mod:`~pictrieve.tools.core.gallery_photos`); the watch indexes only files inside the
+  watched folders, never what a link leads to outside them;
 - bursts are batched: a change is taken once the folders have been quiet for :data:`QUIET_SECONDS` (or a
   stream of changes has waited :data:`MAX_WAIT_SECONDS`), and a file only once its size and modification
   time stayed the same over :data:`SETTLE_SECONDS`, so a file still being copied is never read half-written;
@@ -46,7 +50,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from pictrieve.tools.core.images import file_sha256, is_image_path
+from PIL import UnidentifiedImageError
+
+from pictrieve.tools.core.images import ImageDecodeError, file_sha256, image_size, is_hidden_name, is_image_path
 from pictrieve.vectorstore.chroma_store import path_id
 from pictrieve.vectorstore.errors import MissingFoldersError, SyncRefusedError
 from pictrieve.vectorstore.indexing import (
@@ -149,8 +155,32 @@ def _hidden(path: Path, roots: Sequence[Path]) -> bool:
             parts = path.relative_to(root).parts
         except ValueError:
             continue
-        return any(part.startswith(".") for part in parts)
+        return any(is_hidden_name(part) for part in parts)
     return True
+
+
+def _replaced(path: str | os.PathLike) -> bool:
+    """Whether the record of ``path`` no longer names a file of its own: a link now stands at it or along it
+    (records hold real paths: ``index`` resolves links). Its record is dropped, never read through the link
+    (a server would refuse to serve it anyway: :mod:`~pictrieve.tools.core.gallery_photos`)."""
+    return os.path.lexists(path) and os.path.realpath(path) != os.path.normpath(path)
+
+
+def _gone(path: str) -> bool:
+    """Whether the file of the record of ``path`` is gone: deleted, or replaced by a link (:func:`_replaced`;
+    :func:`update_folders` tells the two apart)."""
+    return not os.path.lexists(path) or _replaced(path)
+
+
+def _not_an_image(path: str) -> bool:
+    """Whether the file at ``path`` is now something no image reader knows (not a file it cannot read now)."""
+    try:
+        image_size(path)
+    except (ImageDecodeError, UnidentifiedImageError, SyntaxError, ValueError):
+        return True
+    except OSError:  # unreadable now (permissions, a disk error): kept, and reported as a failure
+        return False
+    return False
 
 
 class _Models(Mapping[str, Any]):
@@ -196,8 +226,13 @@ def update_folders(
     text in photos, as ``index --ocr`` does (``None``: as the gallery was last told).
     """
     batch = WatchBatch(catch_up=catch_up)
-    files = sorted({Path(path) for path in present if Path(path).is_file()})
-    gone_paths = sorted({str(path) for path in gone if not os.path.lexists(path)})
+    present = {Path(path) for path in present}
+    gone = [str(path) for path in gone]
+    replaced = {path for path in [*map(str, present), *gone] if _replaced(path)}
+    # only files of the watched folders themselves: a link found by the catch-up's walk that leads out of them
+    # (index follows links, as its person asked) is not followed by the watch
+    files = sorted(path for path in present if path.is_file() and str(path) not in replaced and _under(str(path), roots))
+    gone_paths = sorted({path for path in gone if not os.path.lexists(path)})
     first = views[0]
     if files and not first.exists():
         load_embedders(views, progress)  # every model before anything is created on disk
@@ -206,6 +241,9 @@ def update_folders(
         batch.failed.extend(plan.failed)
         batch.notes.extend(plan.notes)
         gone_records = _records_of(views, gone_paths)
+        swapped = _records_of(views, sorted(replaced), resolve=False)
+        batch.notes.extend(f"{path} was replaced by a link: its record is dropped (a link is never served)"
+                           for path in sorted(replaced) if path_id(path, resolve=False) in swapped)
         by_name = {view.embedder_name: view for view in views}
         moves = _find_moves([planned for planned in plan.todo if not planned.stored], gone_records)
         todo = [planned for planned in plan.todo if planned.id not in moves]
@@ -219,6 +257,11 @@ def update_folders(
             batch.notes.extend(report.notes)
             batch.stopped_early = report.stopped_early
             _count_written(by_name, todo, batch)
+            swapped.update(_no_longer_images(views, todo, report, batch))
+        if swapped:  # files that are there but no photo of the folder now: no unplugged drive to guard against
+            for view in views:
+                view.delete(list(swapped))
+            batch.forgotten += len(swapped)
         forget = {id_: records for id_, records in gone_records.items() if id_ not in moved_away}
         if forget and not batch.stopped_early:  # a stopped batch leaves them to the next start's catch-up
             _forget(views, forget, batch, allow_missing_folders=allow_missing_folders, allow_large=allow_large)
@@ -226,10 +269,22 @@ def update_folders(
     return batch
 
 
-def _records_of(views: Sequence["ImageWriter"], paths: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{id: {embedder: stored metadata}}`` of the records of ``paths`` (those some embedder stores)."""
+def _no_longer_images(views: Sequence["ImageWriter"], todo: Sequence[PlannedFile], report: IndexReport,
+                      batch: WatchBatch) -> dict[str, dict[str, dict[str, Any]]]:
+    """The records of files of ``todo`` that failed because they are no image any more (a photo overwritten by
+    another kind of file): dropped with the gone ones, so the gallery never keeps serving what is not a photo."""
+    failed = {entry.path for entry in report.failed}
+    paths = [planned.path for planned in todo if planned.stored and planned.path in failed and _not_an_image(planned.path)]
+    batch.notes.extend(f"{path} is no longer an image: its record is dropped" for path in paths)
+    return _records_of(views, paths)
+
+
+def _records_of(views: Sequence["ImageWriter"], paths: Sequence[str], *,
+                resolve: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{id: {embedder: stored metadata}}`` of the records of ``paths`` (those some embedder stores); with
+    ``resolve=False`` the records stored under these very paths, whatever link stands there now."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
-    ids = [path_id(path) for path in paths]
+    ids = [path_id(path, resolve=resolve) for path in paths]
     if ids:
         for view in views:
             for id_, meta in view.metadata_of(ids).items():
@@ -330,7 +385,7 @@ def _forget(views: Sequence["ImageWriter"], records: dict[str, dict[str, dict[st
         return
     for view in views:
         view.delete(list(records))
-    batch.forgotten = len(records)
+    batch.forgotten += len(records)
 
 
 def stored_paths_under(views: Sequence["ImageWriter"], folders: Sequence[Path]) -> set[str]:
@@ -417,7 +472,7 @@ class FolderWatch:
         if not roots:
             return
         listing = list_images(roots)
-        gone = [path for path in stored_paths_under(self.views, roots) if not os.path.lexists(path)]
+        gone = [path for path in stored_paths_under(self.views, roots) if _gone(path)]
         batch = update_folders(self.views, self.roots, listing.paths, gone, catch_up=True, stop=self._stop,
                                **self.options)
         batch.failed[:0] = listing.failed
@@ -558,7 +613,7 @@ class FolderWatch:
             self._gone.clear(), self._dirs_gone.clear()
         if dirs_gone:
             gone.extend(stored_paths_under(self.views, [Path(folder) for folder in dirs_gone]))
-        gone.extend(str(path) for path in ready if not os.path.lexists(path))
+        gone.extend(str(path) for path in ready if _gone(str(path)))
         gone = [path for path in gone if not any(_under(path, [root]) for root in self._lost)]
         if not ready and not gone:
             return None
