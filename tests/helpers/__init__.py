@@ -8,6 +8,7 @@ No test module imports another test module: what two of them share moves here.
 
 - this module: the repository's paths, small random photos, a free port
 - ``isolated_home``: the session's own home and caches (started by conftest), and the guard on the real home
+- ``home_audit``: the audit hook that logs the test processes' own writes under the real home
 - ``plugir_fakes``, ``qc2_fakes``, ``vsa_fakes``, ``visret_fakes``, ``needle_fakes``: each method's stand-ins
   and shared fixtures (control flow only, never a quality claim)
 - ``galleries``: small real galleries built with the tiny random CLIP model

@@ -13,8 +13,9 @@ matplotlib's font list (``~/.cache/matplotlib``), Chromium's crash-report settin
 on it: ``~/.cache/Microsoft/DeveloperTools/.onnxruntime``), and, where it was missing, our own
 cache's class-name vectors (``~/.cache/pictrieve/offline-embedder``).
 
-:class:`HomeGuard` lists what changed under the real home during the session, so the session
-fails when a test (or a process it started) wrote there after all.
+:class:`HomeGuard` lists what changed under the real home during the session, whoever changed it; the
+session fails only for writes its own processes made (:mod:`helpers.home_audit`, an audit hook), and shows the
+rest as a note, so another program writing into the home meanwhile (a browser, telemetry) is not blamed.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class HomeGuard:
         (``None`` when there is no home to guard); ``marker`` is a new file outside the home."""
         if not home.is_dir() or home.resolve() == Path("/"):
             return None
-        skip = [*skip, *(p for p in os.environ.get(IGNORE_ENV, "").split(os.pathsep) if p)]
+        skip = skipped_paths(skip)
         marker.write_bytes(b"")
         return cls(Path(os.path.realpath(home)), frozenset(os.path.realpath(p) for p in skip),
                    marker.stat().st_mtime_ns)
@@ -133,6 +134,11 @@ class HomeGuard:
                     stack.append(entry.path)
         explained = {os.path.dirname(path) for path in changed}  # a folder changed because of a listed entry
         return sorted(path for path in changed if path not in explained)
+
+
+def skipped_paths(skip: Iterable[str | os.PathLike] = ()) -> list[str]:
+    """``skip`` and the paths of ``$PICTRIEVE_TESTS_HOME_IGNORE``: what neither home check looks at."""
+    return [*map(os.fspath, skip), *(p for p in os.environ.get(IGNORE_ENV, "").split(os.pathsep) if p)]
 
 
 def not_written_by_tests(repo_root: Path) -> list[str]:
