@@ -25,6 +25,7 @@ settings.
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 import typing
@@ -38,6 +39,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 S = TypeVar("S", bound="RunSettings")
 
+MAX_TEXT = 2000
+"""The most characters of one text a caller sends to any front end: a query, a description, a question, an
+answer (the web page, ``pictrieve serve``, MCP). One bound for all, so a text accepted by one is accepted by
+every other; a person says a search in far fewer words, and a megabyte of query is only load."""
+
 
 class SettingsError(PictrieveError, ValueError):
     """A run setting with a value it cannot take."""
@@ -48,7 +54,29 @@ class RunSettings:
     """Base of every method's settings: validation and conversion helpers."""
 
     def __post_init__(self) -> None:
+        self.check_bounds()
         self.validate()
+
+    def check_bounds(self) -> None:
+        """Raise :class:`SettingsError` for a value outside its field's declared bounds: ``Field(le=...)`` (and
+        ``ge``, ``lt``, ``gt``, ``max_length``) in the field's ``Annotated`` type. Every setting that costs work per
+        unit (rounds, questions, attempts, tokens, ``*_k`` counts) declares an upper bound, so no caller of any
+        front end can make one run take hours; the bounds show in the graph's JSON schema (Studio, MCP)."""
+        for name, bounds in _field_bounds(type(self)).items():
+            value = getattr(self, name, None)
+            if value is None or isinstance(value, bool):
+                continue
+            for kind, limit in bounds:
+                measured = len(value) if kind == "max_length" and hasattr(value, "__len__") else value
+                if not isinstance(measured, (int, float)):
+                    continue
+                broken = {"le": measured > limit, "lt": measured >= limit, "ge": measured < limit,
+                          "gt": measured <= limit, "max_length": measured > limit}[kind]
+                if broken:
+                    said = {"le": "at most", "lt": "below", "ge": "at least", "gt": "above",
+                            "max_length": "at most this long:"}[kind]
+                    raise SettingsError(f"{name} must be {said} {limit}, got {str(value)[:60]!r}"
+                                        if kind == "max_length" else f"{name} must be {said} {limit}, got {value!r}")
 
     def validate(self) -> None:
         """Raise :class:`SettingsError` for a value out of range (subclasses extend)."""
@@ -77,6 +105,23 @@ class RunSettings:
         raise SettingsError(f"expected {cls.__name__} or a dict of its fields, got {type(value).__name__}")
 
 
+@functools.lru_cache(maxsize=None)
+def _field_bounds(cls: type) -> dict[str, list[tuple[str, Any]]]:
+    """``{field: [(kind, limit), ...]}`` from each field's ``Annotated[..., Field(le=...)]`` constraints."""
+    bounds: dict[str, list[tuple[str, Any]]] = {}
+    for name, hint in _type_hints(cls, extras=True).items():
+        found = []
+        for meta in getattr(hint, "__metadata__", ()):
+            for constraint in [meta, *getattr(meta, "metadata", ())]:
+                for kind in ("le", "lt", "ge", "gt", "max_length"):
+                    limit = getattr(constraint, kind, None)
+                    if isinstance(limit, (int, float)) and not isinstance(limit, bool):
+                        found.append((kind, limit))
+        if found:
+            bounds[name] = list(dict.fromkeys(found))
+    return bounds
+
+
 def settings_of(runtime: "Runtime[Any] | None", cls: type[S]) -> S:
     """The run's settings from a node's ``runtime`` (defaults when the caller passed no context)."""
     return cls.coerce(getattr(runtime, "context", None))
@@ -98,7 +143,8 @@ def describe_fields(cls: type) -> list[dict[str, Any]]:
 
     Each record has ``name``, ``type`` (as written, e.g. ``"int | None"``), ``description`` (the field's
     ``Field(description=...)``) and, for a dataclass, ``default`` (JSON-able, else its
-    ``repr``) or, for a TypedDict, ``required``. A ``Literal`` field also lists its ``choices``.
+    ``repr``) and its ``maximum`` when it declares one (``Field(le=...)``) or, for a TypedDict, ``required``. A
+    ``Literal`` field also lists its ``choices``.
     The description is the field's own (:func:`field_descriptions`), never read from source code.
     """
     hints = _type_hints(cls)
@@ -111,6 +157,9 @@ def describe_fields(cls: type) -> list[dict[str, Any]]:
                 f.default_factory() if f.default_factory is not MISSING else MISSING)  # type: ignore[misc]
             if default is not MISSING:
                 record["default"] = _jsonable(default)
+            most = [limit for kind, limit in _field_bounds(cls).get(f.name, []) if kind == "le"]
+            if most:
+                record["maximum"] = most[0]
             records.append(record)
         return records
     required = set(getattr(cls, "__required_keys__", ()))

@@ -72,6 +72,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from pictrieve.agents.needs import (NEEDS, MissingNeedError, Need, NeedContext, NeedNotAllowed, all_needs,
                                     check_caller_choices, choosable, operator_only, resolve_needs)
+from pictrieve.agents.settings import MAX_TEXT
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import UnknownMethodError, available_methods, builtin_methods, get_method, methods
 from pictrieve.tools.core.model_cache import shared_model
@@ -241,12 +242,53 @@ TEXT_INPUTS = ("query", "description", "question", "topic")
 IMAGE_INPUTS = ("image",)
 
 
+MAX_KEPT_PICTURES = 32
+"""Pictures runs sent (as data, or reduced copies of large ones) kept at once by one server; the oldest go first."""
+MAX_KEPT_PICTURE_BYTES = 256 * 1024 * 1024
+"""Bytes of such pictures kept at once (a run may send 20 MiB; 13 pictures of the largest kind fit)."""
+KEPT_PICTURE_SECONDS = 3600.0
+"""A sent picture is removed an hour after it arrived: a paused run (PlugIR's questions) answered later than that
+can no longer read it (a new run sends it again)."""
+
+
 def _served_images_folder() -> str:
     """One private folder per server process for the pictures runs send as data (``pictrieve serve`` points
-    ``TMPDIR`` into its own temporary folder, removed when it stops)."""
+    ``TMPDIR`` into its own temporary folder, removed when it stops; a killed server's is removed when the next
+    one starts)."""
     import tempfile
 
     return shared_model(("served-images-folder",), lambda: tempfile.mkdtemp(prefix="pictrieve-served-images-"))
+
+
+def prune_served_pictures(folder: str | os.PathLike, keep: str | os.PathLike | None = None, *,
+                          now: float | None = None) -> list[str]:
+    """Remove pictures of ``folder`` beyond what one server keeps: those older than :data:`KEPT_PICTURE_SECONDS`,
+    then the oldest until at most :data:`MAX_KEPT_PICTURES` files and :data:`MAX_KEPT_PICTURE_BYTES` remain
+    (``keep``, the picture just written, stays). Returns the names removed. Runs after each picture is written,
+    so what callers send stays bounded however many runs they start."""
+    import time
+    from pathlib import Path
+
+    now = time.time() if now is None else now
+    kept = Path(keep).resolve() if keep is not None else None
+    files = []
+    for path in Path(folder).iterdir():
+        try:
+            stat = path.lstat()
+        except FileNotFoundError:  # removed meanwhile by another run's pruning
+            continue
+        files.append((stat.st_mtime, stat.st_size, path))
+    files.sort()
+    removed, count, total = [], len(files), sum(size for _, size, _ in files)
+    for mtime, size, path in files:
+        if path.resolve() == kept:
+            continue
+        if now - mtime <= KEPT_PICTURE_SECONDS and count <= MAX_KEPT_PICTURES and total <= MAX_KEPT_PICTURE_BYTES:
+            continue
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+        count, total = count - 1, total - size
+    return removed
 
 
 def check_run_input(state: dict[str, Any], context: Any, index: Any) -> dict[str, Any]:
@@ -259,12 +301,9 @@ def check_run_input(state: dict[str, Any], context: Any, index: Any) -> dict[str
     for key in TEXT_INPUTS:
         if state.get(key) is not None and not isinstance(state[key], str):
             raise ServingConfigError(f"input.{key} must be a string, not {type(state[key]).__name__}")
-    fields = vars(context) if hasattr(context, "__dict__") else (context if isinstance(context, dict) else {})
-    for name, value in fields.items():
-        if name == "k" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_K):
-            raise ServingConfigError(f"context.k must be a whole number from 1 to {MAX_K}, not {value!r}"[:200])
-        if name.endswith("_k") and isinstance(value, int) and not isinstance(value, bool) and value > MAX_CANDIDATES:
-            raise ServingConfigError(f"context.{name} must be at most {MAX_CANDIDATES}, not {value}"[:200])
+        if isinstance(state.get(key), str) and len(state[key]) > MAX_TEXT:
+            raise ServingConfigError(f"input.{key} is longer than {MAX_TEXT} characters; say it in fewer words")
+    check_served_settings(context)
     update: dict[str, Any] = {}
     for key in IMAGE_INPUTS:
         value = state.get(key)
@@ -274,11 +313,48 @@ def check_run_input(state: dict[str, Any], context: Any, index: Any) -> dict[str
             raise ServingConfigError(f"input.{key} must be a string (a gallery id, base64 image data or an allowed path)")
         allowed = AllowedDirs.of([d for d in os.environ.get(ENV_ALLOW_DIRS, "").split(os.pathsep) if d])
         try:
-            update[key] = image_file(value, _served_images_folder(), lookup_id=gallery_image_lookup(index),
-                                     allowed=allowed)
+            folder = _served_images_folder()
+            update[key] = image_file(value, folder, lookup_id=gallery_image_lookup(index), allowed=allowed)
+            prune_served_pictures(folder, keep=update[key])
         except ImageInputError as exc:
             raise ServingConfigError(f"input.{key}: {exc}") from None
     return update
+
+
+def check_served_settings(context: Any) -> None:
+    """Refuse a served run's settings beyond what a server gives one caller, in one line: ``k`` from 1 to
+    :data:`MAX_K`, every other ``*_k`` at most :data:`MAX_CANDIDATES` (each setting's own bounds are its
+    class's, :meth:`~pictrieve.agents.settings.RunSettings.validate`)."""
+    fields = vars(context) if hasattr(context, "__dict__") else (context if isinstance(context, dict) else {})
+    for name, value in fields.items():
+        if name == "k" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_K):
+            raise ServingConfigError(f"context.k must be a whole number from 1 to {MAX_K}, not {value!r}"[:200])
+        if name.endswith("_k") and isinstance(value, int) and not isinstance(value, bool) and value > MAX_CANDIDATES:
+            raise ServingConfigError(f"context.{name} must be at most {MAX_CANDIDATES}, not {value}"[:200])
+
+
+def served_context(schema: Any) -> Any:
+    """``schema`` (a method's settings class, its graph's ``context_schema``) with :func:`check_served_settings`
+    added to its validation. LangGraph builds the context from a run's ``context`` at the start of every run, a
+    resume included, so a setting refused on a fresh run is refused on a resume too (the ``served_input`` step
+    runs only when a run starts from its input)."""
+    from dataclasses import dataclass, is_dataclass
+
+    from pictrieve.agents.settings import RunSettings
+
+    if not (isinstance(schema, type) and is_dataclass(schema) and issubclass(schema, RunSettings)):
+        return schema
+    if getattr(schema, "__pictrieve_served__", False):
+        return schema
+
+    def validate(self: Any) -> None:
+        schema.validate(self)
+        check_served_settings(self)
+
+    served = type(schema.__name__, (schema,), {"validate": validate, "__doc__": schema.__doc__,
+                                                "__module__": schema.__module__, "__pictrieve_served__": True,
+                                                "__qualname__": schema.__qualname__})
+    return dataclass(served)
 
 
 def _guard_input(graph: CompiledStateGraph, index: Any) -> CompiledStateGraph:
@@ -295,6 +371,7 @@ def _guard_input(graph: CompiledStateGraph, index: Any) -> CompiledStateGraph:
         return check_run_input(state, runtime.context, index)
 
     builder.compiled = False
+    builder.context_schema = served_context(builder.context_schema)
     builder.add_node(GUARD_NODE, served_input)
     for start, end in [edge for edge in builder.edges if edge[0] == START]:
         builder.edges.discard((start, end))
@@ -411,10 +488,13 @@ def served_graphs(names: list[str] | None = None, path: str | None = None) -> di
 
 def served_http(path: str | None = None) -> dict[str, Any]:
     """The ``http`` section of a ``langgraph.json``: the guard app (:mod:`pictrieve.graphs.serving_http`: Host,
-    Origin and token checks around every route) and a CORS policy with no origin (never ``*``); the
-    operator's origins reach the guard through ``$PICTRIEVE_SERVE_CORS_ORIGINS``."""
+    Origin, token, state-write and size checks around every route) and a CORS policy with no origin (never
+    ``*``); the operator's origins reach the guard through ``$PICTRIEVE_SERVE_CORS_ORIGINS``. LangGraph's own
+    MCP and A2A endpoints are off (more doors into the same runs, with inputs of their own shape: ``pictrieve
+    mcp`` is the MCP server), and so are webhooks (a run would name a URL the server posts to)."""
     here = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving_http.py")
-    return {"app": f"{here}:app", "cors": {"allow_origins": []}}
+    return {"app": f"{here}:app", "cors": {"allow_origins": []}, "disable_mcp": True, "disable_a2a": True,
+            "disable_webhooks": True}
 
 
 def langgraph_config(env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -18,9 +18,15 @@ environment; the guard reads them once, when the server imports this module):
   address that is not loopback is refused outright when there is no token (``pictrieve serve`` refuses to
   start so; this covers a plain ``langgraph dev --host 0.0.0.0``).
 - **State**: a thread's state is written by its graph's own steps only. A request that would write it from
-  outside (``POST /threads/ID/state``, a run whose ``command`` carries ``update`` or ``goto``, a new thread's
-  ``supersteps``) is refused (``403``): the graph checks a caller's input in its first step (``served_input``)
-  and trusts its state after that. Answering a pause (``command={"resume": ...}``) is a run like any other.
+  outside (``POST /threads/ID/state``, a ``command`` carrying ``update`` or ``goto``, a new thread's
+  ``supersteps``, LangGraph's event-streaming ``input.respond``) is refused (``403``): the graph checks a
+  caller's input in its first step (``served_input``) and trusts its state after that. The guard judges the
+  JSON the server decodes (escapes, repeated keys, any depth, any route), never the body's bytes, and refuses
+  a body it cannot decode as the server would. Answering a pause (``command={"resume": ...}``) is a run like
+  any other.
+- **Size**: every body is read up to :data:`MAX_BODY_BYTES` (``413`` beyond, the store's ``PUT /store/items``
+  too), and a run's text (its input but a picture, its resume value, context and config) is at most
+  :data:`~pictrieve.agents.settings.MAX_TEXT` characters a string, refused before the run is stored.
 """
 
 from __future__ import annotations
@@ -75,11 +81,14 @@ class ServeGuard:
                           [(b"www-authenticate", b'Bearer realm="pictrieve"')])
             return
 
-        if scope["type"] == "http" and scope.get("method") == "POST":
-            receive, refusal = await _state_writes_refused(scope, receive)
+        if scope["type"] == "http" and scope.get("method") in _BODY_METHODS:
+            receive, refusal = await _judged_request(scope, receive)
             if refusal is not None:
-                await _refuse(scope, send, 403, refusal)
+                await _refuse(scope, send, *refusal)
                 return
+        elif scope["type"] == "websocket" and _PROTOCOL_V2.search(normalised_path(scope.get("path", ""))):
+            await _refuse(scope, send, 403, PROTOCOL_V2)
+            return
 
         async def send_guarded(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -114,54 +123,149 @@ class ServeGuard:
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8"), self.token or b"")
 
 
-_STATE_EDIT = re.compile(r"/threads/[^/]+/state/?\Z")
-_CARRIES_RUNS = re.compile(r"(/threads/[^/]+)?/runs(/wait|/stream|/batch|/crons)?/?\Z|/threads/?\Z")
-_MAX_CHECKED_BODY = 64 * 1024 * 1024
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""The largest request body the guard reads (and so the server takes) on any route: a run's picture sent as
+base64 (20 MiB of image, about 27 MiB of text) fits; LangGraph's own limit is 300 MiB."""
+_MAX_CHECKED_BODY = MAX_BODY_BYTES  # the name older tests import
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_STATE_EDIT = re.compile(r"/threads/[^/]+/state\Z")
+_PROTOCOL_V2 = re.compile(r"/threads/[^/]+/(commands|stream/events)\Z")
+IMAGE_KEYS = frozenset({"image"})
+"""Run inputs that carry a picture (base64 data may be megabytes): bounded by the body cap and the picture
+rules of :mod:`pictrieve.tools.core.image_inputs`, not by :data:`~pictrieve.agents.settings.MAX_TEXT`."""
 STATE_WRITES = ("a served graph's state is written by its own steps only: start a run with an input, or answer "
                 "a pause with command={'resume': ...}")
+PROTOCOL_V2 = ("this server does not serve LangGraph's event-streaming protocol (its input.respond may write a "
+               "thread's state): use /threads/ID/runs/stream")
 
 
-async def _state_writes_refused(scope: dict[str, Any], receive: Any) -> tuple[Any, str | None]:
-    """``(receive, refusal)``: a request that would write a thread's state from outside its graph is refused
-    (``POST /threads/ID/state``; a run whose ``command`` carries ``update`` or ``goto``; a new thread with
-    ``supersteps``), since the graph checks a caller's input in its first step and trusts its state after
-    that (an image path put there would be read unchecked). Run bodies are read here and handed on
-    unchanged; they are parsed only when they mention a command or supersteps (a resume is small)."""
-    path = scope.get("path", "")
-    if _STATE_EDIT.search(path):
-        return receive, STATE_WRITES
-    if not _CARRIES_RUNS.search(path):
-        return receive, None
+def normalised_path(path: str) -> str:
+    """``path`` as the server's router matches it, for the guard's own matching: repeated slashes as one, no
+    trailing slash (Starlette redirects ``/threads/ID/state/`` to ``/threads/ID/state``)."""
+    return re.sub(r"/{2,}", "/", path).rstrip("/") or "/"
+
+
+async def _judged_request(scope: dict[str, Any], receive: Any) -> tuple[Any, tuple[int, str] | None]:
+    """``(receive, refusal)`` for a request that may carry a body (POST, PUT, PATCH, DELETE) on any route.
+
+    The body is read here, up to :data:`MAX_BODY_BYTES`, decoded as the server decodes it (``orjson``, which
+    LangGraph's request parser uses: escapes such as ``\\u0063ommand`` decoded, a repeated key's last value
+    kept, any depth), and judged on what was decoded, never on its bytes:
+
+    - a state written from outside the graph's steps (:func:`state_write`): ``POST /threads/ID/state``, a
+      ``command`` with anything but ``resume``, ``supersteps``, wherever in the document, on any route;
+    - text a caller sends beyond :data:`~pictrieve.agents.settings.MAX_TEXT` characters (:func:`text_too_long`);
+    - a body the server could not read either (not JSON, or compressed: the server decodes no
+      ``Content-Encoding``), refused rather than passed unjudged.
+
+    A body that passes is handed on unchanged. The graph checks a caller's input again in its first step
+    (``served_input``) and its settings on every run, resumes included."""
+    path, method = normalised_path(scope.get("path", "")), scope.get("method", "")
+    if method == "POST" and _STATE_EDIT.search(path):
+        return receive, (403, STATE_WRITES)
+    if _PROTOCOL_V2.search(path):
+        return receive, (403, PROTOCOL_V2)
+    headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers") or []}
+    encoding = headers.get("content-encoding", "").strip().lower()
     chunks, size, more = [], 0, True
     while more:
         message = await receive()
         if message["type"] != "http.request":  # the client went away before its body was read
-            return receive, "the request ended before its body did"
+            return receive, (400, "the request ended before its body did")
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
         more = message.get("more_body", False)
-        if size > _MAX_CHECKED_BODY:
-            return receive, "the request body is too large"
+        if size > MAX_BODY_BYTES:
+            return receive, (413, f"the request body is too large (at most {MAX_BODY_BYTES // 2**20} MiB)")
     body = b"".join(chunks)
-    if (b'"command"' in body or b'"supersteps"' in body) and _writes_state(body):
-        return receive, STATE_WRITES
+    if not body.strip():
+        return _replay(body, receive), None
+    if encoding not in ("", "identity"):
+        return receive, (415, f"this server reads request bodies as sent, not {encoding[:40]}-encoded")
+    problem = judged_body(body)
+    if problem is not None:
+        return receive, problem
     return _replay(body, receive), None
 
 
-def _writes_state(body: bytes) -> bool:
+def judged_body(body: bytes) -> tuple[int, str] | None:
+    """``(status, reason)`` for a request body the guard refuses, judged on the document the server decodes
+    from it (:func:`_judged_request`); ``None`` when it may pass."""
+    import orjson  # LangGraph's own parser (langgraph_api.route.ApiRequest.json)
+
     try:
-        payload = json.loads(body)
-    except ValueError:
-        return False  # the server answers a body it cannot read itself
-    runs = payload if isinstance(payload, list) else [payload]
-    for run in runs:
-        if not isinstance(run, dict):
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return 400, "the request body is not JSON this server reads"
+    if state_write(document):
+        return 403, STATE_WRITES
+    too_long = text_too_long(document)
+    if too_long is not None:
+        return 413, too_long
+    return None
+
+
+def _objects(document: Any) -> Any:
+    """Every JSON object in ``document``, at any depth (without recursion: orjson reads up to 1,024 levels)."""
+    pending = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            yield value
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+
+
+def state_write(document: Any) -> bool:
+    """Whether ``document`` (a decoded request body) asks the server to write a thread's state from outside its
+    graph's steps: an object anywhere with ``supersteps`` (a new thread's state), or a ``command`` that is
+    anything but ``{"resume": ...}`` (``update``, ``goto``, or a shape the guard does not know)."""
+    for obj in _objects(document):
+        if obj.get("supersteps") not in (None, [], {}):
+            return True
+        command = obj.get("command")
+        if command is None:
             continue
-        command = run.get("command")
-        writes = isinstance(command, dict) and any(value is not None for key, value in command.items() if key != "resume")
-        if run.get("supersteps") or writes:
+        if not isinstance(command, dict):
+            return True
+        if any(value is not None for key, value in command.items() if key != "resume"):
             return True
     return False
+
+
+def _strings(value: Any) -> Any:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+
+
+def text_too_long(document: Any) -> str | None:
+    """A one-line refusal when a run in ``document`` (an object with ``assistant_id``, or a list of them)
+    sends text longer than :data:`~pictrieve.agents.settings.MAX_TEXT` characters: any string in its ``input``
+    but a picture (:data:`IMAGE_KEYS`), its ``command``'s resume value, ``context`` or ``config``; else ``None``.
+    The same bound the web page keeps, checked before the run is stored (a 10 MiB query is refused at once)."""
+    from pictrieve.agents.settings import MAX_TEXT
+
+    for obj in _objects(document):
+        if "assistant_id" not in obj:
+            continue
+        given = obj.get("input")
+        parts = ({f"input.{k}": v for k, v in given.items() if k not in IMAGE_KEYS} if isinstance(given, dict)
+                 else {"input": given})
+        parts.update({"command": obj.get("command"), "context": obj.get("context"), "config": obj.get("config")})
+        for where, value in parts.items():
+            if any(len(text) > MAX_TEXT for text in _strings(value)):
+                return (f"{where} holds text longer than {MAX_TEXT} characters; say it in fewer words (a picture "
+                        "goes in input.image)")
+    return None
 
 
 def _replay(body: bytes, upstream: Any) -> Any:

@@ -15,118 +15,34 @@ on 127.0.0.1, attacked as a web page, a DNS-rebinding page and a caller would.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from contextlib import contextmanager
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
-from helpers import free_port, make_photo
+from helpers import make_photo
 from helpers.canary import Canary
+from helpers.serve import TOKEN, guarded, sdk_client, served_gallery, start_serve, stop_group
+from helpers.serve import serve_env as _env
 from helpers.web_page import browser, page  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.server
 
-TOKEN = "serve-test-token-8f3a"
-
-
-def _env(root: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "PICTRIEVE_CACHE": str(root / "cache"), "LANGSMITH_TRACING": "false", "HF_HUB_OFFLINE": "1",
-            "LANGGRAPH_CLI_NO_ANALYTICS": "1", "OPENAI_API_KEY": "canary-key-must-stay-home", "TMPDIR": str(root / "tmp"),
-            **extra}
-
-
-def start_serve(root: Path, gallery: Path, *args: str, token: str | None = None) -> tuple[subprocess.Popen, str]:
-    """`pictrieve serve` on a free port (its own session), once it answers ``/ok``; its log in ``root``."""
-    (root / "tmp").mkdir(exist_ok=True)
-    for _ in range(3):
-        port = free_port()
-        log = open(root / f"serve-{port}.log", "w")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "pictrieve.cli.main", "serve", "-g", str(gallery), "--port", str(port), *args],
-            cwd=root, env=_env(root, **({"PICTRIEVE_SERVE_TOKEN": token} if token else {})),
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        deadline = time.monotonic() + 180
-        while process.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/ok", headers=headers, timeout=2).status_code == 200:
-                    return process, url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        stop_group(process)
-    pytest.fail(f"pictrieve serve did not start; logs in {root}")
-
-
-def stop_group(process: subprocess.Popen) -> None:
-    """End a started `pictrieve serve` and everything in its session (test cleanup)."""
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, signum)
-            process.wait(timeout=30)
-            return
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            continue
-
-
-@contextmanager
-def static_site(folder: Path):
-    """``folder`` served over HTTP on another loopback port: a web page of another origin."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietFiles, directory=str(folder)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-class _QuietFiles(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_clip_name):
-    """`pictrieve serve` over a tiny gallery, loopback, no token; images read only under ``allowed/``; the
-    page server's origin ``listed`` is the one origin the operator allowed."""
-    from pictrieve.vectorstore.gallery import Gallery
-
-    root = tmp_path_factory.mktemp("serve-guards")
-    photos = root / "photos"
-    for i in range(4):
-        make_photo(photos / f"img{i}.png", seed=i)
-    gallery = Gallery.open(root / "g.gallery", tiny_clip_name)
-    gallery.add(photos, progress=False)
-    make_photo(root / "allowed" / "inside.png", seed=7)
-    make_photo(root / "allowed-evil" / "outside.png", seed=8)  # shares the allowed folder's name as a prefix
-    (root / "allowed" / "broken.png").write_bytes(b"not an image")
-    site = root / "site"
-    site.mkdir()
-    (site / "index.html").write_text("<!doctype html><title>another origin</title><body></body>")
-    with static_site(site) as listed, static_site(site) as evil:
-        process, url = start_serve(root, root / "g.gallery", "--allow-dir", str(root / "allowed"),
-                                   "--allow", "llm=offline,openai:gpt-4o-mini", "--cors-origin", listed)
-        yield {"url": url, "root": root, "gallery": gallery, "listed": listed, "evil": evil, "process": process}
-        stop_group(process)
+    """`pictrieve serve` over a tiny gallery (helpers/serve.py: ``served_gallery``)."""
+    with served_gallery(tmp_path_factory.mktemp("serve-guards"), tiny_clip_name) as server:
+        yield server
 
 
-def _client(url: str):
-    from langgraph_sdk import get_sync_client
-
-    return get_sync_client(url=url)
+_client = sdk_client
 
 
 def _thread_count(url: str) -> int:
@@ -202,33 +118,6 @@ def test_a_request_for_another_host_name_is_refused(served, host):
 def test_local_host_names_are_answered(served, host):
     port = served["url"].rsplit(":", 1)[1]
     assert httpx.get(f"{served['url']}/ok", headers={"Host": host.format(port=port)}).status_code == 200
-
-
-@contextmanager
-def guarded(host: str, **guard):
-    """A tiny ASGI app behind the served graphs' guard (graphs/serving_http.py), bound by a real uvicorn to
-    ``host``; yields (URL, port)."""
-    import uvicorn
-
-    from pictrieve.graphs.serving_http import ServeGuard
-    from pictrieve.tools.core.exposure import url_host
-
-    async def hello(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"access-control-allow-origin", b"*")]})
-        await send({"type": "http.response.body", "body": b"gallery"})
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(ServeGuard(hello, **guard), host=host, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        yield f"http://{url_host(host)}:{port}", port
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def _has_ipv6_loopback() -> bool:
@@ -453,7 +342,7 @@ def _port_open(port: int) -> bool:
 
 
 def test_oversized_run_bodies_and_pictures_are_refused(served):
-    """A run's body is read by the guard (it looks for state writes) up to 64 MiB: one byte more is refused, not
+    """A run's body is read by the guard (it judges what the server decodes) up to 64 MiB: one byte more is refused, not
     buffered without end; a picture over 20 MiB sent as data is refused in one line, nothing decoded."""
     from pictrieve.graphs.serving_http import _MAX_CHECKED_BODY
 
@@ -461,6 +350,6 @@ def test_oversized_run_bodies_and_pictures_are_refused(served):
     body = head + b"a" * (_MAX_CHECKED_BODY + 1 - len(head) - len(tail)) + tail
     answer = httpx.post(f"{served['url']}/runs/wait", content=body, headers={"content-type": "application/json"},
                         timeout=300)
-    assert answer.status_code == 403 and "too large" in answer.text, (answer.status_code, answer.text[:300])
+    assert answer.status_code == 413 and "too large" in answer.text, (answer.status_code, answer.text[:300])
     picture = base64.b64encode(os.urandom(21 * 2**20)).decode()
     assert "larger than" in _search_error(served["url"], image=picture)

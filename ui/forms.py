@@ -12,13 +12,12 @@ from typing import Any
 
 from fastapi import Request
 
+from pictrieve.agents.settings import MAX_TEXT  # one bound for every front end
 from pictrieve.errors import PictrieveError
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 """Uploads above this size are refused before decoding."""
 MAX_K = 100
-MAX_TEXT = 2000
-"""Characters of a chat description or answer (each is stored with its session)."""
 
 
 class UIError(PictrieveError, ValueError):

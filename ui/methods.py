@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from pictrieve.agents.settings import SettingsError, parse_setting
+from pictrieve.agents.settings import MAX_TEXT, SettingsError, parse_setting
 from pictrieve.agents.steps import step_line
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import available_methods, get_method, method_origin
@@ -25,8 +25,6 @@ from pictrieve.ui.state import PageState, page_state
 from pictrieve.ui.visualize import PAGE_METHODS
 from pictrieve.vectorstore.hits import as_hit
 
-MAX_TEXT = 2000
-"""Characters accepted per text field."""
 
 
 class MethodRunError(PictrieveError, ValueError):
