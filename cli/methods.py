@@ -63,4 +63,5 @@ def _format(method: dict[str, Any]) -> str:
 
 
 def _setting_head(setting: dict[str, Any]) -> str:
-    return f"{setting['name']}: {setting['type']} = {json.dumps(setting.get('default'))}"
+    most = f" (at most {setting['maximum']})" if "maximum" in setting else ""
+    return f"{setting['name']}: {setting['type']} = {json.dumps(setting.get('default'))}{most}"

@@ -38,6 +38,7 @@ from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
+from pictrieve.agents.settings import MAX_TEXT
 from pictrieve.errors import PictrieveError, causes
 from pictrieve.mcp_server.progress import StepProgress
 from pictrieve.mcp_server.schemas import GalleryAnswer, GalleryInfo, ImageAnswer, PhotoSession, SearchResult
@@ -62,6 +63,8 @@ Photo ids from any result work in every tool, and pictrieve://image/{id} gives a
 IMAGE_ARGUMENT = ("The photo: a gallery id from an earlier result (e.g. 3f2a...), base64 image data or a "
                   "data:image/...;base64 URL, or a file path inside the folders the server allows (gallery_info "
                   "lists them; none by default)")
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
+"""A text argument (a query, a question, an answer, a filter): at most MAX_TEXT characters, as on the page."""
 MAX_ERROR_CHARS = 400
 
 
@@ -244,7 +247,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     @server.tool(name="search_images", title="Search photos by description", annotations=read_only)
     async def search_images(
         ctx: Context,
-        query: Annotated[str, Field(description="What the photos should show, in words, e.g. 'two dogs playing in "
+        query: Annotated[Text, Field(description="What the photos should show, in words, e.g. 'two dogs playing in "
                                                 "the snow'")],
         k: Annotated[int, Field(ge=1, le=MAX_K, description="How many photos to return, best first")] = 5,
         method: Annotated[SearchMethod, Field(
@@ -253,17 +256,17 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
                         "gallery_info's search_methods lists those this server can run)")] = plain,
         only_relevant: Annotated[bool, Field(description="Return only the photos that match well (maybe none); "
                                                          "default: the k closest, each marked relevant or not")] = False,
-        after: Annotated[str | None, Field(description="Only photos taken on or after this date, YYYY-MM-DD")] = None,
-        before: Annotated[str | None, Field(description="Only photos taken before this date, YYYY-MM-DD")] = None,
-        near: Annotated[str | None, Field(description="Only photos taken near 'LAT,LON' or a city ('Lisbon', "
+        after: Annotated[Text | None, Field(description="Only photos taken on or after this date, YYYY-MM-DD")] = None,
+        before: Annotated[Text | None, Field(description="Only photos taken before this date, YYYY-MM-DD")] = None,
+        near: Annotated[Text | None, Field(description="Only photos taken near 'LAT,LON' or a city ('Lisbon', "
                                                       "'Paris, FR'); see radius_km")] = None,
         radius_km: Annotated[float | None, Field(gt=0, description="Kilometres around near (default 10)")] = None,
-        place: Annotated[str | None, Field(description="Only photos whose city, region or country (name or code) "
+        place: Annotated[Text | None, Field(description="Only photos whose city, region or country (name or code) "
                                                        "has these words, case aside (e.g. 'lisbon', 'Portugal', "
                                                        "'PT')")] = None,
-        camera: Annotated[str | None, Field(description="Only photos whose camera name, make or model has these "
+        camera: Annotated[Text | None, Field(description="Only photos whose camera name, make or model has these "
                                                         "words, case aside (e.g. 'iphone', 'pixel 7')")] = None,
-        folder: Annotated[str | None, Field(description="Only photos in this folder or inside it (its full path), "
+        folder: Annotated[Text | None, Field(description="Only photos in this folder or inside it (its full path), "
                                                         "or whose folder path holds these folder names")] = None,
         hybrid: Annotated[bool, Field(description="Match the photos' own words too (folder and file names, "
                                                   "captions, place, text in the photo), fused with what they show; "
@@ -304,7 +307,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     async def ask_about_image(
         ctx: Context,
         image: Annotated[str, Field(description=IMAGE_ARGUMENT)],
-        question: Annotated[str, Field(description="The question about the photo, e.g. 'what breed is this dog?'")],
+        question: Annotated[Text, Field(description="The question about the photo, e.g. 'what breed is this dog?'")],
     ) -> Annotated[CallToolResult, ImageAnswer]:
         """Answer a question about a photo: finds what is in it, searches (the web or the server's page folder)
         and answers citing numbered sources [n]. Returns the answer and the sources (title, URL). Can take a
@@ -318,7 +321,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     @server.tool(name="ask_gallery", title="Ask about the user's photos", annotations=read_only)
     async def ask_gallery(
         ctx: Context,
-        question: Annotated[str, Field(description="A question about the user's photos, e.g. 'what colour is the "
+        question: Annotated[Text, Field(description="A question about the user's photos, e.g. 'what colour is the "
                                                    "boat in my beach photos?'")],
         k: Annotated[int, Field(ge=1, le=10, description="How many of the best-matching photos to read")] = 3,
     ) -> Annotated[CallToolResult, GalleryAnswer]:
@@ -331,7 +334,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     @server.tool(name="find_photo", title="Find one photo by answering questions (PlugIR)")
     async def find_photo(
         ctx: Context,
-        description: Annotated[str, Field(description="What the user remembers of the photo, e.g. 'a dog in the "
+        description: Annotated[Text, Field(description="What the user remembers of the photo, e.g. 'a dog in the "
                                                       "snow'")],
         ask_person: Annotated[bool, Field(description="Ask the person the questions directly in the client, when "
                                                       "it supports that (MCP elicitation); otherwise answer them "
@@ -350,8 +353,8 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     @server.tool(name="answer_question", title="Answer find_photo's question")
     async def answer_question(
         ctx: Context,
-        session: Annotated[str, Field(description="The session id find_photo returned")],
-        answer: Annotated[str, Field(description="The answer to the pending question; or 'found N' when photo N of "
+        session: Annotated[Text, Field(description="The session id find_photo returned")],
+        answer: Annotated[Text, Field(description="The answer to the pending question; or 'found N' when photo N of "
                                                  "the last results is the one; or 'stop' to end")],
     ) -> Annotated[CallToolResult, PhotoSession]:
         """Answer the pending question of a find_photo session. Returns the next question and the current best

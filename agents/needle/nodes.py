@@ -54,15 +54,16 @@ class NeedleSettings(RunSettings):
     """Run settings of :func:`build_needle_graph`."""
 
     k: Annotated[int, Field(description="How many images to return.")] = 10
-    guides: Annotated[int, Field(description=(
+    guides: Annotated[int, Field(le=16, description=(
         "Pictures asked of each visualizer (the paper's object-detection runs: 2 generators x 2 = 4)."))] = 2
     embedders: Annotated[list[str] | None, Field(description=(
         "Embedders to rank with (default: every embedder the gallery holds)."))] = None
-    candidate_k: Annotated[int, Field(description=(
+    candidate_k: Annotated[int, Field(le=10_000, description=(
         "How deep each (embedder, guide) ranking goes (the authors' code: 4 x the images wanted)."))] = 40
     tiles: Annotated[bool | None, Field(description=(
         "Rank by tiles (``None``: whenever every embedder used has tiles stored)."))] = None
-    tiles_per_image: Annotated[int, Field(description="Tiles fetched per image wanted when ranking by tiles.")] = 4
+    tiles_per_image: Annotated[int, Field(le=64, description=(
+        "Tiles fetched per image wanted when ranking by tiles."))] = 4
     screen: Annotated[bool, Field(description=(
         "Drop outlying guides automatically (ignored when a person reviews the guides)."))] = True
     tau: Annotated[float, Field(description=(
@@ -72,7 +73,7 @@ class NeedleSettings(RunSettings):
         'or "none".'))] = "pca"
     feedback: Annotated[Literal["off", "guides", "results", "both"], Field(description=(
         "Ask a person about the guides before the search, the results after it, or both."))] = "off"
-    max_regenerations: Annotated[int, Field(description=(
+    max_regenerations: Annotated[int, Field(le=10, description=(
         "Rounds of replacing rejected guides before searching with what is left."))] = 3
     eta: Annotated[float, Field(description=(
         "Learning rate of the trust weights: 0.2 for the \"share\" loss, chosen on flickr8k-train (the authors' 0.05 "

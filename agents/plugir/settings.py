@@ -47,14 +47,16 @@ def default_arm(llm: Any) -> str:
 class PlugIRSettings(RunSettings):
     """Run settings of :func:`build_plugir_graph` (LangGraph context). ``arm`` sets the three flags."""
 
-    shown_k: Annotated[int, Field(description="images shown per round")] = 10
-    candidate_k: Annotated[int | None, Field(description=(
+    shown_k: Annotated[int, Field(le=100, description="images shown per round")] = 10
+    candidate_k: Annotated[int | None, Field(le=10_000, description=(
         "retrieval candidates; None = max(20, 1% of the gallery)"))] = None
-    clusters: Annotated[int, Field(description="m in Algorithm 1")] = 10
-    questions_per_round: Annotated[int, Field(description="q_n")] = 5
-    max_rounds: Annotated[int, Field(description="question budget T")] = 10
-    filter_attempts: Annotated[int, Field(description="regenerations before falling back to unfiltered questions")] = 3
-    reformulation_max_tokens: Annotated[int, Field(description="paper setting; a caption needs far fewer")] = 512
+    clusters: Annotated[int, Field(le=100, description="m in Algorithm 1")] = 10
+    questions_per_round: Annotated[int, Field(le=20, description="q_n")] = 5
+    max_rounds: Annotated[int, Field(le=50, description="question budget T")] = 10
+    filter_attempts: Annotated[int, Field(le=10, description=(
+        "regenerations before falling back to unfiltered questions"))] = 3
+    reformulation_max_tokens: Annotated[int, Field(le=2048, description=(
+        "paper setting; a caption needs far fewer"))] = 512
     reformulate: Annotated[bool, Field(description="CR")] = True
     retrieval_context: Annotated[bool, Field(description="RCE (grounded questioner)")] = True
     filter_questions: Annotated[bool, Field(description="F")] = True
@@ -65,7 +67,7 @@ class PlugIRSettings(RunSettings):
     arm: Annotated[str | None, Field(description=(
         "\"zs\", \"cr\", \"cr+rce\", \"cr+rce+f\" or \"offline\": overrides the flags above"))] = None
     # The offline questioner (chosen on flickr8k-train's dev rows, BENCHMARKS.md "PlugIR offline"):
-    ranked_k: Annotated[int | None, Field(description=(
+    ranked_k: Annotated[int | None, Field(le=10_000, description=(
         "images re-ranked by the answers each round; None: RANKED_K"))] = None
     # weights and temperature in units of the candidates' score spread (standard deviation)
     confirm_weight: Annotated[float, Field(description="score added per confirmed term a stored caption implies")] = 1.0

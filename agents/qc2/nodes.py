@@ -32,16 +32,18 @@ class QC2Settings(RunSettings):
     """Run settings of :func:`build_qc2_graph` (LangGraph context); sampling defaults are the paper's."""
 
     k: Annotated[int, Field(description="images returned")] = 10
-    samples: Annotated[int, Field(description="completions sampled; several are fused by RRF")] = 1
+    samples: Annotated[int, Field(le=16, description="completions sampled; several are fused by RRF")] = 1
     seed: Annotated[int | None, Field(description="seeds this run's sampling only")] = None
     temperature: Annotated[float, Field(description="sampling temperature of the language model")] = _PAPER.temperature
-    sample_top_k: Annotated[int, Field(description="top-k sampling of the language model (not images)")] = _PAPER.top_k
+    sample_top_k: Annotated[int, Field(le=1000, description=(
+        "top-k sampling of the language model (not images)"))] = _PAPER.top_k
     top_p: Annotated[float, Field(description="nucleus (top-p) sampling of the language model")] = _PAPER.top_p
     repetition_penalty: Annotated[float, Field(description="penalty on repeated tokens (1: none)")] = \
         _PAPER.repetition_penalty
-    no_repeat_ngram_size: Annotated[int, Field(description="n-grams never repeated in a completion (0: off)")] = \
-        _PAPER.no_repeat_ngram_size
-    max_new_tokens: Annotated[int, Field(description="tokens a completion adds at most")] = _PAPER.max_new_tokens
+    no_repeat_ngram_size: Annotated[int, Field(le=16, description=(
+        "n-grams never repeated in a completion (0: off)"))] = _PAPER.no_repeat_ngram_size
+    max_new_tokens: Annotated[int, Field(le=1024, description=(
+        "tokens a completion adds at most"))] = _PAPER.max_new_tokens
 
     def validate(self) -> None:
         require_positive(self, "k", "samples", "sample_top_k", "max_new_tokens")

@@ -59,8 +59,9 @@ class VisRetSettings(RunSettings):
     """Run settings of :func:`build_visret_graph`."""
 
     k: Annotated[int, Field(description="How many images to return.")] = 10
-    guides: Annotated[int, Field(description="How many guide images to visualize (the paper's m).")] = 3
-    candidate_k: Annotated[int, Field(description="How deep each per-guide ranking goes before fusion.")] = 100
+    guides: Annotated[int, Field(le=16, description="How many guide images to visualize (the paper's m).")] = 3
+    candidate_k: Annotated[int, Field(le=10_000, description=(
+        "How deep each per-guide ranking goes before fusion."))] = 100
     rrf_k: Annotated[float, Field(description="Reciprocal rank fusion constant (the authors' code uses 1).")] = 1.0
     text_weight: Annotated[float | None, Field(description=(
         "Weight of the text query's own ranking in the fusion, against 1 for each guide's ranking: 0 leaves it out "
@@ -68,7 +69,7 @@ class VisRetSettings(RunSettings):
         "family, :data:`EXEMPLAR_TEXT_WEIGHT` for found photos (``exemplar:``), 0 for generated ones "
         "(:func:`default_text_weight`)."))] = None
     seed: Annotated[int, Field(description="Seed passed to the visualizer.")] = 0
-    reader_k: Annotated[int, Field(description="Images the reader answers from (the paper: 1 or 10).")] = 1
+    reader_k: Annotated[int, Field(le=100, description="Images the reader answers from (the paper: 1 or 10).")] = 1
     reader_images: Annotated[bool | None, Field(description=(
         "Send the pictures to the reader (None: when it accepts images, else their descriptions)."))] = None
     image_embedder: Annotated[str | None, Field(description=(

@@ -24,15 +24,16 @@ class VisionSearchSettings(RunSettings):
     """Run settings of :func:`build_vsa_graph` (defaults after the authors' code, scaled down)."""
     # (the served context schema's description, shown by Studio: kept as it was before the move)
 
-    max_regions: Annotated[int, Field(description="Regions described at most (best detections first).")] = 3
+    max_regions: Annotated[int, Field(le=20, description="Regions described at most (best detections first).")] = 3
     min_score: Annotated[float, Field(description=(
         "Detector box threshold (the authors' Grounding DINO box threshold)."))] = 0.4
-    max_sub_questions: Annotated[int, Field(description=(
+    max_sub_questions: Annotated[int, Field(le=10, description=(
         "Sub-questions the planner may ask (the authors allow up to 10 planning turns)."))] = 3
-    search_k: Annotated[int, Field(description="Results per search (the authors: DuckDuckGo top 6).")] = 6
-    pages_per_search: Annotated[int, Field(description="Pages opened per sub-question (the authors: up to 4).")] = 2
-    page_chars: Annotated[int, Field(description="Characters kept per page (the authors: 8,192).")] = 8192
-    answer_context_chars: Annotated[int, Field(description=(
+    search_k: Annotated[int, Field(le=20, description="Results per search (the authors: DuckDuckGo top 6).")] = 6
+    pages_per_search: Annotated[int, Field(le=10, description=(
+        "Pages opened per sub-question (the authors: up to 4)."))] = 2
+    page_chars: Annotated[int, Field(le=100_000, description="Characters kept per page (the authors: 8,192).")] = 8192
+    answer_context_chars: Annotated[int, Field(le=100_000, description=(
         "Characters of findings given to the answer step (the authors: 3,500)."))] = 3500
     correlate: Annotated[bool | None, Field(description=(
         "Rewrite each region's description with the others as context (2+ regions). None (default): yes, except with "
@@ -44,16 +45,16 @@ class VisionSearchSettings(RunSettings):
         "Ask the LLM for the plan; False uses the rule plan (the question's parts with the photo's labels, and the "
         "question per region label). None: the LLM, except the offline 135M model, which rarely writes a usable JSON "
         "plan and spends a minute trying."))] = None
-    candidate_k: Annotated[int, Field(description=(
+    candidate_k: Annotated[int, Field(le=100, description=(
         "Visual RAG: gallery photos retrieved for a question without an image."))] = 3
-    max_plan_turns: Annotated[int, Field(description=(
+    max_plan_turns: Annotated[int, Field(le=10, description=(
         "Planner turns of the chain of search (the authors: 10); each turn may add sub-questions."))] = 3
-    max_search_turns: Annotated[int, Field(description=(
+    max_search_turns: Annotated[int, Field(le=10, description=(
         "Searches per sub-question: the searcher may ask for a follow-up search (the authors: 3 turns)."))] = 2
     answerer: Annotated[str, Field(description=(
         "``llm``, ``extractive`` (quoted sentences of the pages read, no generation) or ``auto``: extractive when the "
         "chat model is the offline 135M model, llm otherwise."))] = "auto"
-    evidence_sentences: Annotated[int, Field(description=(
+    evidence_sentences: Annotated[int, Field(le=20, description=(
         "Extractive answerer: sentences quoted at most per part of the question."))] = 2
 
     def validate(self) -> None:
