@@ -187,7 +187,10 @@ def _run(executable: str, host: str, port: int, env: dict[str, str], gallery: st
     from pictrieve.graphs.serving import langgraph_config
     from pictrieve.tools.core.exposure import url_host
 
-    state = tempfile.mkdtemp(prefix="pictrieve-serve-")
+    for folder in remove_stale_folders(tempfile.gettempdir()):
+        logger.info("removed %s, left by a pictrieve serve that was killed", folder)
+    state = tempfile.mkdtemp(prefix=STATE_PREFIX)
+    (Path(state) / OWNER_FILE).write_text(str(os.getpid()))
     child: subprocess.Popen | None = None
 
     def stop(signum: int, frame: object) -> None:
@@ -213,6 +216,39 @@ def _run(executable: str, host: str, port: int, env: dict[str, str], gallery: st
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         shutil.rmtree(state, ignore_errors=True)
+
+
+STATE_PREFIX = "pictrieve-serve-"
+OWNER_FILE = "owner.pid"
+"""The process id of the `pictrieve serve` that made a state folder, written inside it."""
+
+
+def remove_stale_folders(temp: str | os.PathLike) -> list[str]:
+    """Remove the state folders in ``temp`` that a `pictrieve serve` killed without a chance to clean up (kill -9,
+    a power cut) left behind: those whose owner process is gone. Folders of running servers, and folders without
+    an owner file, stay. Returns the folders removed."""
+    removed = []
+    for folder in Path(temp).glob(f"{STATE_PREFIX}*"):
+        try:
+            owner = int((folder / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if owner == os.getpid() or _alive(owner):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(str(folder))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _die_with_parent() -> None:

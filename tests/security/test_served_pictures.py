@@ -1,0 +1,105 @@
+"""What callers send to `pictrieve serve` does not stay (issue 38, Why 6): the pictures runs send are kept within a
+count, a byte budget and an age, and the folder of a server killed with SIGKILL is removed when the next starts."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from PIL import Image
+
+
+def _fill(folder, n, size=100, start=1_000_000.0):
+    """``n`` files of ``size`` bytes, the first the oldest (one second apart from ``start``)."""
+    for i in range(n):
+        path = folder / f"p{i:03d}"
+        path.write_bytes(b"x" * size)
+        os.utime(path, (start + i, start + i))
+
+
+def test_pictures_beyond_the_count_go_oldest_first(tmp_path):
+    from pictrieve.graphs import serving
+
+    _fill(tmp_path, serving.MAX_KEPT_PICTURES + 5)
+    now = 1_000_000.0 + serving.MAX_KEPT_PICTURES + 5
+    removed = serving.prune_served_pictures(tmp_path, now=now)
+    assert removed == [f"p{i:03d}" for i in range(5)]
+    assert len(list(tmp_path.iterdir())) == serving.MAX_KEPT_PICTURES
+
+
+def test_pictures_beyond_the_byte_budget_go_oldest_first_but_never_the_new_one(tmp_path, monkeypatch):
+    from pictrieve.graphs import serving
+
+    monkeypatch.setattr(serving, "MAX_KEPT_PICTURE_BYTES", 1000)
+    _fill(tmp_path, 4, size=400)
+    removed = serving.prune_served_pictures(tmp_path, keep=tmp_path / "p000", now=1_000_010.0)
+    assert removed == ["p001", "p002"]  # p000 is the picture just written (kept), p003 fits beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p000", "p003"]
+
+
+def test_pictures_older_than_their_age_go(tmp_path):
+    from pictrieve.graphs import serving
+
+    _fill(tmp_path, 3)
+    now = 1_000_001.5 + serving.KEPT_PICTURE_SECONDS  # p000 and p001 are older than the age, p002 is not
+    assert serving.prune_served_pictures(tmp_path, now=now) == ["p000", "p001"]
+
+
+def _png_data(seed: int) -> str:
+    image = Image.new("RGB", (32, 32), (seed * 40 % 256, 80, 160))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def test_a_served_run_that_sends_a_picture_prunes_what_earlier_runs_sent(tmp_path, monkeypatch):
+    """The served graph's input step writes each picture sent as data, then prunes: five runs, three kept."""
+    from pictrieve.graphs import serving
+
+    monkeypatch.setattr(serving, "_served_images_folder", lambda: str(tmp_path))
+    monkeypatch.setattr(serving, "MAX_KEPT_PICTURES", 3)
+    paths = [serving.check_run_input({"image": _png_data(i)}, None, None)["image"] for i in range(5)]
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in paths[-3:])
+
+
+def test_a_killed_servers_folder_is_removed_when_the_next_one_starts(tmp_path, monkeypatch):
+    """`pictrieve serve` killed with SIGKILL leaves its folder (the pictures runs sent, the server's state); the next
+    `pictrieve serve` removes it as it starts, and leaves a running server's alone. The server started here is
+    /bin/true (it stops at once), so the command's own folder is removed as it stops too."""
+    from pictrieve.cli import serve
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale = tmp_path / f"{serve.STATE_PREFIX}killed"
+        (stale / "tmp" / "pictrieve-served-images-x").mkdir(parents=True)
+        (stale / "tmp" / "pictrieve-served-images-x" / "data-1").write_bytes(b"a caller's picture")
+        (stale / serve.OWNER_FILE).write_text(str(dead.pid))
+        running = tmp_path / f"{serve.STATE_PREFIX}running"
+        running.mkdir()
+        (running / serve.OWNER_FILE).write_text(str(alive.pid))
+        unknown = tmp_path / f"{serve.STATE_PREFIX}without-owner"
+        unknown.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        assert serve._run("/bin/true", "127.0.0.1", 9, {}, "g") == 0
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([running.name, unknown.name])
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+@pytest.mark.parametrize("pid_text", ["", "not a number"])
+def test_a_folder_whose_owner_cannot_be_read_is_left_alone(tmp_path, pid_text):
+    from pictrieve.cli import serve
+
+    folder = tmp_path / f"{serve.STATE_PREFIX}x"
+    folder.mkdir()
+    (folder / serve.OWNER_FILE).write_text(pid_text)
+    assert serve.remove_stale_folders(tmp_path) == []
+    assert folder.exists()
