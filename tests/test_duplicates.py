@@ -206,13 +206,24 @@ def near_gallery(tmp_path_factory, tiny_clip_embedder):
 
 
 def _distinct(hits, original, copies) -> None:
-    """The hits are four distinct photos, the original standing for its four copies."""
+    """The hits are four distinct photos, one of the group standing for the other four: the one the duplicates
+    report keeps (the most pixels, then the largest file: here the original or its turned copy)."""
+    from pictrieve.vectorstore.duplicates import keep_first
+
     paths = [hit["path"] if isinstance(hit, dict) else hit.path for hit in hits]
     held = [hit["copies"] if isinstance(hit, dict) else hit.copies for hit in hits]
-    assert len(paths) == 4 and not set(paths) & set(copies), paths
-    group = next(k for k, path in enumerate(paths) if path == str(original) or path in copies)
-    assert sorted([paths[group], *held[group]]) == sorted([str(original), *copies])
+    members = {str(original), *copies}
+    assert len(paths) == 4 and len(set(paths) & members) == 1, paths
+    group = next(k for k, path in enumerate(paths) if path in members)
+    assert sorted([paths[group], *held[group]]) == sorted(members)
     assert all(not held[k] for k in range(4) if k != group)
+    from PIL import Image
+
+    def meta(path: str) -> dict:
+        with Image.open(path) as opened:
+            return {"width": opened.width, "height": opened.height, "size": os.path.getsize(path), "path": path}
+
+    assert paths[group] == min(members, key=lambda path: keep_first(meta(path)))
 
 
 async def test_search_collapses_near_duplicates_everywhere_and_still_returns_k(near_gallery, tmp_path, tiny_clip_name):
@@ -250,6 +261,27 @@ async def test_search_collapses_near_duplicates_everywhere_and_still_returns_k(n
         found = await session.call_tool("search_images", {"query": "a dog", "k": 4, "collapse_duplicates": True})
     assert not found.isError, found.content
     _distinct([{"copies": [], **hit} for hit in found.structuredContent["hits"]], original, copies)
+
+
+def test_a_collapsed_group_shows_the_copy_the_duplicates_report_keeps(near_gallery):
+    """Issue 37: searching with a half-size copy showed that copy for the group, while the Duplicates tab said to
+    keep the full-size one. One rule now: whichever copy ranks first, the group stands at its rank and score and
+    shows the copy the report keeps."""
+    from pictrieve.vectorstore.duplicates import find_duplicates
+
+    gallery, original, copies = near_gallery
+    (group,) = find_duplicates(gallery).groups
+    keep = group.paths[0]
+    for member in group.paths:  # each copy, searched by itself, ranks first
+        plain = gallery.search_image(member, k=1)[0]
+        assert plain.path == member
+        for hybrid_text in (False, True):
+            hits = (gallery.search_image(member, k=4, collapse_duplicates=True) if not hybrid_text else
+                    gallery.search_text(Path(member).stem, k=4, hybrid=True, collapse_duplicates=True))
+            shown = next(hit for hit in hits if hit.path in group.paths)
+            assert shown.path == keep and sorted([shown.path, *shown.copies]) == sorted(group.paths), member
+            if not hybrid_text:
+                assert shown.rank == 1 and shown.score == pytest.approx(plain.score)  # the best copy's place
 
 
 async def test_mcp_and_the_page_list_the_groups_read_only(near_gallery, tmp_path):

@@ -214,12 +214,19 @@ def find_duplicates(gallery: "Gallery", *, max_distance: int = DEFAULT_MAX_DISTA
                              close_distance=close_distance, close_min_cosine=close_min_cosine,
                              vector_of=lambda rows: gallery.embeddings([ids[r] for r in rows]))
     for members, weakest, farthest in found:
-        members.sort(key=lambda k: (-_pixels(metas[k]), -int(metas[k].get("size") or 0), str(metas[k].get("path"))))
+        members.sort(key=lambda k: keep_first(metas[k]))
         report.groups.append(DuplicateGroup(ids=[ids[k] for k in members],
                                             paths=[str(metas[k].get("path", "")) for k in members],
                                             min_cosine=round(weakest, 4), max_distance=farthest))
     report.groups.sort(key=lambda group: (-len(group.ids), group.paths[0]))
     return report
+
+
+def keep_first(meta: dict[str, Any] | None) -> tuple[int, int, str]:
+    """The one rule for which copy of a group represents it (the duplicates report's "keep" and the copy a
+    collapsed search shows): sorted by this key, the first has the most pixels, then the largest file."""
+    meta = meta or {}
+    return (-_pixels(meta), -int(meta.get("size") or 0), str(meta.get("path", "")))
 
 
 def _pixels(meta: dict[str, Any]) -> int:

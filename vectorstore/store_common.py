@@ -99,20 +99,29 @@ def collapsed(store: Any, ranked: Callable[[int], list[ImageHit]], k: int) -> li
     while True:
         hits = ranked(depth)
         vectors = store.embeddings([hit.id for hit in hits]) if hits else np.zeros((0, 1), np.float32)
-        distinct = collapse([(hit.id, hit.metadata, 0.0, vector) for hit, vector in zip(hits, vectors)])
+        # the "distance" carried is the hit's position, so each group's row says where its best copy ranked
+        distinct = collapse([(hit.id, hit.metadata, float(at), vector)
+                             for at, (hit, vector) in enumerate(zip(hits, vectors))])
         if len(hits) < depth or len(distinct) >= k + 1:
             break
         depth *= 4
     by_id = {hit.id: hit for hit in hits}
-    return [by_id[row[0]].model_copy(update={"rank": rank, "copies": [str((m or {}).get("path", "")) for m in copies]})
-            for rank, (row, copies) in enumerate(distinct[:k], 1)]
+    out = []
+    for rank, (row, copies) in enumerate(distinct[:k], 1):
+        best = hits[int(row[2])]  # the group ranks, and is judged, as its best copy; the copy kept is shown
+        out.append(by_id[row[0]].model_copy(update={"rank": rank, "score": best.score, "relevant": best.relevant,
+                                                    "copies": [str((m or {}).get("path", "")) for m in copies]}))
+    return out
 
 
 def collapse(found: list[tuple[str, Any, float, Any]]) -> list[tuple[tuple[str, Any, float, Any], list[Any]]]:
     """Search candidates ``(id, metadata, distance, vector)``, best first, with each group of near-duplicates
-    (:func:`~pictrieve.vectorstore.duplicates.confirmed_groups`) folded into its best member: ``(row, the other
-    members' metadata)`` per distinct photo, in rank order."""
-    from pictrieve.vectorstore.duplicates import confirmed_groups
+    (:func:`~pictrieve.vectorstore.duplicates.confirmed_groups`) folded into one row: ``(row, the other members'
+    metadata)`` per distinct photo, in rank order. A group stands where its best-ranked copy stood, with that
+    copy's distance, and is shown as the copy the duplicates report keeps
+    (:func:`~pictrieve.vectorstore.duplicates.keep_first`: the full-size one, not a half-size copy that happened
+    to rank first)."""
+    from pictrieve.vectorstore.duplicates import confirmed_groups, keep_first
 
     if len(found) < 2:
         return [(row, []) for row in found]
@@ -122,8 +131,13 @@ def collapse(found: list[tuple[str, Any, float, Any]]) -> list[tuple[tuple[str, 
     for members, _, _ in groups:
         for member in members:
             leader[member] = min(members)
-    folded: dict[int, list[Any]] = {}
+    members_of: dict[int, list[int]] = {}
     for index, head in enumerate(leader):
-        if head != index:
-            folded.setdefault(head, []).append(found[index][1])
-    return [(row, folded.get(index, [])) for index, row in enumerate(found) if leader[index] == index]
+        members_of.setdefault(head, []).append(index)
+    out = []
+    for head in sorted(members_of):
+        members = members_of[head]
+        kept = min(members, key=lambda m: keep_first(found[m][1]))
+        row = found[kept]
+        out.append(((row[0], row[1], found[head][2], row[3]), [found[m][1] for m in members if m != kept]))
+    return out
