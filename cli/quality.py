@@ -217,13 +217,23 @@ def format_level_check(history: list[dict]) -> str:
 def search(gallery: str, query: str, relevance: str | None, aesthetic: str | None, quality_level: str | None,
            k: int, samples: int, seed: int | None, model_dir: str | None, as_json: bool) -> None:
     """Complete QUERY toward the requested levels, show the completed query, and search with it."""
+    started = time.perf_counter()
+
+    def say(line: str) -> None:  # on stderr: loading the model and completing take seconds on a CPU
+        click.echo(f"[{time.perf_counter() - started:6.1f}s] {line}", err=True)
+
+    say("opening the gallery and loading the QC2 method ...")
     from pictrieve.graphs.qc2 import quality_search
+    from pictrieve.tools.core.model_cache import announcing_model_loads
     from pictrieve.vectorstore.gallery import Gallery
 
     store = Gallery.open(gallery, create=False)
     requested = {name: level for name, level in
                  (("relevance", relevance), ("aesthetic", aesthetic), ("quality", quality_level)) if level}
-    result = quality_search(store, query, requested, model_dir=model_dir, k=k, samples=samples, seed=seed)
+    with announcing_model_loads(lambda label: say(f"loading {label} ...")):
+        result = quality_search(store, query, requested, model_dir=model_dir, k=k, samples=samples, seed=seed,
+                                on_step=say)
+    say("done")
     if as_json:
         click.echo(json.dumps({
             "query": query, "levels": result.levels, "completions": result.completions,

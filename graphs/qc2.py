@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -86,11 +86,22 @@ def quality_search(
     k: int = 10,
     samples: int = 1,
     seed: int | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> QualitySearchResult:
     """Complete ``query`` toward ``levels`` (``{"relevance": "high", "quality": "low"}``) and retrieve:
-    one run of :func:`build_qc2_graph`."""
+    one run of :func:`build_qc2_graph`. ``on_step(line)`` hears each step as it starts (a command line shows
+    them: loading the model and completing take seconds on a CPU)."""
+    say = on_step or (lambda line: None)
     model = model or load_for_gallery(gallery, model_dir)
     model.resolve_levels(levels)  # fail here, with a clean message, on an axis the model lacks
     graph = build_qc2_graph(gallery, qc2_model=model)
-    state = graph.invoke({"query": query, "levels": levels}, context=QC2Settings(k=k, samples=samples, seed=seed))
+    say(f"completing {query!r} ({samples} sample{'s' if samples != 1 else ''} from {model.base_model}) ...")
+    state: dict[str, Any] = {}
+    for update in graph.stream({"query": query, "levels": levels}, context=QC2Settings(k=k, samples=samples, seed=seed),
+                               stream_mode=["updates", "values"]):
+        mode, chunk = update
+        if mode == "values":
+            state = chunk
+        elif "complete" in chunk:
+            say(f"searching {gallery.count()} photos ...")
     return QualitySearchResult(query, state["resolved_levels"], state["completions"], state["hits"])

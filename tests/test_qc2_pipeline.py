@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -131,6 +132,24 @@ def test_cli_annotate_train_search(annotated_gallery, tiny_checkpoint):
     assert not [w for w in caught if issubclass(w.category, FutureWarning)], [str(w.message) for w in caught]
     payload = json.loads(out.stdout)
     assert payload["completions"][0].startswith("a dog") and len(payload["hits"]) == 2
+    # it was silent for 19 s: each step says what it loads or does, on stderr, as it starts
+    said = [line.split("] ", 1)[1] for line in out.stderr.splitlines() if line.startswith("[")]
+    assert said[0] == "opening the gallery and loading the QC2 method ..." and said[-1] == "done", out.stderr
+    assert any(line.startswith(f"loading the QC2 model in {gallery.location}/qc2 (") for line in said), out.stderr
+    assert "completing 'a dog' (1 sample from" in out.stderr and "searching 6 photos ..." in out.stderr
+
+
+def test_the_qc2_model_is_loaded_once_per_process_until_it_is_saved_again(annotated_gallery, tiny_checkpoint):
+    from pictrieve.agents.qc2.bundle import BUNDLE_FILE
+
+    gallery, _ = annotated_gallery
+    config = QC2TrainConfig(epochs=1, batch_size=4, lora_rank=4, train_layers=1)
+    train_on_gallery(gallery, base_model=tiny_checkpoint, config=config, progress=False)
+    first = load_for_gallery(gallery)
+    assert load_for_gallery(gallery) is first  # a second search (or a server's next one) loads nothing
+    saved = Path(gallery.location) / "qc2" / BUNDLE_FILE
+    os.utime(saved, ns=(saved.stat().st_atime_ns, saved.stat().st_mtime_ns + 1_000_000))  # saved again
+    assert load_for_gallery(gallery) is not first
 
 
 def test_graph_takes_run_settings_from_context(annotated_gallery, tiny_checkpoint):

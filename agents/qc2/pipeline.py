@@ -125,8 +125,22 @@ def train_on_gallery(
 
 
 def load_for_gallery(gallery: Any, model_dir: str | Path | None = None) -> QC2Model:
-    """The QC2 model trained for this gallery (refused if it was trained for another one)."""
-    return load_qc2_model(model_dir or default_model_dir(gallery), fingerprint=fingerprint_of(gallery), device="cpu")
+    """The QC2 model trained for this gallery (refused if it was trained for another one).
+
+    Loading takes seconds (the base language model, its trained weights merged in), so it is announced
+    (:func:`~pictrieve.tools.core.model_cache.announcing_model_loads`) and kept for the process: a server, or a
+    second search, reuses it until the model folder is saved again (its ``qc2.json`` changes) or the gallery
+    changes. Callers only read it (completions run under ``torch.no_grad``)."""
+    from pictrieve.agents.qc2.bundle import BUNDLE_FILE, read_bundle_info
+    from pictrieve.tools.core.model_cache import shared_model
+
+    directory = Path(model_dir or default_model_dir(gallery))
+    fingerprint = fingerprint_of(gallery)
+    meta = read_bundle_info(directory)  # no model there: one line saying to train one, before anything loads
+    saved = (directory / BUNDLE_FILE).stat().st_mtime_ns
+    return shared_model(("qc2-model", str(directory.resolve()), saved, fingerprint),
+                        lambda: load_qc2_model(directory, fingerprint=fingerprint, device="cpu"),
+                        label=f"the QC2 model in {directory} ({meta.get('base_model')} and its trained weights)")
 
 
 def retrieve_for_completions(gallery: Any, completions: Sequence[str], k: int = 10) -> list[Any]:
