@@ -351,3 +351,33 @@ def test_pictrieve_ui_answers_its_loopback_names_and_allow_host_only(gallery, tm
         served.terminate()
         served.wait(30)
         log.close()
+
+
+def test_a_library_error_on_the_page_says_what_its_visitor_can_do():
+    """Issue 37: page errors quoted command-line options ("check --base-url"), which a visitor cannot pass. A job
+    failing on a dead chat-model endpoint (a real call to a closed loopback port) reads in words, and says who
+    can change the setting."""
+    import time
+
+    from pictrieve.tools.models.llm_calls import ModelCallError, check_endpoint
+    from pictrieve.ui.forms import UIError, page_message
+    from pictrieve.ui.jobs import Jobs
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]  # nothing listens there once the probe is closed
+    with pytest.raises(ModelCallError) as failed:
+        check_endpoint("openai:some-model", f"http://127.0.0.1:{closed}/v1")
+    assert "--llm" in str(failed.value) or "--base-url" in str(failed.value)  # the command line's wording
+
+    def work(job):
+        raise failed.value
+
+    job = Jobs().start("ask", work)
+    deadline = time.monotonic() + 30
+    while not job.done and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.error and "--" not in job.error, job.error
+    assert "the chat model" in job.error and "'some-model'" in job.error
+    assert "ask whoever started it to restart `pictrieve ui`" in job.error
+    assert page_message(UIError("type a query")) == "type a query"  # the page's own words stay as they are

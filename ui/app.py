@@ -67,7 +67,7 @@ from pictrieve.tools.core.thumbnails import viewable_photo
 from pictrieve.ui.ask import router as ask_router
 from pictrieve.ui.chat import router as chat_router
 from pictrieve.ui.duplicates import router as duplicates_router
-from pictrieve.ui.forms import MAX_K, MAX_TEXT, MAX_UPLOAD_BYTES, UIError  # noqa: F401  (re-exported)
+from pictrieve.ui.forms import MAX_K, MAX_TEXT, MAX_UPLOAD_BYTES, UIError, page_message  # noqa: F401  (re-exported)
 from pictrieve.ui.guard import BodyTooLarge, PageGuard
 from pictrieve.ui.jobs import ABANDON_AFTER, MAX_RUNNING, Jobs, JobsBusy
 from pictrieve.ui.methods import PAGE_TABS, generic_views  # noqa: F401  (PAGE_TABS: re-exported)
@@ -165,8 +165,7 @@ def _answer_errors(app: FastAPI) -> None:
 
         if isinstance(exc, SessionNotFound):
             return JSONResponse({"error": str(exc)}, status_code=404)
-        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        return JSONResponse({"error": message or type(exc).__name__}, status_code=400)
+        return JSONResponse({"error": page_message(exc)}, status_code=400)
 
     # Each refused kind by name: Starlette answers these and carries on. A handler registered only for
     # `Exception` answers too, but then re-raises every error to the server (its ServerErrorMiddleware),

@@ -6,6 +6,7 @@ same one line (:class:`UIError`, answered ``400``) on every tab.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,31 @@ MAX_K = 100
 
 class UIError(PictrieveError, ValueError):
     """A request the page made that cannot be served as given; the message is shown on the page."""
+
+
+OPTION_WORDS = {
+    "--llm": "the chat model", "--base-url": "the chat model's address", "--vlm": "the region describer",
+    "--vlm-base-url": "the region describer's address", "--search": "the page search",
+    "--visualizer": "the visualizer", "--detector": "the detector", "--captioner": "the captioner",
+    "--qc2-model": "the QC2 model", "--embedder": "the embedder", "--gallery": "the gallery",
+}
+"""What a command-line option of the server sets, in words a page's visitor reads."""
+_OPTION = re.compile(r"`?(?<![\w-])(--[a-z][a-z0-9-]*)(?:[ =](?:[a-z_]+:[^\s,;)`]*|[A-Z][A-Z_]+))?`?")
+
+
+def page_message(exc: BaseException) -> str:
+    """``exc`` as the page's one line. The library words its advice for the command line ("check --base-url");
+    a visitor of the page cannot pass an option, so each option is named by what it sets, and the line says
+    who can change it: whoever started the page. The page's own refusals (:class:`UIError`) are already
+    worded for it."""
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if isinstance(exc, UIError) or not _OPTION.search(text):
+        return text or type(exc).__name__
+    named = list(dict.fromkeys(OPTION_WORDS.get(m.group(1), "its settings") for m in _OPTION.finditer(text)))
+    worded = _OPTION.sub(lambda m: OPTION_WORDS.get(m.group(1), "the server's settings"), text).rstrip(" .")
+    worded = re.sub(r"\b(model|describer) model\b", r"\1", worded)  # "--llm model 'x'": the chat model 'x'
+    return (f"{worded}. This page cannot change {' or '.join(named)}: try again later, or ask whoever started it "
+            "to restart `pictrieve ui` with another setting")
 
 
 async def form_or_json(request: Request) -> dict[str, Any]:

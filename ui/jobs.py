@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pictrieve.errors import PictrieveError
+from pictrieve.ui.forms import page_message
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +182,8 @@ class Jobs:
                 with job.lock:
                     job.cancelled, job.error = True, str(exc)
             except (PictrieveError, KeyError, ValueError) as exc:
-                message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
                 with job.lock:
-                    job.error = message or type(exc).__name__
+                    job.error = page_message(exc)  # a library's "--llm" advice in words a visitor can act on
             except Exception as exc:  # noqa: BLE001  (the page gets one line; the log gets the trace)
                 log.exception("ui %s job failed", kind)
                 with job.lock:
