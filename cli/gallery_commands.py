@@ -371,12 +371,35 @@ def info(gallery: str, as_json: bool) -> None:
     from pictrieve.vectorstore.gallery import gallery_contents
 
     rows = gallery_contents(gallery)
+    text = photo_text_status(gallery)
     if as_json:
         default = next((row["embedder"] for row in rows if row["default"]), None)
-        click.echo(json.dumps({"gallery": gallery, "default_embedder": default, "collections": rows}, indent=2))
+        click.echo(json.dumps({"gallery": gallery, "default_embedder": default, "collections": rows,
+                               "photo_text": text}, indent=2))
         return
     if not rows:
         click.echo(f"{gallery}: empty; add photos with `pictrieve index PHOTOS --gallery {gallery}`")
     for row in rows:
         mark = "  (default)" if row["default"] else ""
         click.echo(f"{row['embedder']}  ({row['dim']}-d): {row['images']} images{mark}")
+    click.echo(f"photo text: {text['said']}")
+
+
+def photo_text_status(gallery: str) -> dict[str, Any]:
+    """Whether ``index`` reads the text in this gallery's photos (``--ocr``, as the gallery recorded it) and whether
+    the reader is installed here: ``{"read", "ocr_installed", "said"}`` (``said``: the same in words)."""
+    from pictrieve.tools.models.photo_text import ocr_installed
+    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.indexing import INDEXING_RECORD
+
+    read = bool((Gallery.open(gallery, create=False).get_json(INDEXING_RECORD) or {}).get("ocr"))
+    installed = ocr_installed()
+    if read and installed:
+        said = "read when photos are indexed (--ocr); searches match it (--no-ocr stops reading it)"
+    elif read:
+        said = ("this gallery reads it (--ocr), but the reader is not installed here: "
+                "pip install 'pictrieve[ocr]' (until then new photos are indexed without their text)")
+    else:
+        said = (f"not read (signs, screenshots): `pictrieve index PHOTOS --gallery {gallery} --ocr` reads it"
+                + ("" if installed else " (pip install 'pictrieve[ocr]' first)"))
+    return {"read": read, "ocr_installed": installed, "said": said}

@@ -89,6 +89,25 @@ def test_sync_and_info(tmp_path, photo_folder, tiny_clip_name):
     assert info["default_embedder"] == tiny_clip_name
 
 
+def test_info_says_whether_the_text_in_photos_is_read(tmp_path, photo_folder, tiny_clip_name):
+    """Issue 37: `info` did not show whether photo text is read; it shows what `index` records for --ocr."""
+    from pictrieve.tools.models.photo_text import ocr_installed
+    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.indexing import INDEXING_RECORD
+
+    gallery = str(tmp_path / "g")
+    pictrieve("index", str(photo_folder), "--gallery", gallery, "-e", tiny_clip_name)
+    shown = pictrieve("info", "--gallery", gallery).stdout
+    assert "photo text: not read (signs, screenshots)" in shown and "--ocr` reads it" in shown, shown
+    assert json.loads(pictrieve("info", "--gallery", gallery, "--json").stdout)["photo_text"]["read"] is False
+    Gallery.open(gallery, tiny_clip_name).put_json(INDEXING_RECORD, {"ocr": True})  # what `index --ocr` records
+    info = json.loads(pictrieve("info", "--gallery", gallery, "--json").stdout)["photo_text"]
+    assert info["read"] is True and info["ocr_installed"] is ocr_installed()
+    shown = pictrieve("info", "--gallery", gallery).stdout
+    assert ("photo text: read when photos are indexed (--ocr)" if ocr_installed() else
+            "photo text: this gallery reads it (--ocr), but the reader is not installed here") in shown, shown
+
+
 def test_eval_retrieval_on_a_captioned_folder(tmp_path, tiny_clip_name):
     folder = tmp_path / "set"
     lines = []
