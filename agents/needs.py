@@ -124,6 +124,11 @@ class Need:
     """``available(value, context)`` (or ``"module:function"``): why ``value`` cannot be made now (a model
     folder that holds no model), or ``None``; cheap, it makes nothing. Front ends list only methods whose
     needs can be met (:func:`unmet_needs`). ``None`` here: any value given can be made."""
+    too_small: str | Callable[[Any], bool] | None = None
+    """``too_small(value)`` (or ``"module:function"``): true for a model of this need too small to write what a
+    person reads (the offline SmolLM2-135M chat model, by name or as the object built for it). Like a value of
+    :attr:`not_a_choice` it is no choice for an optional need, whether a front end passes its name or the model
+    object; and no front end shows its words as an answer or a rewrite (:func:`pictrieve.agents.shown_text.may_show`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -138,6 +143,8 @@ class Need:
                                       "digits and _")
         if self.resolve is not None and not (callable(self.resolve) or isinstance(self.resolve, str)):
             raise NeedDefinitionError(f"need {self.name}: resolve must be a function or a 'module:function' string")
+        if self.too_small is not None and not (callable(self.too_small) or isinstance(self.too_small, str)):
+            raise NeedDefinitionError(f"need {self.name}: too_small must be a function or a 'module:function' string")
         object.__setattr__(self, "not_a_choice", tuple(self.not_a_choice))
 
     @property
@@ -166,6 +173,19 @@ class Need:
         if not _blank(given):
             return str(given)
         return (environ.get(self.endpoint.env_var) or None) if environ is not None else None
+
+    def is_too_small(self, value: Any) -> bool:
+        """Whether ``value`` (a name or a model object) is :attr:`too_small` to write what a person reads."""
+        if self.too_small is None or _blank(value):
+            return False
+        return bool(load_target(self.too_small, error=NeedDefinitionError)(value))
+
+    def is_choice(self, value: Any) -> bool:
+        """Whether ``value`` chooses something for an optional need: not blank, not one of :attr:`not_a_choice`,
+        not :meth:`is_too_small` (a page given the offline chat model object chose no rewriter)."""
+        if _blank(value) or (isinstance(value, str) and value in self.not_a_choice):
+            return False
+        return not self.is_too_small(value)
 
     def build(self, value: Any, context: NeedContext = NeedContext()) -> Any:
         """The builder's argument for ``value`` (a name, a list for a :attr:`many` need, or an object)."""
@@ -276,7 +296,7 @@ NEEDS: Mapping[str, Need] = MappingProxyType({need.name: need for need in (
     Need("llm", "a chat model (a LangChain BaseChatModel, or a name such as offline or openai:MODEL)",
          _chat_model, env_var="PICTRIEVE_LLM", cli_option="--llm", config_key="llm", default="offline",
          endpoint=Endpoint("base_url", "PICTRIEVE_BASE_URL", "--base-url"), example="openai:MODEL",
-         not_a_choice=("offline",)),
+         not_a_choice=("offline",), too_small="pictrieve.tools.models.chat_models:is_offline_chat_model"),
     Need("visualizers", "what makes guide images of the query: one visualizer or a list (e.g. exemplar:DIR)",
          _visualizer, env_var="PICTRIEVE_VISUALIZER", cli_option="--visualizer", config_key="visualizer",
          many=True, required=True, example="exemplar:DIR"),
@@ -372,7 +392,7 @@ def resolve_needs(method: Any, given: Mapping[str, Any] | None = None, *, galler
         if need.brought_by_caller or need.name in skipped:
             continue
         value = need.value(given.get(need.name), environ, default=defaults)
-        if need.name in optional and (_blank(value) or (isinstance(value, str) and value in need.not_a_choice)):
+        if need.name in optional and not need.is_choice(value):
             continue
         if need.required and not names_of(value):
             raise MissingNeedError(method.name, need)

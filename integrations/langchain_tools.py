@@ -122,8 +122,9 @@ def ask_gallery_tool(gallery: Any, *, reader: Any, name: str = "ask_gallery", ca
                      pictures: bool = True) -> BaseTool:
     """A visual-RAG tool: find the photos of ``gallery`` that match a question and answer from them with
     VisRet's reader (:func:`pictrieve.agents.visret.reader.answer_from_gallery`; a VLM ``reader`` sees the
-    photos, a text-only one reads their captions). The content is the answer, the photos it was given (and,
-    with ``pictures``, those photos); the artifact ``{"answer", "hits"}``."""
+    photos, a text-only one reads their captions; the offline chat model writes nothing: the photos' own captions
+    and text are quoted, :func:`~pictrieve.agents.visret.reader.quote_photo_words`). The content is the answer,
+    the photos it was given (and, with ``pictures``, those photos); the artifact ``{"answer", "answerer", "hits"}``."""
     from pictrieve.agents.visret.reader import answer_from_gallery
 
     def run(question: str, k: int = 3) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -133,7 +134,7 @@ def ask_gallery_tool(gallery: Any, *, reader: Any, name: str = "ask_gallery", ca
         photos = "\n".join(f"Picture {n}: {hit.path} (id {hit.id})" for n, hit in enumerate(found["hits"], start=1))
         text = create_text_block(f"{found['answer']}\n\nPhotos read:\n{photos}")
         blocks = [text, *(photo_blocks(found["hits"]) if pictures else [])]
-        return blocks, {"answer": found["answer"], "hits": hit_rows(found["hits"])}
+        return blocks, {"answer": found["answer"], "answerer": found["answerer"], "hits": hit_rows(found["hits"])}
 
     return StructuredTool.from_function(
         run, name=name, args_schema=AskGalleryArgs, response_format="content_and_artifact", handle_tool_error=True,

@@ -59,6 +59,9 @@ class ImageAnswer(BaseModel):
 
 class GalleryAnswer(BaseModel):
     answer: str
+    answerer: str = Field(default="llm", description="'llm': written by the server's chat model; 'extractive': "
+                                                     "quoted from the photos' captions and text (the offline "
+                                                     "default writes no answers)")
     hits: list[Hit] = Field(description="The photos the answer was read from (Picture n is hits[n-1])")
 
 

@@ -326,9 +326,12 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         k: Annotated[int, Field(ge=1, le=10, description="How many of the best-matching photos to read")] = 3,
     ) -> Annotated[CallToolResult, GalleryAnswer]:
         """Answer a question about the user's own photos (visual RAG): finds the photos that best match the
-        question and answers from them. Returns the answer, then the photos it read (Picture n = hits[n-1])."""
+        question and answers from them. Returns the answer, then the photos it read (Picture n = hits[n-1]).
+        With the offline default no answer is written: the caption or photo text that answers is quoted
+        (answerer 'extractive'), or the answer says none does; read the photos yourself then."""
         found = await in_thread(ctx, service.ask_gallery, question, k, first="ask_gallery: finding the photos to read")
-        return result(GalleryAnswer(answer=found["answer"], hits=[hit_json(h) for h in found["hits"]]),
+        return result(GalleryAnswer(answer=found["answer"], answerer=found["answerer"],
+                                    hits=[hit_json(h) for h in found["hits"]]),
                       found["hits"], text=found["answer"])
 
     @server.tool(name="find_photo", title="Find one photo by answering questions (PlugIR)")

@@ -272,17 +272,22 @@ class PictrieveService:
         return {"answer": str(state.get("answer", "")), "sources": sources, "answerer": str(state.get("answerer", ""))}
 
     def ask_gallery(self, question: str, k: int, progress: Progress = no_progress) -> dict[str, Any]:
+        from pictrieve.agents.shown_text import may_show
         from pictrieve.agents.visret.reader import answer_from_gallery
 
         question = _text(question, "the question", "ask something about the photos")
         if not 1 <= int(k) <= 10:
             raise ToolInputError(f"k must be between 1 and 10, not {k}")
         self.embedder(progress)
-        reader = self.chat_model(progress, load=True)
-        progress(f"reading the {int(k)} best-matching photos with the chat model")
+        if may_show(self.settings.llm):
+            reader: Any = self.chat_model(progress, load=True)
+            progress(f"reading the {int(k)} best-matching photos with the chat model")
+        else:  # the offline model's words are never shown: the photos' own words are quoted (no model loaded)
+            reader = self.settings.llm
+            progress(f"quoting the captions and text of the {int(k)} best-matching photos")
         found = answer_from_gallery(self.gallery, question, reader, k=int(k))
         progress("answered")
-        return {"answer": str(found["answer"]), "hits": list(found["hits"])}
+        return {"answer": str(found["answer"]), "answerer": str(found["answerer"]), "hits": list(found["hits"])}
 
     def find_photo(self, description: str, progress: Progress = no_progress) -> dict[str, Any]:
         description = _text(description, "the description", "describe the photo you are looking for")

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from pictrieve.agents.shown_text import CAPABLE_LLM, may_show
 from pictrieve.graphs.registry import methods
 from pictrieve.ui.forms import UIError, count, form_or_json, k_value
 from pictrieve.ui.jobs import Job
@@ -67,9 +68,19 @@ def guides_made(guides: list[dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
-def run_visualize(job: Job, graph: Any, query: str, context: dict[str, Any]) -> dict[str, Any]:
-    """Run VisRet for ``query``: the guides are shown as soon as they exist, then the results."""
-    job.step("writing the visualization prompt…")
+def prompt_line(query: str, prompt: str, *, rewrites: bool) -> str:
+    """What the page says was visualized: a capable model's rewrite of the query, or the query as written (never
+    the words of a model whose words are not shown: :func:`pictrieve.agents.shown_text.may_show`)."""
+    if rewrites and prompt and prompt != query:
+        return f"prompt (rewritten by the chat model): {prompt!r}"
+    return (f"visualizing the query as written: {query!r} (a capable chat model rewrites it into a picture prompt: "
+            f"start the page with {CAPABLE_LLM})")
+
+
+def run_visualize(job: Job, graph: Any, query: str, context: dict[str, Any], *, rewrites: bool = True) -> dict[str, Any]:
+    """Run VisRet for ``query``: the guides are shown as soon as they exist, then the results. ``rewrites``:
+    whether the page's chat model may rewrite the query where a person reads it (:func:`prompt_line`)."""
+    job.step("writing the visualization prompt…" if rewrites else "reading the query…")
     state: dict[str, Any] = {}
     for update in job.stream(graph, {"query": query}, context=context):
         for node, change in update.items():
@@ -77,12 +88,14 @@ def run_visualize(job: Job, graph: Any, query: str, context: dict[str, Any]) -> 
                 continue
             state.update(change)
             if node == "rewrite":
-                job.step(f"prompt: {change.get('prompt', '')!r}; making guide images…")
+                job.step(f"{prompt_line(query, str(change.get('prompt') or ''), rewrites=rewrites)}; "
+                         "making guide images…")
             elif node == "visualize":
                 keep_guides(job, change.get("guides") or [])
             elif node == "retrieve":
                 job.step(f"searched the gallery with each guide image: {len(change.get('hits') or [])} results")
-    return {"prompt": str(state.get("prompt", "")), "hits": [h.to_json() for h in state.get("hits") or []]}
+    prompt = str(state.get("prompt", ""))
+    return {"prompt": prompt if rewrites else query, "hits": [h.to_json() for h in state.get("hits") or []]}
 
 
 # --- the routes (NEEDLE's too: it runs in this tab) --------------------------------------------------------
@@ -115,8 +128,10 @@ def visualize_now(page: PageState, body: dict[str, Any]) -> dict[str, Any]:
         return page.jobs.start("needle", start_needle).view()
     context = {**page.visualize_context, "k": k_value(body.get("k"), 24), "guides": guides}
 
+    rewrites = may_show(page.llm)  # the offline model is no rewriter: the need gives VisRet none, and none is shown
+
     def work(job: Any) -> dict[str, Any]:
-        return run_visualize(job, page.graph(method), query, context)
+        return run_visualize(job, page.graph(method), query, context, rewrites=rewrites)
 
     return page.jobs.start("visualize", work).view()
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pictrieve.agents.answer_types import expected_answer, question_terms, stem, words_of
 from pictrieve.agents.vsa.prompts import defang
 
 _REMOVED = defang("<<<RESULT>>>")
@@ -29,6 +30,9 @@ MIN_SCORE = 0.3
 offline set the sentences that answer score 0.37 to 0.73; unrelated ones about 0.15."""
 MARGIN = 0.06
 """A runner-up sentence is kept when its score is within this of the best one."""
+ANSWER_KIND_BONUS = 0.15
+"""Added to the rank score of a sentence that holds the kind of answer the question wants (a speed for "how
+fast"): it ranks above sentences that only talk about the same things. Its relevance gate is unchanged."""
 
 _SPLIT = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _ENDED = re.compile(r"[.!?:;][\"')\]]*$")
@@ -154,9 +158,12 @@ def kinds(text: str) -> set[str]:
 
 def about_something_else(sentence: str, title: str, allowed: set[str]) -> bool:
     """True when the sentence (or its page title) names kinds of thing and none of them is ``allowed``
-    (the photo's subjects and what the question names): a fact about something else."""
+    (the photo's subjects and what the question names): a fact about something else. People are in most
+    photos, so a sentence naming things besides people is judged by those things: "a rider-propelled machine"
+    on a page about bicycles is about bicycles, not about the person on a surfboard."""
     named = kinds(sentence) | kinds(title)
-    return bool(named) and not (named & allowed)
+    things = named - {"person"}
+    return bool(things and not (things & allowed)) if things else bool(named) and not (named & allowed)
 
 
 def on_topic(candidates: Sequence[tuple[str, int, str]], question: str,
@@ -168,31 +175,29 @@ def on_topic(candidates: Sequence[tuple[str, int, str]], question: str,
 
 
 _NOT_TARGET = frozenset("adult like one shown kind sort type photo picture image this that".split())
-_IRREGULAR = {"teeth": "tooth", "children": "child", "men": "man", "women": "woman", "mice": "mouse"}
-
-
-def _stem(word: str) -> str:
-    word = re.sub(r"'s?$", "", word.lower())
-    if word in _IRREGULAR:
-        return _IRREGULAR[word]
-    for suffix in ("ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
 
 
 def target_words(part: str) -> set[str]:
     """The stems of what a question part asks about ("how many teeth does it have?" -> ``{"tooth"}``): its
     content words, less the words for the photo and the kinds of thing it shows."""
-    from pictrieve.agents.vsa.steps import question_terms
+    return {stem(w) for w in question_terms(part) if w not in _NOT_TARGET and w not in _GENERIC and not _word_kind(w)}
 
-    return {_stem(w) for w in question_terms(part) if w not in _NOT_TARGET and w not in _GENERIC and not _word_kind(w)}
+
+def shares_a_word(sentence: str, part: str) -> bool:
+    """Whether ``sentence`` shares a word with what ``part`` asks about (a part without such words: yes)."""
+    wanted = target_words(part)
+    return not wanted or bool(wanted & words_of(sentence))
 
 
 def on_target(sentence: str, part: str) -> bool:
-    """Whether ``sentence`` shares a word with what ``part`` asks about (a part without such words: yes)."""
-    wanted = target_words(part)
-    return not wanted or bool(wanted & {_stem(w) for w in re.findall(r"[A-Za-z][A-Za-z']*", sentence)})
+    """Whether ``sentence`` can answer ``part``: it shares a word with what is asked, and holds the kind of
+    answer ``part`` wants (:func:`pictrieve.agents.answer_types.expected_answer`: a number with a unit of speed
+    for "how fast", an origin for "where do ... come from"); a sentence holding a ``strong`` kind ("about 70
+    km/h") answers without repeating a word of the question."""
+    expected = expected_answer(part)
+    if expected is None:
+        return shares_a_word(sentence, part)
+    return expected.answers(sentence, shares_a_word=shares_a_word(sentence, part))
 
 
 # -- saying what the pages do not say ------------------------------------------------------------
@@ -213,11 +218,30 @@ def asks_what_it_is(part: str) -> bool:
     return bool(_ASKS_WHAT_IT_IS.match(part))
 
 
+def only_the_photo_answers(part: str) -> bool:
+    """Whether ``part`` asks only what kind of thing the photo shows ("what animal is this?", "what is this?"): the
+    photo line answers it, and no sentence of a page does (a page on dog breeds says nothing of this photo)."""
+    if not asks_what_it_is(part):
+        return False
+    asked = re.match(r"^\s*(?:what|which)\s+([\w-]+)", part, re.IGNORECASE)
+    return asked is None or asked.group(1).lower() in _GENERIC | {"is", "are"}
+
+
 def _third_person(verb: str) -> str:
     irregular = {"have": "has", "do": "does", "go": "goes", "be": "is"}
     if verb in irregular:
         return irregular[verb]
     return verb + ("es" if verb.endswith(("s", "sh", "ch", "x", "o")) else "s")
+
+
+_PARTICIPLES = frozenset("made built born found known called worn grown seen done taken given kept held bred fed thrown "
+                         "shown sold bought brought caught taught won hung spun woven frozen".split())
+
+
+def _participle(word: str) -> bool:
+    """Whether ``word`` reads as a past participle ("invented", "built"): a passive question's verb."""
+    word = word.lower()
+    return word in _PARTICIPLES or (word.endswith("ed") and len(word) > 4)
 
 
 def missing_clause(part: str, subject: str | None) -> str:
@@ -237,7 +261,9 @@ def missing_clause(part: str, subject: str | None) -> str:
     if found and found.start() > 0:
         wh, aux, rest = text[:found.start()].strip(), found.group(1).lower(), text[found.end():].strip()
         words = rest.split()
-        if aux in ("is", "are", "was", "were") and words:
+        if aux in ("is", "are", "was", "were") and len(words) >= 2 and _participle(words[-1]):
+            text = f"{wh} {' '.join(words[:-1])} {aux} {words[-1]}"  # "when a boat was invented"
+        elif aux in ("is", "are", "was", "were") and words:
             text = f"{wh} {rest} {aux}"
         elif len(words) >= 2:
             body, verb = " ".join(words[:-1]), words[-1]
@@ -274,12 +300,16 @@ def score_sentences(question: str, candidates: Sequence[tuple[str, int, str]], *
     """``(sentence, source, title)`` candidates scored against the question + photo context, best first.
 
     A sentence is embedded with its page title in front ("Horses: quick facts: An adult ... "), so a
-    sentence that says "it" still knows what it is about.
+    sentence that says "it" still knows what it is about. One that holds the kind of answer the question wants
+    ranks :data:`ANSWER_KIND_BONUS` higher (``score``; ``relevance`` stays the cosine).
     """
     if not candidates:
         return []
     vectors = encode([question, _query(question, context)] + [f"{title}: {s}" for s, _, title in candidates])
     relevance, scores = vectors[2:] @ vectors[0], vectors[2:] @ vectors[1]
+    expected = expected_answer(question)
+    if expected is not None:
+        scores = scores + ANSWER_KIND_BONUS * np.array([expected.met_by(s) for s, _, _ in candidates], dtype=float)
     found = [Evidence(sentence, source, float(score), float(rel))
              for (sentence, source, _), score, rel in zip(candidates, scores, relevance)]
     return sorted(found, key=lambda e: (-e.score, e.source))

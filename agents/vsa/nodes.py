@@ -42,11 +42,11 @@ _CITE = re.compile(r"\s?\[\d+\]")
 
 
 def is_offline_small_model(chat: Any) -> bool:
-    """True for the offline SmolLM2-135M chat model object (too small to write grounded answers), also
-    inside LangChain wrappers (:func:`pictrieve.tools.models.chat_models.is_offline_chat_model`)."""
-    from pictrieve.tools.models.chat_models import is_offline_chat_model
+    """True for a chat model whose words are not shown (the offline SmolLM2-135M, by name or as the object, also
+    inside LangChain wrappers; or none at all): :func:`pictrieve.agents.shown_text.may_show`, the one rule."""
+    from pictrieve.agents.shown_text import may_show
 
-    return chat is not None and not isinstance(chat, str) and is_offline_chat_model(chat)
+    return not may_show(chat)
 
 
 def llm_step(flag: bool | None, chat: Any) -> bool:
@@ -326,6 +326,8 @@ def extractive_answer(state: VisionSearchState, settings: VisionSearchSettings) 
         # the part alone; else the passage an earlier part quoted, read on ("One knot is ..."); else the
         # part with the first part as its subject ("Who built ...: in what year?")
         quoted = frozenset(c.source for c in chosen)
+        if extractive.only_the_photo_answers(part):
+            continue  # "what animal is this?": the photo line says it; no page does
         for asked, near in ((part, frozenset()), (part, quoted), (full, frozenset())):
             pool = [c for c in fitting if c[0] not in {e.sentence for e in chosen}] if near else fitting
             if near and not pool:

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, Field, ValidationError
 
+from pictrieve.agents.answer_types import question_terms  # noqa: F401  (moved there; re-exported)
 from pictrieve.agents.vsa.prompts import defang, fence_results, prompt
 from pictrieve.tools.models.llm_calls import ModelCallError, calling, complete, is_model_call_failure, note_fallback
 
@@ -71,18 +72,6 @@ def parse_plan(text: str, *, n_regions: int, limit: int) -> Plan | None:
     clean = [SubQuestion(question=s.question.strip(), region=min(max(s.region, 1), max(n_regions, 1)))
              for s in plan.sub_questions if s.question.strip()]
     return Plan(sub_questions=clean[:limit]) if clean else None
-
-
-_STOP = {"what", "which", "who", "whom", "whose", "where", "when", "why", "how", "is", "are", "was", "were", "the",
-         "a", "an", "this", "that", "these", "those", "of", "in", "on", "at", "to", "for", "do", "does", "did", "it",
-         "its", "and", "or", "with", "from", "by", "can", "could", "photo", "picture", "image", "there", "many",
-         "much", "be", "have", "has", "they", "them", "their", "about", "kind", "type"}
-
-
-def question_terms(question: str) -> list[str]:
-    """The question's content words (a cheap stand-in for its nouns) for an open-vocabulary detector."""
-    words = re.findall(r"[A-Za-z][A-Za-z-]+", question.lower())
-    return list(dict.fromkeys(w for w in words if w not in _STOP and len(w) > 2))
 
 
 _PART = re.compile(r",?\s+and\s+(?=(?:what|which|who|whom|whose|where|when|why|how|in|is|are|was|were|does|do|did)\b)",
