@@ -115,6 +115,21 @@ def test_an_optional_need_is_given_only_when_someone_chose_one():
     assert resolve_needs(m, {"llm": model}) == {"llm": model}  # a ready model is a choice
 
 
+def test_the_offline_chat_model_is_no_choice_even_as_an_object_and_its_words_are_never_shown():
+    """`pictrieve ui` passes the offline SmolLM2-135M as a model object: an optional need (VisRet's rewriter) gets
+    nothing from it, as from the name, and :func:`may_show` says no for it however it comes (issue 37)."""
+    from pictrieve.agents.shown_text import may_show
+    from pictrieve.tools.models.chat_models import create_chat_model
+
+    m = method("llm", optional=("llm",))
+    offline = create_chat_model("offline")  # the wrapper only: no weights load
+    assert resolve_needs(m, {"llm": offline}) == {} and resolve_needs(m, {"llm": offline.bind(stop=["."])}) == {}
+    assert not any(may_show(chat) for chat in ("offline", offline, offline.with_retry(), None))
+    capable = object()
+    assert may_show(capable) and may_show("openai:gpt-4o-mini")
+    assert resolve_needs(method("llm"), {"llm": offline}) == {"llm": offline}  # a required one still gets it
+
+
 def test_the_qc2_model_is_the_one_trained_for_the_gallery_and_needs_one():
     from pictrieve.agents.needs import NeedUnavailable
 

@@ -5,7 +5,10 @@ A 135M chat model cannot read four pages and write a grounded answer with citati
 searcher read into sentences, scores each by all-MiniLM-L6-v2 cosine similarity to the question
 *in the light of the photo* (the question plus the regions' labels, so "the animal in this photo"
 prefers the horse page over the dog page), keeps the best sentence (and the runner-up when it is
-nearly as good), and quotes them verbatim, each followed by its source number ``[n]``.
+nearly as good), and quotes them verbatim, each followed by its source number ``[n]``. A sentence is chosen
+only when it answers what is asked (:func:`on_target`): it shares a word with the question and holds the kind
+of answer the question wants (:mod:`pictrieve.agents.answer_types`: a speed for "how fast", an origin for
+"where do dogs come from?"); such a sentence also ranks higher (:data:`ANSWER_KIND_BONUS`).
 
 Page text stays data: sentences are quoted, never interpreted, and a sentence is only chosen for
 being close to the question. This is not in the paper (the authors' searcher and answerer are
