@@ -98,7 +98,7 @@ SLOW: dict[str, str] = {
     'pictrieve ask photo.jpg "how many teeth does this animal have?" --search local:examples/vsa-offline/pages -v':
         "the SSD detector, the region describer and MiniLM over the pages (20-25 s)",
     "pictrieve eval vsa ../shared/datasets/flickr8k-dev --questions examples/vsa-offline/questions.jsonl "
-    "--search local:examples/vsa-offline/pages": "answers 20 questions with the full offline VSA stack",
+    "--search local:examples/vsa-offline/pages": "answers 24 questions with the full offline VSA stack",
     "pictrieve index ~/Photos -g ./my.gallery -e offline -e efficientnet-lite0 -e offline-labels:detect":
         "the SSD detector on every photo",
     "pictrieve tile -g ./my.gallery": "tiles every photo with each of the gallery's embedders",
