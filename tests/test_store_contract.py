@@ -105,6 +105,9 @@ JUNE_12 = {"after": "2023-06-12", "before": "2023-06-13"}
     ({"place": "Lisbon, Japan"}, set()),
     ({"place": "japan"}, {"a3"}),
     ({"place": "isbon"}, set()),  # inside a word is no match
+    ({"place": "jp"}, {"a3"}),
+    ({"place": "li"}, set()),  # two letters that are a code (Liechtenstein) mean the country, never "Lisbon"
+    ({"camera": "iphone 1"}, set()),  # under three letters, whole words only: "1" is not "13"
     ({"camera": "iphone"}, {"a1"}),
     ({"camera": "google pixel 7"}, {"a2"}),
     ({"camera": "pixel"}, {"a2"}),

@@ -4,16 +4,20 @@ Chroma answers a ``where`` from its SQLite metadata table before the vector sear
 range took seconds there (``$gte``/``$lt`` on an integer scan far more rows than they keep) and an equality on a
 string about half a second (BENCHMARKS.md, filtered search). Here each process keeps the fields filters read
 (:data:`NUMBER_KEYS`, :data:`TEXT_KEYS`) as numpy columns, tests a filter in a few milliseconds, and hands the
-passing ids to Chroma's vector search (``query(ids=...)``, the same allow-list a ``where`` ends in), so the hits are
-those the ``where`` gives, only sooner. ``near``'s radius is checked exactly on the box's photos, as
-:meth:`PhotoFilter.accepts` does.
+passing ids to Chroma's vector search (``query(ids=...)``, the same allow-list a ``where`` ends in). The columns
+decide by :meth:`PhotoFilter.accepts`'s rule, which a ``where`` cannot state (text by word and case aside, countries by
+name, dates on each photo's own clock): each distinct stored text is matched once per condition (remembered, so a
+later search matches only texts written since) and looked up by code; dates compare ``taken_at_local_ts`` (read from
+``taken_at`` for older records) or, for a time with a zone, ``taken_at_ts``; ``near``'s radius is checked exactly on
+the box's photos.
 
 The columns are read from the table Chroma answers a ``where`` from (:func:`~pictrieve.vectorstore.changes.read_fields`)
 the first time a gallery is filtered (about 15 s at 100k records, BENCHMARKS.md; said at INFO with a progress bar),
 saved in the user's cache (never in the gallery's folder), and kept up to date as the keyword index is: each
 filtered search first reads where the collection's write sequence stands (one tiny query, moved by every writer)
 and, when it moved, reads the records written since. A ``chroma run`` server, an in-memory store, or a layout this
-cannot read, gets ``None``: the filter then runs in the store as before.
+cannot read, gets ``None``: the store then applies :meth:`PhotoFilter.where` and checks :meth:`PhotoFilter.accepts` on
+the candidates.
 """
 
 from __future__ import annotations

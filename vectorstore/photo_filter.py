@@ -11,10 +11,12 @@ How text matches (``place``, ``camera``, ``folder``), case and accents aside:
 
 - ``place`` and ``camera`` match by word: the words typed appear, in order and next to each other, among the words
   of the stored city, region or country (``place``), or of the camera's name, make or model (``camera``); the last
-  word typed may be the start of a word ("iphone" and "iph" match "Apple iPhone 13 Pro", "pixel 7" matches
-  "Google Pixel 7"). A country matches by its code or by its name (``"portugal"``, ``"PT"`` and ``"PRT"`` all
-  match a photo placed in Lisbon, PT; :mod:`~pictrieve.vectorstore.countries`). ``place`` may name several parts
-  separated by commas, each of which must match ("Porto, PT").
+  word typed, from three letters on, may be the start of a word ("iphone" and "iph" match "Apple iPhone 13 Pro",
+  "pixel 7" matches "Google Pixel 7" but not "Pixel 7a"). A country matches by its code or by its name
+  (``"portugal"``, ``"PT"`` and ``"PRT"`` all match a photo placed in Lisbon, PT;
+  :mod:`~pictrieve.vectorstore.countries`); two letters that are a country's code mean that country alone ("DE" is
+  Germany, not Île-de-France). ``place`` may name several parts separated by commas, each of which must match
+  ("Porto, PT").
 - ``folder``: an absolute path (or one that exists from here) matches that folder and every folder inside it; any
   other path matches photos whose folder path holds its folder names in a row ("trips/2023" matches
   ``/home/me/trips/2023/june``).
@@ -77,6 +79,8 @@ class TextTerm:
         if self.kind == "folder":
             return folder_matches(self.text, stored)
         typed = words(self.text)
+        if self.kind == "place" and len(typed) == 1 and len(typed[0]) == 2 and country_names(typed[0]):
+            return field == "place_country" and stored.casefold() == typed[0]  # "DE" is Germany, not Île-de-France
         if words_match(typed, words(stored)):
             return True
         return field == "place_country" and any(words_match(typed, words(name)) for name in country_names(stored))
@@ -225,13 +229,21 @@ def words(text: str) -> tuple[str, ...]:
     return tuple(re.findall(r"\w+", plain.casefold()))
 
 
+PREFIX_MIN = 3
+"""The last word typed matches the start of a word from this many characters on ("lis" finds Lisbon); shorter ones
+match whole words only ("7" is not "7a", "ca" is not Cairo)."""
+
+
 def words_match(typed: tuple[str, ...], stored: tuple[str, ...]) -> bool:
-    """Whether ``typed`` appears in ``stored`` as a run of whole words, its last word possibly a word's start."""
+    """Whether ``typed`` appears in ``stored`` as a run of whole words, its last word possibly a word's start (from
+    :data:`PREFIX_MIN` characters on)."""
     n = len(typed)
     if not n:
         return False
     *whole, last = typed
-    return any(list(stored[start : start + n - 1]) == whole and stored[start + n - 1].startswith(last)
+    prefix = len(last) >= PREFIX_MIN
+    return any(list(stored[start : start + n - 1]) == whole
+               and (stored[start + n - 1].startswith(last) if prefix else stored[start + n - 1] == last)
                for start in range(len(stored) - n + 1))
 
 
