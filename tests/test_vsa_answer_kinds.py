@@ -101,3 +101,11 @@ def test_a_question_without_a_cue_expects_nothing_in_particular():
     assert expected_answer("What was the sport shown in this photo called in ancient Hawaii?") is None
     assert expected_answer("In what unit is the speed of the vehicle measured?") is None  # a unit, not a speed
     assert expected_answer("How fast is one unit?").kind == "speed"
+
+
+def test_what_animal_is_this_is_answered_by_the_photo_and_a_passive_question_reads_as_one():
+    """A page on dog breeds says nothing about this photo's animal; the photo line answers "what animal is this?"."""
+    assert extractive.only_the_photo_answers("What animal is this") and extractive.only_the_photo_answers("what is this?")
+    assert not extractive.only_the_photo_answers("What breed is this dog")
+    assert extractive.missing_clause("When was the vehicle in this photo invented?", "boat") == "when a boat was invented"
+    assert extractive.missing_clause("Where is it made?", "boat") == "where a boat is made"
