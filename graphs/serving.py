@@ -238,7 +238,7 @@ MAX_K = 100
 MAX_CANDIDATES = 1000
 """The most candidates any other ``*_k`` count of a served run may name (each costs work per run)."""
 GUARD_NODE = "served_input"
-TEXT_INPUTS = ("query", "description", "question", "topic")
+TEXT_INPUTS = ("query", "description", "question", "topic", "prompt")
 IMAGE_INPUTS = ("image",)
 
 

@@ -167,3 +167,13 @@ def test_a_resume_and_a_plain_run_still_pass_the_guard(served, thread):
         assert plain.status_code == 200 and len(plain.json()["hits"]) == 1
         resume = http.post(f"/threads/{thread}/runs", json={"assistant_id": "search", "command": {"resume": "yes"}})
         assert resume.status_code != 403, resume.text[:300]
+
+
+@pytest.mark.parametrize("method,path", [("POST", "/mcp"), ("GET", "/mcp"), ("POST", "/a2a/search"),
+                                         ("GET", "/.well-known/agent-card.json")])
+def test_langgraphs_own_mcp_and_a2a_doors_are_closed(served, method, path):
+    """More doors into the same runs, with inputs of their own shape: off in the langgraph.json pictrieve writes."""
+    with _http(served["url"]) as http:
+        answer = http.request(method, path, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert answer.status_code in (404, 405), (path, answer.status_code, answer.text[:200])
+

@@ -105,13 +105,15 @@ def test_the_store_routes_are_inside_the_body_cap(served):
 # --- in process: the served graph's own checks -----------------------------------------------------------
 
 
-def test_the_served_input_step_refuses_long_text():
+@pytest.mark.parametrize("key", ["query", "description", "question", "topic", "prompt"])
+def test_the_served_input_step_refuses_long_text(key):
+    """The graph's own first step (a Python caller of served_graph has no HTTP guard in front of it)."""
     from pictrieve.agents.settings import MAX_TEXT
     from pictrieve.graphs.serving import ServingConfigError, check_run_input
 
-    assert check_run_input({"query": "q" * MAX_TEXT}, None, None) == {}
-    with pytest.raises(ServingConfigError, match=f"input.query is longer than {MAX_TEXT} characters"):
-        check_run_input({"query": "q" * (MAX_TEXT + 1)}, None, None)
+    assert check_run_input({key: "q" * MAX_TEXT}, None, None) == {}
+    with pytest.raises(ServingConfigError, match=f"input.{key} is longer than {MAX_TEXT} characters"):
+        check_run_input({key: "q" * (MAX_TEXT + 1)}, None, None)
 
 
 def _pausing_graph():
