@@ -103,3 +103,34 @@ def test_a_folder_whose_owner_cannot_be_read_is_left_alone(tmp_path, pid_text):
     (folder / serve.OWNER_FILE).write_text(pid_text)
     assert serve.remove_stale_folders(tmp_path) == []
     assert folder.exists()
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_after_kill_9_the_next_pictrieve_serve_removes_the_folder_with_the_pictures_runs_sent(tmp_path, tiny_clip_name):
+    """Why 6 as it happened: a run sends a picture, `pictrieve serve` is killed with SIGKILL (its folder stays,
+    the picture in it), and the next `pictrieve serve` on the same temporary folder removes it as it starts."""
+    import signal
+
+    from helpers import make_photo
+    from helpers.serve import sdk_client, start_serve, stop_group
+    from pictrieve.vectorstore.gallery import Gallery
+
+    make_photo(tmp_path / "photos" / "a.png", seed=1)
+    Gallery.open(tmp_path / "g.gallery", tiny_clip_name).add(tmp_path / "photos", progress=False)
+    first, url = start_serve(tmp_path, tmp_path / "g.gallery")
+    try:
+        sdk_client(url).runs.wait(None, "search", input={"image": _png_data(3)}, context={"k": 1})
+        (left,) = (tmp_path / "tmp").glob("pictrieve-serve-*")
+        assert list(left.rglob("data-*")), "the picture the run sent is in the server's folder"
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        stop_group(first)
+    assert left.exists()  # nothing ran to remove it
+    second, _ = start_serve(tmp_path, tmp_path / "g.gallery")
+    try:
+        assert not left.exists()
+        assert len(list((tmp_path / "tmp").glob("pictrieve-serve-*"))) == 1  # the running server's own
+    finally:
+        stop_group(second)
