@@ -36,7 +36,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pictrieve.tools.core.exposure import header_host, is_loopback, url_host
@@ -205,16 +205,23 @@ def judged_body(body: bytes) -> tuple[int, str] | None:
     return None
 
 
-def _objects(document: Any) -> Any:
-    """Every JSON object in ``document``, at any depth (without recursion: orjson reads up to 1,024 levels)."""
+def _parts(document: Any) -> Iterator[Any]:
+    """``document`` and every value in it, at any depth, an object's keys too (without recursion: orjson reads
+    up to 1,024 levels)."""
     pending = [document]
     while pending:
         value = pending.pop()
+        yield value
         if isinstance(value, dict):
-            yield value
+            pending.extend(value.keys())
             pending.extend(value.values())
         elif isinstance(value, list):
             pending.extend(value)
+
+
+def _objects(document: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in ``document``, at any depth."""
+    return (part for part in _parts(document) if isinstance(part, dict))
 
 
 def state_write(document: Any) -> bool:
@@ -234,17 +241,9 @@ def state_write(document: Any) -> bool:
     return False
 
 
-def _strings(value: Any) -> Any:
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            yield item
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in ``value`` (an object's keys too), at any depth."""
+    return (part for part in _parts(value) if isinstance(part, str))
 
 
 def text_too_long(document: Any) -> str | None:

@@ -120,3 +120,33 @@ def test_oversized_base64_is_refused_from_its_length_before_it_is_decoded(monkey
     # Just inside the cap: decoded (the check is on the size, not on every long value).
     assert len(image_inputs.decode_image_data("A" * (cap * 4 // 3), max_bytes=cap)) == cap
     assert decoded
+
+
+def test_the_guard_reads_documents_as_deep_as_the_servers_parser_does():
+    """orjson reads up to 1,024 levels: a command 1,000 levels down is found, and a deep harmless body passes,
+    without the guard's own recursion limit deciding either."""
+    from pictrieve.graphs.serving_http import judged_body
+
+    deep = b'{"a": ' * 1000 + b'{"command": {"goto": "search"}}' + b"}" * 1000
+    assert judged_body(deep)[0] == 403
+    harmless = b"[" * 1000 + b"1" + b"]" * 1000
+    assert judged_body(harmless) is None
+
+
+@pytest.mark.parametrize("body,refused", [
+    (b'{"command": {"resume": "yes"}}', None),
+    (b'{"command": {"resume": "yes", "update": null, "goto": null}}', None),
+    (b'{"command": {"resume": "yes", "update": {}}}', 403),
+    (b'{"command": "goto"}', 403),
+    (b'{"command": {"update": 1}, "command": null}', None),  # the last of a repeated key counts, as for the server
+    (b'{"supersteps": []}', None),
+    (b'{"\\u0073upersteps": [{}]}', 403),
+    (b'not json', 400),
+    (b'{"assistant_id": "s", "input": {"image": "' + b"A" * 5000 + b'"}}', None),  # a picture is not text
+    (b'{"assistant_id": "s", "input": {"query": {"deep": ["' + b"a" * 2001 + b'"]}}}', 413),
+])
+def test_what_the_guard_decides_on_a_decoded_body(body, refused):
+    from pictrieve.graphs.serving_http import judged_body
+
+    answer = judged_body(body)
+    assert (answer[0] if answer else None) == refused, answer
