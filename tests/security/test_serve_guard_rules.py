@@ -150,3 +150,42 @@ def test_what_the_guard_decides_on_a_decoded_body(body, refused):
 
     answer = judged_body(body)
     assert (answer[0] if answer else None) == refused, answer
+
+
+@pytest.mark.parametrize("path,opened", [("/threads/0b6c/stream/events", False),
+                                         ("//threads/0b6c/stream/events/", False), ("/threads/0b6c/elsewhere", True)])
+def test_the_event_streaming_websocket_is_refused_before_it_opens(path, opened):
+    """LangGraph's event-streaming protocol also runs over a websocket (``input.respond`` may carry update/goto):
+    the guard closes it before the handshake completes."""
+    import asyncio
+
+    import uvicorn  # noqa: F401  (the guarded app is served by uvicorn with the websockets library)
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    from helpers import free_port
+    from pictrieve.graphs.serving_http import ServeGuard
+
+    async def echo(scope, receive, send):
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 1000})
+
+    async def attempt() -> bool:
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(ServeGuard(echo, token="", origins=()), host="127.0.0.1", port=port,
+                                               log_level="warning"))
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.05)
+        try:
+            async with connect(f"ws://127.0.0.1:{port}{path}"):
+                return True
+        except InvalidStatus as refused:
+            assert refused.response.status_code == 403
+            return False
+        finally:
+            server.should_exit = True
+            await serving
+
+    assert asyncio.run(attempt()) is opened
