@@ -28,6 +28,7 @@ from pictrieve.vectorstore.errors import (  # noqa: F401
     GalleryPermissionError,
     NotAGalleryError,
 )
+from pictrieve.vectorstore.readonly_copy import cannot_write, private_copy
 from pictrieve.vectorstore.records import GALLERY_RECORD, RECORDS_COLLECTION, read_record, write_record  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -174,6 +175,14 @@ def connect(location: str, *, create: bool) -> Any | None:
             raise _permission_error(path, exc) from exc
     if not os.access(path, os.R_OK | os.X_OK) or (create and not os.access(path, os.W_OK)):
         raise _permission_error(path, PermissionError(errno.EACCES, "Permission denied"))
+    if not create and cannot_write(path):  # Chroma writes on open: it reads a private copy (readonly_copy.py)
+        try:
+            return chromadb.PersistentClient(path=str(private_copy(path)), settings=settings)
+        except OSError as exc:
+            raise GalleryPermissionError(
+                f"gallery folder {path} is read-only and no private copy of it could be made in the cache "
+                f"({getattr(exc, 'strerror', None) or exc}); set PICTRIEVE_CACHE to a folder you can write to"
+            ) from exc
     try:
         return chromadb.PersistentClient(path=str(path), settings=settings)
     except Exception as exc:  # chromadb wraps sqlite's errors in its own types
@@ -363,7 +372,10 @@ class Database:
         return self._chroma
 
     def connect(self, *, create: bool) -> Any | None:
-        """The client, connecting (and with ``create`` making the database) when there is none yet."""
+        """The client, connecting (and with ``create`` making the database) when there is none yet. With
+        ``create`` (a write is coming), a gallery on read-only storage is refused (:meth:`refuse_read_only`)."""
+        if create:
+            self.refuse_read_only()
         with self._lock:
             if self._chroma is None:
                 if not self.server:
@@ -400,6 +412,17 @@ class Database:
             self._chroma = _fresh_client(self.location)
             self.epoch += 1
 
+    def refuse_read_only(self) -> None:
+        """Raise :class:`GalleryPermissionError` for an embedded gallery this process cannot write: it is read
+        from a private copy (:mod:`~pictrieve.vectorstore.readonly_copy`), where a write would be lost."""
+        if self.server or not is_gallery_folder(self.location) or not cannot_write(self.location):
+            return
+        path = Path(self.location).expanduser()
+        raise GalleryPermissionError(
+            f"cannot use gallery folder {path} to write: it is read-only (it can be searched, not changed); to index "
+            f"or sync, copy it to a folder you can write to (cp -r {path} NEW) and pass --gallery NEW"
+        )
+
     @contextlib.contextmanager
     def changing(self) -> Iterator[None]:
         """Hold the block's Chroma writes apart from other processes' index loads, then bump the
@@ -407,6 +430,7 @@ class Database:
         if self.server:
             yield
             return
+        self.refuse_read_only()
         with self._lock, _flock(self.location, fcntl.LOCK_EX, create=True) as fd:
             before = read_generation(self.location) or 0
             try:
