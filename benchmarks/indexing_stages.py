@@ -67,11 +67,12 @@ class NullEmbedder:
 
     name = "bench-null"
     dim = 384
+    flips = True  # as the offline default: the photo and its mirror image
 
     def preprocess(self, image: Any) -> np.ndarray:
-        from pictrieve.tools.models.embedders.backbone import squash_array
+        from pictrieve.tools.models.embedders.trained import TrainedEmbedder
 
-        return np.stack([squash_array(image), squash_array(image, flip=True)])
+        return TrainedEmbedder.preprocess(self, image)  # the recipe of the checkout imported (see --baseline)
 
     def embed_preprocessed(self, batch: Sequence[Any]) -> np.ndarray:
         vectors = np.zeros((len(batch), self.dim), dtype=np.float32)

@@ -79,6 +79,21 @@ def test_training_repeats_with_its_seed_and_leaves_the_callers_randomness_alone(
     assert np.array_equal(first.w1, again.w1) and not np.array_equal(first.w1, other.w1)
 
 
+@pytest.mark.parametrize("mode, size", [("RGB", (333, 217)), ("L", (120, 400)), ("RGBA", (224, 224))])
+def test_one_resize_makes_the_same_views_as_squashing_each(mode, size):
+    """The preprocessing of the offline default resizes once for the photo and its mirror image: the same
+    float32 values, bit for bit, as squashing each view on its own (the vectors stored before stay valid)."""
+    from pictrieve.tools.models.embedders.backbone import squash_array, squash_views
+
+    rng = np.random.default_rng(3)
+    image = Image.fromarray(rng.integers(0, 256, size=(size[1], size[0], len(mode)), dtype=np.uint8).squeeze(), mode)
+    expected = np.stack([squash_array(image), squash_array(image, flip=True)])
+    views = squash_views(image)
+    assert views.dtype == np.float32 and views.shape == (2, 3, 224, 224) and views.flags.c_contiguous
+    assert np.array_equal(views, expected)
+    assert np.array_equal(squash_views(image, flips=False), expected[:1])
+
+
 def test_factory_builds_trained_embedder_from_a_head_file(tmp_path):
     _random_head(np.random.default_rng(0)).save(tmp_path / "h.npz")
     assert "trained" in EMBEDDERS.families()

@@ -102,6 +102,20 @@ def squash_array(image: Image.Image, flip: bool = False) -> np.ndarray:
     return np.ascontiguousarray((pixels - np.float32(0.5)) / np.float32(0.5))
 
 
+def squash_views(image: Image.Image, flips: bool = True) -> np.ndarray:
+    """:func:`squash_array` of the photo and, with ``flips``, of its mirror image: ``(views, 3, 224, 224)``
+    float32, the same values, from one resize (mirroring the resized pixels is mirroring before the scaling
+    arithmetic, which works per pixel): the resize was most of the offline default's preprocessing."""
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    resized = np.asarray(rgb.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BICUBIC), dtype=np.float32)
+    pixels = ((resized / np.float32(255.0)).transpose(2, 0, 1) - np.float32(0.5)) / np.float32(0.5)
+    views = np.empty((2 if flips else 1, *pixels.shape), dtype=np.float32)
+    views[0] = pixels
+    if flips:
+        views[1] = pixels[:, :, ::-1]
+    return views
+
+
 def center_crop_array(image: Image.Image, crop_fraction: float = 0.875) -> np.ndarray:
     """The classifier's own view of a photo: short side resized to ``224 / crop_fraction``, the centre 224x224
     cut out, scaled to [-1, 1]: ``(3, 224, 224)`` float32, as ``imagenet_classifier.preprocess_image`` makes

@@ -32,7 +32,7 @@ from PIL import Image
 
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.model_cache import shared_model
-from pictrieve.tools.models.embedders.backbone import PackagedBackbone, squash_array
+from pictrieve.tools.models.embedders.backbone import PackagedBackbone, squash_views
 from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
 from pictrieve.tools.models.embedders.factory import UnknownEmbedderError
 from pictrieve.tools.models.sentence_encoder import SentenceEncoder, _gelu
@@ -136,8 +136,7 @@ class TrainedEmbedder(PackagedBackbone, EmbedderBase):
 
     def preprocess(self, image: Image.Image) -> np.ndarray:
         """The squashed photo and its mirror image: ``(views, 3, 224, 224)`` float32 (numpy: no torch needed)."""
-        views = [squash_array(image)] + ([squash_array(image, flip=True)] if self.flips else [])
-        return np.stack(views)
+        return squash_views(image, self.flips)
 
     def embed_preprocessed(self, batch: Sequence[np.ndarray]) -> np.ndarray:
         if not batch:
