@@ -130,3 +130,78 @@ def test_the_pinned_connection_still_names_the_host(resolver, pages):
     assert "Horses sleep standing up" in page.text
     assert _Pages.seen_hosts == [f"page.rebind.test:{pages}"]
     assert fake.lookups == {"page.rebind.test": 1}
+
+
+# --- HTTPS: the connection goes to the checked address, the TLS name and the certificate check stay the host's ---
+
+
+def _certificates(folder, name: str):
+    """A test CA (its PEM file) and a server certificate for ``name`` signed by it (cert and key files)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pictrieve test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = folder / "ca.pem", folder / "server.pem", folder / "server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
+@pytest.fixture
+def tls_pages(tmp_path, monkeypatch):
+    """The pages over HTTPS on 127.0.0.1 with a certificate for ``secure.rebind.test`` (its CA trusted through
+    ``REQUESTS_CA_BUNDLE``); yields (port, the TLS server names clients sent)."""
+    import ssl
+
+    ca, cert, key = _certificates(tmp_path, "secure.rebind.test")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca))
+    names: list[str | None] = []
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda sock, name, ctx: names.append(name)
+    _Pages.seen_hosts = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Pages)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1], names
+    server.shutdown()
+    server.server_close()
+
+
+def test_https_to_the_checked_address_keeps_the_tls_name_and_checks_the_certificate_against_it(resolver, tls_pages):
+    port, names = tls_pages
+    fake = resolver({"secure.rebind.test": ["127.0.0.1", PUBLIC]})
+    page = fetch_page(f"https://secure.rebind.test:{port}/horses", allow_hosts={"secure.rebind.test"}, timeout=5)
+    assert "Horses sleep standing up" in page.text
+    assert names == ["secure.rebind.test"] and _Pages.seen_hosts == [f"secure.rebind.test:{port}"]
+    assert fake.lookups == {"secure.rebind.test": 1}
+
+
+def test_https_refuses_a_certificate_for_another_name(resolver, tls_pages):
+    """The same server reached as another name: the certificate does not name it, so nothing is read."""
+    port, _names = tls_pages
+    resolver({"other.rebind.test": ["127.0.0.1"]})
+    with pytest.raises(FetchError, match="could not fetch"):
+        fetch_page(f"https://other.rebind.test:{port}/horses", allow_hosts={"other.rebind.test"}, timeout=5)
+    assert _Pages.seen_hosts == []

@@ -24,6 +24,7 @@ resolved once and connected to at that address). The default allows nothing priv
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -111,8 +112,6 @@ def _get_pinned(url: str, addresses: list[str], timeout: float) -> Any:
     """GET ``url`` (no redirect followed) over a connection to the first of ``addresses`` that answers; the
     request names ``url``'s host (``Host``; for HTTPS the TLS server name and the certificate's name), so the
     server sees what a browser would send, while the name is never looked up again."""
-    import certifi
-
     parts = urlsplit(url)
     host = parts.hostname or ""
     shown_host = f"[{host}]" if ":" in host else host
@@ -126,7 +125,7 @@ def _get_pinned(url: str, addresses: list[str], timeout: float) -> Any:
         if parts.scheme == "https":
             pool: Any = urllib3.HTTPSConnectionPool(address, port, timeout=limits, retries=False, maxsize=1,
                                                     server_hostname=host, assert_hostname=host,
-                                                    cert_reqs="CERT_REQUIRED", ca_certs=certifi.where())
+                                                    cert_reqs="CERT_REQUIRED", ca_certs=_ca_bundle())
         else:
             pool = urllib3.HTTPConnectionPool(address, port, timeout=limits, retries=False, maxsize=1)
         try:
@@ -214,6 +213,17 @@ def fetch_page(
     if max_chars is not None:
         text = text[:max_chars]
     return FetchedPage(url=current, title=title or current, text=text, content_type=content_type)
+
+
+def _ca_bundle() -> str:
+    """The certificates HTTPS pages are checked against: ``REQUESTS_CA_BUNDLE`` or ``SSL_CERT_FILE`` when set
+    (as requests, which fetched these pages before, honours them: a company's own CA), else certifi's."""
+    for variable in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        if os.environ.get(variable):
+            return os.environ[variable]
+    import certifi
+
+    return certifi.where()
 
 
 def _charset(content_type: str) -> str | None:
