@@ -24,7 +24,6 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from io import TextIOWrapper
-from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Literal
 
 import anyio

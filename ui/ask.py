@@ -88,7 +88,7 @@ def ask_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
         if is_upload(form.get("image")):
             image: str | None = str(save_upload(form["image"], page.max_upload_bytes, Path(folder.name)))
         elif form.get("photo"):
-            image = page.gallery_item(form["photo"]).path
+            image = page.gallery_photo(form["photo"], folder.name)
         else:
             image = None  # the graph finds the photo in the gallery (visual RAG)
     except BaseException:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 from fastapi import APIRouter
@@ -19,8 +20,9 @@ def search_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
     search_graph = page.graph("search")
     options = search_options(form)
     if form.get("like"):
-        item = page.gallery_item(form["like"])
-        result = search_graph.invoke({"image": item.path, **options}, context={"k": k})
+        with tempfile.TemporaryDirectory(prefix="pictrieve-like-") as folder:
+            photo = page.gallery_photo(form["like"], folder)
+            result = search_graph.invoke({"image": photo, **options}, context={"k": k})
     elif is_upload(form.get("image")):
         with guarded_upload(form["image"], page.max_upload_bytes) as path:
             result = search_graph.invoke({"image": str(path), **options}, context={"k": k})

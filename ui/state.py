@@ -21,7 +21,6 @@ from pictrieve.agents.needs import missing_needs, resolve_needs
 from pictrieve.graphs.registry import get_method
 from pictrieve.ui.forms import UIError, form_or_json
 from pictrieve.ui.jobs import Jobs
-from pictrieve.vectorstore.errors import GalleryError
 
 
 @dataclass
@@ -116,13 +115,16 @@ class PageState:
                 self.graphs["needle"] = NeedleSessions(self.gallery, built)
             return self.graphs["needle"]
 
-    def gallery_item(self, image_id: Any) -> Any:
-        """The gallery's record of ``image_id`` (ids only: a path in the request is just an unknown id)."""
+    def gallery_photo(self, image_id: Any, folder: str | Path) -> str:
+        """A private copy in ``folder`` of the gallery photo ``image_id`` (ids only: a path in the request is just
+        an unknown id), read as the file that was indexed (a photo replaced by a link is refused in one line), so
+        the graph reads what was checked (:func:`~pictrieve.tools.core.image_inputs.gallery_photo_copy`)."""
+        from pictrieve.tools.core.image_inputs import ImageInputError, gallery_image_lookup, gallery_photo_copy
+
         try:
-            (item,) = self.gallery.get([str(image_id)])
-        except (KeyError, GalleryError) as exc:  # unknown id, or a malformed one the store refuses
-            raise UIError("no such image in this gallery") from exc
-        return item
+            return gallery_photo_copy(str(image_id), folder, gallery_image_lookup(self.gallery))
+        except ImageInputError as exc:
+            raise UIError(str(exc)) from None
 
 
 def page_state(request: Request) -> PageState:

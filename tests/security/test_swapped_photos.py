@@ -3,7 +3,8 @@
 Someone who can write into a photo folder (a shared or synced one) replaces an indexed photo: by a link to a
 file the server's user may read (a secret text, a private picture outside the folders), by a link standing for
 its folder, by a file that is no image, or by a FIFO. Every route that gives a caller a gallery photo refuses
-each in one line and sends nothing of the file: the page's ``/api/image/<id>`` (a real uvicorn), MCP's
+each in one line and sends nothing of the file: the page's ``/api/image/<id>``, "more like this" and Ask about a
+gallery photo (a real uvicorn), MCP's
 ``pictrieve://image/<id>`` resource and a gallery id given to a tool (a real ``pictrieve mcp`` over stdio),
 the id of a served run's image input and the LangChain tools (:func:`image_argument`), and the thumbnails in
 search results (:func:`photo_blocks`). The untouched photo beside them is still served byte for byte.
@@ -80,9 +81,15 @@ def test_the_page_refuses_every_swapped_photo_and_serves_the_kept_one(swapped, t
             assert answer.status_code == 404 and REFUSED[name] in answer.json()["error"], (name, answer.text)
             assert SECRET not in answer.text and str(swapped.root) not in answer.text
             assert time.monotonic() - started < 10, f"{name}: the page waited on the file"
+            for route, body in (("/api/search", {"like": swapped.ids[name]}),
+                                ("/api/ask", {"photo": swapped.ids[name], "question": "what is it?"})):
+                refused = httpx.post(url + route, json=body, timeout=60)
+                assert refused.status_code == 400 and REFUSED[name] in refused.json()["error"], (name, route, refused.text)
         kept = httpx.get(f"{url}/api/image/{swapped.ids['kept']}", timeout=30)
         assert kept.status_code == 200 and kept.content == swapped.kept.read_bytes()
         assert kept.headers["content-type"] == "image/png"
+        like = httpx.post(url + "/api/search", json={"like": swapped.ids["kept"]}, timeout=120)
+        assert like.status_code == 200 and like.json()["hits"][0]["id"] == swapped.ids["kept"]
 
 
 async def test_mcp_refuses_every_swapped_photo_as_a_resource_and_as_a_tool_argument(swapped):

@@ -223,6 +223,18 @@ def _source_file(text: str, lookup_id: ImageLookup | None, allowed: AllowedDirs,
     return real, text
 
 
+def gallery_photo_copy(image_id: str, folder: str | os.PathLike, lookup_id: ImageLookup) -> str:
+    """A private copy in ``folder`` of the gallery photo ``image_id`` (an id only: a path is an unknown id), read
+    as the file that was indexed: for a front end whose caller names a gallery photo by id alone (the page's
+    "more like this" and Ask). Raises :class:`ImageInputError` in one line (an unknown id, a file gone, a photo
+    replaced by a link or by a non-image)."""
+    text = str(image_id or "").strip()
+    found = lookup_id(text) if text and len(text) < MIN_BASE64_CHARS and _is_name(text) else None
+    if found is None:
+        raise ImageInputError("no such image in this gallery")
+    return str(_gallery_copy(Path(found), f"gallery image {text}", Path(folder)))
+
+
 def _gallery_copy(found: Path, shown: str, folder: Path) -> Path:
     """A copy in ``folder`` of the gallery photo stored at ``found``, read as the file that was indexed
     (:func:`~pictrieve.tools.core.gallery_photos.open_gallery_photo`: a photo replaced by a link is refused), so
