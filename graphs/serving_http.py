@@ -24,8 +24,9 @@ environment; the guard reads them once, when the server imports this module):
   JSON the server decodes (escapes, repeated keys, any depth, any route), never the body's bytes, and refuses
   a body it cannot decode as the server would. Answering a pause (``command={"resume": ...}``) is a run like
   any other.
-- **Size**: every body is read up to :data:`MAX_BODY_BYTES` (``413`` beyond, the store's ``PUT /store/items``
-  too), and a run's text (its input but a picture, its resume value, context and config) is at most
+- **Size**: every body is read up to :data:`MAX_BODY_BYTES` on a route that starts runs and
+  :data:`MAX_OTHER_BODY_BYTES` on any other (``413`` beyond; the store's ``PUT /store/items`` too), and a
+  run's text (its input but a picture, its resume value, context and config) is at most
   :data:`~pictrieve.agents.settings.MAX_TEXT` characters a string, refused before the run is stored.
 """
 
@@ -124,8 +125,12 @@ class ServeGuard:
 
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
-"""The largest request body the guard reads (and so the server takes) on any route: a run's picture sent as
-base64 (20 MiB of image, about 27 MiB of text) fits; LangGraph's own limit is 300 MiB."""
+"""The largest request body the guard reads (and so the server takes) on a route that starts runs (``/runs``
+in its path): a run's picture sent as base64 (20 MiB of image, about 27 MiB of text) fits; LangGraph's own
+limit is 300 MiB."""
+MAX_OTHER_BODY_BYTES = 1024 * 1024
+"""The largest body on every other route (threads, assistants, the store's ``PUT /store/items``): what they keep
+(metadata, store values) stays with the server for its life, and no served graph needs more there."""
 _MAX_CHECKED_BODY = MAX_BODY_BYTES  # the name older tests import
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _STATE_EDIT = re.compile(r"/threads/[^/]+/state\Z")
@@ -148,9 +153,10 @@ def normalised_path(path: str) -> str:
 async def _judged_request(scope: dict[str, Any], receive: Any) -> tuple[Any, tuple[int, str] | None]:
     """``(receive, refusal)`` for a request that may carry a body (POST, PUT, PATCH, DELETE) on any route.
 
-    The body is read here, up to :data:`MAX_BODY_BYTES`, decoded as the server decodes it (``orjson``, which
-    LangGraph's request parser uses: escapes such as ``\\u0063ommand`` decoded, a repeated key's last value
-    kept, any depth), and judged on what was decoded, never on its bytes:
+    The body is read here, up to :data:`MAX_BODY_BYTES` (:data:`MAX_OTHER_BODY_BYTES` where no run starts),
+    decoded as the server decodes it (``orjson``, which LangGraph's request parser uses: escapes such as
+    ``\\u0063ommand`` decoded, a repeated key's last value kept, any depth), and judged on what was decoded,
+    never on its bytes:
 
     - a state written from outside the graph's steps (:func:`state_write`): ``POST /threads/ID/state``, a
       ``command`` with anything but ``resume``, ``supersteps``, wherever in the document, on any route;
@@ -167,6 +173,8 @@ async def _judged_request(scope: dict[str, Any], receive: Any) -> tuple[Any, tup
         return receive, (403, PROTOCOL_V2)
     headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers") or []}
     encoding = headers.get("content-encoding", "").strip().lower()
+    starts_runs = "/runs" in path
+    most, route = (MAX_BODY_BYTES, "a route that starts runs") if starts_runs else (MAX_OTHER_BODY_BYTES, "this route")
     chunks, size, more = [], 0, True
     while more:
         message = await receive()
@@ -175,8 +183,8 @@ async def _judged_request(scope: dict[str, Any], receive: Any) -> tuple[Any, tup
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
         more = message.get("more_body", False)
-        if size > MAX_BODY_BYTES:
-            return receive, (413, f"the request body is too large (at most {MAX_BODY_BYTES // 2**20} MiB)")
+        if size > most:
+            return receive, (413, f"the request body is too large (at most {most // 2**20} MiB on {route})")
     body = b"".join(chunks)
     if not body.strip():
         return _replay(body, receive), None

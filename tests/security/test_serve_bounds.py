@@ -90,14 +90,17 @@ def test_text_at_the_bound_is_searched(served):
 
 @pytest.mark.server
 def test_the_store_routes_are_inside_the_body_cap(served):
-    """Why 6: ``PUT /store/items`` took 4 x 50 MB past the 64 MiB guard; now one byte over the cap is refused."""
-    from pictrieve.graphs.serving_http import MAX_BODY_BYTES
+    """Why 6: ``PUT /store/items`` took 4 x 50 MB past the 64 MiB guard, each kept for the server's life. The store
+    (like every route that starts no run) now takes at most 1 MiB a body: one byte more is refused."""
+    from pictrieve.graphs.serving_http import MAX_OTHER_BODY_BYTES
 
     head, tail = b'{"namespace": ["a"], "key": "k", "value": {"v": "', b'"}}'
-    body = head + b"x" * (MAX_BODY_BYTES + 1 - len(head) - len(tail)) + tail
+    body = head + b"x" * (MAX_OTHER_BODY_BYTES + 1 - len(head) - len(tail)) + tail
     with httpx.Client(base_url=served["url"], timeout=300, trust_env=False) as http:
         answer = http.put("/store/items", content=body, headers={"content-type": "application/json"})
         assert answer.status_code == 413 and "too large" in answer.text, answer.text[:300]
+        fifty = http.post("/threads", json={"metadata": {"m": "x" * (50 * 2**20)}})
+        assert fifty.status_code == 413, fifty.text[:300]
         small = http.put("/store/items", json={"namespace": ["a"], "key": "k", "value": {"v": "small"}})
         assert small.status_code in (200, 204), small.text[:300]
 
