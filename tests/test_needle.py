@@ -271,6 +271,35 @@ def test_tiles_are_indexed_resumably_and_searched(needle_gallery, isolated_cache
         index_tiles(gallery, settings=TilingSettings(min_fraction=0.3), progress=False, limit=1)
 
 
+def test_tiling_says_each_photo_split_and_every_few_tiles_embedded(needle_gallery, isolated_cache, monkeypatch):
+    """Issue 40: `tile` went 48 s between progress updates (its bar counted batches of photos): now each photo
+    split and each few tiles embedded, per embedder, move the note on. Written nowhere: the collections here only
+    count what they are given."""
+    from pictrieve.vectorstore import tiles
+
+    gallery, _, _ = needle_gallery
+    monkeypatch.setattr(tiles, "EMBED_CHUNK", 2)
+    plan = tiles.plan_tiles(gallery, None, TilingSettings(min_fraction=0.4))
+    views = [gallery.with_embedder(name) for name in plan.embedders]
+
+    class Counting:
+        rows = 0
+
+        def upsert(self, ids, embeddings, metadatas):
+            self.rows += len(ids)
+
+    sinks = [Counting() for _ in views]
+    notes: list[str] = []
+    report = tiles.tile_images(views, sinks, plan.todo[:3], plan.settings, on_progress=notes.append)
+    assert notes[:3] == [f"split {n}/3 photos into tiles" for n in (1, 2, 3)]
+    for view, sink in zip(views, sinks):
+        said = [note for note in notes if note.startswith(f"{view.embedder_name}: embedded ")]
+        done = [int(note.split()[-2].split("/")[0]) for note in said]
+        extra = report.tiles[view.embedder_name] - 3  # the tiles beside the three whole photos
+        assert done == list(range(2, extra, 2)) + [extra] and said[-1].endswith(f"/{extra} tiles")
+        assert sink.rows == report.tiles[view.embedder_name]
+
+
 def test_settings_and_query_refinement():
     assert refine_query("  A dog,  on the beach!! ", prefix="a photo of") == "a photo of A dog on the beach"
     with pytest.raises(SettingsError, match="feedback"):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -321,18 +321,26 @@ def create_tile_collections(gallery: "Gallery", plan: TilePlan) -> list[Any]:
                 for name in plan.embedders]
 
 
+EMBED_CHUNK = 16
+"""Tiles embedded per call: each call is followed by a progress note, so a slow embedder (one that runs a
+detector per tile) is never silent for long."""
+
+
 def tile_images(
     views: Sequence["Gallery"], collections: Sequence[Any], targets: Sequence[TileTarget], settings: TilingSettings,
+    *, on_progress: Callable[[str], None] | None = None,
 ) -> TileReport:
     """Tile ``targets`` once and, for each view (one per embedder) that needs an image's tiles, embed
     its tiles and write them to that view's tile ``collections`` entry; return what was done (only
-    ``tiled``, ``tiles`` and ``failed`` are filled). Unreadable images are reported, not fatal."""
+    ``tiled``, ``tiles`` and ``failed`` are filled). Unreadable images are reported, not fatal.
+    ``on_progress(note)`` hears each image split and each :data:`EMBED_CHUNK` tiles embedded."""
     from pictrieve.tools.core.images import ImageDecodeError, load_image
 
+    note = on_progress or (lambda text: None)
     report = TileReport()
     crops: list[tuple[str, int, Box, Image.Image]] = []
     readable: list[TileTarget] = []
-    for target in targets:
+    for number, target in enumerate(targets, start=1):
         try:
             image = load_image(target.path)
         except (ImageDecodeError, OSError) as exc:
@@ -341,6 +349,7 @@ def tile_images(
         readable.append(target)
         boxes = [b for b in smart_tiles(image, settings) if b != (0, 0, *image.size)]
         crops.extend((target.id, n, box, image.crop(box)) for n, box in enumerate(boxes, start=1))
+        note(f"split {number}/{len(targets)} photos into tiles")
     for view, collection in zip(views, collections):
         name = view.embedder_name
         whole = [target for target in readable if name in target.embedders]
@@ -350,8 +359,10 @@ def tile_images(
         wanted = [c for c in crops if c[0] in wanted_ids]
         ids = [f"{target.id}#0" for target in whole] + [f"{c[0]}#{c[1]}" for c in wanted]
         vectors = [view.embeddings([target.id for target in whole])]
-        if wanted:
-            vectors.append(view.embedder.embed_preprocessed([view.embedder.preprocess(c[3]) for c in wanted]))
+        for start in range(0, len(wanted), EMBED_CHUNK):
+            chunk = wanted[start : start + EMBED_CHUNK]
+            vectors.append(view.embedder.embed_preprocessed([view.embedder.preprocess(c[3]) for c in chunk]))
+            note(f"{name}: embedded {start + len(chunk)}/{len(wanted)} tiles")
         metadatas = [{"parent": target.id, "tile": 0, "box": ""} for target in whole] + [
             {"parent": c[0], "tile": c[1], "box": ",".join(map(str, c[2]))} for c in wanted
         ]
@@ -396,7 +407,13 @@ def index_tiles(
     views = [gallery.with_embedder(name) for name in plan.embedders]
     with gallery.writing():
         collections = create_tile_collections(gallery, plan)
-        for start in tqdm(range(0, len(plan.todo), batch_size), desc="tiling", unit="batch", disable=not progress):
-            part = tile_images(views, collections, plan.todo[start : start + batch_size], plan.settings)
-            merge_tile_reports(report, part)
+        # one bar over the photos, its note moved on by every photo split and every few tiles embedded: a batch
+        # of photos with three embedders took most of a minute, silent, when the bar counted batches
+        with tqdm(total=len(plan.todo), desc="tiling", unit="photo", disable=not progress) as bar:
+            for start in range(0, len(plan.todo), batch_size):
+                batch = plan.todo[start : start + batch_size]
+                part = tile_images(views, collections, batch, plan.settings,
+                                   on_progress=lambda text: bar.set_postfix_str(text, refresh=True))
+                merge_tile_reports(report, part)
+                bar.update(len(batch))
     return report
