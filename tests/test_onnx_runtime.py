@@ -102,6 +102,25 @@ def test_offline_vectors_equal_torchs_on_real_photos(in_cache, photos, monkeypat
     assert embedder.trunk_runtime is not None  # auto on a CPU: ONNX Runtime, as measured
 
 
+@pytest.mark.parametrize("name", ["efficientnet-lite0", "offline-labels"])
+def test_the_other_efficientnet_embedders_run_the_trunk_on_onnx_too(name, in_cache, photos, monkeypatch):
+    """`tile` with efficientnet-lite0 and offline-labels spent half its time in the torch trunk: on a CPU they now
+    run it where the offline default does, with torch's vectors, and never call the torch model."""
+    from pictrieve.tools.models.embedders import backbone
+
+    embedder = create_embedder(name, device="cpu")
+    monkeypatch.setenv(RUNTIME_ENV, "torch")
+    on_torch = embedder.embed_images(photos)
+    monkeypatch.setenv(RUNTIME_ENV, "onnx")
+    monkeypatch.setattr(backbone, "pooled_features_and_logits",
+                        lambda *a: pytest.fail("the torch trunk ran while ONNX Runtime was chosen"))
+    monkeypatch.setattr(type(embedder.classifier), "logits",
+                        lambda *a: pytest.fail("the torch classifier ran while ONNX Runtime was chosen"))
+    on_onnx = embedder.embed_images(photos)
+    assert on_onnx.shape == on_torch.shape == (len(photos), embedder.dim)
+    np.testing.assert_allclose(on_onnx, on_torch, atol=1e-4, rtol=0)
+
+
 def test_a_gallery_indexed_with_one_runtime_is_searched_and_updated_with_the_other(in_cache, photo_dir, monkeypatch):
     from pictrieve.vectorstore.gallery import Gallery
 

@@ -321,9 +321,9 @@ def create_tile_collections(gallery: "Gallery", plan: TilePlan) -> list[Any]:
                 for name in plan.embedders]
 
 
-EMBED_CHUNK = 16
-"""Tiles embedded per call: each call is followed by a progress note, so a slow embedder (one that runs a
-detector per tile) is never silent for long."""
+EMBED_CHUNK = 4
+"""Tiles embedded per call: each call is followed by a progress note, so a slow embedder is never silent for long
+(`offline-labels:detect` runs the SSD detector per tile: about a second a tile on a loaded 2-core machine)."""
 
 
 def tile_images(
@@ -402,6 +402,8 @@ def index_tiles(
     """
     from tqdm.auto import tqdm
 
+    from pictrieve.tools.core.model_cache import announcing_model_loads
+
     plan = plan_tiles(gallery, embedders, settings, limit=limit)
     report = plan.report()
     views = [gallery.with_embedder(name) for name in plan.embedders]
@@ -409,7 +411,8 @@ def index_tiles(
         collections = create_tile_collections(gallery, plan)
         # one bar over the photos, its note moved on by every photo split and every few tiles embedded: a batch
         # of photos with three embedders took most of a minute, silent, when the bar counted batches
-        with tqdm(total=len(plan.todo), desc="tiling", unit="photo", disable=not progress) as bar:
+        with tqdm(total=len(plan.todo), desc="tiling", unit="photo", disable=not progress) as bar, \
+                announcing_model_loads(lambda label: bar.set_postfix_str(f"loading {label}", refresh=True)):
             for start in range(0, len(plan.todo), batch_size):
                 batch = plan.todo[start : start + batch_size]
                 part = tile_images(views, collections, batch, plan.settings,
