@@ -27,17 +27,19 @@ environment; the guard reads them once, when the server imports this module):
 - **Size**: every body is read up to :data:`MAX_BODY_BYTES` on a route that starts runs and
   :data:`MAX_OTHER_BODY_BYTES` on any other (``413`` beyond; the store's ``PUT /store/items`` too), and a
   run's text (its input but a picture, its resume value, context and config) is at most
-  :data:`~pictrieve.agents.settings.MAX_TEXT` characters a string, refused before the run is stored.
+  :data:`~pictrieve.agents.settings.MAX_TEXT` characters a string and :data:`RUN_TEXT_FACTOR` times that in all,
+  refused before the run is stored. The body is judged in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from pictrieve.tools.core.exposure import header_host, is_loopback, url_host
@@ -158,9 +160,10 @@ async def _judged_request(scope: dict[str, Any], receive: Any) -> tuple[Any, tup
     ``\\u0063ommand`` decoded, a repeated key's last value kept, any depth), and judged on what was decoded,
     never on its bytes:
 
-    - a state written from outside the graph's steps (:func:`state_write`): ``POST /threads/ID/state``, a
+    - a state written from outside the graph's steps (:func:`writes_state`): ``POST /threads/ID/state``, a
       ``command`` with anything but ``resume``, ``supersteps``, wherever in the document, on any route;
-    - text a caller sends beyond :data:`~pictrieve.agents.settings.MAX_TEXT` characters (:func:`text_too_long`);
+    - text a caller sends beyond :data:`~pictrieve.agents.settings.MAX_TEXT` characters, one string or a run's
+      text in all (:func:`judged_document`), and a body of more than :data:`MAX_VALUES` values;
     - a body the server could not read either (not JSON, or compressed: the server decodes no
       ``Content-Encoding``), refused rather than passed unjudged.
 
@@ -190,89 +193,111 @@ async def _judged_request(scope: dict[str, Any], receive: Any) -> tuple[Any, tup
         return _replay(body, receive), None
     if encoding not in ("", "identity"):
         return receive, (415, f"this server reads request bodies as sent, not {encoding[:40]}-encoded")
-    problem = judged_body(body)
+    # Parsed and walked in a worker thread: a large body never holds up the requests the loop is serving.
+    problem = await asyncio.to_thread(judged_body, body)
     if problem is not None:
         return receive, problem
     return _replay(body, receive), None
 
 
+MAX_VALUES = 200_000
+"""The most values (counted by the body's commas, before anything is parsed) a request body may hold: a run is
+a few dozen values and a picture one string, while a megabyte of ``[0,0,...]`` is half a million values that
+the server's parser and the guard's walk would each spend their time on (``413`` beyond)."""
+RUN_TEXT_FACTOR = 10
+"""A run's text in all (every string of its input but a picture, its resume value, context and config, keys
+too) is at most this many times :data:`~pictrieve.agents.settings.MAX_TEXT`: room for a query, a description,
+an answer and a hundred result ids, while 15,000 strings of 2,000 characters, each inside the bound on one
+text, are refused."""
+
+
 def judged_body(body: bytes) -> tuple[int, str] | None:
     """``(status, reason)`` for a request body the guard refuses, judged on the document the server decodes
-    from it (:func:`_judged_request`); ``None`` when it may pass."""
+    from it (:func:`_judged_request`, which calls this in a worker thread: the event loop serves other requests
+    meanwhile); ``None`` when it may pass. A body with more than :data:`MAX_VALUES` values is refused before
+    it is parsed, so the parse and the walk over what it decoded stay short."""
     import orjson  # LangGraph's own parser (langgraph_api.route.ApiRequest.json)
 
+    if body.count(b",") > MAX_VALUES:  # every value but a container's first follows a comma
+        return 413, f"the request body holds more than {MAX_VALUES:,} values; send fewer"
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
         return 400, "the request body is not JSON this server reads"
-    if state_write(document):
-        return 403, STATE_WRITES
-    too_long = text_too_long(document)
-    if too_long is not None:
-        return 413, too_long
-    return None
+    return judged_document(document)
 
 
-def _parts(document: Any) -> Iterator[Any]:
-    """``document`` and every value in it, at any depth, an object's keys too (without recursion: orjson reads
-    up to 1,024 levels)."""
-    pending = [document]
-    while pending:
-        value = pending.pop()
-        yield value
-        if isinstance(value, dict):
-            pending.extend(value.keys())
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
+def judged_document(document: Any) -> tuple[int, str] | None:
+    """``(status, reason)`` for a decoded request body the guard refuses, from one walk over every value in it
+    (an object's keys too, at any depth, without recursion: orjson reads up to 1,024 levels):
 
+    - ``403`` when it writes a thread's state from outside its graph's steps (:func:`writes_state`);
+    - ``413`` when a run in it (an object with ``assistant_id``, or a list of them) sends a text longer than
+      :data:`~pictrieve.agents.settings.MAX_TEXT` characters, or more than :data:`RUN_TEXT_FACTOR` times that
+      in all: any string in its ``input`` but a picture (:data:`IMAGE_KEYS`), its ``command`` (the resume
+      value), ``context`` or ``config``. The same bound the web page keeps, checked before the run is stored.
 
-def _objects(document: Any) -> Iterator[dict[str, Any]]:
-    """Every JSON object in ``document``, at any depth."""
-    return (part for part in _parts(document) if isinstance(part, dict))
-
-
-def state_write(document: Any) -> bool:
-    """Whether ``document`` (a decoded request body) asks the server to write a thread's state from outside its
-    graph's steps: an object anywhere with ``supersteps`` (a new thread's state), or a ``command`` that is
-    anything but ``{"resume": ...}`` (``update``, ``goto``, or a shape the guard does not know)."""
-    for obj in _objects(document):
-        if obj.get("supersteps") not in (None, [], {}):
-            return True
-        command = obj.get("command")
-        if command is None:
-            continue
-        if not isinstance(command, dict):
-            return True
-        if any(value is not None for key, value in command.items() if key != "resume"):
-            return True
-    return False
-
-
-def _strings(value: Any) -> Iterator[str]:
-    """Every string in ``value`` (an object's keys too), at any depth."""
-    return (part for part in _parts(value) if isinstance(part, str))
-
-
-def text_too_long(document: Any) -> str | None:
-    """A one-line refusal when a run in ``document`` (an object with ``assistant_id``, or a list of them)
-    sends text longer than :data:`~pictrieve.agents.settings.MAX_TEXT` characters: any string in its ``input``
-    but a picture (:data:`IMAGE_KEYS`), its ``command``'s resume value, ``context`` or ``config``; else ``None``.
-    The same bound the web page keeps, checked before the run is stored (a 10 MiB query is refused at once)."""
+    ``None`` when it may pass."""
     from pictrieve.agents.settings import MAX_TEXT
 
-    for obj in _objects(document):
-        if "assistant_id" not in obj:
-            continue
-        given = obj.get("input")
-        parts = ({f"input.{k}": v for k, v in given.items() if k not in IMAGE_KEYS} if isinstance(given, dict)
-                 else {"input": given})
-        parts.update({"command": obj.get("command"), "context": obj.get("context"), "config": obj.get("config")})
-        for where, value in parts.items():
-            if any(len(text) > MAX_TEXT for text in _strings(value)):
-                return (f"{where} holds text longer than {MAX_TEXT} characters; say it in fewer words (a picture "
-                        "goes in input.image)")
+    most_in_run = RUN_TEXT_FACTOR * MAX_TEXT
+    too_long: str | None = None
+    # (value, where its text counts: (the run's running total, the part's name) or None outside a run's text)
+    pending: list[tuple[Any, tuple[list[int], str] | None]] = [(document, None)]
+    while pending:
+        value, counted = pending.pop()
+        if isinstance(value, str):
+            if counted is None or too_long is not None:
+                continue
+            total, where = counted
+            total[0] += len(value)
+            if len(value) > MAX_TEXT:
+                too_long = f"{where} holds text longer than {MAX_TEXT} characters; say it in fewer words"
+            elif total[0] > most_in_run:
+                too_long = (f"a run's text is longer than {most_in_run} characters in all (its input, resume value, "
+                            f"context and config together; {where} went past it); say it in fewer words")
+        elif isinstance(value, list):
+            pending.extend((item, counted) for item in value)
+        elif isinstance(value, dict):
+            if writes_state(value):
+                return 403, STATE_WRITES
+            if "assistant_id" in value:
+                # A run nested in a run's text still counts toward the outer run's total.
+                total = counted[0] if counted is not None else [0]
+                for key, item in value.items():
+                    pending.append((key, counted))
+                    if key == "input" and isinstance(item, dict):
+                        for name, given in item.items():
+                            pending.append((name, (total, "input")))
+                            pending.append((given, None if name in IMAGE_KEYS else (total, f"input.{name}")))
+                    elif key in _RUN_TEXT_PARTS:
+                        pending.append((item, (total, key)))
+                    else:
+                        pending.append((item, counted))
+            else:
+                for key, item in value.items():
+                    pending.append((key, counted))
+                    pending.append((item, counted))
+    if too_long is not None:
+        return 413, f"{too_long} (a picture goes in input.image)"
     return None
+
+
+_RUN_TEXT_PARTS = ("input", "command", "context", "config")
+
+
+def writes_state(obj: dict[str, Any]) -> bool:
+    """Whether the JSON object ``obj`` asks the server to write a thread's state from outside its graph's steps:
+    ``supersteps`` (a new thread's state), or a ``command`` that is anything but ``{"resume": ...}``
+    (``update``, ``goto``, or a shape the guard does not know)."""
+    if obj.get("supersteps") not in (None, [], {}):
+        return True
+    command = obj.get("command")
+    if command is None:
+        return False
+    if not isinstance(command, dict):
+        return True
+    return any(value is not None for key, value in command.items() if key != "resume")
 
 
 def _replay(body: bytes, upstream: Any) -> Any:

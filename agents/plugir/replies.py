@@ -7,6 +7,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from pictrieve.agents.plugir.caption_terms import vocabulary
+from pictrieve.agents.settings import MAX_TEXT
 from pictrieve.vectorstore.hits import ImageHit, as_hit
 
 logger = logging.getLogger(__name__)
@@ -20,21 +21,40 @@ def parse_reply(reply: Any, shown: Sequence[ImageHit]) -> dict[str, Any]:
     ``{"refused": why}`` (a pick of no photo shown: ``found 11`` of 10, ``found 0``; ask again, saying ``why``).
 
     Accepts a string (``"found 3"`` = the 3rd shown image, or a shown image's id; ``"stop"``; anything
-    else is an answer) or a mapping with ``answer`` / ``found`` / ``stop`` keys.
+    else is an answer) or a mapping with ``answer`` / ``found`` / ``stop`` keys, each text at most
+    :data:`~pictrieve.agents.settings.MAX_TEXT` characters (a number is read as its digits). Any other value
+    (a list, a nested mapping, a longer text) is refused, so a resume can never grow an answer past the bound
+    every front end keeps.
     """
     if isinstance(reply, Mapping):
         if reply.get("stop"):
             return {"stop": True}
         if reply.get("found") is not None:
-            return _found(str(reply["found"]), shown)
+            token = _text(reply["found"])
+            return {"refused": _REPLY_SHAPE} if token is None else _found(token, shown)
         reply = reply.get("answer", "")
-    text = str(reply or "").strip()
+    text = _text(reply)
+    if text is None:
+        return {"refused": _REPLY_SHAPE}
+    text = text.strip()
     if text.lower() in _STOP:
         return {"stop": True}
     match = _FOUND.match(text)
     if match and text.lower().split()[0] in {"found", "select", "pick"}:
         return _found(match.group(1) or "1", shown)
     return {"answer": text or "unknown"}
+
+
+_REPLY_SHAPE = f"Answer in words (at most {MAX_TEXT} characters), say found N for a photo shown, or stop to end."
+
+
+def _text(value: Any) -> str | None:
+    """``value`` as a reply's text: a string (or a number's digits) of at most MAX_TEXT characters, else None."""
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    return value if isinstance(value, str) and len(value) <= MAX_TEXT else None
 
 
 def _found(token: str, shown: Sequence[ImageHit]) -> dict[str, Any]:
