@@ -222,7 +222,7 @@ async def in_thread(ctx: Context, work: Callable[..., Any], *args: Any, first: s
 class PersonAnswer(BaseModel):
     """What the person answers to one of find_photo's questions (MCP elicitation)."""
 
-    answer: str = Field(description="Your answer; or 'found N' when photo N is the one; or 'stop' to end")
+    answer: Text = Field(description="Your answer; or 'found N' when photo N is the one; or 'stop' to end")
 
 
 def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: int = 8765,
@@ -404,7 +404,11 @@ async def _ask_person(ctx: Context, service: PictrieveService, view: dict[str, A
         options = f" ({' / '.join(view['options'])})" if view["options"] else ""
         message = (f"Finding your photo of {view['query'] or 'it'}. The best photos now:\n{photos}\n\n"
                    f"{view['question']}{options}")
-        asked = await ctx.elicit(message=message, schema=PersonAnswer)
+        try:
+            asked = await ctx.elicit(message=message, schema=PersonAnswer)
+        except ValidationError:  # not a text, or past MAX_TEXT (the form says maxLength; a client may not keep it)
+            return {**view, "note": f"the person's answer was not a text of at most {MAX_TEXT} characters and was "
+                                    "not read; answer with answer_question, or ask them yourself"}
         if asked.action != "accept" or not asked.data.answer.strip():
             return {**view, "note": f"the person {'declined' if asked.action == 'decline' else 'did not answer'}; "
                                     "answer with answer_question, or ask them yourself"}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pictrieve.agents.needs import missing_needs, resolve_needs, unmet_needs
+from pictrieve.agents.settings import MAX_TEXT
 from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import get_method
@@ -329,9 +330,13 @@ class PictrieveService:
 
 
 def _text(value: Any, what: str, fix: str) -> str:
+    """A caller's text, refused when blank or longer than MAX_TEXT (every text the service takes passes here:
+    tool arguments, a person's answer through elicitation, a Python caller's)."""
     text = str(value or "").strip()
     if not text:
         raise ToolInputError(f"{what} is blank: {fix}")
+    if len(text) > MAX_TEXT:
+        raise ToolInputError(f"{what} is longer than {MAX_TEXT} characters: say it in fewer words")
     return text
 
 

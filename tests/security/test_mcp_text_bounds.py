@@ -78,3 +78,41 @@ async def test_the_tools_schemas_say_the_bound_to_the_model(mcp_server):
     assert listed["answer_question"]["answer"]["maxLength"] == 2000 and listed["answer_question"]["answer"]["description"]
     assert {"maxLength": 2000, "type": "string"} in listed["search_images"]["place"]["anyOf"]
     assert listed["search_images"]["place"]["description"]
+
+
+@pytest.mark.parametrize("reply", ["a" * 2001, "a" * 2**20])
+async def test_a_persons_answer_through_elicitation_is_bounded_too(mcp_server, reply):
+    """find_photo asks the person through the client (MCP elicitation): the form says the bound, and an answer
+    past it (a client need not keep the form's maxLength) is not read into the session; the question stays open
+    for answer_question."""
+    from mcp.shared.memory import create_connected_server_and_client_session
+    from mcp.types import ElicitResult
+
+    from pictrieve.agents.settings import MAX_TEXT
+
+    asked = []
+
+    async def person(context, params):
+        asked.append(params.requestedSchema)
+        return ElicitResult(action="accept", content={"answer": reply})
+
+    async with create_connected_server_and_client_session(mcp_server._mcp_server, elicitation_callback=person) as client:
+        result = await client.call_tool("find_photo", {"description": "a red square", "ask_person": True})
+        view = result.structuredContent
+        assert not result.isError, result
+        assert len(asked) == 1 and asked[0]["properties"]["answer"]["maxLength"] == MAX_TEXT
+        assert not view["done"] and view["round"] == 1 and f"at most {MAX_TEXT} characters" in view["note"], view
+        # The same question is still open: a short answer goes on from there.
+        answered = await client.call_tool("answer_question", {"session": view["session"], "answer": "no"})
+        assert not answered.isError, answered.content
+
+
+def test_the_service_refuses_an_answer_past_the_bound_whoever_calls_it(mcp_server):
+    """Every text the service takes passes one check (a Python caller of PictrieveService has no MCP schema in
+    front of it)."""
+    from pictrieve.agents.settings import MAX_TEXT
+    from pictrieve.mcp_server.service import ToolInputError, _text
+
+    assert _text("a" * MAX_TEXT, "the answer", "") == "a" * MAX_TEXT
+    with pytest.raises(ToolInputError, match=f"the answer is longer than {MAX_TEXT} characters"):
+        _text("a" * (MAX_TEXT + 1), "the answer", "")
