@@ -4,8 +4,9 @@ A search result's URL comes from the internet, so opening it must not let a page
 search result) reach this machine's own services. :func:`fetch_page`:
 
 - accepts ``http`` and ``https`` only;
-- resolves the host once and refuses it when any of its addresses is loopback, private, link-local,
-  multicast, reserved or a cloud metadata address (169.254.169.254 and friends), then connects to an
+- resolves the host once and refuses it when any of its addresses is not globally reachable (loopback,
+  private, shared, link-local, site-local, multicast, reserved, a cloud metadata address such as
+  169.254.169.254) or embeds an IPv4 address that is not (IPv4-mapped, 6to4, Teredo, NAT64), then connects to an
   address it checked, never to what a second lookup answers: the name is not resolved again, so a name
   whose answers change between lookups (DNS rebinding: a public address for the check, 127.0.0.1 for the
   connection) cannot lead it anywhere it did not check. The request still names the host (``Host``
@@ -58,14 +59,36 @@ class FetchedPage:
     content_type: str
 
 
+_NOT_PUBLIC_V6 = tuple(ipaddress.ip_network(n) for n in ("::/96", "fec0::/10", "64:ff9b:1::/48", "100::/64"))
+"""IPv6 ranges no page comes from, which this Python's ``is_global`` may still call global: IPv4-compatible
+(deprecated), site-local (deprecated), local-use NAT64 (RFC 8215) and discard-only."""
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to: 6to4 (``2002:7f00:1::`` is 127.0.0.1), Teredo (its server
+    and client), the NAT64 well-known prefix."""
+    found = [ip.sixtofour, *(ip.teredo or ())]
+    if ip in _NAT64:
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return [address for address in found if address is not None]
+
+
 def _address_is_public(address: str) -> bool:
+    """Whether ``address`` is one a page on the internet may come from: globally reachable (``is_global``:
+    no loopback, private, shared, link-local, documentation or reserved range), not multicast, not a cloud
+    metadata address, and every IPv4 address it embeds (IPv4-mapped, 6to4, Teredo, NAT64) public too."""
     ip = ipaddress.ip_address(address.split("%")[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return not (
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return _address_is_public(str(ip.ipv4_mapped))
+        if any(ip in network for network in _NOT_PUBLIC_V6):
+            return False
+        if not all(_address_is_public(str(embedded)) for embedded in _embedded_ipv4(ip)):
+            return False
+    return ip.is_global and not (
         ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_multicast or ip.is_reserved
         or ip.is_unspecified or str(ip) in {"169.254.169.254", "100.100.100.200", "fd00:ec2::254"}
-        or (isinstance(ip, ipaddress.IPv4Address) and ip in ipaddress.ip_network("100.64.0.0/10"))
     )
 
 
