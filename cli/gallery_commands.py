@@ -13,12 +13,10 @@ from pictrieve.cli.ray_engine import engine_options, ray_options, say
 from pictrieve.cli.runtime_options import runtime_options
 from pictrieve.tools.core.images import load_image
 from pictrieve.tools.models.photo_text import require_ocr
-from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery, IndexReport
 from pictrieve.vectorstore.hits import ImageHit, hit_line
-from pictrieve.vectorstore.relevance import NO_MATCH_HEADER, none_relevant
-from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
+from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest, SearchRequestError, run_search
 
 gallery_option = click.option(
     "--gallery", "-g", required=True, metavar="PATH|URL",
@@ -199,23 +197,25 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
     alone). Each hit is marked relevant or not by the embedder's relevance cutoff (`pictrieve calibrate`),
     or by holding every word of the query; when none is, the list starts with "no photo matches well; the
     closest are:".
+
+    Filters alone (no QUERY) list the photos that pass them, newest first. When no photo comes back the
+    command says why (which filter left nothing and what the gallery has, or that none passed the
+    relevance cutoff) and exits with status 1; --json then still prints its object, with "why".
     """
     from pictrieve.vectorstore.relevance import judge_by_text
 
-    query = _check_query(query, image)
-    try:
-        photo_filter = PhotoFilter.parse(after=after, before=before, near=near, radius_km=radius_km,
-                                         place=place, camera=camera, folder=folder)
-    except FilterError as exc:
-        raise click.UsageError(str(exc)) from None
-    if method != PLAIN and not photo_filter.is_empty:
+    filters = dict(after=after, before=before, near=near, radius_km=radius_km if near else None, place=place,
+                   camera=camera, folder=folder)
+    query = _check_query(query, image, browsing=any(value for value in filters.values()))
+    if method != PLAIN and any(filters.values()):
         raise click.UsageError("--after/--before/--near/--place/--camera/--folder filter the plain search; "
                                "leave out --method to use them")
     if method != PLAIN and collapse_duplicates:
         raise click.UsageError("--collapse-duplicates works with the plain search; leave out --method to use it")
-    where = None if photo_filter.is_empty else photo_filter
     # Decoded before the gallery and its model open: a bad photo is one line, at once.
     photo = load_image(image) if image else None
+    request = _request(query=query, image=photo, k=k, filters=filters, hybrid=hybrid,
+                       collapse_duplicates=collapse_duplicates, only_relevant=only_relevant, method=method)
     clock = None
     if method != PLAIN:  # a method runs for many seconds: its step lines start now, before the gallery opens
         clock = StepClock()
@@ -224,27 +224,45 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
     guides: list[dict[str, Any]] = []
     if method != PLAIN:
         hits, guides = run_method_showing_guides(store, method, query, k=k, clock=clock, **method_args)
-        hits = judge_by_text(store, query or "", hits)
+        answer = SearchAnswer.of_hits(request, judge_by_text(store, query or "", hits))
     else:
-        options = {"where": where, "collapse_duplicates": collapse_duplicates}
-        hits = (store.search_image(photo, k=k, **options) if photo is not None
-                else store.search_text(query or "", k=k, hybrid=hybrid, **options))
-    _print_hits(hits, query=query, image=image, as_json=as_json, only_relevant=only_relevant,
-                cutoff=store.relevance_cutoff().to_json(), guides=guides)
-    if only_relevant:
-        hits = relevant_hits(hits)
+        answer = run_search(store, request)
+    _print_hits(answer, image=image, as_json=as_json, cutoff=store.relevance_cutoff().to_json(), guides=guides)
     if html_path:
-        _write_sheet(hits, html_path, title=f"pictrieve: {query or image}", quiet=as_json, guides=guides)
+        _write_sheet(answer.hits, html_path, title=f"pictrieve: {query or image or 'photos passing the filters'}",
+                     quiet=as_json, guides=guides)
+    if not answer.hits:
+        sys.exit(NOTHING_FOUND)
 
 
-def _check_query(query: str | None, image: str | None) -> str | None:
-    """The stripped text query; a usage error unless exactly one of text or image was given."""
+NOTHING_FOUND = 1
+"""``pictrieve search``'s exit status when no photo came back (the output says why; ``--json`` stays valid)."""
+
+CLI_OPTIONS = {"radius_km": "--radius", "query": "QUERY", "image": "--image", "k": "-k",
+               "only_relevant": "--only-relevant", "collapse_duplicates": "--collapse-duplicates"}
+"""The command-line name of a request field, where it is not ``--`` and the field's name."""
+
+
+def _request(**fields: Any) -> SearchRequest:
+    """The one :class:`SearchRequest` from the command's options; a bad value is a usage error naming the option."""
+    try:
+        return SearchRequest.of(**fields)
+    except SearchRequestError as exc:
+        option = CLI_OPTIONS.get(exc.field, f"--{exc.field.replace('_', '-')}")
+        raise click.UsageError(exc.worded(option)) from None
+
+
+def _check_query(query: str | None, image: str | None, *, browsing: bool = False) -> str | None:
+    """The stripped text query; a usage error unless exactly one of text or image was given (or neither, to
+    browse by filters)."""
     text = (query or "").strip()
     if query is not None and not text and not image:
         raise click.UsageError("the text QUERY is empty: describe the image you are looking for")
-    if bool(text) == bool(image):
-        raise click.UsageError("give a text QUERY or --image PATH, not both" if image
-                               else "give a text QUERY or --image PATH")
+    if text and image:
+        raise click.UsageError("give a text QUERY or --image PATH, not both")
+    if not text and not image and not browsing:
+        raise click.UsageError("give a text QUERY or --image PATH (or filters alone, such as --place or --after, "
+                               "to browse the photos that pass them, newest first)")
     return text or None
 
 
@@ -252,31 +270,31 @@ def _guide_kind(guide: dict[str, Any]) -> str:
     return "generated" if guide.get("generated") else "exemplar photo"
 
 
-def _print_hits(hits: list[ImageHit], *, query: str | None, image: str | None, as_json: bool,
-                only_relevant: bool = False, cutoff: dict[str, Any] | None = None,
+def _print_hits(answer: SearchAnswer, *, image: str | None, as_json: bool, cutoff: dict[str, Any] | None = None,
                 guides: list[dict[str, Any]] | None = None) -> None:
-    """The hits (with ``only_relevant`` those marked relevant), under "no photo matches well; the closest
-    are:" when none is relevant; ``--json`` adds ``relevant_count`` and the ``relevance`` cutoff used. A
-    method's guide pictures come first (``guides`` in JSON), so a person sees what guided the search."""
-    shown = relevant_hits(hits) if only_relevant else hits
+    """The answer's hits, under its notice ("no photo matches well; the closest are:", or why nothing came back);
+    ``--json`` adds ``relevant_count``, ``why`` and the ``relevance`` cutoff used. A method's guide pictures come
+    first (``guides`` in JSON), so a person sees what guided the search."""
+    shown = answer.hits
     if as_json:
-        out: dict[str, Any] = {"query": query, "image": image}
+        out: dict[str, Any] = {"query": answer.request.query, "image": image}
+        if answer.request.filters is not None:
+            out["filters"] = answer.request.filters_json()
         if guides:
             out["guides"] = guides
-        click.echo(json.dumps({**out, "hits": [h.to_json() for h in shown],
-                               "relevant_count": sum(1 for h in hits if h.relevant is not False),
-                               "relevance": cutoff}, indent=2))
+        click.echo(json.dumps({**out, "hits": [h.to_json() for h in shown], "relevant_count": answer.relevant_count,
+                               "why": answer.why, "relevance": cutoff}, indent=2))
         return
     if guides:
         click.echo("guide pictures:")
         for guide in guides:
             click.echo(f"  {guide['id']}  {guide['path']}  ({_guide_kind(guide)}, {guide.get('status', '')})")
         click.echo("results:")
-    if none_relevant(hits):
-        click.echo("no photo matches well (--only-relevant hides the closest)" if only_relevant else NO_MATCH_HEADER)
+    if answer.notice():
+        click.echo(answer.notice())
     # A line before the first hit below a calibrated cutoff (the relative fallback is no calibrated verdict,
     # and a list of only the closest needs no second line saying so).
-    below = not none_relevant(shown) and (cutoff or {}).get("threshold") is not None
+    below = not answer.none_relevant and (cutoff or {}).get("threshold") is not None
     for hit in shown:
         if below and hit.relevant is False:
             click.echo("     below the relevance cutoff:")

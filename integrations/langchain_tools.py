@@ -35,18 +35,26 @@ from pictrieve.tools.core.image_inputs import (  # noqa: F401  (gallery_image_lo
     image_argument,
 )
 from pictrieve.vectorstore.hits import hit_rows, photo_blocks
-from pictrieve.vectorstore.relevance import agent_summary
-from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
+from pictrieve.vectorstore.search_request import FILTER_FIELDS, SearchRequest, run_search
 
 IMAGE_ARGUMENT = ("The photo: a gallery id (from image_search results), base64 image data (or a data: URL), "
                   "or a file path inside the folders this tool may read")
 
 
 class ImageSearchArgs(BaseModel):
-    query: str = Field(description="What the photos should show, in words")
+    query: str = Field(default="", description="What the photos should show, in words (leave it out to browse the "
+                                               "photos that pass the filters, newest first)")
     k: int = Field(default=5, ge=1, le=50, description="How many photos to return")
     only_relevant: bool = Field(default=False, description="Return only the photos that match the description "
                                                            "well (maybe none)")
+    filters: dict[str, Any] | None = Field(default=None, description=(
+        "Only photos whose own metadata match: " + "; ".join(f"{name}: {accepted}"
+                                                             for name, accepted in FILTER_FIELDS.items())))
+    hybrid: bool = Field(default=SearchRequest.model_fields["hybrid"].default, description=(
+        "Match the photos' own words too (folder and file names, captions, place, text in the photo), fused with "
+        "what they show; false: by what they show alone"))
+    collapse_duplicates: bool = Field(default=False, description=(
+        "Show each group of near-identical photos once; the hit's copies lists the others"))
 
 
 class AskAboutImageArgs(BaseModel):
@@ -60,25 +68,32 @@ class AskGalleryArgs(BaseModel):
 
 
 def image_search_tool(gallery: Any, *, name: str = "image_search", pictures: bool = True) -> BaseTool:
-    """A tool that searches ``gallery`` by text: the hits as JSON (rank, id, path, score, relevant, caption), a
-    sentence saying how many photos match well (or that none does: "No photo in the gallery matches 'X' well;
-    the closest are ..."), and, with ``pictures``, each photo as an image block; the artifact is the list
-    of hits. ``only_relevant`` drops the photos below the embedder's relevance cutoff."""
+    """A tool that searches ``gallery`` by text, as every front end does (one
+    :class:`~pictrieve.vectorstore.search_request.SearchRequest`: hybrid by default, the same filters): the hits
+    as JSON (rank, id, path, score, relevant, matched_by, caption), a sentence saying how many photos match well
+    (or that none does, or why none came back: a filter that left nothing, say), and, with ``pictures``, each
+    photo as an image block; the artifact is the list of hits. ``only_relevant`` drops the photos below the
+    embedder's relevance cutoff; ``filters`` alone browse, newest first."""
 
-    def run(query: str, k: int = 5, only_relevant: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        if not query.strip():
-            raise ToolException("the query is blank: say in words what the photos should show")
-        found = _tool_call(lambda: gallery.search_text(query, k=k))
-        hits = relevant_hits(found) if only_relevant else found
-        rows = hit_rows(hits)
-        return [create_text_block(json.dumps(rows)), create_text_block(agent_summary(query, found)),
-                *(photo_blocks(hits) if pictures else [])], rows
+    def run(query: str = "", k: int = 5, only_relevant: bool = False, filters: dict[str, Any] | None = None,
+            hybrid: bool | None = None, collapse_duplicates: bool = False,
+            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        if not query.strip() and not filters:
+            raise ToolException("the query is blank: say in words what the photos should show, or give filters "
+                                "to browse by")
+        answer = _tool_call(lambda: run_search(gallery, SearchRequest.of(
+            query=query, k=k, only_relevant=only_relevant, filters=filters, hybrid=hybrid,
+            collapse_duplicates=collapse_duplicates)))
+        rows = hit_rows(answer.hits)
+        return [create_text_block(json.dumps(rows)), create_text_block(answer.summary()),
+                *(photo_blocks(answer.hits) if pictures else [])], rows
 
     return StructuredTool.from_function(
         run, name=name, args_schema=ImageSearchArgs, response_format="content_and_artifact", handle_tool_error=True,
-        description="Search the user's photo gallery by a text description; says whether any photo matches "
-                    "well, then returns the closest photos (id, path, score, relevant, caption as JSON) and the "
-                    "photos themselves.")
+        description="Search the user's photo gallery by a text description, optionally only photos taken after or "
+                    "before a date, near a place, with a camera or in a folder (filters alone browse them, newest "
+                    "first); says whether any photo matches well (or why none came back), then returns the "
+                    "closest photos (id, path, score, relevant, caption as JSON) and the photos themselves.")
 
 
 def ask_about_image_tool(graph: Any = None, *, name: str = "ask_about_image", gallery: Any = None,

@@ -21,6 +21,8 @@ class Hit(BaseModel):
     caption: str = Field(default="", description="The photo's first stored caption, if it has one")
     keyword_match: bool = Field(default=False, description="Whether the photo's own words (folder or file name, "
                                 "caption, place, text in the photo) matched the query")
+    matched_by: str | None = Field(default=None, description="Why it is there: vector (what it shows is among the "
+                                   "closest), words (its own words matched), both, or filters (browsing)")
     path: str = Field(default="", description="The photo's file on the server")
     copies: list[str] = Field(default_factory=list, description="With collapse_duplicates: the files of the "
                               "near-identical photos this one stands for")
@@ -39,8 +41,11 @@ class Hit(BaseModel):
 
 class SearchResult(BaseModel):
     method: str = Field(description="The retrieval method that ranked the photos")
-    summary: str = Field(default="", description="In words to pass on: how many photos match well, or that none "
-                                                 "does and these are only the closest")
+    summary: str = Field(default="", description="In words to pass on: how many photos match well, that none "
+                                                 "does and these are only the closest, or why none came back")
+    why: str = Field(default="", description="When no photo came back, why: which filter left nothing and what the "
+                                             "gallery has, that none passed the relevance cutoff, or that the gallery "
+                                             "is empty")
     hits: list[Hit] = Field(description="The photos, best first; the image content shows them in this order")
 
 

@@ -43,8 +43,6 @@ from pictrieve.mcp_server.progress import StepProgress
 from pictrieve.mcp_server.schemas import GalleryAnswer, GalleryInfo, ImageAnswer, PhotoSession, SearchResult
 from pictrieve.mcp_server.service import MAX_K, PictrieveService
 from pictrieve.vectorstore.hits import ImageHit, hit_json, photo_blocks
-from pictrieve.vectorstore.relevance import agent_summary
-from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +164,14 @@ def result(structured: BaseModel, photos: Sequence[ImageHit] = (), text: str | N
     return CallToolResult(content=[*content, *photo_content(photos)], structuredContent=data)
 
 
+def answer_result(method: str, answer: Any) -> CallToolResult:
+    """A search's result from its :class:`~pictrieve.vectorstore.search_request.SearchAnswer`: the hits, the
+    summary (how many match well, or why none came back) and ``why``, then the photos."""
+    summary = answer.summary()
+    return result(SearchResult(method=method, summary=summary, why=answer.why, hits=[hit_json(h) for h in answer.hits]),
+                  answer.hits, text=summary)
+
+
 def session_result(view: dict[str, Any]) -> CallToolResult:
     shown = view["results"]
     structured = PhotoSession(
@@ -247,7 +253,8 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     async def search_images(
         ctx: Context,
         query: Annotated[Text, Field(description="What the photos should show, in words, e.g. 'two dogs playing in "
-                                                "the snow'")],
+                                                 "the snow'; leave it empty to browse the photos that pass the "
+                                                 "filters, newest first")] = "",
         k: Annotated[int, Field(ge=1, le=MAX_K, description="How many photos to return, best first")] = 5,
         method: Annotated[SearchMethod, Field(
             description=f"The retrieval method: '{plain}' (fast, the default) or another registered method that "
@@ -259,7 +266,7 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         before: Annotated[Text | None, Field(description="Only photos taken before this date, YYYY-MM-DD")] = None,
         near: Annotated[Text | None, Field(description="Only photos taken near 'LAT,LON' or a city ('Lisbon', "
                                                       "'Paris, FR'); see radius_km")] = None,
-        radius_km: Annotated[float | None, Field(gt=0, description="Kilometres around near (default 10)")] = None,
+        radius_km: Annotated[float | None, Field(description="Kilometres around near, above 0 (default 10)")] = None,
         place: Annotated[Text | None, Field(description="Only photos whose city, region or country (name or code) "
                                                        "has these words, case aside (e.g. 'lisbon', 'Portugal', "
                                                        "'PT')")] = None,
@@ -274,19 +281,18 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
             description="Show each group of near-identical photos (resized, recompressed, cropped copies) once; "
                         "the hit's 'copies' lists the others")] = False,
     ) -> Annotated[CallToolResult, SearchResult]:
-        """Find photos in the user's gallery that match a description. Says whether any matches well ("No photo
-        in the gallery matches ... well" when none does), then each photo's gallery id, score, relevant and
-        caption (JSON), then the photos themselves, best first."""
+        """Find photos in the user's gallery that match a description, or (filters alone) list those that pass the
+        filters, newest first. Says whether any matches well ("No photo in the gallery matches ... well" when none
+        does), or why none came back (a filter that left nothing, and what the gallery has), then each photo's
+        gallery id, score, relevant and caption (JSON), then the photos themselves, best first."""
         filters = {name: value for name, value in dict(after=after, before=before, near=near, radius_km=radius_km,
                                                        place=place, camera=camera, folder=folder).items()
                    if value is not None}
-        found = await in_thread(ctx, functools.partial(service.search, filters=filters, hybrid=hybrid,
-                                                       collapse_duplicates=collapse_duplicates),
-                                query, k, method, first=f"search_images: searching with {method}")
-        hits = relevant_hits(found) if only_relevant else found
-        summary = agent_summary(query, found)
-        return result(SearchResult(method=method, summary=summary, hits=[hit_json(h) for h in hits]), hits,
-                      text=summary)
+        answer = await in_thread(ctx, functools.partial(service.search, filters=filters, hybrid=hybrid,
+                                                        collapse_duplicates=collapse_duplicates,
+                                                        only_relevant=only_relevant),
+                                 query, k, method, first=f"search_images: searching with {method}")
+        return answer_result(method, answer)
 
     @server.tool(name="search_by_image", title="Search photos like a photo", annotations=read_only)
     async def search_by_image(
@@ -296,10 +302,8 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     ) -> Annotated[CallToolResult, SearchResult]:
         """Find the photos in the user's gallery that look most like a given photo (a gallery photo finds itself
         first). Returns ids, scores and captions (JSON), then the photos."""
-        hits = await in_thread(ctx, service.search_by_image, image, k, first="search_by_image: reading the photo")
-        summary = agent_summary(None, hits)
-        return result(SearchResult(method=service.image_method(), summary=summary, hits=[hit_json(h) for h in hits]), hits,
-                      text=summary)
+        answer = await in_thread(ctx, service.search_by_image, image, k, first="search_by_image: reading the photo")
+        return answer_result(service.image_method(), answer)
 
     @server.tool(name="ask_about_image", title="Ask about a photo (Vision Search Assistant)",
                  annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=service.settings.search == "ddgs"))

@@ -28,7 +28,7 @@ from pictrieve.tools.core.gallery_photos import ChangedPhotoError
 from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, gallery_image_lookup, image_argument
 from pictrieve.vectorstore.hits import ImageHit, as_hit
 from pictrieve.vectorstore.relevance import judge_by_text
-from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
+from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest
 
 log = logging.getLogger(__name__)
 
@@ -207,13 +207,19 @@ class PictrieveService:
 
     def search(self, query: str, k: int, method: str, progress: Progress = no_progress, *,
                only_relevant: bool = False, filters: dict[str, Any] | None = None,
-               hybrid: bool = True, collapse_duplicates: bool = False) -> list[ImageHit]:
-        """The hits of ``method`` for ``query``, each marked ``relevant`` (a method's fused hits by the query's
-        cosine to each photo); with ``only_relevant`` the others are dropped. ``filters``: the search graph's
-        photo filters (after, before, near, radius_km, place, camera, folder), plain search only. ``hybrid``: plain
-        search matches the photos' own words too (the search graph's default); ``collapse_duplicates`` shows each
-        group of near-identical photos once (plain search only)."""
-        query = _text(query, "the query", "say in words what the photos should show")
+               hybrid: bool = True, collapse_duplicates: bool = False) -> SearchAnswer:
+        """The answer of ``method`` for ``query`` (plain search: the search graph, i.e. the one
+        :class:`~pictrieve.vectorstore.search_request.SearchRequest` every front end makes), each hit marked
+        ``relevant`` (a method's fused hits by the query's cosine to each photo); with ``only_relevant`` the others
+        are dropped, and an empty answer says why. ``filters``: the photo filters (after, before, near, radius_km,
+        place, camera, folder), plain search only; alone (no query) they browse, newest first. ``hybrid``: plain
+        search matches the photos' own words too (the default); ``collapse_duplicates`` shows each group of
+        near-identical photos once (plain search only)."""
+        from pictrieve.agents.search.nodes import SearchSettings, search_answer
+
+        query = str(query or "").strip()
+        if not query and not (filters and method == self.plain_method()):
+            _text(query, "the query", "say in words what the photos should show, or give filters to browse by")
         offered = self.search_methods()
         if method not in offered:
             raise ToolInputError(f"unknown method {method!r}: use one of {', '.join(offered)}")
@@ -228,25 +234,37 @@ class PictrieveService:
         graph = self.graph(method, progress)
         plain = spec.exact_ranking
         progress(f"searching {self.gallery.count()} photos" if plain else f"{method}: {spec.description}"[:200])
-        hits: list[ImageHit] = []
-        state: dict[str, Any] = {"query": query, **{key: value for key, value in extra.items()
-                                                   if value is not None and spec.takes(key)}}
-        for mode, chunk in graph.stream(state, context=_context(spec, k), stream_mode=["updates", "values"]):
+        output: dict[str, Any] = {}
+        state: dict[str, Any] = {**({"query": query} if query else {}),
+                                 **{key: value for key, value in extra.items() if value is not None and spec.takes(key)}}
+        context = _context(spec, k)
+        if plain:
+            context["only_relevant"] = bool(only_relevant)
+        for mode, chunk in graph.stream(state, context=context, stream_mode=["updates", "values"]):
             if mode == "values":
-                hits = list(chunk.get("hits") or [])
+                output = dict(chunk)
             elif not plain:
                 progress(f"{method}: " + ", ".join(f"{node} done" for node in chunk))
-        hits = judge_by_text(self.gallery, query, [as_hit(h) for h in hits[: _k(k)]])
-        progress(f"found {len(hits)} photos")
-        return relevant_hits(hits) if only_relevant else hits
+        if plain:
+            answer = search_answer(state, output, SearchSettings(k=_k(k), only_relevant=bool(only_relevant)))
+        else:
+            hits = judge_by_text(self.gallery, query, [as_hit(h) for h in (output.get("hits") or [])[: _k(k)]])
+            answer = SearchAnswer.of_hits(SearchRequest.of(query=query, k=_k(k), only_relevant=bool(only_relevant),
+                                                           method=method), hits)
+        progress(f"found {len(answer.hits)} photos")
+        return answer
 
-    def search_by_image(self, image: str, k: int, progress: Progress = no_progress) -> list[ImageHit]:
+    def search_by_image(self, image: str, k: int, progress: Progress = no_progress) -> SearchAnswer:
+        """The answer of plain search for the photo ``image`` (a gallery id, base64 data or an allowed path)."""
+        from pictrieve.agents.search.nodes import SearchSettings, search_answer
+
         with self._image(image) as path:
             graph = self.graph(self.image_method(), progress)
             progress(f"searching {self.gallery.count()} photos")
-            hits = list(graph.invoke({"image": path}, context={"k": _k(k)})["hits"])
-        progress(f"found {len(hits)} photos")
-        return hits
+            state = {"image": str(path)}
+            answer = search_answer(state, graph.invoke(state, context={"k": _k(k)}), SearchSettings(k=_k(k)))
+        progress(f"found {len(answer.hits)} photos")
+        return answer
 
     def ask_about_image(self, image: str, question: str, progress: Progress = no_progress) -> dict[str, Any]:
         question = _text(question, "the question", "ask something about the photo")

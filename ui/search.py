@@ -1,5 +1,9 @@
-"""The Search tab's route: ``POST /api/search`` (a text query, an uploaded picture, or ``like``: a gallery id,
-"more like this"), with the command line's filters and the hybrid switch."""
+"""The Search tab's route: ``POST /api/search`` (a text query, an uploaded picture, ``like``: a gallery id, "more
+like this", or filters alone: browsing, newest first), with the filters and the hybrid switch.
+
+The route reads the form into the search graph's input (the one
+:class:`~pictrieve.vectorstore.search_request.SearchRequest`'s fields; the graph checks them and refuses a bad one
+in words naming the field) and renders the graph's answer (:func:`search_body`)."""
 
 from __future__ import annotations
 
@@ -13,44 +17,44 @@ from pictrieve.ui.state import PageState, posted
 
 router = APIRouter()
 
+PAGE_K = 24
+"""Photos the page shows when the form does not say (a grid of them)."""
+
 
 @posted(router, "/api/search")
 def search_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
-    k = k_value(form.get("k"), 24)
+    from pictrieve.agents.search.nodes import SearchSettings, search_answer
+
+    settings = SearchSettings(k=k_value(form.get("k"), PAGE_K), only_relevant=checked(form.get("only_relevant")))
+    context = {"k": settings.k, "only_relevant": settings.only_relevant}
     search_graph = page.graph("search")
-    options = search_options(form)
+    state = search_options(form)
     if form.get("like"):
         with tempfile.TemporaryDirectory(prefix="pictrieve-like-") as folder:
-            photo = page.gallery_photo(form["like"], folder)
-            result = search_graph.invoke({"image": photo, **options}, context={"k": k})
+            state["image"] = page.gallery_photo(form["like"], folder)
+            return search_body(search_answer(state, search_graph.invoke(state, context=context), settings))
     elif is_upload(form.get("image")):
         with guarded_upload(form["image"], page.max_upload_bytes) as path:
-            result = search_graph.invoke({"image": str(path), **options}, context={"k": k})
+            state["image"] = str(path)
+            return search_body(search_answer(state, search_graph.invoke(state, context=context), settings))
     elif str(form.get("query") or "").strip():
-        result = search_graph.invoke({"query": str(form["query"]), **options}, context={"k": k})
-    else:
-        raise UIError("type what you are looking for, or drop a picture")
-    return search_body(result["hits"], only=checked(form.get("only_relevant")))
+        state["query"] = text(form["query"], "the description")
+    elif not state.get("filters"):
+        raise UIError("type what you are looking for, drop a picture, or fill in a filter to browse by")
+    return search_body(search_answer(state, search_graph.invoke(state, context=context), settings))
 
 
 def search_options(form: dict[str, Any]) -> dict[str, Any]:
     """The search graph's ``filters``, ``hybrid`` and ``collapse_duplicates`` from the search form (a JSON body or
-    a multipart upload's fields); the graph checks the filters and answers a bad one in one line."""
-    from pictrieve.agents.search.nodes import FILTER_WORDS
+    a multipart upload's fields), as given: the graph checks them (one line naming the field when one is bad)."""
+    from pictrieve.vectorstore.search_request import FILTER_FIELDS
 
     filters: dict[str, Any] = {}
-    for name in sorted(FILTER_WORDS):
+    for name in FILTER_FIELDS:
         value = form.get(name)
         if value in (None, "") or is_upload(value):
             continue
-        given = text(value, name, 200)
-        if name == "radius_km":
-            try:
-                filters[name] = float(given)
-            except ValueError:
-                raise UIError(f"the radius must be a number of kilometres, not {given!r}") from None
-        elif given:
-            filters[name] = given
+        filters[name] = text(value, name, 200) if isinstance(value, str) else value
     hybrid = form.get("hybrid", True)
     if not isinstance(hybrid, bool):
         hybrid = str(hybrid).strip().lower() not in {"0", "false", "off", "no"}
@@ -58,12 +62,8 @@ def search_options(form: dict[str, Any]) -> dict[str, Any]:
     return {**({"filters": filters} if filters else {}), "hybrid": hybrid, **collapse}  # near-duplicate group
 
 
-def search_body(hits: list[Any], *, only: bool = False) -> dict[str, Any]:
-    """``/api/search``'s answer: the hits (each with ``relevant``; with ``only`` just those) and ``notice``,
-    "no photo matches well; the closest are:" when none is relevant (else empty)."""
-    from pictrieve.vectorstore.relevance import NO_MATCH_HEADER, none_relevant, only_relevant
-
-    notice = NO_MATCH_HEADER if none_relevant(hits) else ""
-    if notice and only:
-        notice = "no photo matches well"
-    return {"hits": [h.to_json() for h in (only_relevant(hits) if only else hits)], "notice": notice}
+def search_body(answer: Any) -> dict[str, Any]:
+    """``/api/search``'s answer (a :class:`~pictrieve.vectorstore.search_request.SearchAnswer`): the hits (each with
+    ``relevant`` and ``matched_by``), ``notice`` (why nothing came back, or "no photo matches well; the closest
+    are:" when none is relevant; else empty), ``why`` and ``summary``."""
+    return answer.to_json()

@@ -56,6 +56,7 @@ from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     StoreBackendError,
 )
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest, run_search
 from pictrieve.vectorstore.filter_index import EXACT_MAX, nearest_among, passing_ids
 from pictrieve.vectorstore.photo_filter import PhotoFilter
 from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
@@ -552,6 +553,14 @@ class Gallery:
         that build on this call keep ranking by vectors alone."""
         return text_search(self, query, k, where, only_relevant=only_relevant, hybrid=hybrid,
                            collapse_duplicates=collapse_duplicates)
+
+    def search(self, query: str | None = None, **request: Any) -> SearchAnswer:
+        """The plain search every front end makes (:class:`~pictrieve.vectorstore.search_request.SearchRequest`:
+        ``query``, or ``image=``/``vector=``, ``k``, ``filters`` such as ``{"place": "Lisbon"}``, ``hybrid`` (on),
+        ``collapse_duplicates``, ``only_relevant``; filters alone browse, newest first), answered as a
+        :class:`~pictrieve.vectorstore.search_request.SearchAnswer`: ``.hits``, and ``.why`` when none came back.
+        A bad value raises :class:`~pictrieve.vectorstore.search_request.SearchRequestError` naming it."""
+        return run_search(self, SearchRequest.of(query=query, **request))
 
     def search_image(
         self, image: Image.Image | str | os.PathLike, k: int = 10, where: Where = None, *,

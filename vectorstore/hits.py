@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -50,6 +50,10 @@ class ImageHit(BaseModel):
     keyword_match: bool = False
     """Whether the photo's own words (folder, file name, captions, place, photo text) matched the query in a
     hybrid search (:mod:`~pictrieve.vectorstore.keywords`); ``False`` for a search by vectors alone."""
+    matched_by: Literal["vector", "words", "both", "filters"] | None = None
+    """Why a plain search shows it: ``vector`` (its embedding is among the closest), ``words`` (the photo's own words
+    matched and brought it in, its vector alone would not have), ``both``, or ``filters`` (browsing by filters
+    alone, newest first); ``None``: not said (another method's fused ranking)."""
 
     @field_validator("score")
     @classmethod
@@ -133,7 +137,7 @@ in it (a gallery indexed with ``--ocr``). A photo dated only by its file gets ``
 
 def hit_json(hit: ImageHit | Mapping[str, Any]) -> dict[str, Any]:
     """What a model and a program read about a hit: ``rank``, ``id``, ``path``, ``score`` (4 decimals),
-    ``relevant`` (``None``: not judged), the first ``caption``, ``keyword_match``; those of :data:`KNOWN_FIELDS`
+    ``relevant`` (``None``: not judged), the first ``caption``, ``keyword_match``, ``matched_by`` when said; those of :data:`KNOWN_FIELDS`
     the photo has a value for; and ``copies`` when a collapsed search folded near-identical photos into it.
     The MCP tools' ``Hit`` schema and the LangChain tools' rows are this dict."""
     hit = as_hit(hit)
@@ -143,7 +147,8 @@ def hit_json(hit: ImageHit | Mapping[str, Any]) -> dict[str, Any]:
     if hit.date_label:
         known["date"] = hit.date_label
     return {"rank": hit.rank, "id": hit.id, "path": hit.path, "score": round(hit.score, 4), "relevant": hit.relevant,
-            "caption": hit.caption, "keyword_match": hit.keyword_match, **known,
+            "caption": hit.caption, "keyword_match": hit.keyword_match,
+            **({"matched_by": hit.matched_by} if hit.matched_by else {}), **known,
             **({"copies": list(hit.copies)} if hit.copies else {})}
 
 

@@ -667,7 +667,8 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     :class:`PhotoFilter`, applied on both sides).
 
     Each hit keeps its cosine as ``score`` (so the relevance cutoff still reads it) and its fused position as
-    ``rank``; ``keyword_match`` says whether the photo's words matched; ``relevant`` is the cutoff's verdict,
+    ``rank``; ``keyword_match`` says whether the photo's words matched, ``matched_by`` which side brought it in
+    (``both`` when its vector alone ranks it in the first ``k`` too); ``relevant`` is the cutoff's verdict,
     or true when the photo's words hold every word of the query."""
     depth = max(int(k), int(pool))
     vector_hits = gallery.search_vector(vector, depth, where)
@@ -677,11 +678,18 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     by_id = {hit.id: hit for hit in vector_hits}
     matched = {found.id for found in keyword}
     extra = _keyword_only_hits(gallery, [id_ for id_ in chosen if id_ not in by_id], vector)
-    hits = [(by_id.get(id_) or extra[id_]).model_copy(update={"rank": rank, "keyword_match": id_ in matched})
+    by_vector = {hit.id for hit in vector_hits[: int(k)]}  # what the vectors alone would have shown
+    hits = [(by_id.get(id_) or extra[id_]).model_copy(update={"rank": rank, "keyword_match": id_ in matched,
+                                                              "matched_by": _matched_by(id_ in by_vector, id_ in matched)})
             for rank, id_ in enumerate(chosen, start=1)]
     verdicts = gallery.relevance_cutoff().judge([hit.score for hit in hits])
     full = {found.id for found in keyword if found.every_word}
     return [hit.model_copy(update={"relevant": bool(v) or hit.id in full}) for hit, v in zip(hits, verdicts)]
+
+
+def _matched_by(by_vector: bool, by_words: bool) -> str:
+    """Why a fused hit is there: ``both`` sides put it in the first ``k``, or only the ``words`` or the ``vector``."""
+    return "both" if by_vector and by_words else "words" if by_words else "vector"
 
 
 def fuse(vector_ids: Sequence[str], keyword: Sequence[KeywordRank], k: int, *, rrf_k: float = RRF_K,

@@ -34,6 +34,7 @@ from pictrieve.tools.models.embedders.factory import check_embedder_name, create
 from pictrieve.vectorstore.chroma_store import collection_name_for
 from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryError, GalleryError, ImageNotFoundError
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest, run_search
 from pictrieve.vectorstore.indexing import IndexPlan, IndexReport, Sources, index_sources, plan_index
 from pictrieve.vectorstore.photo_filter import PhotoFilter
 from pictrieve.vectorstore.reading import GalleryItem
@@ -286,6 +287,14 @@ class MemoryStore:
         """The ``k`` images closest to a text query (``hybrid``: fused with the photos' own words)."""
         return text_search(self, query, k, where, only_relevant=only_relevant, hybrid=hybrid,
                            collapse_duplicates=collapse_duplicates)
+
+    def search(self, query: str | None = None, **request: Any) -> SearchAnswer:
+        """The plain search every front end makes (:class:`~pictrieve.vectorstore.search_request.SearchRequest`:
+        ``query``, or ``image=``/``vector=``, ``k``, ``filters`` such as ``{"place": "Lisbon"}``, ``hybrid`` (on),
+        ``collapse_duplicates``, ``only_relevant``; filters alone browse, newest first), answered as a
+        :class:`~pictrieve.vectorstore.search_request.SearchAnswer`: ``.hits``, and ``.why`` when none came back.
+        A bad value raises :class:`~pictrieve.vectorstore.search_request.SearchRequestError` naming it."""
+        return run_search(self, SearchRequest.of(query=query, **request))
 
     def search_image(self, image: Image.Image | str | os.PathLike, k: int = 10, where: Where = None, *,
                      only_relevant: bool = False, collapse_duplicates: bool = False) -> list[ImageHit]:

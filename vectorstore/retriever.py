@@ -21,9 +21,8 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
 from pictrieve.vectorstore.hits import ImageHit
-from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 from pictrieve.vectorstore.photo_filter import PhotoFilter
-from pictrieve.vectorstore.store import ImageStore
+from pictrieve.vectorstore.search_request import DEFAULT_K, SearchRequest, run_search
 
 
 class GalleryRetriever(BaseRetriever):
@@ -38,7 +37,7 @@ class GalleryRetriever(BaseRetriever):
 
     gallery: Any
     """The gallery to search (an :class:`~pictrieve.vectorstore.store.ImageStore`: not checked, so a stand-in works)."""
-    k: int = 10
+    k: int = DEFAULT_K
     """How many images to return."""
     where: dict[str, Any] | PhotoFilter | None = None
     """Optional filter: a Chroma ``where`` or a :class:`PhotoFilter` on the photos' own metadata."""
@@ -61,13 +60,22 @@ class GalleryRetriever(BaseRetriever):
         collapse_duplicates: bool | None = None,
     ) -> list[Document]:
         """Search; ``k``, ``where``, ``hybrid`` and ``collapse_duplicates`` passed to ``invoke`` override the
-        retriever's own for one call."""
-        gallery: ImageStore = self.gallery
-        collapse = self.collapse_duplicates if collapse_duplicates is None else bool(collapse_duplicates)
-        hits = gallery.search_text(query, k=self.k if k is None else k, where=self.where if where is None else where,
-                                   hybrid=self.hybrid if hybrid is None else bool(hybrid),
-                                   **({"collapse_duplicates": True} if collapse else {}))
-        return [hit_to_document(hit) for hit in (relevant_hits(hits) if self.only_relevant else hits)]
+        retriever's own for one call. The search is the one every front end makes (:meth:`search_request`)."""
+        found = run_search(self.gallery, self.search_request(query, k=k, where=where, hybrid=hybrid,
+                                                      collapse_duplicates=collapse_duplicates))
+        return [hit_to_document(hit) for hit in found.hits]
+
+    def search_request(self, query: str, *, k: int | None = None, where: dict[str, Any] | PhotoFilter | None = None,
+                hybrid: bool | None = None, collapse_duplicates: bool | None = None) -> SearchRequest:
+        """The :class:`~pictrieve.vectorstore.search_request.SearchRequest` this retriever makes for ``query``
+        (each keyword, when given, overriding the retriever's own field)."""
+        where = self.where if where is None else where
+        photo_filter = where if isinstance(where, PhotoFilter) else None
+        return SearchRequest.of(query=query, k=self.k if k is None else k, filters=photo_filter,
+                                where=None if photo_filter is not None else where,
+                                hybrid=self.hybrid if hybrid is None else bool(hybrid),
+                                collapse_duplicates=self.collapse_duplicates if collapse_duplicates is None
+                                else bool(collapse_duplicates), only_relevant=self.only_relevant)
 
 
 def hit_to_document(hit: ImageHit) -> Document:

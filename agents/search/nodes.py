@@ -7,6 +7,7 @@ without a graph; :func:`pictrieve.graphs.search.build_search_graph` binds the ga
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from langgraph.runtime import Runtime
@@ -14,8 +15,15 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
-from pictrieve.vectorstore.hits import ImageHit
-from pictrieve.vectorstore.photo_filter import FilterError, PhotoFilter
+from pictrieve.vectorstore.hits import ImageHit, as_hit
+from pictrieve.vectorstore.search_request import (
+    DEFAULT_K,
+    FILTER_FIELDS,
+    SearchAnswer,
+    SearchRequest,
+    SearchRequestError,
+    run_search,
+)
 from pictrieve.vectorstore.store import ImageStore
 
 
@@ -23,7 +31,7 @@ from pictrieve.vectorstore.store import ImageStore
 class SearchSettings(RunSettings):
     """Run settings of plain search."""
 
-    k: Annotated[int, Field(description="How many images to return.")] = 10
+    k: Annotated[int, Field(description="How many images to return.")] = DEFAULT_K
     only_relevant: Annotated[bool, Field(description=(
         "Drop the hits below the embedder's relevance cutoff (every hit carries ``relevant`` either way)."))] = False
 
@@ -34,7 +42,9 @@ class SearchSettings(RunSettings):
 class SearchInput(TypedDict):
     """A text ``query`` or an ``image`` (path of a file the graph's process can read), and optional ``filters``
     on the photos' own metadata: ``after``, ``before`` (YYYY-MM-DD), ``near`` ("LAT,LON" or a city),
-    ``radius_km``, ``place``, ``camera``, ``folder`` (:meth:`PhotoFilter.parse`), applied in the store.
+    ``radius_km``, ``place``, ``camera``, ``folder``, applied in the store; ``filters`` alone browse the photos
+    that pass them, newest first. These are the fields of the one
+    :class:`~pictrieve.vectorstore.search_request.SearchRequest` (its defaults, its checks).
     ``hybrid`` (default true): a text query ranks by the photos' own words too (folder and file names,
     captions, place, photo text), fused with the vectors; false ranks by vectors alone.
     ``collapse_duplicates``: show each group of near-identical photos once (the hit's ``copies`` lists the others)."""
@@ -54,7 +64,11 @@ class SearchInput(TypedDict):
 
 class SearchOutput(TypedDict):
     hits: Annotated[list[ImageHit], Field(description=(
-        "Best first, each with ``relevant``: whether it reaches the embedder's relevance cutoff."))]
+        "Best first, each with ``relevant`` (whether it reaches the embedder's relevance cutoff) and ``matched_by`` "
+        "(vector, words, both, or filters when browsing)."))]
+    why: NotRequired[Annotated[str, Field(description=(
+        "When no photo came back, why: the gallery holds none, which filter left nothing (and what the gallery "
+        "has), or the relevance cutoff removed every photo found."))]]
 
 
 class SearchState(SearchInput, SearchOutput, total=False):
@@ -62,54 +76,33 @@ class SearchState(SearchInput, SearchOutput, total=False):
 
 
 def retrieve(state: SearchState, runtime: Runtime[SearchSettings] | None = None, *, index: ImageStore) -> dict[str, Any]:
-    """The ``k`` best images of ``index`` for the state's ``image`` (if any) or text ``query``, each marked
-    ``relevant`` or not (with ``only_relevant``, only those that are)."""
-    settings = settings_of(runtime, SearchSettings)
-    options: dict[str, Any] = {"only_relevant": True} if settings.only_relevant else {}  # an index without
-    where = photo_filter(state.get("filters"))  # these options still works
-    if where is not None:
-        options["where"] = where
-    collapse = state.get("collapse_duplicates")
-    if collapse not in (None, False, True):
-        raise SettingsError("'collapse_duplicates' must be true or false")
-    if collapse:
-        options["collapse_duplicates"] = True
-    if state.get("image"):
-        return {"hits": index.search_image(state["image"], k=settings.k, **options)}
-    if (state.get("query") or "").strip():
-        hybrid = state.get("hybrid", True)
-        if not isinstance(hybrid, bool):
-            raise SettingsError(f"'hybrid' must be true or false, not {hybrid!r}")
-        if hybrid and _takes_hybrid(index):
-            options["hybrid"] = True
-        return {"hits": index.search_text(state["query"], k=settings.k, **options)}
-    raise SettingsError("the search graph needs a text 'query' or an 'image' path in its input")
+    """The ``k`` best images of ``index`` for the state's ``image`` (if any) or text ``query`` (or, with neither,
+    the photos that pass its ``filters``, newest first), each marked ``relevant`` or not (with
+    ``only_relevant``, only those that are); ``why`` says why none came back. The search is the one every front
+    end makes (:func:`~pictrieve.vectorstore.search_request.run_search`)."""
+    answer = run_search(index, search_request(state, settings_of(runtime, SearchSettings)))
+    return {"hits": answer.hits, "why": answer.why}
 
 
-def _takes_hybrid(index: ImageStore) -> bool:
-    """Whether ``index.search_text`` can rank by keywords too (a :class:`Gallery` can; a plugin's index may not)."""
-    import inspect
-
+def search_request(state: SearchInput, settings: SearchSettings) -> SearchRequest:
+    """The state's input and the run's settings as the one :class:`SearchRequest` (an ``image`` wins over a
+    ``query``); a bad value is one line naming its field."""
+    image = state.get("image") or None
     try:
-        return "hybrid" in inspect.signature(index.search_text).parameters
-    except (TypeError, ValueError):
-        return False
+        return SearchRequest.of(query=None if image else state.get("query"), image=image,
+                                filters=state.get("filters") or None, hybrid=state.get("hybrid"),
+                                collapse_duplicates=state.get("collapse_duplicates"), k=settings.k,
+                                only_relevant=settings.only_relevant)
+    except SearchRequestError as exc:
+        raise SettingsError(str(exc)) from exc
 
 
-def photo_filter(filters: dict[str, Any] | None) -> PhotoFilter | None:
-    """The input's ``filters`` as a :class:`PhotoFilter` (``None`` when there are none); one line when bad."""
-    if not filters:
-        return None
-    if not isinstance(filters, dict):
-        raise SettingsError("'filters' must be an object such as {\"after\": \"2023-06-01\", \"near\": \"Lisbon\"}")
-    unknown = sorted(set(filters) - FILTER_WORDS)
-    if unknown:
-        raise SettingsError(f"unknown filter {', '.join(map(repr, unknown))}: use {', '.join(sorted(FILTER_WORDS))}")
-    try:
-        found = PhotoFilter.parse(**{key: value for key, value in filters.items() if value not in (None, "")})
-    except (FilterError, ValueError) as exc:
-        raise SettingsError(str(exc).splitlines()[0]) from None
-    return None if found.is_empty else found
+def search_answer(state: SearchInput, output: Mapping[str, Any], settings: SearchSettings | None = None) -> SearchAnswer:
+    """The :class:`SearchAnswer` of a search graph's run: its input ``state``, run ``settings`` and ``output``
+    (``hits``, maybe as JSON from a served graph, and ``why``), for a front end to render."""
+    request = search_request(state, settings or SearchSettings())
+    return SearchAnswer.of_hits(request, [as_hit(hit) for hit in output.get("hits") or []], str(output.get("why") or ""))
 
 
-FILTER_WORDS = frozenset({"after", "before", "near", "radius_km", "place", "camera", "folder"})
+FILTER_WORDS = frozenset(FILTER_FIELDS)
+"""The filters the input's ``filters`` takes (:data:`~pictrieve.vectorstore.search_request.FILTER_FIELDS`)."""

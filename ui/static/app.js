@@ -62,15 +62,16 @@ function card(hit, onClick) {
   return div;
 }
 // A search's answer: its notice ("no photo matches well; the closest are:") above the photos, else none.
+// An empty answer's notice says why (which filter left nothing, and what the gallery has).
 function renderSearch(body) {
   $("search-notice").textContent = body.notice || "";
   $("search-notice").hidden = !body.notice;
-  renderGrid("search-grid", body.hits);
+  renderGrid("search-grid", body.hits, openViewer, body.notice ? "" : "No images found.");
 }
-function renderGrid(gridId, hits, onClick = openViewer) {
+function renderGrid(gridId, hits, onClick = openViewer, emptyText = "No images found.") {
   const grid = $(gridId);
   grid.replaceChildren(...hits.map((h) => card(h, onClick)));
-  if (!hits.length) { const p = document.createElement("p"); p.textContent = "No images found."; grid.append(p); }
+  if (!hits.length && emptyText) { const p = document.createElement("p"); p.textContent = emptyText; grid.append(p); }
 }
 
 // --- viewer ("larger view" + "more like this") ---
@@ -142,7 +143,7 @@ async function loadDuplicates() {
 }
 
 // --- search ---
-// The filters (as the CLI's --after/--before/--near/--radius/--place/--camera/--folder) and the hybrid switch.
+// The filters (after, before, near, radius_km, place, camera, folder) and the hybrid switch; filters alone browse.
 const FILTERS = { after: "f-after", before: "f-before", near: "f-near", radius_km: "f-radius", place: "f-place",
   camera: "f-camera", folder: "f-folder" };
 function searchOptions() {
