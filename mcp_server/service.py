@@ -215,8 +215,6 @@ class PictrieveService:
         place, camera, folder), plain search only; alone (no query) they browse, newest first. ``hybrid``: plain
         search matches the photos' own words too (the default); ``collapse_duplicates`` shows each group of
         near-identical photos once (plain search only)."""
-        from pictrieve.agents.search.nodes import SearchSettings, search_answer
-
         query = str(query or "").strip()
         if not query and not (filters and method == self.plain_method()):
             _text(query, "the query", "say in words what the photos should show, or give filters to browse by")
@@ -246,7 +244,7 @@ class PictrieveService:
             elif not plain:
                 progress(f"{method}: " + ", ".join(f"{node} done" for node in chunk))
         if plain:
-            answer = search_answer(state, output, SearchSettings(k=_k(k), only_relevant=bool(only_relevant)))
+            answer = SearchAnswer.of_run(state, output, k=_k(k), only_relevant=bool(only_relevant))
         else:
             hits = judge_by_text(self.gallery, query, [as_hit(h) for h in (output.get("hits") or [])[: _k(k)]])
             answer = SearchAnswer.of_hits(SearchRequest.of(query=query, k=_k(k), only_relevant=bool(only_relevant),
@@ -256,13 +254,11 @@ class PictrieveService:
 
     def search_by_image(self, image: str, k: int, progress: Progress = no_progress) -> SearchAnswer:
         """The answer of plain search for the photo ``image`` (a gallery id, base64 data or an allowed path)."""
-        from pictrieve.agents.search.nodes import SearchSettings, search_answer
-
         with self._image(image) as path:
             graph = self.graph(self.image_method(), progress)
             progress(f"searching {self.gallery.count()} photos")
             state = {"image": str(path)}
-            answer = search_answer(state, graph.invoke(state, context={"k": _k(k)}), SearchSettings(k=_k(k)))
+            answer = SearchAnswer.of_run(state, graph.invoke(state, context={"k": _k(k)}), k=_k(k))
         progress(f"found {len(answer.hits)} photos")
         return answer
 

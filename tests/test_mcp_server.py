@@ -63,7 +63,7 @@ async def check_search_images_returns_the_galleries_hits_and_their_photos(sessio
         assert nearest == hit["id"]
     # beside its score, each hit says whether it matches well; a line in words says how many do
     assert [h["relevant"] for h in hits] == [True, False, False]
-    summary = "1 of the 3 photos shown match 'a red square' well; the others are only the closest."
+    summary = "1 of the 3 photos shown matches 'a red square' well; the other 2 are only the closest."
     assert result.structuredContent["summary"] == summary and result.content[1].text == summary
     labels = [b.text for b in result.content[2:] if b.type == "text"]
     assert [line.split(")")[0] for line in labels] == [f"Photo {n} (id {h['id']}" for n, h in enumerate(hits, 1)]
@@ -74,7 +74,7 @@ async def check_search_images_returns_the_galleries_hits_and_their_photos(sessio
     assert {h["id"] for h in inside.structuredContent["hits"]} == \
         {id_ for id_, path in served.paths.items() if Path(path).parent == folder}
     bad = await session.call_tool("search_images", {"query": "a red square", "after": "last june"})
-    assert bad.isError and "is not a date" in error_text(bad)
+    assert bad.isError and error_text(bad).startswith("after: 'last june' is not accepted; it takes a date as YYYY-MM-DD")
     only = await session.call_tool("search_images", {"query": "a red square", "k": 3, "only_relevant": True,
                                                      "hybrid": False})
     assert [h["id"] for h in only.structuredContent["hits"]] == [hits[0]["id"]] and len(pictures(only)) == 1

@@ -120,7 +120,7 @@ def test_the_tools_the_retriever_and_the_graph_carry_relevant(known_gallery, mon
     message = tool.invoke(ToolCall(name=tool.name, args={"query": "a dog", "k": 4}, id="1", type="tool_call"))
     rows = json.loads(message.content[0]["text"])
     assert [r["relevant"] for r in rows] == [True, True, False, False]
-    assert message.content[1]["text"] == "2 of the 4 photos shown match 'a dog' well; the others are only the closest."
+    assert message.content[1]["text"] == "2 of the 4 photos shown match 'a dog' well; the other 2 are only the closest."
     message = tool.invoke(ToolCall(name=tool.name, args={"query": "a dog", "k": 4, "only_relevant": True}, id="2",
                                    type="tool_call"))
     assert [r["id"] for r in message.artifact] == ["id0", "id1"]
@@ -140,11 +140,18 @@ def test_the_page_says_no_photo_matches_well(known_gallery):
 
     gallery, query = known_gallery
     store_cutoff(gallery, 0.95, {})
-    body = search_body(gallery.search_vector(query, k=3))
+    body = search_body(gallery.search(vector=query, k=3))
     assert body["notice"] == NO_MATCH_HEADER and [h["relevant"] for h in body["hits"]] == [False] * 3
+    assert body["summary"].startswith("No photo in the gallery matches the given photo well; the closest are: id0")
     store_cutoff(gallery, 0.6, {})
-    body = search_body(gallery.search_vector(query, k=3), only=True)
+    body = search_body(gallery.search(vector=query, k=3, only_relevant=True))
     assert body["notice"] == "" and len(body["hits"]) == 2
+    assert body["summary"] == "All 2 photos shown match the given photo well."
+    store_cutoff(gallery, 0.95, {})
+    body = search_body(gallery.search(vector=query, k=3, only_relevant=True))
+    assert body["hits"] == [] and body["why"] == ("3 photos came closest, but none matches well enough to pass "
+                                                  "the relevance cutoff")
+    assert body["notice"] == "nothing found: " + body["why"]
 
 
 def _captioned_folder(root, captions: dict[str, str]):
@@ -180,7 +187,12 @@ def test_the_cli_marks_hits_says_when_none_matches_and_drops_them(tmp_path, tiny
     lines = done.stdout.splitlines()
     assert done.returncode == 0 and lines[0] == NO_MATCH_HEADER and len(lines) == 4, done.stdout
     done = run("search", "a black dog", "-g", str(tmp_path / "g"), "-k", "3", "--only-relevant", "--no-hybrid")
-    assert done.stdout.splitlines() == ["no photo matches well (--only-relevant hides the closest)"]
+    assert done.returncode == 1 and done.stdout.splitlines() == [
+        "nothing found: 3 photos came closest, but none matches well enough to pass the relevance cutoff"]
+    done = run("search", "a black dog", "-g", str(tmp_path / "g"), "-k", "3", "--only-relevant", "--no-hybrid",
+               "--json")
+    assert done.returncode == 1 and json.loads(done.stdout)["hits"] == []
+    assert json.loads(done.stdout)["why"].startswith("3 photos came closest, but none matches well")
     worded = json.loads(run("search", "a black dog", "-g", str(tmp_path / "g"), "-k", "3", "--json").stdout)
     assert [h["relevant"] for h in worded["hits"]] == [True, False, False]
 

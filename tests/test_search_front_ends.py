@@ -116,8 +116,13 @@ def cli_args(library, request: dict[str, Any]) -> list[str]:
 
 
 def by_cli(library, request: dict[str, Any]) -> list[str]:
-    done = run(*cli_args(library, request))
-    assert done.returncode in (0, 1), done.stderr
+    """``pictrieve search ... --json`` in this process (click's runner: the command's own code, its exit status)."""
+    from click.testing import CliRunner
+
+    from pictrieve.cli.main import cli
+
+    done = CliRunner().invoke(cli, cli_args(library, request))
+    assert done.exit_code == (0 if json.loads(done.stdout)["hits"] else 1), done.output
     return [hit["id"] for hit in json.loads(done.stdout)["hits"]]
 
 
@@ -125,15 +130,43 @@ def mcp_arguments(request: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in request.items() if key != "filters"} | request.get("filters", {})
 
 
-async def by_mcp(library, requests: list[dict[str, Any]]) -> list[Any]:
-    """Each request's structured result from one ``pictrieve mcp`` over stdio."""
+async def by_mcp(library, calls: list[dict[str, Any]]) -> list[Any]:
+    """Each call's result (``search_images`` with those arguments) from one ``pictrieve mcp`` over stdio."""
     out = []
     async with stdio_session(["-g", str(library.root / "gallery"), "--state-dir", str(library.root / "state")]) \
             as session:
-        for request in requests:
-            result = await session.call_tool("search_images", mcp_arguments(request))
-            out.append(result)
+        for arguments in calls:
+            out.append(await session.call_tool("search_images", arguments))
     return out
+
+
+def empty_requests(library) -> list[tuple[dict[str, Any], list[str]]]:
+    """Requests that find nothing, each with what the ``why`` of every front end must say: the filter that left
+    nothing, and what the gallery has instead."""
+    photos = library.root / "photos"
+    return [
+        ({"query": "a dog", "k": 3, "filters": {"folder": str(photos / "nope")}},
+         ["0 photos pass folder", "folders here: ", f"{photos / 'home'} (8)", f"{photos / 'tokyo'} (5)",
+          f"{photos / 'lisbon'} (3)"]),
+        ({"k": 3, "filters": {"folder": str(photos / "lisbon"), "before": "2001-01-01"}},
+         ["0 photos pass ", "before 2001-01-01", "photos here were taken "]),
+    ]
+
+
+def says(why: str, words: list[str]) -> bool:
+    return why.startswith(words[0]) and all(part in why for part in words)
+
+
+BAD = ({"query": "a dog", "k": 3, "filters": {"after": "last june"}},
+       "after: 'last june' is not accepted; it takes a date as YYYY-MM-DD")
+
+
+@pytest.fixture(scope="module")
+def mcp_results(library):
+    calls = [mcp_arguments(request) for request in table(library)]
+    calls += [mcp_arguments(request) for request, _ in empty_requests(library)] + [mcp_arguments(BAD[0])]
+    calls.append({"query": "a dog", "near": "38.7,-9.1", "radius_km": -1})
+    return anyio.run(by_mcp, library, calls)
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +178,8 @@ def page(library, tmp_path_factory):
                        raise_server_exceptions=False)
 
 
-def test_every_front_end_returns_the_same_ids_in_the_same_order(library, page):
+def test_every_front_end_returns_the_same_ids_in_the_same_order(library, page, mcp_results):
     requests = table(library)
-    mcp_results = anyio.run(by_mcp, library, requests)
     for request, mcp_result in zip(requests, mcp_results):
         expected = by_gallery(library, request)
         assert expected, request
@@ -165,3 +197,70 @@ def test_every_front_end_returns_the_same_ids_in_the_same_order(library, page):
     # Issue 39's case: the photos' words find the three lisbon/ photos, on every front end (hybrid by default).
     assert {library.folder_of[id_] for id_ in by_tool(library, requests[0])} == {"lisbon"}
     assert [library.folder_of[id_] for id_ in by_gallery(library, requests[-1])] == ["lisbon"] * 3
+
+
+def test_an_empty_answer_says_why_on_every_front_end(library, page, mcp_results):
+    from click.testing import CliRunner
+    from langchain_core.messages import ToolCall
+
+    from pictrieve.cli.main import cli
+    from pictrieve.graphs.search import build_search_graph
+    from pictrieve.integrations.langchain_tools import image_search_tool
+
+    tool = image_search_tool(library.gallery, pictures=False)
+    offset = len(table(library))
+    for n, (request, why) in enumerate(empty_requests(library)):
+        fields = dict(request)
+        expected = library.gallery.search(fields.pop("query", None), **fields).why
+        assert says(expected, why), expected
+        state = {key: request[key] for key in ("query", "filters") if key in request}
+        assert build_search_graph(library.gallery).invoke(state, context={"k": 3})["why"] == expected
+        body = page.post("/api/search", json=mcp_arguments(request)).json()
+        assert body["hits"] == [] and body["why"] == expected and body["notice"] == "nothing found: " + expected
+        message = tool.invoke(ToolCall(name=tool.name, args=dict(request), id="1", type="tool_call"))
+        assert message.artifact == [] and expected in message.content[1]["text"]
+        # MCP: the filter is named, not the query blamed
+        result = mcp_results[offset + n]
+        assert not result.isError and result.structuredContent["why"] == expected
+        assert result.structuredContent["summary"] == f"No photo shown for {'the filters' if 'query' not in request else repr(request['query'])}: {result.structuredContent['why']}."
+        # The command line: the reason, exit status 1, and --json still one valid object
+        done = CliRunner().invoke(cli, cli_args(library, request))
+        assert done.exit_code == 1 and json.loads(done.stdout)["why"] == expected
+        text = [arg for arg in cli_args(library, request) if arg != "--json"]
+        done = CliRunner().invoke(cli, text)
+        assert done.exit_code == 1 and done.stdout.splitlines() == ["nothing found: " + expected], done.output
+    # a real process's exit status
+    done = run(*cli_args(library, empty_requests(library)[0][0]))
+    assert done.returncode == 1 and says(json.loads(done.stdout)["why"], empty_requests(library)[0][1])
+
+
+def test_a_bad_filter_value_is_worded_alike_on_every_front_end(library, page, mcp_results):
+    from click.testing import CliRunner
+    from langchain_core.messages import ToolCall
+
+    from pictrieve.cli.main import cli
+    from pictrieve.graphs.search import build_search_graph
+    from pictrieve.integrations.langchain_tools import image_search_tool
+    from pictrieve.vectorstore.search_request import SearchRequestError
+
+    request, words = BAD
+    with pytest.raises(SearchRequestError, match=f"^{words}"):
+        library.gallery.search(request["query"], k=3, filters=request["filters"])
+    with pytest.raises(Exception, match=f"^{words}"):
+        build_search_graph(library.gallery).invoke({"query": "a dog", "filters": request["filters"]})
+    refused = page.post("/api/search", json=mcp_arguments(request))
+    assert refused.status_code == 400 and refused.json()["error"].startswith(words)
+    tool = image_search_tool(library.gallery, pictures=False)
+    message = tool.invoke(ToolCall(name=tool.name, args=dict(request), id="1", type="tool_call"))
+    assert message.status == "error" and message.content.startswith(words)
+    result = mcp_results[len(table(library)) + len(empty_requests(library))]
+    assert result.isError and result.content[0].text.startswith(words)
+    radius = mcp_results[-1]
+    assert radius.isError and radius.content[0].text.startswith("radius_km: -1.0 is not accepted; it takes a number "
+                                                                "of kilometres above 0")
+    # The command line names its option instead of the field (a page user never sees an option).
+    done = CliRunner().invoke(cli, cli_args(library, request))
+    assert done.exit_code == 2 and "--after: 'last june' is not accepted; it takes a date as YYYY-MM-DD" in done.output
+    done = CliRunner().invoke(cli, [*cli_args(library, {"query": "a dog", "k": 3}), "--near", "38.7,-9.1",
+                                    "--radius", "nan"])
+    assert done.exit_code == 2 and "--radius: nan is not accepted; it takes a number of kilometres above 0" in done.output

@@ -92,7 +92,7 @@ def test_upload_size_is_capped(gallery, tmp_path):
 
 def test_errors_are_one_readable_line(client):
     response = client.post("/api/search", json={"query": "  "})
-    assert response.status_code == 400 and response.json() == {"error": "type what you are looking for, or drop a picture"}
+    assert response.status_code == 400 and response.json() == {"error": "type what you are looking for, drop a picture, or fill in a filter to browse by"}
     assert "Traceback" not in client.post("/api/search", json={"query": "x", "k": "many"}).text
     assert "between 1 and" in client.post("/api/search", json={"query": "x", "k": 0}).json()["error"]
 
@@ -209,7 +209,7 @@ def test_page_shows_errors_as_text(page, served):
     page.wait_for_function("() => document.getElementById('status').textContent.includes('images')")
     page.click("#search-form button")
     page.wait_for_selector("#error:not([hidden])")
-    assert page.text_content("#error") == "type what you are looking for, or drop a picture"
+    assert page.text_content("#error") == "type what you are looking for, drop a picture, or fill in a filter to browse by"
 
 
 @pytest.mark.browser

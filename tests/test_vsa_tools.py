@@ -17,7 +17,7 @@ from pictrieve.vectorstore.hits import ImageHit
 
 
 class _Gallery:
-    def search_text(self, query, k=5):
+    def search_text(self, query, k=5, where=None, **options):
         return [ImageHit(id=f"i{i}", path=f"/p/{i}.jpg", score=1.0 - i / 10, rank=i + 1, captions=["a dog"])
                 for i in range(k)]
 
@@ -106,7 +106,7 @@ def test_image_search_shows_the_photos_as_standard_image_blocks(tmp_path):
         Image.new("RGB", (900, 600), colour).save(paths[-1])
 
     class _Photos:
-        def search_text(self, query, k=5):
+        def search_text(self, query, k=5, where=None, **options):
             return [ImageHit(id=f"i{i}", path=str(p), score=0.5, rank=i + 1) for i, p in enumerate(paths[:k])]
 
     message = _call(image_search_tool(_Photos()), query="red", k=2)

@@ -23,10 +23,9 @@ PAGE_K = 24
 
 @posted(router, "/api/search")
 def search_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
-    from pictrieve.agents.search.nodes import SearchSettings, search_answer
+    from pictrieve.vectorstore.search_request import SearchAnswer
 
-    settings = SearchSettings(k=k_value(form.get("k"), PAGE_K), only_relevant=checked(form.get("only_relevant")))
-    context = {"k": settings.k, "only_relevant": settings.only_relevant}
+    context = {"k": k_value(form.get("k"), PAGE_K), "only_relevant": checked(form.get("only_relevant"))}
     search_graph = page.graph("search")
     state = search_options(form)
     if form.get("like"):
@@ -36,12 +35,12 @@ def search_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
     elif is_upload(form.get("image")):
         with guarded_upload(form["image"], page.max_upload_bytes) as path:
             state["image"] = str(path)
-            return search_body(search_answer(state, search_graph.invoke(state, context=context), settings))
+            return search_body(SearchAnswer.of_run(state, search_graph.invoke(state, context=context), **context))
     elif str(form.get("query") or "").strip():
         state["query"] = text(form["query"], "the description")
     elif not state.get("filters"):
         raise UIError("type what you are looking for, drop a picture, or fill in a filter to browse by")
-    return search_body(search_answer(state, search_graph.invoke(state, context=context), settings))
+    return search_body(SearchAnswer.of_run(state, search_graph.invoke(state, context=context), **context))
 
 
 def search_options(form: dict[str, Any]) -> dict[str, Any]:

@@ -81,46 +81,38 @@ def parse_filters(filters: Any) -> PhotoFilter | None:
     if unknown:
         raise SearchRequestError("filters", unknown[0], "only " + ", ".join(FILTER_FIELDS))
     given = {key: value for key, value in filters.items() if value is not None and value != ""}
-    values: dict[str, Any] = {}
-    for name in ("after", "before"):
+    for name in ("after", "before"):  # checked here, so the refusal names the field, not a command-line option
         if name in given:
-            value = given[name]
-            if not isinstance(value, str):
-                raise SearchRequestError(name, value, FILTER_FIELDS[name])
+            if not isinstance(given[name], str):
+                raise SearchRequestError(name, given[name], FILTER_FIELDS[name])
             try:
-                values[name] = parse_date(value, name)
+                parse_date(given[name], name)
             except FilterError:
-                raise SearchRequestError(name, value, FILTER_FIELDS[name]) from None
+                raise SearchRequestError(name, given[name], FILTER_FIELDS[name]) from None
     if "near" in given:
         value = given["near"]
         if not isinstance(value, str) or not value.strip():
             raise SearchRequestError("near", value, FILTER_FIELDS["near"])
         try:
-            values["near"] = parse_near(value)
+            parse_near(value)
         except FilterError as exc:
             raise SearchRequestError("near", value, "\"LAT,LON\" (latitude -90..90, longitude -180..180) or a city "
                                      "the offline gazetteer knows" + ("" if "install" not in str(exc)
                                                                       else " (install pictrieve[places] for cities)")) \
                 from None
     if "radius_km" in given:
-        values["radius_km"] = _radius(given["radius_km"])
+        given["radius_km"] = _radius(given["radius_km"])
     for name in ("place", "camera", "folder"):
         if name in given:
             value = given[name]
             if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
                 raise SearchRequestError(name, value, FILTER_FIELDS[name])
-            values[name] = str(value).strip()
-    found = PhotoFilter(after=values.get("after"), before=values.get("before"), near=values.get("near"),
-                        radius_km=values.get("radius_km", 10.0), place=values.get("place"),
-                        camera=values.get("camera"),
-                        folder=str(_resolved(values["folder"])) if "folder" in values else None)
+            given[name] = str(value).strip()
+    try:  # the filter's own reading of the words (dates, a city's position, a folder's path)
+        found = PhotoFilter.parse(**given)
+    except (FilterError, ValueError) as exc:  # pragma: no cover - each field was checked above
+        raise SearchRequestError("filters", dict(filters), str(exc).splitlines()[0]) from None
     return None if found.is_empty else found
-
-
-def _resolved(folder: str) -> str:
-    from pathlib import Path
-
-    return str(Path(folder).expanduser().resolve())
 
 
 def _radius(value: Any) -> float:
@@ -177,6 +169,16 @@ class SearchRequest(BaseModel):
             first = exc.errors()[0]
             field = ".".join(str(part) for part in first.get("loc", ())) or "request"
             raise SearchRequestError(field, first.get("input"), _ACCEPTED.get(field, first["msg"].lower())) from None
+
+    @classmethod
+    def from_input(cls, state: Mapping[str, Any], *, k: int | None = None,
+                   only_relevant: bool | None = None) -> "SearchRequest":
+        """The request a search graph's input ``state`` makes (``query``, ``image``, ``filters``, ``hybrid``,
+        ``collapse_duplicates``; an ``image`` wins over a ``query``) with the run's ``k`` and ``only_relevant``."""
+        image = state.get("image") or None
+        return cls.of(query=None if image else state.get("query"), image=image, filters=state.get("filters") or None,
+                      hybrid=state.get("hybrid"), collapse_duplicates=state.get("collapse_duplicates"), k=k,
+                      only_relevant=only_relevant)
 
     @field_validator("query", mode="before")
     @classmethod
@@ -292,6 +294,16 @@ class SearchAnswer(BaseModel):
                    "relevance cutoff")
         return cls(request=request, hits=shown, found=len(found),
                    relevant_count=sum(1 for h in found if h.relevant is not False), why=why if not shown else "")
+
+    @classmethod
+    def of_run(cls, state: Mapping[str, Any], output: Mapping[str, Any], *, k: int | None = None,
+               only_relevant: bool | None = None) -> "SearchAnswer":
+        """The answer of a search graph's run: its input ``state``, the run's ``k`` and ``only_relevant``, and its
+        ``output`` (``hits``, maybe as JSON from a served graph, and ``why``), for a front end to render."""
+        from pictrieve.vectorstore.hits import as_hit
+
+        request = SearchRequest.from_input(state, k=k, only_relevant=only_relevant)
+        return cls.of_hits(request, [as_hit(hit) for hit in output.get("hits") or []], str(output.get("why") or ""))
 
     @property
     def ids(self) -> list[str]:
@@ -425,9 +437,12 @@ def _conditions(photo_filter: PhotoFilter) -> list[tuple[str, str, PhotoFilter]]
     data = photo_filter.model_dump()
     for name in ("after", "before", "place", "camera", "folder"):
         if data[name]:
-            value = data[name].date().isoformat() if name in ("after", "before") and data[name].time() == \
-                data[name].time().min else data[name]
-            out.append((name, f"{name} {str(value)!r}", PhotoFilter(**{name: data[name]})))
+            if name in ("after", "before"):
+                when = data[name]
+                label = f"{name} {when.date().isoformat() if when.time() == when.time().min else when.isoformat()}"
+            else:
+                label = f"{name} {data[name]!r}"
+            out.append((name, label, PhotoFilter(**{name: data[name]})))
     if data["near"]:
         lat, lon = data["near"]
         out.append(("near", f"near {lat:.4f},{lon:.4f} within {data['radius_km']:g} km",

@@ -7,7 +7,6 @@ without a graph; :func:`pictrieve.graphs.search.build_search_graph` binds the ga
 from __future__ import annotations
 
 from dataclasses import dataclass
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 from langgraph.runtime import Runtime
@@ -15,15 +14,8 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
-from pictrieve.vectorstore.hits import ImageHit, as_hit
-from pictrieve.vectorstore.search_request import (
-    DEFAULT_K,
-    FILTER_FIELDS,
-    SearchAnswer,
-    SearchRequest,
-    SearchRequestError,
-    run_search,
-)
+from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.search_request import DEFAULT_K, FILTER_FIELDS, SearchRequest, SearchRequestError, run_search
 from pictrieve.vectorstore.store import ImageStore
 
 
@@ -87,21 +79,10 @@ def retrieve(state: SearchState, runtime: Runtime[SearchSettings] | None = None,
 def search_request(state: SearchInput, settings: SearchSettings) -> SearchRequest:
     """The state's input and the run's settings as the one :class:`SearchRequest` (an ``image`` wins over a
     ``query``); a bad value is one line naming its field."""
-    image = state.get("image") or None
     try:
-        return SearchRequest.of(query=None if image else state.get("query"), image=image,
-                                filters=state.get("filters") or None, hybrid=state.get("hybrid"),
-                                collapse_duplicates=state.get("collapse_duplicates"), k=settings.k,
-                                only_relevant=settings.only_relevant)
+        return SearchRequest.from_input(state, k=settings.k, only_relevant=settings.only_relevant)
     except SearchRequestError as exc:
         raise SettingsError(str(exc)) from exc
-
-
-def search_answer(state: SearchInput, output: Mapping[str, Any], settings: SearchSettings | None = None) -> SearchAnswer:
-    """The :class:`SearchAnswer` of a search graph's run: its input ``state``, run ``settings`` and ``output``
-    (``hits``, maybe as JSON from a served graph, and ``why``), for a front end to render."""
-    request = search_request(state, settings or SearchSettings())
-    return SearchAnswer.of_hits(request, [as_hit(hit) for hit in output.get("hits") or []], str(output.get("why") or ""))
 
 
 FILTER_WORDS = frozenset(FILTER_FIELDS)
