@@ -128,14 +128,7 @@ ANSWERS: dict[str, str] = {
 }
 """What a person types to a command that asks (here: Enter at NEEDLE's guide review and at its result review)."""
 
-AWAITING: dict[str, str] = {
-    'pictrieve search "beach" -g ./my.gallery --after 2023-06-01 --before 2023-07-01 --near Lisbon --radius 20':
-        "issue 37 item 2: an empty filtered search prints nothing (the `request` and `filters` work makes it say "
-        "which filter left nothing); remove this entry when it lands",
-    'pictrieve search "dog" -g ./my.gallery --place portugal --camera "pixel 7" --folder ~/Photos/2023':
-        "issue 37 item 2: an empty filtered search prints nothing (the `request` and `filters` work makes it say "
-        "which filter left nothing); remove this entry when it lands",
-}
+AWAITING: dict[str, str] = {}
 """Commands known to fail this test today, with the open issue that fixes them (expected failures, not skips)."""
 
 CAPTIONS = {

@@ -197,6 +197,13 @@ def test_every_front_end_returns_the_same_ids_in_the_same_order(library, page, m
     # Issue 39's case: the photos' words find the three lisbon/ photos, on every front end (hybrid by default).
     assert {library.folder_of[id_] for id_ in by_tool(library, requests[0])} == {"lisbon"}
     assert [library.folder_of[id_] for id_ in by_gallery(library, requests[-1])] == ["lisbon"] * 3
+    # Each hit says why it is there: the photo's words, its vector, both; browsing: the filters.
+    hits = library.gallery.search("lisbon", k=6).hits
+    assert [hit.matched_by in ("words", "both") for hit in hits] == [True] * 3 + [False] * 3
+    assert {hit.matched_by for hit in hits[3:]} == {"vector"}
+    assert {hit.matched_by for hit in library.gallery.search("lisbon", k=6, hybrid=False).hits} == {"vector"}
+    assert {h.matched_by for h in library.gallery.search(k=3, filters={"folder": "lisbon"}).hits} == {"filters"}
+    assert [h["matched_by"] for h in mcp_results[0].structuredContent["hits"]] == [h.matched_by for h in hits[:3]]
 
 
 def test_an_empty_answer_says_why_on_every_front_end(library, page, mcp_results):

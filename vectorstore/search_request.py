@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -403,84 +402,15 @@ def browse(store: Any, request: SearchRequest) -> SearchAnswer:
 # --- why nothing came back -------------------------------------------------------------------------------------
 
 def why_empty(store: Any, request: SearchRequest) -> str:
-    """Why a search found nothing: the gallery holds no photo, or which filter left none (and what it has)."""
+    """Why a search found nothing: the gallery holds no photo, or which filter left none and what the gallery has
+    (:func:`~pictrieve.vectorstore.filter_explain.explain_filter`)."""
     if not store.count():
         return "the gallery holds no photos yet"
     where = request.store_where
     if isinstance(where, PhotoFilter):
-        return why_no_photo_passes(store, where)
+        from pictrieve.vectorstore.filter_explain import explain_filter
+
+        return explain_filter(store, where).message
     if where:
         return "no photo passes the where filter"
     return "the search returned no photo"
-
-
-_LABELS = {"after": "after", "before": "before", "near": "near", "place": "place", "camera": "camera",
-           "folder": "folder"}
-
-
-def why_no_photo_passes(store: Any, photo_filter: PhotoFilter) -> str:
-    """Which condition of ``photo_filter`` leaves no photo of ``store``, and what the gallery has there instead
-    ("0 photos pass place 'lisbon'; places here: Lisbon PT (12), Tokyo JP (8)"); or that each passes some photos
-    but not together."""
-    ids = store.ids()
-    everything = store.metadata_where(ids)
-    conditions = _conditions(photo_filter)
-    for name, label, alone in conditions:
-        if not store.metadata_where(ids, alone):
-            return f"0 photos pass {label}; {_what_here(name, everything.values())}"
-    labels = ", ".join(label for _, label, _ in conditions)
-    return f"no photo passes {labels} together (each alone passes some)"
-
-
-def _conditions(photo_filter: PhotoFilter) -> list[tuple[str, str, PhotoFilter]]:
-    out: list[tuple[str, str, PhotoFilter]] = []
-    data = photo_filter.model_dump()
-    for name in ("after", "before", "place", "camera", "folder"):
-        if data[name]:
-            if name in ("after", "before"):
-                when = data[name]
-                label = f"{name} {when.date().isoformat() if when.time() == when.time().min else when.isoformat()}"
-            else:
-                label = f"{name} {data[name]!r}"
-            out.append((name, label, PhotoFilter(**{name: data[name]})))
-    if data["near"]:
-        lat, lon = data["near"]
-        out.append(("near", f"near {lat:.4f},{lon:.4f} within {data['radius_km']:g} km",
-                    PhotoFilter(near=data["near"], radius_km=data["radius_km"])))
-    return out
-
-
-def _what_here(name: str, records: Any, most: int = 5) -> str:
-    """What the gallery has for the field ``name``: its most common values with counts, or its dates' span."""
-    records = list(records)
-    if name in ("after", "before"):
-        dates = sorted(str(m["taken_at"])[:10] for m in records if m.get("taken_at"))
-        return (f"photos here were taken from {dates[0]} to {dates[-1]}" if dates
-                else "no photo here has a capture time")
-    if name == "near":
-        located = sum(1 for m in records if m.get("gps_lat") is not None)
-        places = _counted(records, lambda m: _place(m))
-        return (f"{located} {_photos(located)} here {'has' if located == 1 else 'have'} a position"
-                + (f"; places here: {places}" if places else ""))
-    if name == "place":
-        places = _counted(records, _place)
-        return f"places here: {places}" if places else "no photo here has a place"
-    if name == "camera":
-        cameras = _counted(records, lambda m: m.get("camera") or m.get("camera_model"))
-        return f"cameras here: {cameras}" if cameras else "no photo here names its camera"
-    folders = _counted(records, lambda m: m.get("folder"))
-    return f"folders here: {folders}" if folders else "no photo here has a folder"
-
-
-def _place(meta: Mapping[str, Any]) -> str | None:
-    city, country = meta.get("place_city"), meta.get("place_country")
-    if city or country:
-        return " ".join(str(part) for part in (city, country) if part)
-    return meta.get("place") or None
-
-
-def _counted(records: Sequence[Mapping[str, Any]], value_of: Any, most: int = 5) -> str:
-    counts = Counter(str(v) for v in map(value_of, records) if v)
-    shown = ", ".join(f"{value} ({n})" for value, n in counts.most_common(most))
-    more = len(counts) - most
-    return shown + (f" and {more} more" if more > 0 else "")
