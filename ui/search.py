@@ -31,7 +31,7 @@ def search_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
     if form.get("like"):
         with tempfile.TemporaryDirectory(prefix="pictrieve-like-") as folder:
             state["image"] = page.gallery_photo(form["like"], folder)
-            return search_body(search_answer(state, search_graph.invoke(state, context=context), settings))
+            return search_body(SearchAnswer.of_run(state, search_graph.invoke(state, context=context), **context))
     elif is_upload(form.get("image")):
         with guarded_upload(form["image"], page.max_upload_bytes) as path:
             state["image"] = str(path)
