@@ -216,8 +216,8 @@ class PictrieveService:
         search matches the photos' own words too (the default); ``collapse_duplicates`` shows each group of
         near-identical photos once (plain search only)."""
         query = str(query or "").strip()
-        if not query and not (filters and method == self.plain_method()):
-            _text(query, "the query", "say in words what the photos should show, or give filters to browse by")
+        if query or not (filters and method == self.plain_method()):  # blank or too long: one line
+            query = _text(query, "the query", "say in words what the photos should show, or give filters to browse by")
         offered = self.search_methods()
         if method not in offered:
             raise ToolInputError(f"unknown method {method!r}: use one of {', '.join(offered)}")
