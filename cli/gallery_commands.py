@@ -174,6 +174,8 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 @click.option("--folder", type=click.Path(file_okay=False),
               help="Only photos in this folder or folders inside it (a path that is no folder here: folder names "
                    "in a row, e.g. trips/2023).")
+@click.option("--exif-dates-only", is_flag=True,
+              help="With --after/--before: leave out photos dated only by their file (no EXIF capture time).")
 @click.option("--hybrid/--no-hybrid", default=True, show_default=True,
               help="Rank by the photos' own words too (folder and file names, captions, place, photo text), "
                    "fused with the vectors; --no-hybrid ranks by vectors alone.")
@@ -184,7 +186,7 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
 def search(query: str | None, image: str | None, gallery: str, embedder: str | None, k: int,
            html_path: str | None, only_relevant: bool, as_json: bool, after: str | None = None,
            before: str | None = None, near: str | None = None, radius_km: float = 10.0, place: str | None = None,
-           camera: str | None = None, folder: str | None = None, hybrid: bool = True,
+           camera: str | None = None, folder: str | None = None, exif_dates_only: bool = False, hybrid: bool = True,
            collapse_duplicates: bool = False, method: str = PLAIN, **method_args: Any) -> None:
     """Find the images that best match QUERY (text) or --image.
 
@@ -207,6 +209,8 @@ def search(query: str | None, image: str | None, gallery: str, embedder: str | N
     filters = dict(after=after, before=before, near=near, radius_km=radius_km if near else None, place=place,
                    camera=camera, folder=folder)
     query = _check_query(query, image, browsing=any(value for value in filters.values()))
+    if exif_dates_only:
+        filters["exif_dates_only"] = True
     if method != PLAIN and any(filters.values()):
         raise click.UsageError("--after/--before/--near/--place/--camera/--folder filter the plain search; "
                                "leave out --method to use them")

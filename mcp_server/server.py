@@ -274,6 +274,8 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
                                                         "words, case aside (e.g. 'iphone', 'pixel 7')")] = None,
         folder: Annotated[Text | None, Field(description="Only photos in this folder or inside it (its full path), "
                                                         "or whose folder path holds these folder names")] = None,
+        exif_dates_only: Annotated[bool, Field(description="With after/before: leave out photos without an EXIF "
+                                                           "capture time (dated only by their file)")] = False,
         hybrid: Annotated[bool, Field(description="Match the photos' own words too (folder and file names, "
                                                   "captions, place, text in the photo), fused with what they show; "
                                                   "false: by what they show alone")] = True,
@@ -288,6 +290,8 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
         filters = {name: value for name, value in dict(after=after, before=before, near=near, radius_km=radius_km,
                                                        place=place, camera=camera, folder=folder).items()
                    if value is not None}
+        if exif_dates_only:
+            filters["exif_dates_only"] = True
         answer = await in_thread(ctx, functools.partial(service.search, filters=filters, hybrid=hybrid,
                                                         collapse_duplicates=collapse_duplicates,
                                                         only_relevant=only_relevant),

@@ -199,6 +199,9 @@ async def test_mcp_gives_a_heic_as_jpeg_and_hits_say_when_where_and_with_what(tm
             assert jpeg.format == "JPEG" and _close(jpeg, upright) < 8
         found = await session.call_tool("search_images", {"query": "a photo", "k": 2, "hybrid": False})
         hits = {hit["id"]: hit for hit in found.structuredContent["hits"]}
+        dated = await session.call_tool("search_images", {"query": "a photo", "k": 2, "after": "2000-01-01",
+                                                          "exif_dates_only": True})
+        assert [hit["id"] for hit in dated.structuredContent["hits"]] == [path_id(folder / "lisbon.jpg")]
     lisbon = hits[path_id(folder / "lisbon.jpg")]
     assert lisbon["taken_at"].startswith("2024-06-12T18:30:00") and "Lisbon" in lisbon["place"]
     assert "iPhone 13" in lisbon["camera"] and lisbon["date"] == "2024-06-12"

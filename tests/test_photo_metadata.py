@@ -309,3 +309,31 @@ def test_the_cli_shows_each_photos_own_date_and_marks_a_file_date(june_gallery):
     lines = {Path(line.split()[2]).name: line for line in result.output.splitlines() if "/june/" in line}
     assert "[2023-06-13]" in lines["midnight.jpg"] and "[2023-06-12]" in lines["tokyo.jpg"]
     assert "[2023-06-12 (file date)]" in lines["screen.png"]
+
+
+def test_the_cli_takes_exif_dates_only_and_says_why_a_filter_found_nothing(june_gallery):
+    from click.testing import CliRunner
+    from pictrieve.cli.gallery_commands import search
+
+    gallery, _ = june_gallery
+    runner = CliRunner()
+    june_12 = ["-g", str(gallery.location), "-k", "10", "--after", "2023-06-12", "--before", "2023-06-13"]
+
+    def names(result) -> set[str]:
+        return {Path(line.split()[2]).name for line in result.output.splitlines() if "/june/" in line}
+
+    assert names(runner.invoke(search, ["a photo", *june_12])) == {"late.jpg", "tokyo.jpg", "nooffset.jpg", "screen.png"}
+    assert names(runner.invoke(search, ["a photo", *june_12, "--exif-dates-only"])) == \
+        {"late.jpg", "tokyo.jpg", "nooffset.jpg"}
+    nope = runner.invoke(search, ["a photo", "-g", str(gallery.location), "--folder", "photos/nope"])
+    assert nope.exit_code == 1 and "0 photos pass folder 'photos/nope' (no such folder on disk); folders here:" \
+        in nope.output, nope.output
+
+
+def test_exif_dates_only_is_read_from_the_words_a_form_sends():
+    from pictrieve.vectorstore.search_request import SearchRequestError, parse_filters
+
+    assert parse_filters({"after": "2023-06-12", "exif_dates_only": "on"}).exif_dates_only is True
+    assert parse_filters({"after": "2023-06-12", "exif_dates_only": False}).exif_dates_only is False
+    with pytest.raises(SearchRequestError, match="^exif_dates_only: 'maybe' is not accepted; it takes true or false"):
+        parse_filters({"after": "2023-06-12", "exif_dates_only": "maybe"})

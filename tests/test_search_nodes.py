@@ -56,7 +56,7 @@ def test_retrieve_without_a_query_an_image_or_filters_says_what_it_needs(state):
     ({"after": 123}, "after: 123 is not accepted; it takes a date as YYYY-MM-DD"),
     ({"radius_km": float("nan"), "near": "1,2"}, "radius_km: nan is not accepted; it takes a number of kilometres above 0"),
     ({"radius_km": -1}, "radius_km: -1 is not accepted; it takes a number of kilometres above 0"),
-    ({"place": 7}, "place: 7 is not accepted; it takes a city, region or country code as text"),
+    ({"place": 7}, "place: 7 is not accepted; it takes words of a city, region or country (name or code) as text"),
     ({"when": "today"}, "filters: 'when' is not accepted; it takes only after, before, near, radius_km, place"),
 ])
 def test_a_bad_filter_value_is_refused_in_words_naming_it(filters, words):

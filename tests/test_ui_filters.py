@@ -66,6 +66,9 @@ def test_the_search_api_takes_the_clis_filters(app, library):
     # as people write them: by word, case aside, a country by name, folder names in a row
     assert _folders(search(camera="pixel")) == _folders(search(place="portugal")) - {"porto"} == {"lisbon"}
     assert _folders(search(place="lisbon")) == {"lisbon"} and _folders(search(folder="photos/MISC")) == {"misc"}
+    # misc/ has no EXIF time: its file's date passes a date filter unless exif_dates_only
+    assert _folders(search(after="2000-01-01")) == {"lisbon", "porto", "misc"}
+    assert _folders(search(after="2000-01-01", exif_dates_only=True)) == {"lisbon", "porto"}
     hit = search(camera="Pixel 7")[0]
     assert hit["metadata"]["taken_at"].startswith("2023-06-14T18:02") and "Lisbon" in hit["metadata"]["place"]
     # An upload searches with the same filters (multipart fields).

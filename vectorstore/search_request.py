@@ -40,9 +40,10 @@ FILTER_FIELDS: dict[str, str] = {
     "before": "a date as YYYY-MM-DD (or an ISO 8601 time): photos taken before it",
     "near": "\"LAT,LON\" or a city name such as \"Lisbon\" or \"Paris, FR\"",
     "radius_km": "a number of kilometres above 0 (around near; default 10)",
-    "place": "a city, region or country code as text, e.g. \"Lisbon\" or \"PT\"",
-    "camera": "a camera's name, make or model as text, e.g. \"Pixel 7\"",
+    "place": "words of a city, region or country (name or code) as text, e.g. \"lisbon\", \"Portugal\" or \"PT\"",
+    "camera": "words of a camera's name, make or model as text, e.g. \"iphone\" or \"pixel 7\"",
     "folder": "a folder's path as text",
+    "exif_dates_only": "true or false: with after/before, leave out photos dated only by their file (no EXIF time)",
 }
 """The filters a request takes, each with what it accepts (the words of every refusal)."""
 
@@ -101,6 +102,8 @@ def parse_filters(filters: Any) -> PhotoFilter | None:
                 from None
     if "radius_km" in given:
         given["radius_km"] = _radius(given["radius_km"])
+    if "exif_dates_only" in given:
+        given["exif_dates_only"] = _flag(given["exif_dates_only"])
     for name in ("place", "camera", "folder"):
         if name in given:
             value = given[name]
@@ -112,6 +115,16 @@ def parse_filters(filters: Any) -> PhotoFilter | None:
     except (FilterError, ValueError) as exc:  # pragma: no cover - each field was checked above
         raise SearchRequestError("filters", dict(filters), str(exc).splitlines()[0]) from None
     return None if found.is_empty else found
+
+
+def _flag(value: Any) -> bool:
+    """``exif_dates_only`` as given: a bool, or the words a form sends ("true", "on", "1", "false", ...)."""
+    if isinstance(value, bool):
+        return value
+    words = {"true": True, "on": True, "yes": True, "1": True, "false": False, "off": False, "no": False, "0": False}
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    raise SearchRequestError("exif_dates_only", value, FILTER_FIELDS["exif_dates_only"])
 
 
 def _radius(value: Any) -> float:

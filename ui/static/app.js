@@ -149,6 +149,7 @@ const FILTERS = { after: "f-after", before: "f-before", near: "f-near", radius_k
 function searchOptions() {
   const options = { hybrid: $("hybrid").checked, collapse_duplicates: $("collapse").checked };
   for (const [name, id] of Object.entries(FILTERS)) { const v = $(id).value.trim(); if (v) options[name] = v; }
+  if ($("f-exif").checked) options.exif_dates_only = true;  // with the dates: EXIF capture times only
   return options;
 }
 $("search-form").addEventListener("submit", async (ev) => {
