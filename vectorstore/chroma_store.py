@@ -219,6 +219,27 @@ _held_locks = threading.local()
 """Per thread: the lock files this thread holds, so a write inside a held lock does not wait for itself."""
 
 
+def held_write_locks() -> frozenset[str]:
+    """The write locks the calling thread holds, for a helper thread that writes on its behalf
+    (:func:`sharing_write_locks`)."""
+    return frozenset(getattr(_held_locks, "paths", None) or ())
+
+
+@contextlib.contextmanager
+def sharing_write_locks(held: frozenset[str]) -> Iterator[None]:
+    """Write in this thread, for the block, under write locks that another thread holds (``held``, from
+    :func:`held_write_locks`), instead of waiting for them. That thread must keep holding them, and wait for this
+    block, until the block ends (as :class:`~pictrieve.vectorstore.indexing.BatchWriter`'s writer thread does)."""
+    mine: set[str] = getattr(_held_locks, "paths", None) or set()
+    _held_locks.paths = mine
+    lent = set(held) - mine
+    mine |= lent
+    try:
+        yield
+    finally:
+        mine -= lent
+
+
 @contextlib.contextmanager
 def write_lock(location: str, *, timeout: float | None = None, poll: float = 0.2) -> Iterator[None]:
     """Hold the gallery's write lock (an ``flock`` on a file in an embedded gallery's folder).

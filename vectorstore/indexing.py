@@ -2,8 +2,8 @@
 
 Built to lose nothing and to decode each image once: files are hashed, decoded and preprocessed for
 every embedder that needs them in worker threads while the models embed the previous batch; each
-batch is written as soon as it is embedded (an interrupted run resumes where it stopped, and ids are
-path hashes, so a re-run never duplicates); unchanged files are skipped by size and modification
+batch is handed to one writer thread as soon as it is embedded, and written while the next batch embeds
+(an interrupted run resumes where it stopped, and ids are path hashes, so a re-run never duplicates); unchanged files are skipped by size and modification
 time, then by content hash; unreadable files and folders are reported, not fatal. A file whose content
 (``sha256``) a stored record already has (a copy, or a file moved to a new path) gets that record's vector
 copied instead of being embedded again (:attr:`IndexReport.copied`). Each record also keeps the photo's
@@ -45,7 +45,7 @@ from pictrieve.tools.core.perceptual_hash import perceptual_hash
 from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metadata
 from pictrieve.tools.models.photo_text import PHOTO_TEXT_KEY, ocr_installed, read_photo_text, require_ocr
 from pictrieve.vectorstore.captions import CaptionIndex
-from pictrieve.vectorstore.chroma_store import path_id
+from pictrieve.vectorstore.chroma_store import held_write_locks, path_id, sharing_write_locks
 from pictrieve.vectorstore.store import ImageWriter
 
 if TYPE_CHECKING:
@@ -377,10 +377,18 @@ def _stored_text(records: Iterable[Mapping[str, Any]], digest: str) -> str | Non
 
 class BatchWriter:
     """Embeds prepared files in batches, per embedder, and writes each batch as soon as it is full
-    (:meth:`Gallery.upsert`), so an interrupted run keeps what it embedded; a touched file's metadata
-    is refreshed at once (:meth:`Gallery.update_metadata`). ``views`` are gallery views, one per
-    embedder, each able to embed (``view.embedder``). Use it in a ``with`` block, or call :meth:`flush`.
-    ``on_embedded(n)``, when given, is called as each few images of a batch are embedded (progress).
+    (:meth:`Gallery.upsert`), so an interrupted run keeps what it embedded; touched files' metadata is
+    refreshed in batches too (:meth:`Gallery.update_metadata`: one call costs about as much for 32 records as
+    for one). ``views`` are gallery views, one per embedder, each able to embed (``view.embedder``). Use it in a
+    ``with`` block, or call :meth:`flush` (and :meth:`close`). ``on_embedded(n)``, when given, is called as each
+    few images of a batch are embedded (progress).
+
+    With ``background``, the writes (upserts, metadata refreshes, copies) go, in order, to one writer thread,
+    while the caller embeds the next batch: at most one batch is in flight, so memory stays bounded. The writer
+    thread writes under the write locks the caller's thread holds (see
+    :func:`~pictrieve.vectorstore.chroma_store.sharing_write_locks`), so the caller must not release them before
+    :meth:`flush` or :meth:`close` returns; both wait for the write in flight (an interrupted run keeps every batch
+    handed to the writer), and :meth:`flush` raises its error.
 
     Exact copies are not embedded twice: a file whose content a stored record has (found by
     :func:`prepare_file` through :meth:`find_copy`, or here), or a file already queued in this run has,
@@ -388,12 +396,16 @@ class BatchWriter:
     """
 
     def __init__(self, views: Sequence["ImageWriter"], batch_size: int = 32,
-                 on_embedded: Callable[[int], None] | None = None) -> None:
+                 on_embedded: Callable[[int], None] | None = None, *, background: bool = False) -> None:
         self.views = {view.embedder_name: view for view in views}
         self.batch_size = max(1, int(batch_size))
         self.on_embedded = on_embedded
         self._batches: dict[str, list[tuple[str, Any, dict[str, Any]]]] = {name: [] for name in self.views}
         self._copies: dict[str, list[tuple[str, str, dict[str, Any]]]] = {name: [] for name in self.views}
+        self._touched: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in self.views}
+        self._background = background
+        self._writes: ThreadPoolExecutor | None = None
+        self._in_flight: Future | None = None
         self._seen: dict[str, dict[str, str]] = {name: {} for name in self.views}
         """Per embedder, content hash -> id of a file this run embeds or copies."""
         self.copied = 0
@@ -407,7 +419,10 @@ class BatchWriter:
         """Queue one file; ``True`` when some embedder stores a new vector for it, embedded or copied
         (``False``: metadata refresh only)."""
         for name in prepared.touched:  # same content: refresh metadata (mtime) only
-            self.views[name].update_metadata([prepared.id], [dict(prepared.metadata)])
+            touched = self._touched[name]
+            touched.append((prepared.id, dict(prepared.metadata)))
+            if len(touched) >= self.batch_size:
+                self._write_touched(name)
         digest = prepared.metadata.get("sha256")
         copied = False
         for name, source in prepared.copies.items():
@@ -446,19 +461,57 @@ class BatchWriter:
         waiting = {id_ for id_, _, _ in self._batches[name]}
         if any(source in waiting for _, source, _ in queue):
             self._write(name)
-        view = self.views[name]
-        sources = list(dict.fromkeys(source for _, source, _ in queue))
-        vectors = dict(zip(sources, view.embeddings(sources)))
-        view.upsert([id_ for id_, _, _ in queue], np.stack([vectors[source] for _, source, _ in queue]),
-                    [meta for _, _, meta in queue])
+        self._submit(functools.partial(_copy_vectors, self.views[name], queue))  # after its sources' writes
+
+    def _write_touched(self, name: str) -> None:
+        """Refresh the metadata of the queued touched files of ``name`` in one call."""
+        queue, self._touched[name] = self._touched[name], []
+        if queue:
+            self._submit(functools.partial(self.views[name].update_metadata, [id_ for id_, _ in queue],
+                                           [meta for _, meta in queue]))
 
     def flush(self) -> None:
-        """Embed and write every batch still queued, then the copies."""
+        """Embed and write every batch still queued, then the copies and the metadata refreshes; return once
+        all is written (raising a background write's error)."""
         for name, batch in self._batches.items():
             if batch:
                 self._write(name)
         for name in self._copies:
             self._write_copies(name)
+        for name in self._touched:
+            self._write_touched(name)
+        self.wait()
+
+    def _submit(self, write: Callable[[], Any]) -> None:
+        """Run ``write`` now, or with ``background`` on the writer thread once the write before it is done."""
+        if not self._background:
+            write()
+            return
+        self.wait()  # at most one write in flight: a batch embeds while the one before it is written
+        if self._writes is None:
+            self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pictrieve-write")
+        self._in_flight = self._writes.submit(_write_with_locks, held_write_locks(), write)
+
+    def wait(self) -> None:
+        """Wait for the background write in flight, if any; raise its error."""
+        future = self._in_flight
+        if future is None:
+            return
+        try:
+            future.result()
+        finally:
+            if future.done():
+                self._in_flight = None
+
+    def close(self) -> None:
+        """Stop the writer thread once the write in flight is done (without raising: :meth:`flush` does). Call it
+        before the write lock is released, on every way out (an interrupt included)."""
+        future, self._in_flight = self._in_flight, None
+        if self._writes is not None:
+            self._writes.shutdown(wait=True)  # the batch handed to the writer is stored, even on an interrupt
+            self._writes = None
+        if future is not None and future.exception() is not None:
+            logger.warning("a background write failed while indexing stopped: %s", future.exception())
 
     def _write(self, name: str) -> None:
         view, batch = self.views[name], self._batches[name]
@@ -476,15 +529,33 @@ class BatchWriter:
                 if time.perf_counter() - began < EMBED_QUICK_CALL_S:
                     step *= 2
             vectors = np.concatenate(parts)
-        view.upsert([id_ for id_, _, _ in batch], vectors, [meta for _, _, meta in batch])
         self._batches[name] = []
+        self._submit(functools.partial(view.upsert, [id_ for id_, _, _ in batch], vectors,
+                                       [meta for _, _, meta in batch]))
 
     def __enter__(self) -> "BatchWriter":
         return self
 
     def __exit__(self, kind: Any, *_: Any) -> None:
-        if kind is None:
-            self.flush()
+        try:
+            if kind is None:
+                self.flush()
+        finally:
+            self.close()
+
+
+def _copy_vectors(view: "ImageWriter", queue: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+    """Store ``(id, source id, metadata)`` records with their sources' stored vectors."""
+    sources = list(dict.fromkeys(source for _, source, _ in queue))
+    vectors = dict(zip(sources, view.embeddings(sources)))
+    view.upsert([id_ for id_, _, _ in queue], np.stack([vectors[source] for _, source, _ in queue]),
+                [meta for _, _, meta in queue])
+
+
+def _write_with_locks(held: frozenset[str], write: Callable[[], Any]) -> Any:
+    """``write()`` on the writer thread, under the write locks its caller's thread holds."""
+    with sharing_write_locks(held):
+        return write()
 
 
 def embed_and_write(
@@ -511,8 +582,8 @@ def embed_and_write(
         embedded += count
         bar.set_postfix_str(f"embedded {embedded}")
 
-    writer = BatchWriter(targets, batch_size, on_embedded=show_embedded if progress else None)
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
+    writer = BatchWriter(targets, batch_size, on_embedded=show_embedded if progress else None, background=True)
+    with writer, ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
         prepare = functools.partial(prepare_file, embedders=embedders, max_pixels=max_pixels,
                                     find_copy=writer.find_copy)
         for seen, (planned, prepared) in enumerate(_prefetch(pool, todo, prepare, window=4 * batch_size), 1):
@@ -531,7 +602,6 @@ def embed_and_write(
                 if budget.should_stop() and seen < len(todo):
                     report.stopped_early = True
                     break
-        writer.flush()
     report.copied += writer.copied
     bar.close()
 
