@@ -11,8 +11,9 @@ resolve their ``image`` arguments here, so both follow one rule:
 - **base64** (or a ``data:image/...;base64,`` URL): decoded, size-capped before decoding, written to a
   private temporary folder that lives as long as the ``with`` block;
 - **paths**: only inside an :class:`AllowedDirs` folder, checked on the real path (symlinks and ``..``
-  resolved first), so a link inside an allowed folder that points outside it is refused too. With no
-  allowed folder (the default) no path is read at all.
+  resolved first), so a link inside an allowed folder that points outside it is refused too; the file is
+  then read through no link (a link swapped in after the check is refused) into the private folder, so the
+  graph reads what was checked. With no allowed folder (the default) no path is read at all.
 
 Every refusal is one line that names no file content; a path outside the allowed folders is refused
 before anything is read, with the same words whether or not the file exists. A value that is none of the
@@ -166,9 +167,9 @@ def image_argument(
     within a service's memory budget (:func:`~pictrieve.tools.core.images.load_service_image`; ``max_pixels``:
     its pixel budget, default the server's).
 
-    Yields a path that stays valid inside the ``with`` block: an allowed file itself, or, for a gallery photo,
-    base64 data and a picture larger than the models need, a copy in a temporary folder removed afterwards
-    (reduced, so the graph's own decodes of it are cheap too). Raises :class:`ImageInputError` with one line for anything
+    Yields a path that stays valid inside the ``with`` block: a private copy of what was checked (a gallery
+    photo, an allowed file, base64 data) in a temporary folder removed afterwards, reduced when it is larger
+    than the models need (so the graph's own decodes of it are cheap too). Raises :class:`ImageInputError` with one line for anything
     that cannot be used; a value that is none of the three says what each try found.
     """
     with tempfile.TemporaryDirectory(prefix="pictrieve-image-") as folder:
@@ -220,7 +221,27 @@ def _source_file(text: str, lookup_id: ImageLookup | None, allowed: AllowedDirs,
         raise ImageInputError(f"no image file at {text}")
     if real.stat().st_size > max_bytes:
         raise ImageInputError(f"the image file is larger than {_size(max_bytes)}; use a smaller one")
-    return real, text
+    return _allowed_copy(real, text, folder, max_bytes), text
+
+
+def _allowed_copy(real: Path, shown: str, folder: Path, max_bytes: int) -> Path:
+    """A copy in ``folder`` of the allowed file at ``real`` (its real path, checked to lie in an allowed folder),
+    read through no link (:func:`~pictrieve.tools.core.gallery_photos.open_gallery_photo`): a link put anywhere
+    along it after the check (someone who can write into an allowed folder swapping a file or a folder) is
+    refused, and what the graph reads later is this copy, whatever happens to the folder meanwhile."""
+    try:
+        with open_gallery_photo(real, name=shown, max_bytes=max_bytes) as opened:
+            data = opened.read()
+    except FileNotFoundError:
+        raise ImageInputError(f"no image file at {shown}") from None
+    except PictrieveError:  # ChangedPhotoError: a link, not a regular file, or larger now
+        raise ImageInputError(f"the image file {shown} changed as it was read (a link, not a regular file, or "
+                              f"larger than {_size(max_bytes)} now); pass it again") from None
+    except OSError as exc:
+        raise ImageInputError(f"the image file {shown} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    copy = folder / f"allowed-{uuid.uuid4().hex}{real.suffix.lower()}"
+    copy.write_bytes(data)
+    return copy
 
 
 def gallery_photo_copy(image_id: str, folder: str | os.PathLike, lookup_id: ImageLookup) -> str:
