@@ -81,12 +81,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=cache_root() / "offline-features")
     parser.add_argument("--train", type=Path, default=Path("../shared/datasets/flickr8k-train"))
     parser.add_argument("--dev", type=Path, default=Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", "../shared/datasets/flickr8k-dev")))
+    parser.add_argument("--dev-modes", nargs="+", choices=list(MODES), default=list(MODES),
+                        help="flickr8k-dev preprocessings to cache (squash alone is what the shipped embedder uses)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = load_efficientnet_lite0().eval().to(memory_format=torch.channels_last)
     for flip in (False, True):
         extract(model, args.out, "train", args.train, "squash", flip)
-        for mode in MODES:
+        for mode in args.dev_modes:
             extract(model, args.out, "dev", args.dev, mode, flip)
     captions(args.out, "train", args.train)
     captions(args.out, "dev", args.dev)

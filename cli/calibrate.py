@@ -60,34 +60,38 @@ def calibrate(folder: str, gallery: str, embedder: str | None, sample: int | Non
     """
     from pictrieve.evaluation.relevance_cutoff import absent_for, calibrate as choose, per_query_rows
     from pictrieve.vectorstore.gallery import Gallery
-    from pictrieve.vectorstore.relevance import store_cutoff
+    from pictrieve.vectorstore.relevance import shipped_cutoffs, store_cutoff
 
     store = Gallery.open(gallery, embedder)
     photos, folder_gallery = _folder_gallery(folder, store.embedder_name, sample, split)
     absent = absent_for(photos, absent_split, absent_file)
     threshold, stats, scores = choose(photos, folder_gallery, absent)
     stats.update({"sample": sample, "split": split, "absent_split": absent_split})
+    rule = stats.get("rule", "cosine")
     if not dry_run:
-        store_cutoff(store, threshold, stats)
+        reference = shipped_cutoffs().get(store.embedder_name, {}).get("reference")
+        stored = store_cutoff(store, threshold, stats, rule, reference)
     _write_rows(results_file, per_query_rows(scores, threshold))
     if as_json:
         click.echo(json.dumps({"gallery": gallery, "stored": not dry_run, "threshold": threshold, "stats": stats},
                               indent=2))
         return
+    what = "cosine" if rule == "cosine" else f"rule {rule}, the shipped reference photos"
     click.echo(
-        f"{store.embedder_name}: relevance cutoff {threshold:.4f} (cosine) from {stats['present_queries']} caption "
+        f"{store.embedder_name}: relevance cutoff {threshold:.4f} ({what}) from {stats['present_queries']} caption "
         f"queries over {stats['photos']} photos and {stats['absent_queries']} absent queries; "
         f"{stats['present_marked_relevant']:.1%} of captions reach their own photo, "
         f"{stats['absent_marked_irrelevant']:.1%} of absent queries stay below"
     )
-    click.echo("not stored (--dry-run)" if dry_run else f"stored in {gallery}: searches now mark hits below it not relevant")
+    click.echo("not stored (--dry-run)" if dry_run else
+               f"stored in {gallery}: searches now mark a hit relevant when {stored.describe()}")
 
 
 @click.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False), metavar="DIR")
 @click.option("--embedder", "-e", default=None, metavar="NAME", help="Embedder to evaluate (default: offline).")
 @click.option("--threshold", type=float, default=None,
-              help="The cutoff to measure (default: the one shipped for the embedder).")
+              help="A cosine cutoff to measure (default: the rule shipped for the embedder).")
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1),
               help="Also count a present photo found within the top k.")
 @_sample_option
@@ -107,12 +111,14 @@ def relevance_eval(folder: str, embedder: str | None, threshold: float | None, k
     from pictrieve.vectorstore.relevance import cutoff_from_records
 
     name = check_embedder_name(embedder or default_embedder_name())
+    rule = None
     if threshold is None:
-        threshold = cutoff_from_records(name, None).threshold
+        rule = cutoff_from_records(name, None)
+        threshold = rule.threshold
         if threshold is None:
             raise click.UsageError(f"no cutoff ships for {name!r}: pass --threshold (from `pictrieve calibrate --json`)")
     photos, folder_gallery = _folder_gallery(folder, name, sample, split)
-    scores = score_folder(photos, folder_gallery, absent_for(photos, absent_split, absent_file))
+    scores = score_folder(photos, folder_gallery, absent_for(photos, absent_split, absent_file), rule=rule)
     report = {"embedder": name, "folder": folder, **evaluate_cutoff(scores, threshold, k=k)}
     _write_rows(results_file, per_query_rows(scores, threshold))
     if as_json:
@@ -120,7 +126,7 @@ def relevance_eval(folder: str, embedder: str | None, threshold: float | None, k
         return
     present, found, absent = (report["present_marked_relevant"], report[f"present_in_top{k}_and_relevant"],
                               report["absent_nothing_relevant"])
-    click.echo(f"{name}, cutoff {threshold:.4f}: {report['caption_queries']} caption queries over {report['photos']} "
+    click.echo(f"{name}, {report['rule']} cutoff {threshold:.4f}: {report['caption_queries']} caption queries over {report['photos']} "
                f"photos, {report['absent_queries']} absent queries")
     for label, row in (("present photo marked relevant", present), (f"present, in top {k} and relevant", found),
                        ("absent query: nothing relevant", absent)):

@@ -389,7 +389,8 @@ def _print_removed(removed: list[str], *, dry_run: bool) -> None:
 @gallery_option
 @json_option
 def info(gallery: str, as_json: bool) -> None:
-    """Show the embedders a gallery holds, how many images each has, and the default one."""
+    """Show the embedders a gallery holds, how many images each has, the default one, and the rule that
+    marks each embedder's hits relevant ("matches well") with where it came from."""
     from pictrieve.vectorstore.gallery import gallery_contents
 
     rows = gallery_contents(gallery)
@@ -404,6 +405,7 @@ def info(gallery: str, as_json: bool) -> None:
     for row in rows:
         mark = "  (default)" if row["default"] else ""
         click.echo(f"{row['embedder']}  ({row['dim']}-d): {row['images']} images{mark}")
+        click.echo(f"  matches well when: {row['relevance']['description']}")
     click.echo(f"photo text: {text['said']}")
 
 

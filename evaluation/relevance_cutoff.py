@@ -94,11 +94,24 @@ class CutoffScores:
     absent_best: np.ndarray
     """Each absent query's best score over the folder's photos."""
     absent_best_id: list[str]
+    own_stat: np.ndarray | None = None
+    """The relevance rule's statistic of each caption's own photo (the cosine for a ``cosine`` rule)."""
+    absent_best_stat: np.ndarray | None = None
+    """The rule's statistic of each absent query's best photo."""
+    rule: str = "cosine"
+
+    def __post_init__(self) -> None:
+        if self.own_stat is None:
+            self.own_stat = self.own
+        if self.absent_best_stat is None:
+            self.absent_best_stat = self.absent_best
 
 
-def score_folder(folder: CaptionedFolder, gallery: Any, absent: Sequence[str], *, batch: int = 256) -> CutoffScores:
+def score_folder(folder: CaptionedFolder, gallery: Any, absent: Sequence[str], *, batch: int = 256,
+                 rule: Any = None) -> CutoffScores:
     """Score ``folder``'s captions and the ``absent`` queries against its photos as stored in ``gallery``
-    (a gallery holding them, e.g. :func:`~pictrieve.evaluation.datasets.eval_gallery`)."""
+    (a gallery holding them, e.g. :func:`~pictrieve.evaluation.datasets.eval_gallery`); with ``rule`` (a
+    :class:`~pictrieve.vectorstore.relevance.RelevanceCutoff`), also its statistic of each score."""
     from pictrieve.vectorstore.gallery import path_id
 
     stored = set(gallery.ids())
@@ -119,20 +132,34 @@ def score_folder(folder: CaptionedFolder, gallery: Any, absent: Sequence[str], *
     sims = caption_vectors @ vectors.T
     own = sims[np.arange(len(captions)), owners]
     own_rank = 1 + (sims > own[:, None]).sum(axis=1)
-    absent_sims = embed(list(absent)) @ vectors.T
+    absent_vectors = embed(list(absent))
+    absent_sims = absent_vectors @ vectors.T
     best = absent_sims.argmax(axis=1)
-    return CutoffScores(ids, owners, captions, own, own_rank, list(absent),
-                        absent_sims.max(axis=1), [ids[i] for i in best])
+    scores = CutoffScores(ids, owners, captions, own, own_rank, list(absent), absent_sims.max(axis=1),
+                          [ids[i] for i in best])
+    if rule is not None and rule.rule != "cosine":  # per-query rules are monotone in the cosine: best stays best
+        scores.own_stat = rule.statistic(own, caption_vectors)
+        scores.absent_best_stat = rule.statistic(scores.absent_best, absent_vectors)
+        scores.rule = rule.rule
+    return scores
 
 
 def calibrate(folder: CaptionedFolder, gallery: Any, absent: Sequence[str]) -> tuple[float, dict[str, Any], CutoffScores]:
     """The cutoff for ``gallery``'s embedder chosen on ``folder`` (see
-    :func:`~pictrieve.vectorstore.relevance.choose_threshold`), its statistics and the scores."""
-    from pictrieve.vectorstore.relevance import choose_threshold
+    :func:`~pictrieve.vectorstore.relevance.choose_threshold`), its statistics and the scores.
 
-    scores = score_folder(folder, gallery, absent)
-    threshold, stats = choose_threshold(scores.own, scores.absent_best)
-    stats.update({"embedder": gallery.embedder_name, "folder": str(folder.root), "photos": len(scores.image_ids)})
+    An embedder that ships a per-query rule keeps the rule (and its reference photos) and gets its threshold
+    chosen here; ``stats["cosine_threshold"]``, the plain cosine chosen on the same scores, is what applies
+    where no query vector is at hand. Any other embedder gets a plain cosine cutoff."""
+    from pictrieve.vectorstore.relevance import choose_threshold, cutoff_from_records
+
+    shipped = cutoff_from_records(gallery.embedder_name, None)
+    scores = score_folder(folder, gallery, absent, rule=shipped if shipped.per_query else None)
+    threshold, stats = choose_threshold(scores.own_stat, scores.absent_best_stat)
+    stats.update({"embedder": gallery.embedder_name, "folder": str(folder.root), "photos": len(scores.image_ids),
+                  "rule": scores.rule})
+    if scores.rule != "cosine":
+        stats["cosine_threshold"] = round(choose_threshold(scores.own, scores.absent_best)[0], 4)
     return threshold, stats, scores
 
 
@@ -141,11 +168,11 @@ def evaluate_cutoff(scores: CutoffScores, threshold: float, *, k: int = 10, seed
     marked relevant (and also found in the top ``k``), and the share of absent queries whose search
     returns nothing relevant, each with a 95 % bootstrap interval (caption queries resampled by photo,
     since a photo's captions are not independent; absent queries resampled one by one)."""
-    marked = scores.own >= threshold
+    marked = scores.own_stat >= threshold
     found = marked & (scores.own_rank <= k)
     owners = np.asarray(scores.caption_image)
     per_photo = lambda values: np.bincount(owners, weights=values.astype(float)) / np.bincount(owners)  # noqa: E731
-    nothing = scores.absent_best < threshold
+    nothing = scores.absent_best_stat < threshold
 
     def interval(values: np.ndarray) -> dict[str, float]:
         mean, low, high = paired_bootstrap(values, seed=seed)
@@ -153,6 +180,7 @@ def evaluate_cutoff(scores: CutoffScores, threshold: float, *, k: int = 10, seed
 
     return {
         "threshold": round(float(threshold), 4),
+        "rule": scores.rule,
         "caption_queries": int(len(scores.own)),
         "photos": int(len(scores.image_ids)),
         "absent_queries": int(len(scores.absent)),
@@ -165,9 +193,10 @@ def evaluate_cutoff(scores: CutoffScores, threshold: float, *, k: int = 10, seed
 def per_query_rows(scores: CutoffScores, threshold: float) -> list[dict[str, Any]]:
     """One row per query (present, then absent) for ``benchmarks/results/``."""
     rows = [{"kind": "present", "query": q, "target": scores.image_ids[i], "own_score": round(float(s), 4),
-             "own_rank": int(r), "relevant": bool(s >= threshold)}
-            for q, i, s, r in zip(scores.captions, scores.caption_image, scores.own, scores.own_rank)]
+             "own_statistic": round(float(st), 4), "own_rank": int(r), "relevant": bool(st >= threshold)}
+            for q, i, s, st, r in zip(scores.captions, scores.caption_image, scores.own, scores.own_stat,
+                                      scores.own_rank)]
     rows += [{"kind": "absent", "query": q, "best_id": b, "best_score": round(float(s), 4),
-              "nothing_relevant": bool(s < threshold)}
-             for q, b, s in zip(scores.absent, scores.absent_best_id, scores.absent_best)]
+              "best_statistic": round(float(st), 4), "nothing_relevant": bool(st < threshold)}
+             for q, b, s, st in zip(scores.absent, scores.absent_best_id, scores.absent_best, scores.absent_best_stat)]
     return rows

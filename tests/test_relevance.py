@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
 from helpers import FLICKR8K_DEV, make_photo
 from helpers.cli import run
+from pictrieve.vectorstore import relevance
 from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.relevance import (
     NO_MATCH_HEADER,
     RELATIVE_MARGIN,
+    RelevanceCutoff,
     agent_summary,
     choose_threshold,
+    cutoff_from_records,
+    load_reference,
     record_key,
     shipped_cutoffs,
     store_cutoff,
+    write_reference,
 )
 
 # Four stored unit vectors whose cosines with the query vector are exactly these (the query is axis 0).
@@ -71,9 +77,101 @@ def test_an_uncalibrated_embedder_falls_back_to_the_relative_rule(known_gallery)
     assert [h.relevant for h in gallery.search_vector(query, k=4)] == [True, False, False, False]
 
 
-def test_the_offline_default_ships_a_calibrated_threshold():
-    shipped = shipped_cutoffs()["offline"]
-    assert 0.0 < shipped["threshold"] < 1.0 and "flickr8k-train" in shipped["stats"]["folder"]
+def _reference(dim: int, cosines: Sequence[float], axis: int = 0) -> np.ndarray:
+    """Unit vectors whose cosines with the unit vector on ``axis`` (in the first half) are exactly ``cosines``;
+    the rest of each lies in the second half, orthogonal to every query here."""
+    rows = np.zeros((len(cosines), dim), dtype=np.float32)
+    for i, c in enumerate(cosines):
+        rows[i, axis], rows[i, dim // 2 + i % (dim // 2)] = c, np.sqrt(1 - c * c)
+    return rows
+
+
+@pytest.fixture
+def reference_dir(tmp_path, monkeypatch):
+    """Reference photos written where the rule reads them (not into the package)."""
+    monkeypatch.setattr(relevance, "REFERENCE_DIR", tmp_path / "reference")
+    load_reference.cache_clear()
+    yield tmp_path / "reference"
+    load_reference.cache_clear()
+
+
+def test_a_per_query_rule_sets_each_querys_own_cosine_cutoff(reference_dir):
+    dim = 16
+    # the query on axis 0 meets the reference photos at 0.1 .. 0.5, the one on axis 3 at 0.3 .. 0.7
+    reference = np.concatenate([_reference(dim, np.linspace(0.1, 0.5, 50)), _reference(dim, np.linspace(0.3, 0.7, 50), 3)])
+    write_reference(reference_dir / "r.npy", reference)
+    cutoff = RelevanceCutoff("e", 0.05, "shipped", {"cosine_threshold": 0.42}, "over-max", load_reference("r.npy"))
+    first, second = np.eye(dim, dtype=np.float32)[[0, 3]]
+    sims = np.stack([first, second]) @ cutoff.reference.T
+    assert cutoff.query_cosines(np.stack([first, second])) == pytest.approx(sims.max(1) + 0.05, abs=1e-6)
+    assert cutoff.for_query(first).threshold == pytest.approx(0.55, abs=2e-3)
+    assert cutoff.for_query(second).threshold == pytest.approx(0.75, abs=2e-3)
+    assert cutoff.judge([0.6, 0.5], first) == [True, False] and cutoff.judge([0.6, 0.5], second) == [False, False]
+    # no query vector, or one of another size: the global cosine chosen beside the rule
+    assert cutoff.judge([0.6, 0.4]) == [True, False] and cutoff.judge([0.6, 0.4], np.ones(5)) == [True, False]
+    # the statistic calibrate chooses on: cosine minus the query's best reference cosine
+    assert cutoff.statistic(np.array([[0.6], [0.6]]), np.stack([first, second]))[:, 0] == pytest.approx(
+        0.6 - sims.max(1), abs=1e-6)
+    z = RelevanceCutoff("e", 2.0, "shipped", {}, "z", cutoff.reference)
+    assert z.for_query(first).threshold == pytest.approx(sims[0].mean() + 2 * sims[0].std(), abs=1e-4)
+    with pytest.raises(ValueError, match="unknown"):
+        cutoff_from_records("e", {"threshold": 0.1, "rule": "nonsense", "reference": "r.npy"})
+
+
+def test_searches_judge_each_hit_by_its_querys_cutoff(known_gallery, reference_dir, monkeypatch):
+    from pictrieve.vectorstore.relevance import judge_by_text
+
+    gallery, query = known_gallery
+    monkeypatch.setattr(type(gallery.embedder), "embed_texts", lambda self, texts: np.stack([query] * len(texts)))
+    write_reference(reference_dir / "low.npy", _reference(len(query), np.linspace(0.0, 0.6, 40)))
+    write_reference(reference_dir / "high.npy", _reference(len(query), np.linspace(0.0, 0.8, 40)))
+    # the query's best reference photo is at 0.6: cutoff 0.65; at 0.8: cutoff 0.85 (hits: 0.9, 0.7, 0.5, 0.2)
+    for name, expected in (("low.npy", [True, True, False, False]), ("high.npy", [True, False, False, False])):
+        store_cutoff(gallery, 0.05, {"folder": "mine"}, rule="over-max", reference=name)
+        assert [h.relevant for h in gallery.search_vector(query, k=4)] == expected
+        assert [h.relevant for h in gallery.search_text("a zebra", k=4, hybrid=True)] == expected
+        unjudged = [h.model_copy(update={"relevant": None}) for h in gallery.search_vector(query, k=4)]
+        assert [h.relevant for h in judge_by_text(gallery, "a zebra", unjudged)] == expected
+    assert gallery.relevance_cutoff().describe().startswith("cosine >= the query's best cosine over 40 reference")
+
+
+def test_info_shows_the_rule_in_force_and_where_it_came_from(known_gallery):
+    gallery, _ = known_gallery
+    location = str(gallery.location)
+    done = run("info", "-g", location)
+    assert done.returncode == 0, done.stderr
+    assert "matches well when: relative: a hit within 0.05 of the best cosine" in done.stdout
+    store_cutoff(gallery, 0.6, {"folder": "/photos/captioned"})
+    done = run("info", "-g", location)
+    assert "matches well when: cosine >= 0.6000 (calibrated on /photos/captioned by `pictrieve calibrate`)" in done.stdout
+    rows = json.loads(run("info", "-g", location, "--json").stdout)["collections"]
+    assert rows[0]["relevance"]["source"] == "gallery" and rows[0]["relevance"]["threshold"] == 0.6
+
+
+def test_calibrate_keeps_a_shipped_per_query_rule_and_chooses_its_threshold(tmp_path, tiny_clip_name, reference_dir,
+                                                                             monkeypatch):
+    from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
+    from pictrieve.evaluation.relevance_cutoff import calibrate
+
+    folder = _captioned_folder(tmp_path / "photos", {"dog": "a black dog", "kids": "two children play",
+                                                     "bike": "a man rides a bike"})
+    photos = CaptionedFolder.load(folder)
+    gallery = eval_gallery(photos, tiny_clip_name, location=tmp_path / "eval")
+    reference = np.random.default_rng(0).normal(size=(30, gallery.embedder.dim)).astype(np.float32)
+    write_reference(reference_dir / "tiny.npy", reference)
+    monkeypatch.setattr(relevance, "shipped_cutoffs", lambda: {gallery.embedder_name: {
+        "rule": "over-q99", "threshold": 0.0, "reference": "tiny.npy", "stats": {}}})
+    absent = ["a giraffe in a kitchen", "a spreadsheet"]
+    threshold, stats, scores = calibrate(photos, gallery, absent)
+    assert stats["rule"] == scores.rule == "over-q99" and "cosine_threshold" in stats
+    ref = load_reference("tiny.npy")
+    texts = np.asarray(gallery.embedder.embed_texts(scores.captions + absent), dtype=np.float32)
+    q99 = np.quantile(texts @ ref.T, 0.99, axis=1)
+    assert scores.own_stat == pytest.approx(scores.own - q99[: len(scores.own)], abs=1e-5)
+    assert scores.absent_best_stat == pytest.approx(scores.absent_best - q99[len(scores.own):], abs=1e-5)
+    assert threshold == pytest.approx(choose_threshold(scores.own_stat, scores.absent_best_stat)[0])
+    stored = store_cutoff(gallery, threshold, stats, stats["rule"], "tiny.npy")
+    assert (stored.source, stored.rule, stored.per_query) == ("gallery", "over-q99", True)
 
 
 def test_a_gallerys_own_calibration_wins_over_the_shipped_cutoff(tmp_path):

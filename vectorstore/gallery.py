@@ -82,7 +82,7 @@ from pictrieve.vectorstore.store_common import (  # noqa: F401 - collapse: re-ex
     views_of,
 )
 from pictrieve.vectorstore.records import GALLERY_RECORD, RecordStore
-from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_of
+from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_from_records, cutoff_of, record_key
 from pictrieve.vectorstore.relevance import mark as mark_relevance
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 from pictrieve.vectorstore.syncing import LargeRemovalError, MissingFoldersError, check_removal  # noqa: F401
@@ -642,7 +642,7 @@ class Gallery:
             ImageHit.from_record(id_, meta, score=1.0 - float(dist), rank=rank).model_copy(
                 update={"copies": [str((other or {}).get("path", "")) for other in copies]} if copies else {})
             for rank, ((id_, meta, dist, _), copies) in enumerate(distinct[: int(k)], 1)
-        ], self.relevance_cutoff())
+        ], self.relevance_cutoff(), vector)
         return relevant_hits(hits) if only_relevant else hits
 
     @_chroma_errors
@@ -838,13 +838,18 @@ def chroma_collection(gallery: Gallery) -> Any:
 
 
 def gallery_contents(location: str | os.PathLike) -> list[dict[str, Any]]:
-    """``[{"embedder", "dim", "images", "collection", "default"}]`` for each embedder in a gallery."""
+    """``[{"embedder", "dim", "images", "collection", "default", "relevance"}]`` for each embedder in a gallery;
+    ``relevance``: the rule that marks its hits relevant and where it came from (see
+    :meth:`~pictrieve.vectorstore.relevance.RelevanceCutoff.to_json`)."""
     client = connect(str(location), create=False)
     if client is None:
         raise not_a_gallery(str(location))
     default = _stored_default(client)
+    records = RecordStore(client)
     return [
-        {**row, "default": row["embedder"] == default} for row in embedder_collections(client)
+        {**row, "default": row["embedder"] == default,
+         "relevance": cutoff_from_records(row["embedder"], records.get_user(record_key(row["embedder"]))).to_json()}
+        for row in embedder_collections(client)
     ]
 
 

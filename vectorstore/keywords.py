@@ -682,7 +682,7 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     hits = [(by_id.get(id_) or extra[id_]).model_copy(update={"rank": rank, "keyword_match": id_ in matched,
                                                               "matched_by": _matched_by(id_ in by_vector, id_ in matched)})
             for rank, id_ in enumerate(chosen, start=1)]
-    verdicts = gallery.relevance_cutoff().judge([hit.score for hit in hits])
+    verdicts = gallery.relevance_cutoff().judge([hit.score for hit in hits], vector)
     full = {found.id for found in keyword if found.every_word}
     return [hit.model_copy(update={"relevant": bool(v) or hit.id in full}) for hit, v in zip(hits, verdicts)]
 

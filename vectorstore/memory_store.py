@@ -335,7 +335,7 @@ class MemoryStore:
             ImageHit.from_record(id_, meta, score=1.0 - dist, rank=rank).model_copy(
                 update={"copies": [str((other or {}).get("path", "")) for other in copies]} if copies else {})
             for rank, ((id_, meta, dist, _), copies) in enumerate(distinct[: int(k)], 1)
-        ], self.relevance_cutoff())
+        ], self.relevance_cutoff(), vector)
         return relevant_hits(hits) if only_relevant else hits
 
     def rank_ids(self, vectors: np.ndarray | Sequence[Sequence[float]], k: int = 10) -> list[list[tuple[str, float]]]:

@@ -1,8 +1,20 @@
-"""Whether a search hit matches its query well: each embedder's calibrated score cutoff.
+"""Whether a search hit matches its query well: each embedder's calibrated rule.
 
 A plain search always returns ``k`` photos, whether or not any shows what was asked. Each hit
-therefore carries ``relevant``: ``score >= threshold``, where ``threshold`` is a cosine similarity
-chosen for the embedder on captioned photos (:func:`choose_threshold`):
+therefore carries ``relevant``, decided by a :class:`RelevanceCutoff`, one of two kinds of rule:
+
+- ``cosine``: ``score >= threshold``, one cosine for every query (what ``pictrieve calibrate`` stores);
+- a *per-query* rule (``over-q99``, ``z``, ...; :data:`QUERY_RULES`): each query first meets a fixed set
+  of *reference photos* shipped as vectors (a few hundred flickr8k-train photos), and a hit is relevant
+  when its cosine stands out from the query's own cosines over them by ``threshold``; e.g. ``over-q99``:
+  ``cosine >= (the query's 99th-percentile cosine over the reference photos) + threshold``. A short query
+  ("dog") meets every photo at lower cosines than a long caption, and a query nothing matches is no
+  better on the gallery than on the reference; one global cosine cannot tell those apart.
+
+Thresholds are chosen where the photos' vectors were never trained on: for the shipped ``offline`` head,
+on flickr8k-train split into folds, each fold scored by a head trained on the others
+(``benchmarks/relevance_rule_study.py``; BENCHMARKS.md "Relevance"). The criterion is
+:func:`choose_threshold` on the rule's statistic:
 
 - *present* scores: each caption as a query, scored against its own photo (a photo that is there
   and should be found);
@@ -13,23 +25,26 @@ chosen for the embedder on captioned photos (:func:`choose_threshold`):
 The threshold maximises balanced accuracy: (share of present scores at or above it + share of absent
 best scores below it) / 2, the midpoint between the two neighbouring scores at the optimum.
 
-Where the cutoff comes from, first found wins:
+Where the rule comes from, first found wins:
 
 1. the gallery's own record (``relevance-cutoff:EMBEDDER`` in its JSON record store), written by
    ``pictrieve calibrate`` (:func:`store_cutoff`);
-2. the cutoffs shipped with the package (``relevance_cutoffs.json`` beside this module; the offline
-   default embedder's, computed on flickr8k-train by that command);
+2. the rules shipped with the package (``relevance_cutoffs.json`` beside this module, and the reference
+   photos in ``relevance_reference/``);
 3. for an embedder with neither, the *relative* fallback: a hit is relevant when its score is within
    :data:`RELATIVE_MARGIN` of the best score of the same search. It never says "nothing matches"
    (no absolute floor is known for an uncalibrated model): run ``pictrieve calibrate`` for that.
+
+A hit that the photo's own words match (every word of the query in its folder, file name, place or
+photo text) is relevant whatever the rule says: :func:`~pictrieve.vectorstore.keywords.hybrid_search`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -45,6 +60,8 @@ RECORD_PREFIX = "relevance-cutoff:"
 """Key prefix of the per-embedder cutoff records in a gallery's JSON record store."""
 
 SHIPPED_FILE = Path(__file__).with_name("relevance_cutoffs.json")
+REFERENCE_DIR = Path(__file__).with_name("relevance_reference")
+"""The shipped reference photos' vectors, one ``EMBEDDER.npy`` (float16 rows) per embedder with a per-query rule."""
 
 RELATIVE_MARGIN = 0.05
 """Fallback for an uncalibrated embedder: hits within this cosine of the search's best are relevant."""
@@ -52,27 +69,114 @@ RELATIVE_MARGIN = 0.05
 CRITERION = "max balanced accuracy (present: caption -> own photo; absent: best score of an absent query)"
 
 
+def _quantile(q: float) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    return lambda sims: (np.quantile(sims, q, axis=1), np.ones(len(sims)))
+
+
+QUERY_RULES: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = {
+    "over-q99": _quantile(0.99),
+    "over-max": lambda sims: (sims.max(axis=1), np.ones(len(sims))),
+    "z": lambda sims: (sims.mean(axis=1), sims.std(axis=1) + 1e-6),
+    "robust": lambda sims: (np.median(sims, axis=1),
+                            np.maximum(np.quantile(sims, 0.99, axis=1) - np.median(sims, axis=1), 1e-3)),
+}
+"""Per-query rules: from a query's cosines over the reference photos (one row per query), its ``(base,
+scale)``; a hit is relevant when ``cosine >= base + threshold * scale``. ``over-q99``: above the query's
+99th percentile by ``threshold``; ``over-max``: above its best reference photo; ``z``: a z-score;
+``robust``: ``(cosine - median) / (q99 - median)``."""
+
+RULE_WORDS = {
+    "cosine": "cosine >= {t:.4f}",
+    "over-q99": "cosine >= the query's 99th-percentile cosine over {n} reference photos {sign} {abs_t:.4f}",
+    "over-max": "cosine >= the query's best cosine over {n} reference photos {sign} {abs_t:.4f}",
+    "z": "cosine >= mean + {t:.2f} x std of the query's cosines over {n} reference photos",
+    "robust": "(cosine - median) / (q99 - median) of the query's cosines over {n} reference photos >= {t:.3f}",
+}
+
+
 @dataclass(frozen=True)
 class RelevanceCutoff:
-    """How one embedder's hits are judged: ``threshold`` (a cosine) or, when ``None``, the relative rule."""
+    """How one embedder's hits are judged: ``rule`` with ``threshold``, or, when ``threshold`` is ``None``,
+    the relative rule. A per-query rule (:data:`QUERY_RULES`) reads ``reference`` (unit vectors of the
+    reference photos); :meth:`for_query` turns it into the plain cosine cutoff of one query."""
 
     embedder: str
     threshold: float | None
     source: str
     """``gallery`` (calibrated for this gallery), ``shipped`` (with the package) or ``relative`` (fallback)."""
     stats: dict[str, Any] = field(default_factory=dict)
+    rule: str = "cosine"
+    reference: np.ndarray | None = field(default=None, repr=False, compare=False)
 
-    def judge(self, scores: Sequence[float]) -> list[bool]:
-        """``relevant`` for each score of one search (best first or in any order)."""
+    @property
+    def per_query(self) -> bool:
+        return self.rule in QUERY_RULES and self.reference is not None and self.threshold is not None
+
+    def query_cosines(self, query_vectors: np.ndarray) -> np.ndarray:
+        """The cosine each query (rows of unit vectors) must reach for a hit to be relevant."""
+        queries = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
+        if not self.per_query:
+            return np.full(len(queries), np.nan if self.threshold is None else self.threshold)
+        base, scale = QUERY_RULES[self.rule](queries @ self.reference.T)
+        return base + float(self.threshold) * scale
+
+    def statistic(self, cosines: np.ndarray, query_vectors: np.ndarray) -> np.ndarray:
+        """What the rule compares with ``threshold``: for each query (rows of ``query_vectors``) its cosines
+        ``(queries, ...)`` as ``(cosine - base) / scale``; the cosines themselves for a ``cosine`` rule."""
+        cosines = np.asarray(cosines, dtype=np.float32)
+        if self.rule not in QUERY_RULES or self.reference is None:
+            return cosines
+        queries = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
+        base, scale = QUERY_RULES[self.rule](queries @ self.reference.T)
+        shape = (len(queries),) + (1,) * (cosines.ndim - 1)
+        return (cosines - base.reshape(shape)) / scale.reshape(shape)
+
+    def for_query(self, query_vector: Any) -> "RelevanceCutoff":
+        """The plain cosine cutoff this rule sets for one query's embedding; itself for a ``cosine`` rule or
+        the relative fallback. Without a query vector, or with one of another size than the reference's (an
+        embedder changed under the same name), a per-query rule falls back to ``cosine_threshold``: the one
+        global cosine chosen beside it on the same held-out photos."""
+        if not self.per_query:
+            return self
+        vector = None if query_vector is None else np.asarray(query_vector, dtype=np.float32).reshape(-1)
+        if vector is None or vector.shape[0] != self.reference.shape[1]:
+            fallback = self.stats.get("cosine_threshold")
+            return replace(self, rule="cosine", threshold=None if fallback is None else float(fallback), reference=None)
+        return replace(self, rule="cosine", threshold=float(self.query_cosines(vector)[0]), reference=None,
+                       stats={**self.stats, "query_cutoff_from": self.rule})
+
+    def judge(self, scores: Sequence[float], query_vector: Any = None) -> list[bool]:
+        """``relevant`` for each score of one search (best first or in any order); a per-query rule reads
+        the query's embedding (see :meth:`for_query`)."""
         if not len(scores):
             return []
-        if self.threshold is None:
+        cutoff = self.for_query(query_vector)
+        if cutoff.threshold is None:
             best = max(scores)
             return [float(s) >= best - RELATIVE_MARGIN for s in scores]
-        return [float(s) >= self.threshold for s in scores]
+        return [float(s) >= cutoff.threshold for s in scores]
+
+    def describe(self) -> str:
+        """One line for people: the rule in force and where it came from."""
+        if self.threshold is None:
+            return (f"relative: a hit within {RELATIVE_MARGIN} of the best cosine of its search (no cutoff is known "
+                    f"for {self.embedder}; `pictrieve calibrate` chooses one)")
+        n = 0 if self.reference is None else len(self.reference)
+        t = float(self.threshold)
+        words = RULE_WORDS.get(self.rule, "{rule} >= {t}").format(t=t, abs_t=abs(t), sign="+" if t >= 0 else "-",
+                                                                  n=n, rule=self.rule)
+        if self.source == "gallery":
+            where = f"calibrated on {self.stats.get('folder', 'a captioned folder')} by `pictrieve calibrate`"
+        else:
+            where = f"shipped, chosen on {self.stats.get('chosen_on') or self.stats.get('folder') or 'captioned photos'}"
+        return f"{words} ({where})"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        body = {"embedder": self.embedder, "threshold": self.threshold, "source": self.source, "rule": self.rule,
+                "stats": dict(self.stats), "description": self.describe()}
+        if self.reference is not None:
+            body["reference_photos"] = int(len(self.reference))
+        return body
 
 
 def record_key(embedder: str) -> str:
@@ -88,13 +192,41 @@ def shipped_cutoffs() -> dict[str, dict[str, Any]]:
         return {}
 
 
+@lru_cache(maxsize=4)
+def load_reference(name: str) -> np.ndarray:
+    """The reference photos' unit vectors shipped as ``relevance_reference/NAME`` (float32 rows)."""
+    vectors = np.load(REFERENCE_DIR / name).astype(np.float32)
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def write_reference(path: Path, vectors: np.ndarray) -> None:
+    """Write reference vectors (float16) so a half-written file never replaces a good one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        np.save(handle, np.asarray(vectors, dtype=np.float16))
+    tmp.replace(path)
+    load_reference.cache_clear()
+
+
+def _cutoff(embedder: str, record: dict[str, Any], source: str) -> RelevanceCutoff:
+    rule = str(record.get("rule") or "cosine")
+    reference = None
+    if rule != "cosine":
+        if rule not in QUERY_RULES or not record.get("reference"):
+            raise ValueError(f"relevance rule {rule!r} of {embedder!r} is unknown or has no reference photos")
+        reference = load_reference(str(record["reference"]))
+    return RelevanceCutoff(embedder, float(record["threshold"]), source, dict(record.get("stats") or {}), rule,
+                           reference)
+
+
 def cutoff_from_records(embedder: str, stored: dict[str, Any] | None) -> RelevanceCutoff:
     """The cutoff for ``embedder`` given its gallery record (``None``: none stored)."""
     if stored and stored.get("threshold") is not None:
-        return RelevanceCutoff(embedder, float(stored["threshold"]), "gallery", dict(stored.get("stats") or {}))
+        return _cutoff(embedder, stored, "gallery")
     shipped = shipped_cutoffs().get(embedder)
     if shipped and shipped.get("threshold") is not None:
-        return RelevanceCutoff(embedder, float(shipped["threshold"]), "shipped", dict(shipped.get("stats") or {}))
+        return _cutoff(embedder, shipped, "shipped")
     return RelevanceCutoff(embedder, None, "relative", {"margin": RELATIVE_MARGIN})
 
 
@@ -108,15 +240,21 @@ def cutoff_of(gallery: Any) -> RelevanceCutoff:
     return cutoff_from_records(gallery.embedder_name, stored)
 
 
-def store_cutoff(gallery: Any, threshold: float, stats: dict[str, Any]) -> RelevanceCutoff:
-    """Record ``threshold`` as ``gallery``'s cutoff for its embedder (what ``pictrieve calibrate`` does)."""
-    gallery.put_json(record_key(gallery.embedder_name), {"threshold": float(threshold), "stats": dict(stats)})
-    return RelevanceCutoff(gallery.embedder_name, float(threshold), "gallery", dict(stats))
+def store_cutoff(gallery: Any, threshold: float, stats: dict[str, Any], rule: str = "cosine",
+                 reference: str | None = None) -> RelevanceCutoff:
+    """Record ``rule`` at ``threshold`` as ``gallery``'s cutoff for its embedder (what ``pictrieve calibrate``
+    does); a per-query rule names its shipped ``reference`` photos."""
+    record: dict[str, Any] = {"threshold": float(threshold), "stats": dict(stats)}
+    if rule != "cosine":
+        record.update(rule=rule, reference=reference)
+    gallery.put_json(record_key(gallery.embedder_name), record)
+    return _cutoff(gallery.embedder_name, record, "gallery")
 
 
-def mark(hits: Sequence[ImageHit], cutoff: RelevanceCutoff) -> list[ImageHit]:
-    """The hits with ``relevant`` set by ``cutoff`` (new objects; hits are frozen)."""
-    verdicts = cutoff.judge([h.score for h in hits])
+def mark(hits: Sequence[ImageHit], cutoff: RelevanceCutoff, query_vector: Any = None) -> list[ImageHit]:
+    """The hits with ``relevant`` set by ``cutoff`` for the query embedded as ``query_vector`` (new objects;
+    hits are frozen)."""
+    verdicts = cutoff.judge([h.score for h in hits], query_vector)
     return [h.model_copy(update={"relevant": v}) for h, v in zip(hits, verdicts)]
 
 
@@ -189,10 +327,6 @@ def judge_by_text(gallery: Any, query: str, hits: Sequence[ImageHit]) -> list[Im
         return list(hits)
     text = np.asarray(gallery.embedder.embed_texts([query])[0], dtype=np.float32)
     cosines = np.asarray(vectors, dtype=np.float32) @ text
-    cutoff = cutoff_of(gallery)
-    if cutoff.threshold is None:  # the relative rule compares with the best cosine of these hits
-        verdicts = cutoff.judge(cosines.tolist())
-    else:
-        verdicts = [float(c) >= cutoff.threshold for c in cosines]
+    verdicts = cutoff_of(gallery).judge(cosines.tolist(), text)
     judged = {h.id: v for h, v in zip(todo, verdicts)}
     return [h.model_copy(update={"relevant": judged[h.id]}) if h.id in judged else h for h in hits]
