@@ -74,6 +74,8 @@ def _quantile(q: float) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 QUERY_RULES: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = {
+    "over-median": _quantile(0.5),
+    "over-q90": _quantile(0.90),
     "over-q99": _quantile(0.99),
     "over-max": lambda sims: (sims.max(axis=1), np.ones(len(sims))),
     "z": lambda sims: (sims.mean(axis=1), sims.std(axis=1) + 1e-6),
@@ -81,12 +83,14 @@ QUERY_RULES: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = 
                             np.maximum(np.quantile(sims, 0.99, axis=1) - np.median(sims, axis=1), 1e-3)),
 }
 """Per-query rules: from a query's cosines over the reference photos (one row per query), its ``(base,
-scale)``; a hit is relevant when ``cosine >= base + threshold * scale``. ``over-q99``: above the query's
-99th percentile by ``threshold``; ``over-max``: above its best reference photo; ``z``: a z-score;
+scale)``; a hit is relevant when ``cosine >= base + threshold * scale``. ``over-median`` / ``over-q90`` /
+``over-q99``: above the query's median / 90th / 99th percentile by ``threshold``; ``over-max``: above its best reference photo; ``z``: a z-score;
 ``robust``: ``(cosine - median) / (q99 - median)``."""
 
 RULE_WORDS = {
     "cosine": "cosine >= {t:.4f}",
+    "over-median": "cosine >= the query's median cosine over {n} reference photos {sign} {abs_t:.4f}",
+    "over-q90": "cosine >= the query's 90th-percentile cosine over {n} reference photos {sign} {abs_t:.4f}",
     "over-q99": "cosine >= the query's 99th-percentile cosine over {n} reference photos {sign} {abs_t:.4f}",
     "over-max": "cosine >= the query's best cosine over {n} reference photos {sign} {abs_t:.4f}",
     "z": "cosine >= mean + {t:.2f} x std of the query's cosines over {n} reference photos",
