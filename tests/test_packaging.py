@@ -63,10 +63,10 @@ def test_the_wheel_holds_the_data_files(wheel):
     statics = {f"pictrieve/ui/static/{p.name}" for p in (ROOT / "ui" / "static").iterdir() if p.is_file()}
     assert statics <= set(names)
     assert any(n.startswith("pictrieve/tools/models/embedders/weights/") and n.endswith(".npz") for n in names)
-    # the relevance cutoff shipped for the offline default, and the absent queries that calibrate it; the country
+    # the relevance rule shipped for the offline default (and its reference photos), the absent queries that calibrate it; the country
     # names --place matches
     assert {"pictrieve/vectorstore/relevance_cutoffs.json", "pictrieve/evaluation/data/absent_queries.jsonl",
-            "pictrieve/vectorstore/country_names.json"} <= set(names)
+            "pictrieve/vectorstore/country_names.json", "pictrieve/vectorstore/relevance_reference/offline.npy"} <= set(names)
 
 
 def test_prompts_are_packaged_as_data():

@@ -77,6 +77,14 @@ def test_an_uncalibrated_embedder_falls_back_to_the_relative_rule(known_gallery)
     assert [h.relevant for h in gallery.search_vector(query, k=4)] == [True, False, False, False]
 
 
+def test_the_offline_default_ships_a_per_query_rule_chosen_where_its_head_never_looked():
+    cutoff = cutoff_from_records("offline", None)
+    assert cutoff.source == "shipped" and cutoff.per_query and cutoff.rule in relevance.QUERY_RULES
+    assert cutoff.reference.shape[0] >= 100 and np.allclose(np.linalg.norm(cutoff.reference, axis=1), 1, atol=1e-3)
+    assert "fold" in cutoff.stats["chosen_on"] and 0 < cutoff.stats["cosine_threshold"] < 1
+    assert "reference photos" in cutoff.describe() and "shipped" in cutoff.describe()
+
+
 def _reference(dim: int, cosines: Sequence[float], axis: int = 0) -> np.ndarray:
     """Unit vectors whose cosines with the unit vector on ``axis`` (in the first half) are exactly ``cosines``;
     the rest of each lies in the second half, orthogonal to every query here."""
