@@ -261,16 +261,19 @@ def _served_images_folder() -> str:
 
 
 def prune_served_pictures(folder: str | os.PathLike, keep: str | os.PathLike | None = None, *,
-                          now: float | None = None) -> list[str]:
+                          now: float | None = None, in_use: Any = None) -> list[str]:
     """Remove pictures of ``folder`` beyond what one server keeps: those older than :data:`KEPT_PICTURE_SECONDS`,
     then the oldest until at most :data:`MAX_KEPT_PICTURES` files and :data:`MAX_KEPT_PICTURE_BYTES` remain
-    (``keep``, the picture just written, stays). Returns the names removed. Runs after each picture is written,
-    so what callers send stays bounded however many runs they start."""
+    (``keep``, the picture just written, stays, and so does every picture of a run that has not ended,
+    ``in_use``: default the server's own, :func:`pictures_in_use`; only their age removes them). Returns the
+    names removed. Runs after each picture is written and on a timer (:func:`lifespan`), so what callers send
+    stays bounded however many runs they start, and goes within a minute of its hour when nobody sends more."""
     import time
     from pathlib import Path
 
     now = time.time() if now is None else now
     kept = Path(keep).resolve() if keep is not None else None
+    held = {Path(p).resolve() for p in (pictures_in_use() if in_use is None else in_use)}
     files = []
     for path in Path(folder).iterdir():
         try:
@@ -281,14 +284,104 @@ def prune_served_pictures(folder: str | os.PathLike, keep: str | os.PathLike | N
     files.sort()
     removed, count, total = [], len(files), sum(size for _, size, _ in files)
     for mtime, size, path in files:
-        if path.resolve() == kept:
+        young = now - mtime <= KEPT_PICTURE_SECONDS
+        if path.resolve() == kept or (young and path.resolve() in held):
             continue
-        if now - mtime <= KEPT_PICTURE_SECONDS and count <= MAX_KEPT_PICTURES and total <= MAX_KEPT_PICTURE_BYTES:
+        if young and count <= MAX_KEPT_PICTURES and total <= MAX_KEPT_PICTURE_BYTES:
             continue
         path.unlink(missing_ok=True)
         removed.append(path.name)
         count, total = count - 1, total - size
     return removed
+
+
+_held_lock = threading.Lock()
+_held: dict[str, set[str]] = {}
+"""The pictures of each thread whose run has not ended (it is running, or paused for an answer)."""
+
+
+def pictures_in_use() -> set[str]:
+    """Every picture a run that has not ended may still read (never removed for the count or byte bounds)."""
+    with _held_lock:
+        return set().union(*_held.values())
+
+
+def _hold(thread: str, path: str) -> None:
+    with _held_lock:
+        _held.setdefault(thread, set()).add(path)
+
+
+def release_pictures(thread: str) -> list[str]:
+    """Remove the pictures runs of ``thread`` sent (its run ended without pausing); returns the paths removed."""
+    with _held_lock:
+        paths = sorted(_held.pop(thread, ()))
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return paths
+
+
+def _thread_of_run() -> str | None:
+    from langgraph.config import get_config
+
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:  # called outside a run (a Python caller of check_run_input)
+        return None
+    thread = configurable.get("thread_id")
+    return str(thread) if thread is not None else None
+
+
+def _ended_runs_handler() -> Any:
+    """A callback handler that removes a thread's sent pictures when a run of it ends without pausing: a root
+    run's end after no ``GraphInterrupt`` among its steps (a pause keeps them for the resume, within their
+    age). Added to every served graph that takes a picture (:func:`_guard_input`)."""
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langgraph.errors import GraphInterrupt
+
+    class PicturesOfEndedRuns(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.root: dict[Any, Any] = {}  # run id -> its root run's id
+            self.runs: dict[Any, dict[str, Any]] = {}  # root run id -> {"thread", "paused", "steps"}
+
+        def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: Any, parent_run_id: Any = None,
+                           metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+            with self.lock:
+                if parent_run_id is None:
+                    thread = (metadata or {}).get("thread_id")
+                    self.root[run_id] = run_id
+                    self.runs[run_id] = {"thread": None if thread is None else str(thread), "paused": False,
+                                         "steps": [run_id]}
+                elif parent_run_id in self.root:
+                    root = self.root[run_id] = self.root[parent_run_id]
+                    self.runs[root]["steps"].append(run_id)
+
+        def on_chain_error(self, error: BaseException, *, run_id: Any, parent_run_id: Any = None,
+                           **kwargs: Any) -> None:
+            if isinstance(error, GraphInterrupt):
+                with self.lock:
+                    root = self.root.get(run_id)
+                    if root in self.runs:
+                        self.runs[root]["paused"] = True
+            if parent_run_id is None:
+                self._ended(run_id)
+
+        def on_chain_end(self, outputs: Any, *, run_id: Any, parent_run_id: Any = None, **kwargs: Any) -> None:
+            if parent_run_id is None:
+                self._ended(run_id)
+
+        def _ended(self, run_id: Any) -> None:
+            with self.lock:
+                run = self.runs.pop(run_id, None)
+                for step in (run or {}).get("steps", ()):
+                    self.root.pop(step, None)
+            if run and run["thread"] is not None and not run["paused"]:
+                removed = release_pictures(run["thread"])
+                if removed:
+                    logger.info("removed %d picture(s) of an ended run", len(removed))
+
+    return PicturesOfEndedRuns()
 
 
 def check_run_input(state: dict[str, Any], context: Any, index: Any) -> dict[str, Any]:
@@ -315,10 +408,30 @@ def check_run_input(state: dict[str, Any], context: Any, index: Any) -> dict[str
         try:
             folder = _served_images_folder()
             update[key] = image_file(value, folder, lookup_id=gallery_image_lookup(index), allowed=allowed)
-            prune_served_pictures(folder, keep=update[key])
         except ImageInputError as exc:
             raise ServingConfigError(f"input.{key}: {exc}") from None
+        thread = _thread_of_run()
+        if thread is not None:
+            _hold(thread, update[key])
+        prune_served_pictures(folder, keep=update[key])
+        if _over_budget(folder):  # what is left is pictures of runs still going: never removed for a newcomer
+            if thread is not None:
+                release_pictures(thread)
+            with contextlib.suppress(OSError):
+                os.unlink(update[key])
+            raise ServingConfigError(f"input.{key}: this server already keeps {MAX_KEPT_PICTURES} pictures "
+                                     f"({MAX_KEPT_PICTURE_BYTES // 2**20} MiB) for runs that have not ended; "
+                                     "try again when one ends")
     return update
+
+
+def _over_budget(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds more pictures, or more bytes, than one server keeps."""
+    sizes = []
+    for entry in os.scandir(folder):
+        with contextlib.suppress(OSError):
+            sizes.append(entry.stat(follow_symlinks=False).st_size)
+    return len(sizes) > MAX_KEPT_PICTURES or sum(sizes) > MAX_KEPT_PICTURE_BYTES
 
 
 def check_served_settings(context: Any) -> None:
@@ -379,7 +492,10 @@ def _guard_input(graph: CompiledStateGraph, index: Any) -> CompiledStateGraph:
     if START in builder.branches:
         builder.branches[GUARD_NODE] = builder.branches.pop(START)
     builder.add_edge(START, GUARD_NODE)
-    return builder.compile(name=graph.name)
+    guarded = builder.compile(name=graph.name)
+    if any(k in builder.channels for k in IMAGE_INPUTS):  # a run's picture goes when the run ends
+        guarded = guarded.with_config(callbacks=[_ended_runs_handler()])
+    return guarded
 
 
 def _factory(method: str) -> Callable[[RunnableConfig], Awaitable[CompiledStateGraph]]:
@@ -440,10 +556,29 @@ def start_warm_up() -> threading.Thread:
 @contextlib.asynccontextmanager
 async def lifespan(app: Any) -> AsyncIterator[None]:
     """The server's start-up hook (the guard app's lifespan, which LangGraph merges into its own): start
-    :func:`start_warm_up` unless ``$PICTRIEVE_SERVE_WARM_UP`` is ``0``."""
+    :func:`start_warm_up` unless ``$PICTRIEVE_SERVE_WARM_UP`` is ``0``, and remove sent pictures past their age
+    every :data:`SWEEP_SECONDS` while the server runs."""
     if os.environ.get(ENV_WARM_UP, "1").strip() != "0" and os.environ.get(ENV_GALLERY):
         start_warm_up()
-    yield
+    sweeper = asyncio.create_task(_sweep_served_pictures())
+    try:
+        yield
+    finally:
+        sweeper.cancel()
+
+
+SWEEP_SECONDS = 60.0
+"""How often the server removes sent pictures past their age (:func:`prune_served_pictures`) without waiting
+for another picture to arrive."""
+
+
+async def _sweep_served_pictures(every: float | None = None) -> None:
+    while True:
+        await asyncio.sleep(SWEEP_SECONDS if every is None else every)
+        try:
+            await asyncio.to_thread(prune_served_pictures, _served_images_folder())
+        except OSError as exc:
+            logger.warning("could not remove old sent pictures: %s", exc)
 
 
 # --- one factory per registered method: the names langgraph.json points at ------------------------

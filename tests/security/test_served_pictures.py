@@ -109,7 +109,9 @@ def test_a_folder_whose_owner_cannot_be_read_is_left_alone(tmp_path, pid_text):
 @pytest.mark.slow
 def test_after_kill_9_the_next_pictrieve_serve_removes_the_folder_with_the_pictures_runs_sent(tmp_path, tiny_clip_name):
     """Why 6 as it happened: a run sends a picture, `pictrieve serve` is killed with SIGKILL (its folder stays,
-    the picture in it), and the next `pictrieve serve` on the same temporary folder removes it as it starts."""
+    the picture in it), and the next `pictrieve serve` on the same temporary folder removes it as it starts.
+    The run's own picture is removed as soon as the run ends (finding 7 of the review, on the real server), so a
+    picture of a run still going at the kill is stood in for by a file in the same folder."""
     import signal
 
     from helpers import make_photo
@@ -122,7 +124,9 @@ def test_after_kill_9_the_next_pictrieve_serve_removes_the_folder_with_the_pictu
     try:
         sdk_client(url).runs.wait(None, "search", input={"image": _png_data(3)}, context={"k": 1})
         (left,) = (tmp_path / "tmp").glob("pictrieve-serve-*")
-        assert list(left.rglob("data-*")), "the picture the run sent is in the server's folder"
+        (pictures,) = left.rglob("pictrieve-served-images-*")
+        assert not list(pictures.iterdir()), "the run ended: its picture is removed"
+        (pictures / "data-of-a-run-still-going").write_bytes(b"a caller's picture")
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
     finally:
@@ -134,3 +138,104 @@ def test_after_kill_9_the_next_pictrieve_serve_removes_the_folder_with_the_pictu
         assert len(list((tmp_path / "tmp").glob("pictrieve-serve-*"))) == 1  # the running server's own
     finally:
         stop_group(second)
+
+
+# --- a run's picture goes when the run ends, and never while its run goes on (issue 38 review, finding 7) -------
+
+
+def _picture_graph(pause: bool):
+    """A served graph (graphs/serving.py's guard and end-of-run handler around it) whose one step reads the
+    picture (and pauses for an answer first when ``pause``), with a checkpointer as the server attaches one."""
+    from typing import TypedDict
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    from pictrieve.graphs.serving import _guard_input
+
+    class State(TypedDict, total=False):
+        image: str
+        answer: str
+        read: int
+
+    def look(state: State) -> dict:
+        answer = interrupt("which?") if pause else ""
+        with open(state["image"], "rb") as picture:
+            return {"answer": answer, "read": len(picture.read())}
+
+    builder = StateGraph(State)
+    builder.add_node("look", look)
+    builder.add_edge(START, "look")
+    builder.add_edge("look", END)
+    graph = _guard_input(builder.compile(), None)
+    graph.checkpointer = InMemorySaver()
+    return graph
+
+
+@pytest.fixture
+def pictures(tmp_path, monkeypatch):
+    from pictrieve.graphs import serving
+
+    monkeypatch.setattr(serving, "_served_images_folder", lambda: str(tmp_path))
+    monkeypatch.setattr(serving, "_held", {})
+    return tmp_path
+
+
+def test_a_runs_picture_is_removed_when_the_run_ends(pictures):
+    graph = _picture_graph(pause=False)
+    result = graph.invoke({"image": _png_data(1)}, {"configurable": {"thread_id": "t1"}})
+    assert result["read"] > 0  # the step read it
+    assert os.listdir(pictures) == []
+
+
+def test_a_paused_runs_picture_stays_until_the_resume_ends(pictures):
+    from langgraph.types import Command
+
+    graph = _picture_graph(pause=True)
+    config = {"configurable": {"thread_id": "t2"}}
+    graph.invoke({"image": _png_data(2)}, config)
+    assert graph.get_state(config).next == ("look",) and len(os.listdir(pictures)) == 1
+    assert graph.invoke(Command(resume="the red one"), config)["read"] > 0
+    assert os.listdir(pictures) == []
+
+
+def test_pictures_of_runs_still_going_are_never_removed_for_a_newcomer(pictures, monkeypatch):
+    """The reviewer's case: a caller sending one picture more than the count removed other runs' pictures in use.
+    Now the newcomer is refused in one line, and the paused runs still read theirs."""
+    from langgraph.types import Command
+
+    from pictrieve.graphs import serving
+
+    monkeypatch.setattr(serving, "MAX_KEPT_PICTURES", 3)
+    graph = _picture_graph(pause=True)
+    for i in range(3):
+        graph.invoke({"image": _png_data(i)}, {"configurable": {"thread_id": f"p{i}"}})
+    with pytest.raises(serving.ServingConfigError, match="for runs that have not ended; try again when one ends"):
+        graph.invoke({"image": _png_data(9)}, {"configurable": {"thread_id": "newcomer"}})
+    assert len(os.listdir(pictures)) == 3
+    for i in range(3):
+        assert graph.invoke(Command(resume="yes"), {"configurable": {"thread_id": f"p{i}"}})["read"] > 0
+    assert os.listdir(pictures) == []
+
+
+def test_the_server_removes_pictures_past_their_age_without_waiting_for_another(pictures, monkeypatch):
+    """The age bound is kept on a timer (the guard app's lifespan), not only when a new picture arrives."""
+    import asyncio
+
+    from pictrieve.graphs import serving
+
+    monkeypatch.setattr(serving, "SWEEP_SECONDS", 0.05)
+    monkeypatch.delenv(serving.ENV_GALLERY, raising=False)
+    _fill(pictures, 2, start=1_000_000.0)  # from 1970: far past their hour
+    (pictures / "fresh").write_bytes(b"x")
+
+    async def serve_a_while():
+        async with serving.lifespan(None):
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                if sorted(os.listdir(pictures)) == ["fresh"]:
+                    return
+
+    asyncio.run(serve_a_while())
+    assert sorted(os.listdir(pictures)) == ["fresh"]
