@@ -8,6 +8,7 @@ import os
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from pictrieve.vectorstore.gallery import Gallery
@@ -118,3 +119,28 @@ def test_touched_files_are_refreshed_in_one_call_per_batch(tmp_path, photo_folde
     assert calls == [4, 2]
     assert {item.metadata["mtime_ns"] for item in gallery.get([path_id(p) for p in photos(photo_folder)])} == {2_000_000_000}
     assert gallery.plan_index(photo_folder).todo == []
+
+
+def test_a_first_index_asks_the_store_for_copies_only_once_it_holds_records(tmp_path, photo_folder,
+                                                                           tiny_clip_embedder, monkeypatch):
+    """Indexing into an empty collection looks no content hash up in the store (nothing stored to copy), yet a
+    copy within the run and a copy of a stored photo in a later run are still copied, never embedded twice."""
+    import shutil
+
+    real, lookups = Gallery.find_content, []
+
+    def find_content(self, sha256, *, other_than=None):
+        lookups.append(sha256)
+        return real(self, sha256, other_than=other_than)
+
+    monkeypatch.setattr(Gallery, "find_content", find_content)
+    shutil.copyfile(photo_folder / "a" / "img1.png", photo_folder / "b" / "twin.png")
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    report = gallery.add(photo_folder, batch_size=2, progress=False)
+    assert (report.indexed, report.copied, gallery.count(), lookups) == (7, 1, 7, [])
+
+    shutil.copyfile(photo_folder / "a" / "img2.png", photo_folder / "b" / "later.png")
+    report = gallery.add(photo_folder, batch_size=2, progress=False)
+    assert (report.indexed, report.copied, gallery.count(), len(lookups)) == (1, 1, 8, 1)
+    stored = gallery.embeddings([path_id(photo_folder / "a" / "img2.png"), path_id(photo_folder / "b" / "later.png")])
+    assert np.allclose(stored[0], stored[1], atol=1e-6)
