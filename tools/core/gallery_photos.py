@@ -99,8 +99,8 @@ class OpenedPhoto:
         except ImageTooLargeError:  # its own line, naming the photo as shown: more pixels than a server decodes
             raise
         except PictrieveError:  # ImageDecodeError: what stands there now is no image (its reason names no content)
-            raise ChangedPhotoError(f"{self.name} does not decode as an image now; run `pictrieve index` on its "
-                                    "folder again") from None
+            what = "is an empty file now" if not data else "does not decode as an image now"
+            raise ChangedPhotoError(f"{self.name} {what}; run `pictrieve index` on its folder again") from None
         with _lock:
             _checked[self.key] = None
             while len(_checked) > _CHECKED:
