@@ -27,7 +27,12 @@ def photos(tmp_path_factory):
 def test_tiny_run_measures_every_stage_and_writes_its_row(photos, tmp_path):
     out = tmp_path / "BENCH.md"
     out.write_text("# Benchmarks\n\nearlier text stays\n", encoding="utf-8")
-    baseline = Path(pictrieve.__file__).parent.parent  # holds this checkout: a stand-in for an older one
+    # a folder holding this checkout as `pictrieve`, a stand-in for an older one (the repository root is the
+    # package, so a checkout is imported through such a link; pictrieve.__file__'s grandparent is that folder only
+    # when pictrieve itself was imported through one, not under `pip install -e`, as CI runs)
+    baseline = tmp_path / "baseline"
+    baseline.mkdir()
+    (baseline / "pictrieve").symlink_to(Path(pictrieve.__file__).parent, target_is_directory=True)
     argv = [str(photos), "--limit", "5", "--batch", "2", "--workers", "2", "--rounds", "2", "--arms", ARMS,
             "--baseline", str(baseline), "--write", str(out)]
     results = indexing_stages.main(argv)
