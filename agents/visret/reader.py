@@ -67,11 +67,14 @@ def reader_messages(question: str, hits: Sequence[ImageHit], *, images: bool,
 
 
 def _data_url(path: str) -> str | None:
+    """The gallery photo for the reader, read as the file that was indexed (a photo replaced by a link since is
+    never sent to a model), or ``None`` when it cannot be read."""
+    from pictrieve.tools.core.gallery_photos import load_gallery_image
     from pictrieve.tools.models.vlm import image_data_url
 
     try:
-        return image_data_url(path)
-    except (OSError, ValueError):
+        return image_data_url(load_gallery_image(path))
+    except (OSError, ValueError):  # gone, unreadable, no image, replaced by a link (ChangedPhotoError)
         return None
 
 

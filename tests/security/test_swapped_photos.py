@@ -133,3 +133,17 @@ def test_search_result_thumbnails_of_swapped_photos_are_left_out(swapped):
     texts = [block["text"] for block in blocks if block["type"] == "text"]
     assert len(images) == 1 and texts[-1].startswith("Photo 6")
     assert all("cannot be read" in text for text in texts[:-1])
+
+
+def test_visual_rag_sends_no_swapped_photo_to_the_reader(swapped):
+    """MCP's ``ask_gallery`` (VisRet's reader) puts the best photos into the chat model's message: a swapped one
+    goes as "(picture unreadable)" and its caption, never as the file a link points to."""
+    from pictrieve.agents.visret.reader import reader_messages
+    from pictrieve.vectorstore.hits import as_hit
+
+    hits = [as_hit({"id": swapped.ids[name], "path": item.path, "score": 0.5}) for name in (*SWAPS, "kept")
+            for item in swapped.gallery.get([swapped.ids[name]])]
+    parts = reader_messages("what is it?", hits, images=True)[1].content
+    assert sum(part["type"] == "image_url" for part in parts) == 1
+    assert [part["text"] for part in parts if "unreadable" in part.get("text", "")] == [
+        f"Picture {n}: (picture unreadable) (no description available)" for n in range(1, len(SWAPS) + 1)]

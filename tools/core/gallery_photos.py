@@ -9,7 +9,8 @@ then send that file to whoever asks for photo X.
 :func:`open_gallery_photo` is the one way a server opens a gallery photo for a caller: the page's
 ``/api/image/<id>``, MCP's ``pictrieve://image/<id>`` resource, the thumbnails in search results
 (:func:`~pictrieve.tools.core.thumbnails.jpeg_thumbnail`) and a gallery id given as an image argument (MCP and
-LangChain tools, served runs: :mod:`~pictrieve.tools.core.image_inputs`). It
+LangChain tools, served runs, the page's "more like this" and Ask: :mod:`~pictrieve.tools.core.image_inputs`),
+and the pictures VisRet's reader sends a chat model (:func:`load_gallery_image`). It
 
 - opens the path one component at a time from ``/``, each with ``O_NOFOLLOW`` (the folders with ``O_PATH``,
   so a folder one may only pass through still works), so a link anywhere along it is refused, with no gap
@@ -44,7 +45,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.core.images import ImageBytes, ImageTooLargeError, load_service_image
+from PIL import Image
+
+from pictrieve.tools.core.images import SERVICE_SIDE, ImageBytes, ImageTooLargeError, load_service_image
 
 MAX_PHOTO_BYTES = 256 * 1024 * 1024
 """Largest gallery photo file read for a caller (a 100 MP TIFF is about 300 MB; the page shows such a photo as
@@ -134,6 +137,14 @@ def read_gallery_photo(path: str | os.PathLike, *, name: str | None = None, max_
     decode as an image (:meth:`OpenedPhoto.checked`)."""
     with open_gallery_photo(path, name=name, max_bytes=max_bytes) as photo:
         return photo.checked(max_pixels)
+
+
+def load_gallery_image(path: str | os.PathLike, *, name: str | None = None, side: int = SERVICE_SIDE) -> Image.Image:
+    """The gallery photo stored at ``path`` decoded for a model that shows or describes it to a caller (VisRet's
+    reader of MCP's ``ask_gallery``), through :func:`open_gallery_photo` and within the picture budget, its
+    longest side at most ``side``."""
+    with open_gallery_photo(path, name=name) as photo:
+        return load_service_image(photo.image(), side=side)
 
 
 def _open_without_links(path: Path, shown: str) -> int:
