@@ -144,3 +144,31 @@ def test_a_first_index_asks_the_store_for_copies_only_once_it_holds_records(tmp_
     assert (report.indexed, report.copied, gallery.count(), len(lookups)) == (1, 1, 8, 1)
     stored = gallery.embeddings([path_id(photo_folder / "a" / "img2.png"), path_id(photo_folder / "b" / "later.png")])
     assert np.allclose(stored[0], stored[1], atol=1e-6)
+
+
+def test_the_in_memory_store_indexes_without_a_writer_thread(photo_folder, tiny_clip_embedder):
+    """MemoryStore's write turn is a lock of the indexing thread: a writer thread waiting on it while that thread
+    waits for the writer hung every in-memory index (seen in the full suite, test_method_contract's tiny store).
+    Run in a thread with a deadline, so a regression fails here instead of hanging the run."""
+    from pictrieve.vectorstore.memory_store import MemoryStore
+
+    store = MemoryStore(tiny_clip_embedder)
+    done = threading.Event()
+    writer_threads: list[str] = []
+    real = MemoryStore.upsert
+
+    def upsert(self, *args, **kwargs):
+        writer_threads.append(threading.current_thread().name)
+        return real(self, *args, **kwargs)
+
+    def index() -> None:
+        MemoryStore.upsert = upsert
+        try:
+            store.add(photo_folder, progress=False)
+        finally:
+            MemoryStore.upsert = real
+            done.set()
+
+    threading.Thread(target=index, daemon=True).start()
+    assert done.wait(120), "MemoryStore.add did not finish: its writes wait on the indexing thread's own lock"
+    assert store.count() > 0 and writer_threads and not any(n.startswith("pictrieve-write") for n in writer_threads)

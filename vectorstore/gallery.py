@@ -188,6 +188,11 @@ class Gallery:
     Open with :meth:`Gallery.open`; see the module docstring for the storage layout and what creates it.
     """
 
+    writes_from_another_thread = True
+    """Indexing may hand this store's writes to a writer thread while the caller holds the write turn: the turn's
+    locks are shared with that thread (:func:`~pictrieve.vectorstore.chroma_store.sharing_write_locks`). A store
+    without this (the in-memory one, whose turn is a thread's lock) is written from the indexing thread itself."""
+
     def __init__(
         self, client: Any | None, location: str, embedder: Embedder | str, hnsw: dict[str, Any] | None = None,
         *, create: bool = True,

@@ -593,7 +593,10 @@ def embed_and_write(
         embedded += count
         bar.set_postfix_str(f"embedded {embedded}")
 
-    writer = BatchWriter(targets, batch_size, on_embedded=show_embedded if progress else None, background=True)
+    # Writes overlap the next batch on a writer thread only where the store lets that thread share the caller's
+    # write turn (a Gallery); the in-memory store's turn is this thread's lock, which a writer thread would wait on.
+    background = all(getattr(target, "writes_from_another_thread", False) for target in targets)
+    writer = BatchWriter(targets, batch_size, on_embedded=show_embedded if progress else None, background=background)
     writer.note_empty_collections()  # a first index asks the store nothing per photo
     with writer, ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
         prepare = functools.partial(prepare_file, embedders=embedders, max_pixels=max_pixels,
