@@ -27,8 +27,9 @@ def one_clear_line(result: subprocess.CompletedProcess) -> str:
 
 
 START_LINES = re.compile(r"^\[ *\d+\.\ds\] (opening the gallery .* \.\.\.|loading (visret|needle) \.\.\.)$")
-"""What ``search --method visret|needle`` says before it has done any slow work (the gallery is opened
-lazily, the method's graph not yet imported): the only lines allowed before a refusal at the start."""
+"""What ``search --method visret|needle`` and ``quality search`` say before they have done any slow work (the
+gallery is opened lazily, the method's graph not yet imported): the only lines allowed before a refusal at the
+start."""
 
 
 def refused_at_the_start(result: subprocess.CompletedProcess) -> str:
