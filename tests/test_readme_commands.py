@@ -30,7 +30,7 @@ from pathlib import Path
 
 import click
 import pytest
-from helpers import REPO_ROOT
+from helpers import FLICKR8K_DEV, REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 
@@ -220,7 +220,16 @@ def world(tmp_path_factory):
     (captioned / "captions.jsonl").write_text("\n".join(lines) + "\n")
     for name, captions in CAPTIONS.items():  # captioned in ~/Photos too (NAME.txt), for QC2's annotate and train
         (photos / name).with_suffix(".txt").write_text("\n".join(captions) + "\n")
+    for image in VSA_QUESTION_PHOTOS:  # `eval vsa` asks about these flickr8k-dev photos: copied when at hand
+        if (FLICKR8K_DEV / image).is_file():
+            (captioned / image).write_bytes((FLICKR8K_DEV / image).read_bytes())
     return root
+
+
+VSA_QUESTION_PHOTOS = sorted({json.loads(line)["image"] for line in
+                              (REPO_ROOT / "examples" / "vsa-offline" / "questions.jsonl").read_text().splitlines()
+                              if line.strip()})
+"""The photos `pictrieve eval vsa`'s offline questions are about (paths in flickr8k-dev)."""
 
 
 @click.command(add_help_option=False, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -269,6 +278,8 @@ def test_the_readme_command_runs_as_written(command, world, monkeypatch):
 
     monkeypatch.chdir(world)
     monkeypatch.setenv("PICTRIEVE_PAGES_DB", str(world / "pages-db"))
+    if command.startswith("pictrieve eval vsa") and not (world / "captioned" / VSA_QUESTION_PHOTOS[0]).is_file():
+        pytest.skip(f"the offline VSA questions are about flickr8k-dev photos, not found at {FLICKR8K_DEV}")
     args, stdin = as_run(command, world)
     stdin = ANSWERS.get(command, stdin)
     result = CliRunner().invoke(pictrieve, args, input=stdin)
