@@ -150,4 +150,5 @@ def test_the_page_filters_and_shows_when_where_and_which_camera(page, served):
     page.fill("#f-near", "Nowhere-Upon-Sea")
     page.click("#search-form button[type=submit]")
     page.wait_for_selector("#error:not([hidden])")
-    assert page.text_content("#error").startswith("--near 'Nowhere-Upon-Sea': not a LAT,LON")
+    # worded by the one search request, with the page's field name (never a CLI option)
+    assert page.text_content("#error").startswith("near: 'Nowhere-Upon-Sea' is not accepted; it takes \"LAT,LON\"")
