@@ -81,6 +81,10 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
     inputs: dict[str, Any] = {"question": question, **({"image": image} if image else {})}
     # with the offline 135M model the graph skips its optional LLM steps (plan, rewrites) by itself
     context: dict[str, Any] = {"answerer": answerer}
+    if answerer == "llm":  # before any step runs: the small model's words would be the answer
+        from pictrieve.agents.vsa.nodes import refuse_small_answerer
+
+        refuse_small_answerer(chat)
     if max_plan_turns is not None:
         context["max_plan_turns"] = max_plan_turns
 

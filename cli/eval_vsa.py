@@ -122,6 +122,10 @@ def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, ju
     graph = build_vsa_graph(None, llm=chat, search=search)
     # with the offline 135M model the graph skips its optional LLM steps (plan, rewrites) by itself
     context: dict[str, Any] = {"answerer": answerer}
+    if answerer == "llm":  # before any step runs: the small model's words would be the answer
+        from pictrieve.agents.vsa.nodes import refuse_small_answerer
+
+        refuse_small_answerer(chat)
     totals: dict[str, float] = defaultdict(float)
     scored = []
     for row in rows:

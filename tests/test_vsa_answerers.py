@@ -8,6 +8,7 @@ backend (control flow only, never answer quality).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage
@@ -435,3 +436,38 @@ def test_a_search_that_ran_and_found_nothing_still_says_found_nothing(photo):
     out = _graph(Pages({})).invoke({"image": photo, "question": "What breed is this dog?"},
                                     context={"answerer": "extractive", "plan_with_llm": False})
     assert "found nothing" in out["answer"] and all(not f["error"] for f in out["findings"])
+
+
+# -- no small model's words as the answer ----------------------------------------------------------
+def test_llm_answerer_with_the_offline_model_is_refused(photo):
+    """``answerer llm`` with the offline 135M model (or none) would show its words as the answer: the run is
+    refused with what to do, however the setting arrives (served context, Python)."""
+    from pictrieve.agents.settings import SettingsError
+
+    graph = _graph(Pages({"teeth": [HORSES]}), llm=None)
+    with pytest.raises(SettingsError, match=r"answerer llm: the offline chat model .* too small.*--llm openai:MODEL"):
+        graph.invoke({"image": photo, "question": "How many teeth does it have?"},
+                     context={"answerer": "llm", "plan_with_llm": False})
+    out = graph.invoke({"image": photo, "question": "How many teeth does it have?"},
+                       context={"plan_with_llm": False})  # auto: the quoted sentences
+    assert out["answerer"] == "extractive"
+
+
+@pytest.mark.parametrize("command", ["ask", "eval-vsa"])
+def test_cli_refuses_llm_answerer_with_the_offline_model_before_running(photo, tmp_path, command):
+    """``pictrieve ask --answerer llm`` (and ``eval vsa``) with the default offline model: one line, exit 2,
+    before any step runs."""
+    from helpers.cli import run
+
+    if command == "ask":
+        args = ["ask", photo, "how many teeth does it have?", "--answerer", "llm"]
+    else:
+        questions = tmp_path / "q.jsonl"
+        questions.write_text('{"image": "%s", "question": "teeth?", "reference": "36"}\n' % Path(photo).name)
+        args = ["eval", "vsa", str(Path(photo).parent), "--questions", str(questions), "--search", f"local:{tmp_path}",
+                "--answerer", "llm", "--judge-llm", "none"]
+    result = run(*args)
+    assert result.returncode == 2, result.stderr
+    line = [ln for ln in result.stderr.splitlines() if "answerer llm" in ln]
+    assert line and "the offline chat model (SmolLM2-135M) is too small" in line[0], result.stderr
+    assert "Traceback" not in result.stderr and "regions" not in result.stderr

@@ -22,6 +22,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 
 from pictrieve.agents.settings import SettingsError, settings_of
+from pictrieve.agents.shown_text import CAPABLE_LLM
 from pictrieve.agents.vsa import extractive, steps
 from pictrieve.agents.vsa.pages import check_search_reached, read_pages, search_log
 from pictrieve.agents.vsa.state import SearchTask, VisionSearchSettings, VisionSearchState, merge_timings
@@ -55,10 +56,24 @@ def llm_step(flag: bool | None, chat: Any) -> bool:
 
 
 def use_extractive(settings: VisionSearchSettings, chat: Any) -> bool:
-    """Whether the extractive answerer answers (setting ``answerer``; ``auto``: with the offline 135M model)."""
+    """Whether the extractive answerer answers (setting ``answerer``; ``auto``: with the offline 135M model).
+
+    ``llm`` with a model whose words are not shown (:func:`is_offline_small_model`) is refused
+    (:func:`refuse_small_answerer`): its answer would be shown as the run's answer."""
+    if settings.answerer == "llm":
+        refuse_small_answerer(chat)
     if settings.answerer != "auto":
         return settings.answerer == "extractive"
     return is_offline_small_model(chat)
+
+
+def refuse_small_answerer(chat: Any) -> None:
+    """Raise :class:`SettingsError` when ``answerer llm`` would show the words of a model too small to write an
+    answer worth reading (the offline SmolLM2-135M, or no model); the front ends call it before a run starts."""
+    if is_offline_small_model(chat):
+        raise SettingsError(
+            "answerer llm: the offline chat model (SmolLM2-135M) is too small to write an answer worth reading; "
+            f"give a capable model ({CAPABLE_LLM}) or leave the answerer on auto (quoted page sentences)")
 
 
 def timed(label: str, start: float) -> dict[str, float]:
