@@ -167,6 +167,30 @@ def test_exact_copies_and_moved_files_reuse_the_stored_vector(tmp_path, dev_phot
     assert "indexed 2," in result.stdout and "1 exact copies reused" in result.stdout, result.stdout
 
 
+@pytest.mark.parametrize("kind", STORES)
+def test_a_copy_keeps_its_own_vector_when_its_source_changes_in_the_same_run(kind, tmp_path, dev_photos,
+                                                                            tiny_clip_embedder):
+    """A new file holding the bytes a stored photo had, while that photo itself was replaced by other bytes: the
+    run re-embeds the photo, and the copy must not take the photo's new vector (it copied from a record the same
+    run rewrites, written before the copy was read back)."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    shutil.copy(dev_photos[0], folder / "a.jpg")
+    store = open_store(kind, tmp_path / "g", tiny_clip_embedder)
+    store.add(folder, progress=False)
+    old_vector = store.embeddings([path_id(folder / "a.jpg")])[0]
+    shutil.copy(folder / "a.jpg", folder / "b.jpg")  # b has a's old bytes
+    shutil.copy(dev_photos[1], folder / "a.jpg")  # a becomes another photo
+    os.utime(folder / "a.jpg", ns=(1_000_000_000, 1_000_000_000))
+    report = store.add(folder, progress=False)
+    assert (report.indexed, report.failed) == (2, [])
+    new_a, b = store.embeddings([path_id(folder / "a.jpg"), path_id(folder / "b.jpg")])
+    np.testing.assert_allclose(new_a, tiny_clip_embedder.embed_images([load_image(dev_photos[1])])[0], atol=1e-5)
+    np.testing.assert_allclose(b, old_vector, atol=1e-5)  # b's own content, not a's new photo
+    assert store.metadata_of([path_id(folder / "b.jpg")])[path_id(folder / "b.jpg")]["phash"] == \
+        perceptual_hash(load_image(dev_photos[0]))
+
+
 def test_duplicates_command_lists_each_photo_with_its_copies(tmp_path, dev_photos, tiny_clip_name):
     photos = tmp_path / "photos"
     for photo in dev_photos[:3]:

@@ -405,7 +405,9 @@ class BatchWriter:
         self._touched: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in self.views}
         self._background = background
         self._empty: frozenset[str] = frozenset()
-        """Embedders whose collection held no record when :meth:`note_empty_collections` looked."""
+        """Embedders whose collection held no record when :meth:`note_run` looked."""
+        self._rewritten: dict[str, frozenset[str]] = {name: frozenset() for name in self.views}
+        """Per embedder, the ids of stored records this run may write a new vector to (:meth:`note_run`)."""
         self._writes: ThreadPoolExecutor | None = None
         self._in_flight: Future | None = None
         self._seen: dict[str, dict[str, str]] = {name: {} for name in self.views}
@@ -417,14 +419,22 @@ class BatchWriter:
         was made upright (it has ``reader``), as ``(id, metadata)`` (a :data:`CopyFinder`; reads only)."""
         if embedder in self._empty:
             return None
-        return self.views[embedder].find_content(digest, other_than=id_)
+        found = self.views[embedder].find_content(digest, other_than=id_)
+        if found is not None and found[0] in self._rewritten[embedder]:
+            return None  # its vector may be replaced in this run before the copy reads it back: embed this file
+        return found
 
-    def note_empty_collections(self) -> None:
+    def note_run(self, todo: Sequence[PlannedFile] = ()) -> None:
         """Look once which embedders' collections hold no record, so that :meth:`find_copy` answers ``None`` for
-        them without a query per photo (about 1.5 ms each under load, in the decode threads). Call it holding the
-        write lock, before this writer writes: no other writer can store a record meanwhile, and a copy of a file
-        written earlier in this run is found by :meth:`add` from the content hashes it has seen."""
+        them without a query per photo (about 1.5 ms each under load, in the decode threads), and note the files
+        this run plans (``todo``): a stored record among them may get a new vector in this run (its file changed),
+        so it is no source to copy from (a copy read back after that write took the changed photo's vector).
+        Call it holding the write lock, before this writer writes: no other writer can store a record meanwhile,
+        and a copy of a file written earlier in this run is found by :meth:`add` from the content hashes it has
+        seen."""
         self._empty = frozenset(name for name, view in self.views.items() if view.count() == 0)
+        self._rewritten = {name: frozenset(planned.id for planned in todo if name in planned.stored)
+                           for name in self.views}
 
     def add(self, prepared: PreparedFile) -> bool:
         """Queue one file; ``True`` when some embedder stores a new vector for it, embedded or copied
@@ -597,7 +607,7 @@ def embed_and_write(
     # write turn (a Gallery); the in-memory store's turn is this thread's lock, which a writer thread would wait on.
     background = all(getattr(target, "writes_from_another_thread", False) for target in targets)
     writer = BatchWriter(targets, batch_size, on_embedded=show_embedded if progress else None, background=background)
-    writer.note_empty_collections()  # a first index asks the store nothing per photo
+    writer.note_run(todo)  # a first index asks the store nothing per photo; a record being rewritten is no source
     with writer, ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
         prepare = functools.partial(prepare_file, embedders=embedders, max_pixels=max_pixels,
                                     find_copy=writer.find_copy)
