@@ -7,6 +7,9 @@ Read from the source (no module is imported): every ``import pictrieve...`` of e
   folder (``agents/<m>/``) names its graph builder as a ``"module:attribute"`` string, never an import.
 - **No circle**: the imports made when a module loads (top level, outside ``if TYPE_CHECKING``) form no
   cycle, so no module depends on the order in which others are imported.
+- **No circle inside vectorstore**: the modules of ``vectorstore`` reach none of themselves through others, counting
+  imports inside functions and those made for type checking only (a store core, the service above it, indexing and
+  the indexes derived from a gallery are layers too: issue 39).
 - **tools shows its parts**: every module of ``tools`` lives in ``tools/core``, ``tools/models`` or
   ``tools/web``; imports inside tools go ``web`` -> ``models`` -> ``core`` and never back, and no module of
   tools reaches itself through others, counting imports inside functions and ``importlib.import_module``
@@ -38,8 +41,9 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports(name: str, path: Path, *, top_level_only: bool) -> set[str]:
-    """The pictrieve modules ``name`` imports (a ``from X import y`` counts X and X.y when that is a module)."""
+def imports(name: str, path: Path, *, top_level_only: bool, type_checking: bool = False) -> set[str]:
+    """The pictrieve modules ``name`` imports (a ``from X import y`` counts X and X.y when that is a module); with
+    ``type_checking`` those under ``if TYPE_CHECKING`` too."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
@@ -47,7 +51,7 @@ def imports(name: str, path: Path, *, top_level_only: bool) -> set[str]:
     def visit(body: list[ast.stmt]) -> None:
         for node in body:
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                visit(node.orelse)
+                visit([*node.body, *node.orelse] if type_checking else node.orelse)
                 continue
             if isinstance(node, ast.Import):
                 out.update(alias.name for alias in node.names)
@@ -85,11 +89,12 @@ def resolve(target: str, known: dict[str, Path]) -> str | None:
     return target or None
 
 
-def graph(*, top_level_only: bool) -> dict[str, set[str]]:
+def graph(*, top_level_only: bool, type_checking: bool = False) -> dict[str, set[str]]:
     known = modules()
     edges = {}
     for name, path in known.items():
-        targets = {resolve(t, known) for t in imports(name, path, top_level_only=top_level_only)}
+        targets = {resolve(t, known) for t in imports(name, path, top_level_only=top_level_only,
+                                                      type_checking=type_checking)}
         edges[name] = {t for t in targets if t and t != name}
     return edges
 
@@ -131,6 +136,33 @@ def cycles_in(edges: dict[str, set[str]]) -> list[list[str]]:
         if module not in state:
             walk(module, [])
     return cycles
+
+
+def vectorstore_graph() -> dict[str, set[str]]:
+    """Imports between modules of vectorstore: lazy ones, ``importlib.import_module`` and type-checking-only ones
+    included."""
+    inside = "pictrieve.vectorstore"
+    return {source: {t for t in targets if t.startswith(inside + ".")}
+            for source, targets in graph(top_level_only=False, type_checking=True).items()
+            if source.startswith(inside + ".")}
+
+
+def test_no_import_circle_inside_vectorstore_even_through_lazy_or_type_imports():
+    """Issue 39: ``gallery -> store_common -> keywords -> changes -> gallery``, ``tiles <-> gallery`` and
+    ``indexing <-> store`` were circles; the store's modules now stand in layers (core, backends, service)."""
+    edges = vectorstore_graph()
+    assert "pictrieve.vectorstore.core" in edges["pictrieve.vectorstore.indexing"]  # the reader sees what it must
+    cycles = cycles_in(edges)
+    assert not cycles, "import circles inside vectorstore:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_vectorstore_check_sees_lazy_and_type_checking_imports(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pictrieve.vectorstore.store import A\n"
+                      "def f():\n    from pictrieve.vectorstore.gallery import Gallery\n")
+    found = imports("pictrieve.vectorstore.m", source, top_level_only=False, type_checking=True)
+    assert {"pictrieve.vectorstore.store", "pictrieve.vectorstore.gallery"} <= found
+    assert "pictrieve.vectorstore.store" not in imports("pictrieve.vectorstore.m", source, top_level_only=False)
 
 
 def tools_part(module: str) -> str | None:

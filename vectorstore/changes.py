@@ -62,13 +62,9 @@ def _pause() -> None:
 
 def embedded_location(store: Any) -> str | None:
     """The folder of ``store`` when it is an embedded Chroma gallery (the only kind with a change feed); ``None``
-    for a ``chroma run`` server, an in-memory store or anything else."""
-    from pictrieve.vectorstore.gallery import Gallery  # (gallery imports the indexes that import this)
-
-    if not isinstance(store, Gallery):
-        return None
-    location = str(store.location)
-    return None if is_server(location) else location
+    for a ``chroma run`` server, an in-memory store or anything else: the store's own
+    :meth:`~pictrieve.vectorstore.store.ImageStore.change_feed`."""
+    return store.change_feed()
 
 
 def index_folder(location: str, collection_id: str, kind: str) -> Path:

@@ -495,3 +495,12 @@ def _drop_cached_system(location: str) -> None:
 
 _shared_lock = threading.Lock()
 _databases: "weakref.WeakValueDictionary[str, Database]" = weakref.WeakValueDictionary()
+
+
+def existing_client(database: Database) -> Any:
+    """The Chroma client of ``database``, for Chroma's own code inside ``vectorstore/`` (a gallery's tiles). Reading
+    it creates nothing: a gallery not made yet raises :class:`NotAGalleryError` (a write makes it)."""
+    client = database.client or database.connect(create=False)
+    if client is None:
+        raise not_a_gallery(database.location)
+    return client

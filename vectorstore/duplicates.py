@@ -34,12 +34,11 @@ import numpy as np
 
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.perceptual_hash import hash_to_int
-from pictrieve.vectorstore.changes import embedded_location, position
-from pictrieve.vectorstore.chroma_store import is_server, read_generation
+from pictrieve.vectorstore.chroma_store import is_server
 from pictrieve.vectorstore.indexing import PHASH_KEY
 
 if TYPE_CHECKING:
-    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.store import ImageStore
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +195,7 @@ def confirmed_groups(hashes: Sequence[str | None], vectors: np.ndarray | None = 
     return out
 
 
-def find_duplicates(gallery: "Gallery", *, max_distance: int = DEFAULT_MAX_DISTANCE,
+def find_duplicates(gallery: "ImageStore", *, max_distance: int = DEFAULT_MAX_DISTANCE,
                     min_cosine: float = DEFAULT_MIN_COSINE, close_distance: int = CLOSE_DISTANCE,
                     close_min_cosine: float = CLOSE_MIN_COSINE) -> DuplicatesReport:
     """The groups of near-identical photos in ``gallery`` (its embedder's collection confirms them)."""
@@ -250,21 +249,6 @@ _cache: "OrderedDict[tuple[Any, ...], tuple[Any, DuplicatesReport]]" = OrderedDi
 _cache_lock = threading.Lock()
 
 
-def write_stamp(gallery: Any) -> Any:
-    """The gallery's write state, which every write changes: for an embedded Chroma gallery its write counter
-    (:func:`~pictrieve.vectorstore.chroma_store.read_generation`) and its collection's newest write sequence number
-    (:func:`~pictrieve.vectorstore.changes.position`: a bare Chroma client's write moves it too); an in-memory
-    store's own counter; ``None`` when it keeps neither (a ``chroma run`` server): then nothing is cached."""
-    own = getattr(gallery, "write_stamp", None)
-    if callable(own):
-        return own()
-    location = embedded_location(gallery)
-    if location is None:
-        return None
-    generation, feed = read_generation(location), position(location, gallery.collection_name)
-    return None if generation is None and feed is None else (generation, feed)
-
-
 def duplicate_report(gallery: Any, *, max_distance: int = DEFAULT_MAX_DISTANCE, min_cosine: float = DEFAULT_MIN_COSINE,
                      close_distance: int = CLOSE_DISTANCE, close_min_cosine: float = CLOSE_MIN_COSINE) -> DuplicatesReport:
     """:func:`find_duplicates` for a server: the report kept for the gallery's current write state when there is
@@ -274,7 +258,7 @@ def duplicate_report(gallery: Any, *, max_distance: int = DEFAULT_MAX_DISTANCE, 
     place = location if is_server(location) or location.startswith("memory:") else str(Path(location).expanduser().resolve())
     settings = (int(max_distance), float(min_cosine), int(close_distance), float(close_min_cosine))
     key = (place, getattr(gallery, "collection_name", None), settings)
-    stamp = write_stamp(gallery)  # read before the records are: a write meanwhile makes the next call recompute
+    stamp = gallery.write_stamp()  # read before the records are: a write meanwhile makes the next call recompute
     if stamp is not None:
         with _cache_lock:
             kept = _cache.get(key)

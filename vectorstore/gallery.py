@@ -56,6 +56,7 @@ from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
     StoreBackendError,
 )
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.changes import position
 from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest, run_search
 from pictrieve.vectorstore.filter_index import EXACT_MAX, nearest_among, passing_ids
 from pictrieve.vectorstore.photo_filter import PhotoFilter
@@ -96,11 +97,13 @@ from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
     legacy_collection_name,
     connect,
     embedder_collections,
+    existing_client,
     find_collection,
     is_gallery_folder,
     is_server,
     not_a_gallery,
     path_id,
+    read_generation,
     read_record,
     renamed_holder,
     write_lock,
@@ -266,10 +269,29 @@ class Gallery:
     def _chroma_client(self) -> Any:
         """The Chroma client of the gallery's database. Reading it creates nothing: a gallery folder
         not made yet raises :class:`GalleryError` (a write, or :meth:`create`, makes it)."""
-        client = self._client or self._db.connect(create=False)
-        if client is None:
-            raise not_a_gallery(self.location)
-        return client
+        return existing_client(self._db)
+
+    @property
+    def database(self) -> Database:
+        """The connection to the gallery's Chroma database that this view shares with its other views (for
+        Chroma's own code inside ``vectorstore/``: the tiles)."""
+        return self._db
+
+    def change_feed(self) -> str | None:
+        """The folder of an embedded gallery, whose database file the derived indexes follow
+        (:mod:`~pictrieve.vectorstore.changes`); ``None`` for a ``chroma run`` server, which keeps no feed."""
+        return None if is_server(self.location) else self.location
+
+    def write_stamp(self) -> tuple[Any, Any] | None:
+        """The gallery's write state, which every write changes: an embedded gallery's write counter
+        (:func:`~pictrieve.vectorstore.chroma_store.read_generation`) and its collection's newest write sequence
+        number (:func:`~pictrieve.vectorstore.changes.position`: a bare Chroma client's write moves it too);
+        ``None`` for a ``chroma run`` server, which keeps neither (then nothing derived from it is cached)."""
+        location = self.change_feed()
+        if location is None:
+            return None
+        generation, feed = read_generation(location), position(location, self.collection_name)
+        return None if generation is None and feed is None else (generation, feed)
 
     @property
     def _client(self) -> Any | None:

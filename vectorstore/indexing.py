@@ -46,7 +46,7 @@ from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metad
 from pictrieve.tools.models.photo_text import PHOTO_TEXT_KEY, ocr_installed, read_photo_text, require_ocr
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import held_write_locks, path_id, sharing_write_locks
-from pictrieve.vectorstore.store import ImageWriter
+from pictrieve.vectorstore.core import ImageWriter
 
 if TYPE_CHECKING:
     from pictrieve.tools.models.embedders.base import Embedder

@@ -184,6 +184,10 @@ class MemoryStore:
         """The gallery's write counter (every write of any view bumps it): what a cached answer is tagged with."""
         return self._db.generation
 
+    def change_feed(self) -> None:
+        """No change feed: indexes derived from this gallery are built from its records each time."""
+        return None
+
     def exists(self) -> bool:
         """Whether anything was written yet."""
         return self._db.written

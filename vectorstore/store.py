@@ -23,11 +23,11 @@ Indexing (:mod:`~pictrieve.vectorstore.indexing`, ``watching``, ``syncing``) nee
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from pictrieve.vectorstore.photo_filter import PhotoFilter
+from pictrieve.vectorstore.core import ImageWriter, TileSearch, Where  # noqa: F401 - ImageWriter and Where: re-exported
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -37,62 +37,6 @@ if TYPE_CHECKING:
     from pictrieve.vectorstore.indexing import IndexReport, Sources
     from pictrieve.vectorstore.reading import GalleryItem
     from pictrieve.vectorstore.relevance import RelevanceCutoff
-
-Where = dict[str, Any] | PhotoFilter | None
-"""A search's filter: a :class:`PhotoFilter` on the photos' own metadata, or a Chroma-style ``where`` dict
-(``{"key": value}``, ``{"key": {"$gte": 3}}``, ``$and``/``$or``, ``$in``/``$nin``, ``$ne``, ``$gt``/``$lt``/``$lte``)."""
-
-
-class TileSearch(Protocol):
-    """The tiles of one view: whether any were made, and each query's best images by their best tile."""
-
-    def exists(self) -> bool: ...
-
-    def rank_ids(self, vectors: np.ndarray, k: int, tiles_per_image: int = 4) -> list[list[tuple[str, float]]]: ...
-
-
-@runtime_checkable
-class ImageWriter(Protocol):
-    """What indexing, watching and syncing write through: one embedder's view of a gallery.
-
-    ``writing()`` holds the gallery's write turn for a block (other writer processes wait); every write
-    method takes it itself too. Image ids are :func:`~pictrieve.vectorstore.chroma_store.path_id` of the file.
-    """
-
-    location: str
-    embedder_name: str
-
-    @property
-    def embedder(self) -> "Embedder": ...
-
-    @property
-    def embedder_loaded(self) -> bool: ...
-
-    def exists(self) -> bool: ...
-
-    def writing(self) -> ContextManager[Any]: ...
-
-    def count(self) -> int: ...
-
-    def items(self) -> Iterator["GalleryItem"]: ...
-
-    def metadata_of(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
-
-    def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray: ...
-
-    def find_content(self, sha256: str, *, other_than: str | None = None) -> tuple[str, dict[str, Any]] | None: ...
-
-    def upsert(self, ids: Sequence[str], vectors: Any, metadatas: Sequence[dict[str, Any]]) -> int: ...
-
-    def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None: ...
-
-    def delete(self, ids: Sequence[str]) -> None: ...
-
-    def set_default_embedder(self, name: str | None = None, *, keep_existing: bool = False) -> None: ...
-
-    def get_json(self, key: str) -> dict[str, Any] | None: ...
-
-    def put_json(self, key: str, value: dict[str, Any]) -> None: ...
 
 
 @runtime_checkable
@@ -154,6 +98,17 @@ class ImageStore(ImageWriter, Protocol):
 
     def tiles(self) -> "TileSearch":
         """This view's tile index (NEEDLE's smart tiles); ``exists()`` is false where none were made."""
+        ...
+
+    # ------------------------------------------------------------------ changes
+
+    def change_feed(self) -> str | None:
+        """The embedded Chroma folder whose database file indexes derived from this gallery follow
+        (:mod:`~pictrieve.vectorstore.changes`); ``None``: no feed, they are built from the records each time."""
+        ...
+
+    def write_stamp(self) -> Any:
+        """A value every write changes (``None``: none is kept, so nothing derived from the gallery is cached)."""
         ...
 
     # ------------------------------------------------------------------ writing

@@ -24,17 +24,25 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 from PIL import Image
 
-from pictrieve.vectorstore.chroma_store import COLLECTION_PREFIX
+from pictrieve.vectorstore.chroma_store import COLLECTION_PREFIX, Database, existing_client
 from pictrieve.vectorstore.errors import GalleryError
-from pictrieve.vectorstore.gallery import chroma_client
 
 if TYPE_CHECKING:
-    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.store import ImageStore
+
+    class Gallery(ImageStore, Protocol):
+        """A view of a Chroma gallery (:class:`~pictrieve.vectorstore.gallery.Gallery`) as the tiles use it: its
+        database and HNSW options besides the store's own calls (this module stays below ``gallery.py``)."""
+
+        hnsw: dict[str, Any]
+
+        @property
+        def database(self) -> Database: ...
 
 logger = logging.getLogger(__name__)
 
@@ -193,14 +201,14 @@ class TileIndex:
             with self.gallery.writing():
                 if self._existing() is None:
                     hnsw = {"ef_search": 200, **self.gallery.hnsw, "space": "cosine"}
-                    self._collection = chroma_client(self.gallery).create_collection(
+                    self._collection = existing_client(self.gallery.database).create_collection(
                         self.name, embedding_function=None, configuration={"hnsw": hnsw},
                         metadata={"embedder": self.gallery.embedder_name, "tiling": _settings_key(settings)},
                     )
         return self._collection
 
     def _existing(self) -> Any:
-        client = chroma_client(self.gallery)
+        client = existing_client(self.gallery.database)
         if self.name in {c.name for c in client.list_collections()}:
             self._collection = client.get_collection(self.name, embedding_function=None)
         return self._collection

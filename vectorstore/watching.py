@@ -68,7 +68,7 @@ from pictrieve.vectorstore.indexing import (
     prepare_file,
     start_index,
 )
-from pictrieve.vectorstore.store import ImageWriter
+from pictrieve.vectorstore.core import ImageWriter
 from pictrieve.vectorstore.syncing import check_removal
 
 logger = logging.getLogger(__name__)
