@@ -16,9 +16,12 @@ Each arm times one stage of ``Gallery.add`` on the same photos, with pictrieve's
 
 The arms run interleaved, ``--rounds`` times (one of each per round), and each row gives the median round, so
 that a machine shared with other work slows every arm alike; read the rows side by side, not against another
-run's. ``--baseline DIR`` runs the two ``Gallery.add`` arms again in a subprocess that imports pictrieve from
-``DIR`` (a folder holding a ``pictrieve`` checkout, e.g. one of main before a change) in the same rounds: the
-before and after of a change to indexing, measured together.
+run's. Each arm also reports the CPU time the whole process spent per photo (``time.process_time``: every thread,
+Chroma's own included), which a loaded machine changes far less than the wall-clock rate. ``--baseline DIR`` (one
+or more) runs the two ``Gallery.add`` arms again in a subprocess that imports pictrieve from ``DIR`` (a folder
+holding a ``pictrieve`` checkout, e.g. one of main before a change) in the same rounds: the before and after of a
+change to indexing, measured together. ``write-only`` writes in upserts of ``--write-rows`` records (default: what
+indexing gathers, ``WRITE_ROWS``).
 
 Run:  python benchmarks/indexing_stages.py ../shared/datasets/flickr8k-dev/images
       [--baseline /path/holding/an/older/pictrieve] [--write BENCHMARKS.md] [--json]
@@ -56,8 +59,8 @@ LABELS = {
     "write-only": "write-only", "index-null": "index, no model", "index-offline": "index, offline",
 }
 HEADER = ("| run (UTC) | load (1 min) | photos, batch, workers, rounds | "
-          + " | ".join(f"{LABELS[arm]} img/s" for arm in ARMS)
-          + " | before: index, no model / offline img/s | command |\n"
+          + " | ".join(f"{LABELS[arm]} img/s (CPU ms/photo)" for arm in ARMS)
+          + " | before: index, no model / offline img/s (CPU ms/photo) | command |\n"
           + "| --- " * (len(ARMS) + 5) + "|")
 
 
@@ -163,29 +166,32 @@ def index_arm(embedder: Any, paths: Sequence[Path], batch: int, workers: int, sc
 
 
 def run_round(arms: Sequence[str], paths: Sequence[Path], batch: int, workers: int,
-              offline: Any | None) -> dict[str, float]:
-    """One of each arm in ``arms``, in order; images/s by arm."""
+              offline: Any | None, write_rows: int) -> dict[str, float]:
+    """One of each arm in ``arms``, in order; images/s by arm, and CPU ms a photo by ``"ARM cpu_ms"``."""
     rates: dict[str, float] = {}
     prepared: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="indexing-stages-") as scratch:
         for arm in arms:
             folder = Path(scratch) / arm
+            if arm == "write-only" and not prepared:
+                _, prepared = decode_arm(paths, batch, workers, "threads")  # its input, outside its CPU time
+            if arm == "model-only":
+                inputs = [offline.preprocess(_load(path)) for path in paths]
+            began = time.process_time()
             if arm == "decode-threads":
                 rates[arm], prepared = decode_arm(paths, batch, workers, "threads")
             elif arm == "decode-processes":
                 rates[arm], _ = decode_arm(paths, batch, workers, "processes")
             elif arm == "model-only":
-                inputs = [offline.preprocess(_load(path)) for path in paths]
                 rates[arm] = model_only_arm(offline, inputs, batch)
             elif arm == "write-only":
-                if not prepared:
-                    _, prepared = decode_arm(paths, batch, workers, "threads")
-                rates[arm] = write_arm(prepared, batch, folder)
+                rates[arm] = write_arm(prepared, write_rows, folder)
             elif arm == "index-null":
                 rates[arm] = index_arm(NullEmbedder(), paths, batch, workers, folder)
             elif arm == "index-offline":
                 rates[arm] = index_arm(offline, paths, batch, workers, folder)
-            logger.info("%s: %.1f images/s", arm, rates[arm])
+            rates[f"{arm} cpu_ms"] = (time.process_time() - began) / len(paths) * 1e3
+            logger.info("%s: %.1f images/s, %.2f ms of CPU a photo", arm, rates[arm], rates[f"{arm} cpu_ms"])
     return rates
 
 
@@ -200,7 +206,7 @@ def baseline_round(baseline: Path, arms: Sequence[str], args: argparse.Namespace
     """The ``Gallery.add`` arms, run by this script in a subprocess importing pictrieve from ``baseline``."""
     command = [sys.executable, str(Path(__file__).resolve()), str(args.images), "--limit", str(args.limit),
                "--batch", str(args.batch), "--workers", str(args.workers), "--rounds", "1",
-               "--arms", ",".join(arms), "--json"]
+               "--arms", ",".join(arms), "--write-rows", str(write_rows_of(args)), "--json"]
     env = {**os.environ, "PYTHONPATH": str(baseline)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -218,20 +224,34 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if offline is not None:
         offline.embed_preprocessed([offline.preprocess(_load(paths[0]))])  # load the model outside the timings
     rounds: list[dict[str, float]] = []
-    before: list[dict[str, float]] = []
+    baselines = list(args.baseline or [])
+    before: dict[str, list[dict[str, float]]] = {str(folder): [] for folder in baselines}
+    loads: list[float] = []
     for k in range(args.rounds):
-        rounds.append(run_round(arms, paths, args.batch, args.workers, offline))
-        if args.baseline is not None:
-            before.append(baseline_round(args.baseline, [a for a in BASELINE_ARMS if a in arms], args))
-        logger.info("round %d of %d done", k + 1, args.rounds)
+        rounds.append(run_round(arms, paths, args.batch, args.workers, offline, write_rows_of(args)))
+        for folder in baselines:
+            before[str(folder)].append(baseline_round(folder, [a for a in BASELINE_ARMS if a in arms], args))
+        loads.append(os.getloadavg()[0])
+        logger.info("round %d of %d done (load %.1f)", k + 1, args.rounds, loads[-1])
     return {
         "photos": len(paths), "batch": args.batch, "workers": args.workers, "rounds": args.rounds,
-        "load": os.getloadavg()[0], "cores": os.cpu_count(), "pictrieve": str(Path(pictrieve.__file__).parent),
-        "rates": {arm: statistics.median(r[arm] for r in rounds) for arm in arms},
+        "write_rows": write_rows_of(args), "load": statistics.median(loads), "load_per_round": loads,
+        "cores": os.cpu_count(), "pictrieve": str(Path(pictrieve.__file__).parent),
+        "rates": {key: statistics.median(r[key] for r in rounds) for key in rounds[0]},
         "per_round": rounds,
-        "before": {arm: statistics.median(r[arm] for r in before) for arm in before[0]} if before else {},
+        "before": {folder: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+                   for folder, runs in before.items()},
         "before_per_round": before,
     }
+
+
+def write_rows_of(args: argparse.Namespace) -> int:
+    """Records per upsert in the write-only arm: ``--write-rows``, else what this checkout's indexing gathers."""
+    if args.write_rows:
+        return args.write_rows
+    from pictrieve.vectorstore import indexing
+
+    return max(args.batch, int(getattr(indexing, "WRITE_ROWS", args.batch)))
 
 
 def markdown_row(results: dict[str, Any], command: str) -> str:
@@ -240,11 +260,19 @@ def markdown_row(results: dict[str, Any], command: str) -> str:
         dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         f"{results['load']:.1f} ({results['cores']} cores)",
         f"{results['photos']}, {results['batch']}, {results['workers']}, {results['rounds']}",
-        *(f"{rates[arm]:.0f}" if arm in rates else "-" for arm in ARMS),
-        " / ".join(f"{before[arm]:.0f}" if arm in before else "-" for arm in BASELINE_ARMS) if before else "-",
+        *(_rate_cell(rates, arm) for arm in ARMS),
+        "; ".join(f"{Path(folder).name}: " + " / ".join(_rate_cell(found, arm) for arm in BASELINE_ARMS)
+                  for folder, found in before.items()) or "-",
         f"`{command}`",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _rate_cell(rates: dict[str, float], arm: str) -> str:
+    if arm not in rates:
+        return "-"
+    cpu = rates.get(f"{arm} cpu_ms")
+    return f"{rates[arm]:.0f}" + (f" ({cpu:.1f})" if cpu is not None else "")
 
 
 def write_row(path: Path, row: str) -> None:
@@ -264,8 +292,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="decode threads or processes (default 2)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; rows give the median (default 3)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms (default all: {','.join(ARMS)})")
-    parser.add_argument("--baseline", type=Path, default=None,
-                        help="a folder holding another pictrieve checkout: its Gallery.add arms run in the same rounds")
+    parser.add_argument("--baseline", type=Path, action="append", default=None,
+                        help="a folder holding another pictrieve checkout: its Gallery.add arms run in the same rounds "
+                             "(give it again for more checkouts)")
+    parser.add_argument("--write-rows", type=int, default=0,
+                        help="records per upsert in the write-only arm (default: what indexing gathers)")
     parser.add_argument("--write", type=Path, default=None, help="append the run's row to this markdown file")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
@@ -277,8 +308,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     unknown = set(args.arms.split(",")) - set(ARMS) - {""}
     if unknown:
         parser.error(f"unknown arms {sorted(unknown)}; choose from {', '.join(ARMS)}")
-    if args.baseline is not None and not (args.baseline / "pictrieve").is_dir():
-        parser.error(f"--baseline {args.baseline} holds no pictrieve folder")
+    for folder in args.baseline or []:
+        if not (folder / "pictrieve").is_dir():
+            parser.error(f"--baseline {folder} holds no pictrieve folder")
     return args
 
 
@@ -292,9 +324,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        for arm, rate in results["rates"].items():
-            print(f"{LABELS[arm]:>20}: {rate:8.1f} images/s" + (
-                f"   (before: {results['before'][arm]:.1f})" if arm in results["before"] else ""))
+        for arm in ARMS:
+            if arm in results["rates"]:
+                print(f"{LABELS[arm]:>20}: {_rate_cell(results['rates'], arm)} images/s (CPU ms/photo)" + "".join(
+                    f"   {Path(folder).name}: {_rate_cell(found, arm)}" for folder, found in results["before"].items()
+                    if arm in found))
     return results
 
 

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from pictrieve.vectorstore import indexing
 from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.indexing import BatchWriter, PlannedFile, prepare_file
 from pictrieve.vectorstore.chroma_store import path_id
@@ -57,6 +58,7 @@ def photos(folder):
 
 
 def test_a_batch_embeds_while_the_one_before_it_is_written(tmp_path, photo_folder, tiny_clip_embedder, monkeypatch):
+    monkeypatch.setattr(indexing, "WRITE_ROWS", 1)  # each model batch its own write
     events: list[tuple[str, str, float]] = []
     second_embed = threading.Event()  # the first write waits for it: written in the caller's turn, it never comes
     slowed_upserts(monkeypatch, events, until=second_embed)
@@ -76,6 +78,7 @@ def test_a_batch_embeds_while_the_one_before_it_is_written(tmp_path, photo_folde
 
 def test_a_failed_background_write_stops_the_run_with_its_error(tmp_path, photo_folder, tiny_clip_embedder,
                                                               monkeypatch):
+    monkeypatch.setattr(indexing, "WRITE_ROWS", 1)  # each model batch its own write
     events: list[tuple[str, str, float]] = []
     slowed_upserts(monkeypatch, events, fail_on=2)
     gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
@@ -172,3 +175,39 @@ def test_the_in_memory_store_indexes_without_a_writer_thread(photo_folder, tiny_
     threading.Thread(target=index, daemon=True).start()
     assert done.wait(120), "MemoryStore.add did not finish: its writes wait on the indexing thread's own lock"
     assert store.count() > 0 and writer_threads and not any(n.startswith("pictrieve-write") for n in writer_threads)
+
+
+def test_small_model_batches_are_written_together_and_an_interrupt_keeps_them(tmp_path, photo_folder,
+                                                                             tiny_clip_embedder, monkeypatch):
+    """A Chroma upsert costs about as much for many records as for a few, so a gallery gathers embedded records
+    into writes of WRITE_ROWS; an interrupt after some batches were embedded still writes them (the model's work
+    is kept), while the files not yet embedded are left for the resumed run."""
+    monkeypatch.setattr(indexing, "WRITE_ROWS", 4)
+    real_upsert, writes = Gallery.upsert, []
+
+    def upsert(self, ids, vectors, metadatas):
+        writes.append(len(ids))
+        return real_upsert(self, ids, vectors, metadatas)
+
+    monkeypatch.setattr(Gallery, "upsert", upsert)
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
+    report = gallery.add(photo_folder, batch_size=1, progress=False)
+    assert (report.indexed, gallery.count(), writes) == (6, 6, [4, 2])
+
+    real_embed, embeds = tiny_clip_embedder.embed_preprocessed, []
+
+    def interrupted(batch):
+        embeds.append(len(batch))
+        if len(embeds) == 3:
+            raise KeyboardInterrupt
+        return real_embed(batch)
+
+    monkeypatch.setattr(tiny_clip_embedder, "embed_preprocessed", interrupted)
+    writes.clear()
+    again = Gallery.open(tmp_path / "h", tiny_clip_embedder)
+    with pytest.raises(KeyboardInterrupt):
+        again.add(photo_folder, batch_size=1, progress=False)
+    assert (again.count(), writes) == (2, [2])  # the two embedded photos, gathered and not yet due, were written
+    monkeypatch.setattr(tiny_clip_embedder, "embed_preprocessed", real_embed)
+    report = again.add(photo_folder, batch_size=1, progress=False)
+    assert (report.indexed, report.unchanged, again.count()) == (4, 2, 6)

@@ -37,8 +37,11 @@ def test_tiny_run_measures_every_stage_and_writes_its_row(photos, tmp_path):
             "--baseline", str(baseline), "--write", str(out)]
     results = indexing_stages.main(argv)
     assert results["photos"] == 5 and results["rounds"] == 2 and len(results["per_round"]) == 2
-    assert set(results["rates"]) == set(ARMS.split(",")) and all(rate > 0 for rate in results["rates"].values())
-    assert set(results["before"]) == {"index-null"} and results["before"]["index-null"] > 0
+    arms = ARMS.split(",")
+    assert set(results["rates"]) == {*arms, *(f"{arm} cpu_ms" for arm in arms)}
+    assert all(rate > 0 for rate in results["rates"].values())  # images/s, and CPU ms a photo, of every arm
+    before = results["before"][str(baseline)]
+    assert set(before) == {"index-null", "index-null cpu_ms"} and min(before.values()) > 0
 
     indexing_stages.main(argv)
     text = out.read_text(encoding="utf-8")
@@ -50,7 +53,8 @@ def test_tiny_run_measures_every_stage_and_writes_its_row(photos, tmp_path):
         assert len(cells) == len(indexing_stages.ARMS) + 5
         assert cells[2] == "5, 2, 2, 2"
         assert cells[3 + indexing_stages.ARMS.index("model-only")] == "-"  # not run: no packaged model here
-        assert cells[-2] != "-" and cells[-1].startswith("`python benchmarks/indexing_stages.py ")
+        assert cells[3 + indexing_stages.ARMS.index("index-null")].endswith(")")  # "img/s (CPU ms/photo)"
+        assert cells[-2].startswith("baseline: ") and cells[-1].startswith("`python benchmarks/indexing_stages.py ")
 
 
 def test_bad_arguments_get_one_line(photos, tmp_path, capsys):

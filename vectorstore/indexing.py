@@ -64,6 +64,16 @@ up to 13 s in one model call, a silent wait behind a bar that had already counte
 EMBED_QUICK_CALL_S = 1.0
 """A model call faster than this doubles the step, so that a GPU is not held to small calls for progress."""
 
+WRITE_ROWS = 256
+"""Embedded records gathered into one upsert where the store writes on a writer thread (a Chroma gallery): one
+upsert costs Chroma about as much work for many records as for a few (measured, ``benchmarks/indexing_stages.py
+--write-rows``: 2.1 ms of CPU a record in upserts of 32, 0.6 in 128, 0.5 in 500), so small model batches are
+written together. An interrupted run keeps what was embedded (:meth:`BatchWriter.__exit__`); a killed one embeds
+the unwritten records again when resumed, never twice."""
+WRITE_WAIT_S = 5.0
+"""Embedded records are written once the oldest of them waited this long, however few: a slow model's records
+are stored every few seconds, as before."""
+
 
 @dataclass
 class FailedImage:
@@ -376,8 +386,9 @@ def _stored_text(records: Iterable[Mapping[str, Any]], digest: str) -> str | Non
 
 
 class BatchWriter:
-    """Embeds prepared files in batches, per embedder, and writes each batch as soon as it is full
-    (:meth:`Gallery.upsert`), so an interrupted run keeps what it embedded; touched files' metadata is
+    """Embeds prepared files in batches, per embedder, and writes the embedded records (:meth:`Gallery.upsert`)
+    once ``write_rows`` of them are gathered or the oldest waited :data:`WRITE_WAIT_S` (each batch at once by
+    default), so an interrupted run keeps what it embedded; touched files' metadata is
     refreshed in batches too (:meth:`Gallery.update_metadata`: one call costs about as much for 32 records as
     for one). ``views`` are gallery views, one per embedder, each able to embed (``view.embedder``). Use it in a
     ``with`` block, or call :meth:`flush` (and :meth:`close`). ``on_embedded(n)``, when given, is called as each
@@ -396,9 +407,15 @@ class BatchWriter:
     """
 
     def __init__(self, views: Sequence["ImageWriter"], batch_size: int = 32,
-                 on_embedded: Callable[[int], None] | None = None, *, background: bool = False) -> None:
+                 on_embedded: Callable[[int], None] | None = None, *, background: bool = False,
+                 write_rows: int | None = None) -> None:
         self.views = {view.embedder_name: view for view in views}
         self.batch_size = max(1, int(batch_size))
+        self.write_rows = max(self.batch_size, int(write_rows or 0))
+        """Embedded records gathered per upsert (:data:`WRITE_ROWS`; at least one model batch)."""
+        self._unwritten: dict[str, list[tuple[str, np.ndarray, dict[str, Any]]]] = {name: [] for name in self.views}
+        self._unwritten_since: dict[str, float] = {}
+        self._write_failed = False
         self.on_embedded = on_embedded
         self._batches: dict[str, list[tuple[str, Any, dict[str, Any]]]] = {name: [] for name in self.views}
         self._copies: dict[str, list[tuple[str, str, dict[str, Any]]]] = {name: [] for name in self.views}
@@ -482,6 +499,7 @@ class BatchWriter:
         waiting = {id_ for id_, _, _ in self._batches[name]}
         if any(source in waiting for _, source, _ in queue):
             self._write(name)
+        self._store_embedded(name)
         self._submit(functools.partial(_copy_vectors, self.views[name], queue))  # after its sources' writes
 
     def _write_touched(self, name: str) -> None:
@@ -497,6 +515,8 @@ class BatchWriter:
         for name, batch in self._batches.items():
             if batch:
                 self._write(name)
+        for name in self._unwritten:
+            self._store_embedded(name)
         for name in self._copies:
             self._write_copies(name)
         for name in self._touched:
@@ -520,6 +540,9 @@ class BatchWriter:
             return
         try:
             future.result()
+        except BaseException:
+            self._write_failed = True
+            raise
         finally:
             if future.done():
                 self._in_flight = None
@@ -551,8 +574,19 @@ class BatchWriter:
                     step *= 2
             vectors = np.concatenate(parts)
         self._batches[name] = []
-        self._submit(functools.partial(view.upsert, [id_ for id_, _, _ in batch], vectors,
-                                       [meta for _, _, meta in batch]))
+        unwritten = self._unwritten[name]
+        if not unwritten:
+            self._unwritten_since[name] = time.monotonic()
+        unwritten.extend((id_, vector, meta) for (id_, _, meta), vector in zip(batch, vectors))
+        if len(unwritten) >= self.write_rows or time.monotonic() - self._unwritten_since[name] >= WRITE_WAIT_S:
+            self._store_embedded(name)
+
+    def _store_embedded(self, name: str) -> None:
+        """Write the embedded records of ``name`` gathered so far, in one upsert."""
+        rows, self._unwritten[name] = self._unwritten[name], []
+        if rows:
+            self._submit(functools.partial(self.views[name].upsert, [id_ for id_, _, _ in rows],
+                                           np.stack([vector for _, vector, _ in rows]), [meta for _, _, meta in rows]))
 
     def __enter__(self) -> "BatchWriter":
         return self
@@ -561,8 +595,24 @@ class BatchWriter:
         try:
             if kind is None:
                 self.flush()
+            else:
+                self._keep_embedded()
         finally:
             self.close()
+
+    def _keep_embedded(self) -> None:
+        """On the way out of an interrupted run, write the records already embedded (not the files still queued
+        for the model): an interrupt loses no embedding that a gathered write (:data:`WRITE_ROWS`) held back.
+        Not after a write failed (the store is what stopped the run), and never raising over the interrupt."""
+        if self._write_failed:
+            return
+        try:
+            self.wait()
+            for name in self._unwritten:
+                self._store_embedded(name)
+            self.wait()
+        except Exception as exc:  # noqa: BLE001 - the interrupt is what the caller must see
+            logger.warning("the records embedded before indexing stopped were not all written: %s", exc)
 
 
 def _copy_vectors(view: "ImageWriter", queue: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
@@ -606,7 +656,8 @@ def embed_and_write(
     # Writes overlap the next batch on a writer thread only where the store lets that thread share the caller's
     # write turn (a Gallery); the in-memory store's turn is this thread's lock, which a writer thread would wait on.
     background = all(getattr(target, "writes_from_another_thread", False) for target in targets)
-    writer = BatchWriter(targets, batch_size, on_embedded=show_embedded if progress else None, background=background)
+    writer = BatchWriter(targets, batch_size, on_embedded=show_embedded if progress else None, background=background,
+                         write_rows=WRITE_ROWS if background else None)
     writer.note_run(todo)  # a first index asks the store nothing per photo; a record being rewritten is no source
     with writer, ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pictrieve-decode") as pool:
         prepare = functools.partial(prepare_file, embedders=embedders, max_pixels=max_pixels,

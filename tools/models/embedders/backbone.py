@@ -107,10 +107,13 @@ def squash_views(image: Image.Image, flips: bool = True) -> np.ndarray:
     float32, the same values, from one resize (mirroring the resized pixels is mirroring before the scaling
     arithmetic, which works per pixel): the resize was most of the offline default's preprocessing."""
     rgb = image if image.mode == "RGB" else image.convert("RGB")
-    resized = np.asarray(rgb.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BICUBIC), dtype=np.float32)
-    pixels = ((resized / np.float32(255.0)).transpose(2, 0, 1) - np.float32(0.5)) / np.float32(0.5)
-    views = np.empty((2 if flips else 1, *pixels.shape), dtype=np.float32)
-    views[0] = pixels
+    resized = np.asarray(rgb.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BICUBIC))  # (224, 224, 3) uint8
+    views = np.empty((2 if flips else 1, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
+    pixels = views[0]
+    pixels[...] = resized.transpose(2, 0, 1)  # squash_array's arithmetic, in place: no temporary arrays
+    pixels /= np.float32(255.0)
+    pixels -= np.float32(0.5)
+    pixels /= np.float32(0.5)
     if flips:
         views[1] = pixels[:, :, ::-1]
     return views
