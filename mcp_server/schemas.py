@@ -82,11 +82,22 @@ class PhotoSession(BaseModel):
     note: str = Field(default="", description="Anything else to know (e.g. the person declined to answer)")
 
 
+class RelevanceInfo(BaseModel):
+    """The rule that marks this embedder's hits relevant ("matches well"), and where it came from."""
+
+    rule: str = Field(description="cosine (one cutoff for every query) or a per-query rule (e.g. over-median)")
+    threshold: float | None = Field(description="The rule's threshold (None: the relative fallback, no cutoff known)")
+    source: str = Field(description="shipped (with pictrieve), gallery (chosen by `pictrieve calibrate` on a captioned "
+                                    "folder) or relative (uncalibrated: hits near the best are relevant)")
+    description: str = Field(description="The rule in words, with where it came from (as `pictrieve info` says it)")
+
+
 class EmbedderInfo(BaseModel):
     name: str
     dim: int
     images: int
     default: bool
+    relevance: RelevanceInfo | None = Field(default=None, description="What marks its hits relevant")
 
 
 class GalleryInfo(BaseModel):

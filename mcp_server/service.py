@@ -199,7 +199,8 @@ class PictrieveService:
         rows = gallery_contents(self.gallery.location)
         return {"gallery": str(self.gallery.location), "images": self.gallery.count(),
                 "embedders": [{"name": r["embedder"], "dim": int(r["dim"] or 0), "images": int(r["images"]),
-                               "default": bool(r["default"])} for r in rows],
+                               "default": bool(r["default"]), "relevance": _relevance_info(r["relevance"])}
+                              for r in rows],
                 "search_methods": self.ready_methods(),
                 "visualizer": self.settings.visualizer, "web_search": self.settings.search,
                 "chat_model": self.settings.llm, "allowed_dirs": [str(d) for d in self.settings.allowed_dirs.dirs],
@@ -363,3 +364,8 @@ def _k(k: Any) -> int:
     if not 1 <= int(k) <= MAX_K:
         raise ToolInputError(f"k must be between 1 and {MAX_K}, not {k}")
     return int(k)
+
+
+def _relevance_info(rule: dict[str, Any]) -> dict[str, Any]:
+    """What gallery_info says of an embedder's relevance rule (``RelevanceCutoff.to_json``, without its stats)."""
+    return {key: rule.get(key) for key in ("rule", "threshold", "source", "description")}

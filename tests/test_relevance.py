@@ -156,6 +156,21 @@ def test_info_shows_the_rule_in_force_and_where_it_came_from(known_gallery):
     assert rows[0]["relevance"]["source"] == "gallery" and rows[0]["relevance"]["threshold"] == 0.6
 
 
+async def test_mcp_gallery_info_shows_the_rule_in_force_and_where_it_came_from(known_gallery):
+    """MCP's gallery_info says per embedder what `pictrieve info` says: the rule, its threshold, where it came from."""
+    from helpers.mcp import stdio_session
+
+    gallery, _ = known_gallery
+    store_cutoff(gallery, 0.6, {"folder": "/photos/captioned"})
+    async with stdio_session(["-g", str(gallery.location), "-e", gallery.embedder_name]) as session:
+        info = await session.call_tool("gallery_info", {})
+    assert not info.isError, info.content
+    (embedder,) = info.structuredContent["embedders"]
+    assert embedder["relevance"] == {
+        "rule": "cosine", "threshold": 0.6, "source": "gallery",
+        "description": "cosine >= 0.6000 (calibrated on /photos/captioned by `pictrieve calibrate`)"}
+
+
 def test_calibrate_keeps_a_shipped_per_query_rule_and_chooses_its_threshold(tmp_path, tiny_clip_name, reference_dir,
                                                                              monkeypatch):
     from pictrieve.evaluation.datasets import CaptionedFolder, eval_gallery
