@@ -363,3 +363,22 @@ def test_the_shipped_absent_queries_are_absent_from_flickr8k_captions():
     captions = [c for f in folders for line in (f / "captions.jsonl").read_text().splitlines()
                 for c in json.loads(line)["captions"]]
     assert present_in_captions(queries, captions) == {}
+
+
+def test_a_receipt_found_by_its_own_text_is_relevant_not_under_no_match(known_gallery):
+    """Why 6: a receipt found first by its own text sat under "no photo matches well" (the question's "receipt" is
+    in no photo's words, so not every word of the query was the photo's). The words some photo carries, when they
+    are at least half the query's, make it relevant; a query only one word of which some photo's words hold is
+    left to the cutoff."""
+    from pictrieve.vectorstore.search_request import SearchRequest, run_search
+
+    gallery, _ = known_gallery
+    store_cutoff(gallery, 0.999, {"folder": "nothing passes by its cosine"})
+    receipt = "id2"
+    gallery.update_metadata([receipt], [{"photo_text": "CORNER MARKET\nMILK 1.20\nBREAD 2.30\nTOTAL\n42.50"}])
+    answer = run_search(gallery, SearchRequest.of(query="what is the total on the receipt?", k=4))
+    assert answer.hits[0].id == receipt and answer.hits[0].matched_by in ("words", "both")
+    assert answer.hits[0].relevant is True and answer.notice() == "" and answer.relevant_count == 1
+    loose = run_search(gallery, SearchRequest.of(query="a brown dog sleeping on a market stall", k=4))
+    assert loose.hits[0].id == receipt and not loose.hits[0].relevant  # 1 of 5 words: the cutoff decides
+    assert loose.notice() == relevance.NO_MATCH_HEADER

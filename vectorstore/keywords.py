@@ -73,6 +73,12 @@ ALL_WORDS_FIRST = True
 lisbon" or "a tram in lisbon" when no photo's words say "tram") come before the others, in fused order: what
 someone who named them expects."""
 
+TELLING_SHARE = 0.5
+"""A photo whose words hold every word of the query that some photo carries is relevant when those are at least this
+share of the query's words (all of them always are): its own text found it, and what no photo's words say (the
+"receipt" of "what is the total on the receipt?", a word OCR rarely reads) is left to the vectors to rank, not to veto.
+Less than half (one word of "a brown dog running on the beach" in a folder name) leaves the verdict to the cutoff."""
+
 POOL = 100
 """How many photos each side brings to the fusion (at least ``k``): a photo just outside the vector
 top-k that the keywords also name can still rise into it."""
@@ -158,7 +164,10 @@ class KeywordRank:
     all_words: bool = False
     """Whether the photo's words hold every word of the query that some photo carries (it ranks first)."""
     every_word: bool = False
-    """Whether the photo's words hold every word of the query (it is marked relevant)."""
+    """Whether the photo's words say what the query asks (it is marked relevant): they hold every word of the query,
+    or every word of it that some photo carries when those are at least half of its words (:data:`TELLING_SHARE`):
+    a receipt whose text reads "TOTAL 42.50" for "what is the total on the receipt?", not a folder ``beach/`` for
+    "a brown dog running on the beach"."""
 
 
 def tie_aware_ranks(scores: np.ndarray) -> np.ndarray:
@@ -454,11 +463,12 @@ class KeywordIndex:
                 orders = np.concatenate([orders, [self._recent[id_][0] for id_ in recent]])
                 counts = np.concatenate([counts, [recent_held[id_] for id_ in recent]])
         complete = len(terms) == len(every)  # words no record holds are for the vectors alone
+        telling = complete or len(terms) >= TELLING_SHARE * len(every)
         order = np.lexsort((orders, -scores))
         scores = scores[order]
         all_words = counts[order] == len(terms)
         return KeywordRanking(ids, slots[order], scores, tie_aware_ranks(scores), all_words,
-                              all_words & complete)
+                              all_words & telling)
 
     # ------------------------------------------------------------------ saving
 
@@ -669,7 +679,7 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     Each hit keeps its cosine as ``score`` (so the relevance cutoff still reads it) and its fused position as
     ``rank``; ``keyword_match`` says whether the photo's words matched, ``matched_by`` which side brought it in
     (``both`` when its vector alone ranks it in the first ``k`` too); ``relevant`` is the cutoff's verdict,
-    or true when the photo's words hold every word of the query."""
+    or true when the photo's words say what the query asks (:attr:`KeywordRank.every_word`)."""
     depth = max(int(k), int(pool))
     vector_hits = gallery.search_vector(vector, depth, where)
     index = keyword_index(gallery, fields)

@@ -36,7 +36,8 @@ Where the rule comes from, first found wins:
    (no absolute floor is known for an uncalibrated model): run ``pictrieve calibrate`` for that.
 
 A hit that the photo's own words match (every word of the query in its folder, file name, place or
-photo text) is relevant whatever the rule says: :func:`~pictrieve.vectorstore.keywords.hybrid_search`.
+photo text; or every word some photo carries, when those are at least half the query's) is relevant whatever
+the rule says: :func:`~pictrieve.vectorstore.keywords.hybrid_search`.
 """
 
 from __future__ import annotations
