@@ -40,7 +40,7 @@ def main() -> None:
     from pictrieve.evaluation.interactive import open_eval_gallery
     from pictrieve.tools.models.captioners import create_captioner
     from pictrieve.tools.models.image_tags import ZeroShotTagger
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     gallery, captions = open_eval_gallery(args.folder, args.embedder, args.gallery, limit=args.limit)
     paths = list(captions)

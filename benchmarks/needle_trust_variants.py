@@ -97,7 +97,7 @@ def replay(lines: list[dict[str, Any]], judge: Any, embedders: list[str], *, los
 def run_replay(args: argparse.Namespace) -> None:
     from pictrieve.evaluation.needle_trust import ResultsFile
     from pictrieve.evaluation.relevance import CaptionJudge
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     lines = ResultsFile(args.rankings).read()
     folder = train_dev_folder(args.gallery_folder)

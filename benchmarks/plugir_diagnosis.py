@@ -44,7 +44,7 @@ def main() -> None:
     from pictrieve.agents.plugir.offline_answers import answered_facts, read_answer
     from pictrieve.agents.plugir.offline_questions import Question
     from pictrieve.evaluation.interactive import open_eval_gallery
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     with open(args.dialogues, encoding="utf-8") as handle:
         dialogues = json.load(handle)["dialogues"][args.arm]

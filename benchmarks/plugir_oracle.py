@@ -55,7 +55,7 @@ def main() -> None:
     from pictrieve.evaluation.paired import paired_bootstrap
     from pictrieve.evaluation.ranking import ExactRanker
     from pictrieve.evaluation.retrieval import rank_statistics
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     folder = _selected_rows(args.folder, args.split, args.limit) if args.split or args.limit else args.folder
     gallery, captions = open_eval_gallery(folder, args.embedder, args.gallery)

@@ -195,7 +195,7 @@ def report(args: argparse.Namespace) -> None:
         names: dict[str, str] = {}
         if args.folder:
             from pictrieve.evaluation.datasets import CaptionedFolder
-            from pictrieve.vectorstore.gallery import path_id
+            from pictrieve.vectorstore.chroma_store import path_id
 
             names = {path_id(path): path.name for path in CaptionedFolder.load(args.folder, split=args.split).paths}
         args.per_query.parent.mkdir(parents=True, exist_ok=True)

@@ -74,12 +74,9 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
     from langgraph.types import Command
 
     from pictrieve.agents.plugir import METHOD
-    from pictrieve.graphs.plugir import (
-        PlugIRSettings,
-        build_plugir_graph,
-        default_arm,
-        sqlite_checkpointer,
-    )
+    from pictrieve.agents.plugir.settings import PlugIRSettings, default_arm
+    from pictrieve.graphs.plugir import build_plugir_graph
+    from pictrieve.graphs.checkpoints import sqlite_checkpointer
     from pictrieve.graphs.sessions import session_view
     from pictrieve.tools.models.llm_calls import check_endpoint
     from pictrieve.vectorstore.gallery import Gallery

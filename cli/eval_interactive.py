@@ -91,7 +91,7 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, object]:
     """``("a=1", "b=x")`` -> ``{"a": 1, "b": "x"}`` (numbers as numbers)."""
     from dataclasses import fields
 
-    from pictrieve.graphs.plugir import PlugIRSettings
+    from pictrieve.agents.plugir.settings import PlugIRSettings
 
     known = {f.name for f in fields(PlugIRSettings)}
     parsed: dict[str, object] = {}

@@ -14,7 +14,8 @@ from pictrieve.cli.runtime_options import runtime_options
 from pictrieve.tools.core.images import load_image
 from pictrieve.tools.models.photo_text import require_ocr
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
-from pictrieve.vectorstore.gallery import Gallery, IndexReport
+from pictrieve.vectorstore.gallery import Gallery
+from pictrieve.vectorstore.indexing import IndexReport
 from pictrieve.vectorstore.hits import ImageHit, hit_line
 from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest, SearchRequestError, run_search
 

@@ -69,7 +69,8 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
 
     require_extra("mcp", "the MCP server (the official MCP SDK)")
     from pictrieve.cli.chat import default_checkpoint_path
-    from pictrieve.mcp_server.http import check_exposure, normalise_host, url_host
+    from pictrieve.mcp_server.http import check_exposure
+    from pictrieve.tools.core.exposure import normalise_host, url_host
     from pictrieve.mcp_server.server import create_server
     from pictrieve.mcp_server.service import PictrieveService, ServerSettings
     from pictrieve.tools.core.image_inputs import AllowedDirs

@@ -191,7 +191,7 @@ def simulate_result_feedback(graph: Any, queries: Sequence[str], context: dict[s
 
 def sample_queries(folder: Any, gallery: Any, limit: int | None, seed: int = 0) -> tuple[list[str], list[str]]:
     """``(queries, target ids)``: the first caption of each indexed image, or a seeded sample of ``limit``."""
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     stored = set(gallery.ids())
     pairs = [(texts[0], path_id(path)) for path, texts in folder.captions.items() if texts and path_id(path) in stored]
@@ -269,7 +269,7 @@ def evaluate_generative(
         report["rows"][name] = evaluate_runs(graph, texts, targets, settings, progress=progress, desc=name)
     if feedback_queries and method == "needle":
         from pictrieve.evaluation.relevance import CaptionJudge
-        from pictrieve.vectorstore.gallery import path_id
+        from pictrieve.vectorstore.chroma_store import path_id
 
         topic = f"eval-{int(time.time())}"
         tested = set(targets)

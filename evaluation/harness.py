@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 def caption_queries(folder: CaptionedFolder, gallery: Any, limit: int | None = None,
                     seed: int = 0) -> tuple[list[str], list[str]]:
     """``(queries, target_ids)``: every caption of every indexed image, or a seeded sample of ``limit``."""
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     stored = set(gallery.ids())
     pairs = [(text, path_id(path)) for path, texts in folder.captions.items() for text in texts

@@ -29,7 +29,8 @@ import numpy as np
 from pictrieve.agents.plugir.simulated_user import Answerer, CaptionAnswerer, CaptionUser, FreeTextCaptionUser
 from pictrieve.evaluation.bri import bri, hits_at_k, recall_at_k
 from pictrieve.evaluation.ranking import ExactRanker
-from pictrieve.graphs.plugir import ARMS, PlugIRSettings, build_plugir_graph
+from pictrieve.agents.plugir.settings import ARMS, PlugIRSettings
+from pictrieve.graphs.plugir import build_plugir_graph
 from pictrieve.tools.core.seeding import torch_seeded
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def evaluate_interactive(
     and ``user_seconds_per_round``; ``dialogues[arm]`` holds each target's turns, queries and ranks.
     """
     from pictrieve.tools.models.chat_models import create_chat_model
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     if user not in USERS:
         raise ValueError(f"unknown simulated user {user!r}; choose from {', '.join(USERS)}")
@@ -135,7 +136,7 @@ def run_ablation(
     seen = WithoutCaptions(exact) if uncaptioned else exact  # what the graph searches
     captioner_name = captioner
     if captioner is not None:
-        from pictrieve.graphs.plugir import resolve_captioner
+        from pictrieve.agents.plugir.candidates import resolve_captioner
 
         captioner = resolve_captioner(captioner, seen)  # built once: tag vectors are computed once
     ids = ranker.ids

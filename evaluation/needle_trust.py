@@ -207,7 +207,7 @@ def run_trust_experiment(
     from pictrieve.graphs.checkpoints import memory_checkpointer
     from pictrieve.graphs.needle import build_needle_graph
     from pictrieve.tools.models.visualizers import create_visualizer
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     folder = folder if isinstance(folder, CaptionedFolder) else CaptionedFolder.load(folder)
     visualizers = [create_visualizer(v) if isinstance(v, str) else v for v in visualizers]

@@ -112,7 +112,7 @@ def score_folder(folder: CaptionedFolder, gallery: Any, absent: Sequence[str], *
     """Score ``folder``'s captions and the ``absent`` queries against its photos as stored in ``gallery``
     (a gallery holding them, e.g. :func:`~pictrieve.evaluation.datasets.eval_gallery`); with ``rule`` (a
     :class:`~pictrieve.vectorstore.relevance.RelevanceCutoff`), also its statistic of each score."""
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     stored = set(gallery.ids())
     pairs = [(path_id(p), texts) for p, texts in folder.captions.items() if path_id(p) in stored]

@@ -20,9 +20,8 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from pictrieve.agents.guided import Guide, as_visualizers  # noqa: F401  (Guide: re-exported)
-from pictrieve.agents.needle.nodes import (  # noqa: F401  (settings, schemas, refine_query: re-exported)
-    FEEDBACK_MODES,
+from pictrieve.agents.guided import as_visualizers
+from pictrieve.agents.needle.nodes import (
     NeedleGallery,
     NeedleInput,
     NeedleOutput,
@@ -35,7 +34,6 @@ from pictrieve.agents.needle.nodes import (  # noqa: F401  (settings, schemas, r
     learn,
     rank,
     refine,
-    refine_query,
     regenerate,
     review_guides,
     review_results,

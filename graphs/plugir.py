@@ -65,7 +65,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from pictrieve.agents.plugir.candidates import (  # noqa: F401  (Captioner, GalleryLike, resolve_captioner: re-exported)
+from pictrieve.agents.plugir.candidates import (
     CandidateCaptions,
     CandidateVectors,
     Captioner,
@@ -84,10 +84,9 @@ from pictrieve.agents.plugir.nodes import (
     retrieve,
 )
 from pictrieve.agents.plugir.questioners import QuestionerParts, Questioners
-from pictrieve.agents.plugir.replies import parse_reply  # noqa: F401  (re-exported)
-from pictrieve.agents.plugir.settings import ARMS, QUESTIONERS, PlugIRSettings, default_arm  # noqa: F401
+from pictrieve.agents.plugir.settings import ARMS, PlugIRSettings, default_arm
 from pictrieve.agents.plugir.simulated_user import Answerer
-from pictrieve.agents.plugir.state import PlugIRInput, PlugIROutput, PlugIRState, Timing  # noqa: F401
+from pictrieve.agents.plugir.state import PlugIRInput, PlugIROutput, PlugIRState
 from pictrieve.graphs.checkpoints import sqlite_checkpointer
 
 

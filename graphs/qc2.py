@@ -29,7 +29,7 @@ from typing import Any, Callable
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from pictrieve.agents.qc2.nodes import (  # noqa: F401  (QC2Settings, QC2Input, QC2Output: re-exported)
+from pictrieve.agents.qc2.nodes import (
     QC2Input,
     QC2Output,
     QC2Settings,

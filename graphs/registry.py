@@ -29,7 +29,7 @@ import pkgutil
 import threading
 from typing import Any
 
-from pictrieve.agents.method import NEEDS, Method, MethodDefinitionError, load_target  # noqa: F401  (re-exported)
+from pictrieve.agents.method import Method, MethodDefinitionError
 from pictrieve.agents.needs import need_clashes
 from pictrieve.errors import PictrieveError
 

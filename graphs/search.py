@@ -18,7 +18,7 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from pictrieve.agents.search.nodes import (  # noqa: F401  (SearchSettings, SearchInput: re-exported)
+from pictrieve.agents.search.nodes import (
     SearchInput,
     SearchOutput,
     SearchSettings,

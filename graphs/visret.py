@@ -19,15 +19,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from pictrieve.agents.guided import GalleryViews
-from pictrieve.agents.visret.nodes import (  # noqa: F401  (settings, schemas, weights: re-exported)
-    EXEMPLAR_TEXT_WEIGHT,
-    GENERATED_TEXT_WEIGHT,
+from pictrieve.agents.visret.nodes import (
     VisRetInput,
     VisRetOutput,
     VisRetSettings,
     VisRetState,
     after_retrieve,
-    default_text_weight,
     one_visualizer,
     read,
     retrieve,

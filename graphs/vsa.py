@@ -51,10 +51,9 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from pictrieve.agents.vsa.nodes import (  # noqa: F401  (is_offline_small_model: re-exported)
+from pictrieve.agents.vsa.nodes import (
     answer,
     describe,
-    is_offline_small_model,
     plan,
     regions,
     retrieve,
@@ -62,15 +61,8 @@ from pictrieve.agents.vsa.nodes import (  # noqa: F401  (is_offline_small_model:
     search_sub_question,
     summarize,
 )
-from pictrieve.agents.vsa.pages import check_search_reached  # noqa: F401  (re-exported)
 from pictrieve.agents.vsa.parts import make_parts
-from pictrieve.agents.vsa.state import (  # noqa: F401  (the schemas: re-exported)
-    SearchTask,
-    VisionSearchInput,
-    VisionSearchOutput,
-    VisionSearchSettings,
-    VisionSearchState,
-)
+from pictrieve.agents.vsa.state import VisionSearchInput, VisionSearchOutput, VisionSearchSettings, VisionSearchState
 from pictrieve.vectorstore.store import ImageStore
 
 

@@ -28,7 +28,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.core.image_inputs import (  # noqa: F401  (gallery_image_lookup: re-exported)
+from pictrieve.tools.core.image_inputs import (
     DEFAULT_MAX_IMAGE_BYTES,
     AllowedDirs,
     gallery_image_lookup,

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pictrieve.tools.core import exposure
-from pictrieve.tools.core.exposure import ExposureError, is_loopback, normalise_host, url_host  # noqa: F401 (re-exported)
+from pictrieve.tools.core.exposure import is_loopback, normalise_host, url_host
 
 TOKEN_ENV = "PICTRIEVE_MCP_TOKEN"
 

@@ -236,7 +236,8 @@ def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: i
     """The MCP server over ``service``: its tools and resources (``host``/``port``: where streamable HTTP listens;
     bound to loopback, browsers' requests are accepted only from this server's own origin and
     ``allowed_origins``, see :func:`~pictrieve.mcp_server.http.transport_security`)."""
-    from pictrieve.mcp_server.http import normalise_host, transport_security
+    from pictrieve.tools.core.exposure import normalise_host
+    from pictrieve.mcp_server.http import transport_security
 
     body_limit = max_request_bytes or service.settings.max_image_bytes * 4 // 3 + 2**20
     server = PictrieveMCP(name="pictrieve", instructions=INSTRUCTIONS, host=normalise_host(host), port=port,

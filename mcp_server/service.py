@@ -26,7 +26,7 @@ from pictrieve.mcp_server.progress import Progress, loading, no_progress
 from pictrieve.mcp_server.sessions import PhotoSessions
 from pictrieve.tools.core.gallery_photos import ChangedPhotoError
 from pictrieve.tools.core.image_inputs import DEFAULT_MAX_IMAGE_BYTES, AllowedDirs, gallery_image_lookup, image_argument
-from pictrieve.vectorstore.hits import ImageHit, as_hit
+from pictrieve.vectorstore.hits import as_hit
 from pictrieve.vectorstore.relevance import judge_by_text
 from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest
 
@@ -178,7 +178,7 @@ class PictrieveService:
 
         def build() -> PhotoSessions:
             from pictrieve.graphs.checkpoints import sqlite_checkpointer
-            from pictrieve.graphs.plugir import default_arm
+            from pictrieve.agents.plugir.settings import default_arm
 
             method = get_method("plugir")
             saver = sqlite_checkpointer(Path(self.settings.state_dir) / "plugir-sessions.sqlite")

@@ -8,12 +8,12 @@ from PIL import Image
 from pictrieve.tools.models.captioners import (
     CAPTIONERS,
     BlipCaptioner,
-    CaptionerUnavailableError,
     OfflineCaptioner,
     UnknownCaptionerError,
     caption_files,
     create_captioner,
 )
+from pictrieve.tools.models.captioner_base import CaptionerUnavailableError
 from pictrieve.tools.core.registry import UnknownNameError
 from pictrieve.tools.models.protocols import Captioner
 

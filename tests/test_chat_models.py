@@ -73,7 +73,7 @@ def test_the_offline_model_is_recognised_however_it_arrives():
     """By name, as the object the factory builds, from the server's shared model cache and inside
     LangChain's wrappers: PlugIR picks its questioner by this (the 135M model's own questions take
     minutes a round and did not help), and the server and the page hand it objects, not names."""
-    from pictrieve.graphs.plugir import default_arm
+    from pictrieve.agents.plugir.settings import default_arm
     from pictrieve.graphs.serving import llm_for
     from pictrieve.tools.models.chat_models import is_offline_chat_model
 

@@ -10,7 +10,8 @@ import pytest
 
 from helpers import free_port
 from helpers.chroma import chroma_executable, chroma_server, heartbeat, start_chroma  # noqa: F401 - a fixture
-from pictrieve.vectorstore.gallery import Gallery, GalleryError, chroma_client, chroma_collection
+from pictrieve.vectorstore.gallery import Gallery, chroma_client, chroma_collection
+from pictrieve.vectorstore.errors import GalleryError
 
 pytestmark = pytest.mark.server
 
@@ -48,7 +49,7 @@ def test_unreachable_server_is_a_clear_error():
 
 
 def test_reading_a_missing_gallery_creates_no_collection(chroma_server, photo_folder, tiny_clip_embedder):
-    from pictrieve.vectorstore.gallery import EmptyGalleryError
+    from pictrieve.vectorstore.errors import EmptyGalleryError
     from pictrieve.vectorstore.tiles import TileIndex
 
     gallery = Gallery.open(chroma_server, tiny_clip_embedder)

@@ -412,7 +412,8 @@ def _progress(log: Path) -> int:
 
 
 def test_two_writers_and_a_kill_lose_and_duplicate_nothing(tmp_path, tiny_clip_name):
-    from pictrieve.vectorstore.gallery import Gallery, path_id
+    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.chroma_store import path_id
 
     photos = tmp_path / "photos"
     for i in range(40):

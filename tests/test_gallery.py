@@ -12,14 +12,9 @@ import numpy as np
 import pytest
 
 from helpers import make_photo
-from pictrieve.vectorstore.gallery import (
-    DimensionMismatchError,
-    EmptyGalleryError,
-    Gallery,
-    GalleryError,
-    chroma_collection,
-    path_id,
-)
+from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryError, GalleryError
+from pictrieve.vectorstore.gallery import Gallery, chroma_collection
+from pictrieve.vectorstore.chroma_store import path_id
 
 
 def test_add_then_search_by_text_image_and_vector(tmp_path, photo_folder, tiny_clip_embedder):

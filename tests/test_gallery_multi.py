@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from pictrieve.vectorstore.chroma_store import collection_name_for
-from pictrieve.vectorstore.gallery import Gallery, GalleryError, chroma_client, chroma_collection
+from pictrieve.vectorstore.gallery import Gallery, chroma_client, chroma_collection
+from pictrieve.vectorstore.errors import GalleryError
 
 
 def test_opening_never_writes(tmp_path, photo_folder, tiny_clip_embedder):
@@ -53,7 +54,7 @@ def test_scans_read_every_page(tmp_path):
 
 
 def test_where_filters_and_a_wrong_dimension_vector(tmp_path, photo_folder, tiny_clip_embedder):
-    from pictrieve.vectorstore.gallery import DimensionMismatchError
+    from pictrieve.vectorstore.errors import DimensionMismatchError
     from pictrieve.vectorstore.retriever import GalleryRetriever
 
     gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
@@ -113,7 +114,7 @@ def test_malformed_caption_lines_are_skipped_not_fatal(tmp_path, tiny_clip_embed
 def test_touched_files_refresh_their_mtime_and_captions_refresh_without_reembedding(
         tmp_path, photo_folder, tiny_clip_embedder, monkeypatch):
     from pictrieve.vectorstore import indexing
-    from pictrieve.vectorstore.gallery import path_id
+    from pictrieve.vectorstore.chroma_store import path_id
 
     gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
     gallery.add(photo_folder, progress=False)

@@ -11,7 +11,8 @@ import pytest
 from helpers import make_photo
 
 from pictrieve.vectorstore.chroma_store import path_id, write_lock
-from pictrieve.vectorstore.gallery import EmptyGalleryError, Gallery, GalleryError, chroma_client, chroma_collection
+from pictrieve.vectorstore.errors import EmptyGalleryError, GalleryError
+from pictrieve.vectorstore.gallery import Gallery, chroma_client, chroma_collection
 from pictrieve.vectorstore.indexing import BatchWriter, list_images, prepare_file, start_index
 from pictrieve.vectorstore.records import GALLERY_RECORD, RecordStore
 from pictrieve.vectorstore.tiles import TileIndex
@@ -104,7 +105,7 @@ def test_a_touched_file_keeps_its_vector_and_a_changed_one_is_embedded_again(tmp
 
 
 def test_upsert_refuses_vectors_of_another_dimension(tmp_path, photo_folder, tiny_clip_embedder):
-    from pictrieve.vectorstore.gallery import DimensionMismatchError
+    from pictrieve.vectorstore.errors import DimensionMismatchError
 
     gallery = Gallery.open(tmp_path / "g", tiny_clip_embedder)
     gallery.add(photo_folder, progress=False)

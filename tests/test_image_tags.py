@@ -8,7 +8,8 @@ import pytest
 from helpers.plugir_fakes import FakeGallery
 
 from pictrieve.agents.plugir.caption_terms import caption_terms
-from pictrieve.tools.models.captioners import CaptionerUnavailableError, create_captioner
+from pictrieve.tools.models.captioner_base import CaptionerUnavailableError
+from pictrieve.tools.models.captioners import create_captioner
 from pictrieve.tools.models.image_tags import TagVocabulary, ZeroShotTagger, default_vocabulary
 
 

@@ -140,7 +140,8 @@ def test_a_session_takes_one_answer_at_a_time():
     ("0:0:0:0:0:0:0:1", "::1", True), ("127.0.0.2", "127.0.0.2", True), ("0.0.0.0", "0.0.0.0", False),
     ("::", "::", False), ("evil.example", "evil.example", False)])
 def test_host_is_normalised_once_into_one_spelling(given, spelling, loopback):
-    from pictrieve.mcp_server.http import is_loopback, normalise_host, transport_security
+    from pictrieve.tools.core.exposure import is_loopback, normalise_host
+    from pictrieve.mcp_server.http import transport_security
 
     assert normalise_host(given) == spelling and is_loopback(given) is loopback
     security = transport_security(given, 8765)

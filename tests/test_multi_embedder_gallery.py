@@ -76,7 +76,7 @@ def test_several_embedders_and_no_record_opens_the_largest_and_says_so(tmp_path,
     legacy = Gallery.open(tmp_path / "g", second_embedder)
     legacy.add(photo_folder, progress=False)
     Gallery.open(tmp_path / "g", tiny_clip_embedder).add(photo_folder / "a", progress=False)
-    from pictrieve.vectorstore.chroma_store import RECORDS_COLLECTION
+    from pictrieve.vectorstore.records import RECORDS_COLLECTION
 
     chroma_client(legacy).delete_collection(RECORDS_COLLECTION)
     with caplog.at_level("WARNING"):

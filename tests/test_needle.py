@@ -18,7 +18,8 @@ from helpers.needle_fakes import CountingVisualizer, flickr_dir_of, isolated_cac
 from pictrieve.agents.needle.aggregation import aggregate_rankings, position_score
 from pictrieve.agents.needle.anomaly import screen_guides
 from pictrieve.agents.needle.trust import TRUST_RECORD, TrustTable, feedback_loss, load_trust
-from pictrieve.graphs.needle import NeedleSettings, build_needle_graph, refine_query
+from pictrieve.agents.needle.nodes import NeedleSettings, refine_query
+from pictrieve.graphs.needle import build_needle_graph
 from pictrieve.agents.settings import SettingsError
 from pictrieve.tools.models.guide_images import guide_paths
 from pictrieve.vectorstore.tiles import TileIndex, TilingSettings, index_tiles, smart_tiles

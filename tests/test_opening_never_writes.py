@@ -81,7 +81,8 @@ def test_a_served_run_over_a_folder_without_a_gallery_writes_nothing(not_a_galle
 
 
 def test_the_library_refuses_to_open_a_folder_without_a_gallery_and_writes_nothing(not_a_gallery, tmp_path):
-    from pictrieve.vectorstore.gallery import Gallery, NotAGalleryError, gallery_contents
+    from pictrieve.vectorstore.gallery import Gallery, gallery_contents
+    from pictrieve.vectorstore.errors import NotAGalleryError
 
     before = tree_state(not_a_gallery)
     with pytest.raises(NotAGalleryError, match="is not a pictrieve gallery"):

@@ -11,13 +11,10 @@ from langgraph.types import Command
 from helpers.plugir_fakes import ScriptedChatModel, make_gallery
 
 from pictrieve.agents.plugir.questioner import FALLBACK_QUESTION
-from pictrieve.graphs.plugir import (
-    ARMS,
-    PlugIRSettings,
-    build_plugir_graph,
-    parse_reply,
-    sqlite_checkpointer,
-)
+from pictrieve.agents.plugir.settings import ARMS, PlugIRSettings
+from pictrieve.graphs.plugir import build_plugir_graph
+from pictrieve.agents.plugir.replies import parse_reply
+from pictrieve.graphs.checkpoints import sqlite_checkpointer
 
 QUESTIONS = ["What color is the dog?", "Where is the dog running?", "Is the dog alone?",
              "What time of day is it?", "Is the dog wearing a collar?"]

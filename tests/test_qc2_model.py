@@ -23,21 +23,16 @@ from pictrieve.agents.qc2.completion import (  # noqa: E402
     sample_continuations,
 )
 from pictrieve.agents.qc2.levels import AxisLevels  # noqa: E402
-from pictrieve.agents.qc2.training import (  # noqa: E402
+from pictrieve.agents.qc2.prompt_format import (  # noqa: E402
     IGNORE_INDEX,
-    GalleryMismatchError,
     QC2Example,
-    QC2Model,
-    QC2ModelError,
-    QC2TrainConfig,
     clean_caption,
     encode_example,
     format_instruction,
-    gallery_fingerprint,
-    load_qc2_model,
-    mean_caption_loss,
-    train_completion_model,
 )
+from pictrieve.agents.qc2.errors import GalleryMismatchError, QC2ModelError  # noqa: E402
+from pictrieve.agents.qc2.bundle import QC2Model, gallery_fingerprint, load_qc2_model  # noqa: E402
+from pictrieve.agents.qc2.training import QC2TrainConfig, mean_caption_loss, train_completion_model  # noqa: E402
 from helpers.qc2_fakes import AXES, CAPTIONS, LEVELS, one_thread  # noqa: E402,F401  (one_thread: autouse)
 from helpers.qc2_fakes import examples as _examples  # noqa: E402
 from helpers.qc2_fakes import load_tiny as _load  # noqa: E402
@@ -173,7 +168,7 @@ def test_first_sentence():
 
 
 def test_cached_trunk_path_matches_the_models_own_forward(tiny_checkpoint):
-    from pictrieve.agents.qc2.training import _decoder_parts, _run_layers
+    from pictrieve.agents.qc2.decoder_internals import _decoder_parts, _run_layers
 
     model, _ = _load(tiny_checkpoint)
     parts = _decoder_parts(model)

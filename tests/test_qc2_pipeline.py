@@ -21,7 +21,8 @@ from pictrieve.agents.qc2.annotation import (  # noqa: E402
     metadata_key,
 )
 from pictrieve.agents.qc2.pipeline import load_for_gallery, train_on_gallery  # noqa: E402
-from pictrieve.agents.qc2.training import GalleryMismatchError, QC2ModelError, QC2TrainConfig  # noqa: E402
+from pictrieve.agents.qc2.errors import GalleryMismatchError, QC2ModelError  # noqa: E402
+from pictrieve.agents.qc2.training import QC2TrainConfig  # noqa: E402
 from pictrieve.graphs.qc2 import quality_search  # noqa: E402
 from pictrieve.tools.models.quality_scorers import create_quality_scorer  # noqa: E402
 from pictrieve.vectorstore.gallery import Gallery  # noqa: E402
@@ -153,7 +154,8 @@ def test_the_qc2_model_is_loaded_once_per_process_until_it_is_saved_again(annota
 
 
 def test_graph_takes_run_settings_from_context(annotated_gallery, tiny_checkpoint):
-    from pictrieve.graphs.qc2 import QC2Settings, build_qc2_graph
+    from pictrieve.agents.qc2.nodes import QC2Settings
+    from pictrieve.graphs.qc2 import build_qc2_graph
     from pictrieve.agents.settings import SettingsError
 
     assert QC2Settings.coerce({"temperature": 0.2}).sampling().temperature == 0.2

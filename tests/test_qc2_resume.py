@@ -20,7 +20,8 @@ from helpers.qc2_fakes import load_tiny as _load  # noqa: E402
 from pictrieve.agents.qc2 import checkpoints  # noqa: E402
 from pictrieve.agents.qc2.level_check import level_usage, level_variants, opposite_level, separation  # noqa: E402
 from pictrieve.agents.qc2.levels import AxisLevels  # noqa: E402
-from pictrieve.agents.qc2.training import QC2Example, QC2TrainConfig, train_completion_model  # noqa: E402
+from pictrieve.agents.qc2.prompt_format import QC2Example  # noqa: E402
+from pictrieve.agents.qc2.training import QC2TrainConfig, train_completion_model  # noqa: E402
 
 CONFIG = dict(epochs=3, batch_size=4, learning_rate=2e-2, warmup_steps=1, lora_rank=4, train_layers=1)
 

@@ -257,7 +257,7 @@ def test_the_tools_the_retriever_and_the_graph_carry_relevant(known_gallery, mon
 
 
 def test_the_page_says_no_photo_matches_well(known_gallery):
-    from pictrieve.ui.app import search_body
+    from pictrieve.ui.search import search_body
 
     gallery, query = known_gallery
     store_cutoff(gallery, 0.95, {})

@@ -19,7 +19,7 @@ from helpers.stores import STORES, open_store
 from pictrieve.vectorstore.chroma_store import path_id
 from pictrieve.vectorstore.filter_explain import explain_filter
 from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryError, GalleryError, ImageNotFoundError
-from pictrieve.vectorstore.gallery import QueryError
+from pictrieve.vectorstore.errors import QueryError
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.photo_filter import PhotoFilter
 from pictrieve.vectorstore.store import ImageStore, ImageWriter

@@ -191,8 +191,10 @@ class _Vectors:
 
 
 def test_an_older_gallery_keeps_its_offline_vectors_under_their_new_name(tmp_path):
-    from pictrieve.vectorstore.chroma_store import GALLERY_RECORD, collection_name_for, connect, write_record
-    from pictrieve.vectorstore.gallery import EmbedderChangedError, Gallery, chroma_collection
+    from pictrieve.vectorstore.records import GALLERY_RECORD, write_record
+    from pictrieve.vectorstore.chroma_store import collection_name_for, connect
+    from pictrieve.vectorstore.errors import EmbedderChangedError
+    from pictrieve.vectorstore.gallery import Gallery, chroma_collection
 
     client = connect(str(tmp_path / "g"), create=True)  # what versions before the trained head wrote
     old = client.create_collection(collection_name_for("offline"), embedding_function=None,
@@ -217,7 +219,8 @@ def test_an_older_gallery_keeps_its_offline_vectors_under_their_new_name(tmp_pat
 
 
 def test_a_retrained_head_never_mixes_with_the_vectors_of_the_old_one(tmp_path):
-    from pictrieve.vectorstore.gallery import EmbedderChangedError, Gallery, chroma_collection
+    from pictrieve.vectorstore.errors import EmbedderChangedError
+    from pictrieve.vectorstore.gallery import Gallery, chroma_collection
 
     name = "trained:/heads/mine.npz"
     gallery = Gallery.open(tmp_path / "g", _Vectors(name, "head:aaa"))

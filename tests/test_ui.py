@@ -118,7 +118,8 @@ def test_page_chat_with_the_offline_model_object_asks_offline_questions_at_once(
     state), not from the 135M language model, which took minutes per round."""
     import httpx
 
-    from pictrieve.graphs.plugir import build_plugir_graph, sqlite_checkpointer
+    from pictrieve.graphs.plugir import build_plugir_graph
+    from pictrieve.graphs.checkpoints import sqlite_checkpointer
     from pictrieve.tools.models.chat_models import create_chat_model
 
     app = create_app(gallery, llm=create_chat_model("offline"), state_dir=tmp_path / "state",

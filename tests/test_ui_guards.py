@@ -24,7 +24,8 @@ from helpers import make_photo  # noqa: E402
 from helpers.plugir_fakes import ScriptedChatModel  # noqa: E402
 from helpers.web_page import browser, chat_step, finished, gallery, page, page_client, serve  # noqa: E402,F401
 
-from pictrieve.ui.app import MAX_UPLOAD_BYTES, create_app  # noqa: E402
+from pictrieve.ui.forms import MAX_UPLOAD_BYTES  # noqa: E402
+from pictrieve.ui.app import create_app  # noqa: E402
 from pictrieve.ui.guard import FORM_OVERHEAD, MAX_JSON_BYTES  # noqa: E402
 
 pytestmark = pytest.mark.server

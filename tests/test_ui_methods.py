@@ -24,7 +24,7 @@ from helpers.vsa_fakes import PAGES  # noqa: E402
 from helpers.web_page import browser, finished, page, page_client, serve  # noqa: E402,F401  (the headless Chromium fixtures, helpers)
 
 from pictrieve.tools.models.protocols import Detection  # noqa: E402
-from pictrieve.tools.web.search import SearchResult  # noqa: E402
+from pictrieve.tools.web.results import SearchResult  # noqa: E402
 from pictrieve.ui.app import create_app  # noqa: E402
 
 HORSE = "109202756_b97fcdc62c.jpg"

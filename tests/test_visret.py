@@ -12,7 +12,8 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from helpers.visret_fakes import PhotoVisualizer, RecordingChat, gallery, hand_fused, photos  # noqa: F401  (fixtures)
 from pictrieve.agents.settings import SettingsError
-from pictrieve.graphs.visret import VisRetSettings, build_visret_graph
+from pictrieve.agents.visret.nodes import VisRetSettings
+from pictrieve.graphs.visret import build_visret_graph
 from pictrieve.vectorstore.gallery import Gallery
 
 
@@ -62,7 +63,7 @@ def test_text_weight_scales_the_text_ranking_in_the_fusion(gallery, photos, weig
 
 
 def test_text_weight_default_follows_the_guides_family(gallery, photos):
-    from pictrieve.graphs.visret import EXEMPLAR_TEXT_WEIGHT, GENERATED_TEXT_WEIGHT
+    from pictrieve.agents.visret.nodes import EXEMPLAR_TEXT_WEIGHT, GENERATED_TEXT_WEIGHT
 
     assert EXEMPLAR_TEXT_WEIGHT > 0 and GENERATED_TEXT_WEIGHT == 0
     guides = [photos / "p0.png", photos / "p2.png"]
@@ -187,7 +188,7 @@ def test_reader_sends_pictures_to_a_vlm_and_descriptions_to_a_text_model(gallery
     ("I think Score: 0.75 and later Score: 0.1", 0.75), ("no score here", 0.0), ("Score: 3", 1.0),
 ])
 def test_judge_scores_are_parsed_like_the_papers_and_clamped(reply, score):
-    from pictrieve.agents.visret.reader import judge_answer
+    from pictrieve.agents.judge import judge_answer
 
     judge = RecordingChat(reply)
     got, raw = judge_answer(judge, "What colour are the wings?", ["red", "crimson"], "They are red.")

@@ -18,7 +18,7 @@ from PIL import Image
 from helpers.vsa_fakes import DOG_FACT, DOGS, HORSE_FACT, HORSES, Pages, no_llm, photo  # noqa: F401  (fixture: photo)
 from pictrieve.agents.vsa import extractive, steps
 from pictrieve.tools.models.protocols import Detection
-from pictrieve.tools.web.search import SearchResult
+from pictrieve.tools.web.results import SearchResult
 
 
 class _OneHorse:
@@ -213,7 +213,7 @@ class _Boat(_OneHorse):
 
 
 def test_auto_answerer_is_extractive_only_for_the_offline_small_model():
-    from pictrieve.graphs.vsa import is_offline_small_model
+    from pictrieve.agents.vsa.nodes import is_offline_small_model
     from pictrieve.tools.models.chat_models import create_chat_model
 
     assert is_offline_small_model(create_chat_model("offline"))  # builds the wrapper; loads no weights

@@ -121,7 +121,7 @@ def test_a_person_region_is_described_as_a_person(photo):
 def test_low_confidence_imagenet_labels_are_not_shown_as_facts(photo):
     from PIL import Image
 
-    from pictrieve.tools.models.imagenet_classifier import imagenet_readable_names
+    from pictrieve.tools.models.imagenet_names import imagenet_readable_names
 
     names = imagenet_readable_names()
     monkey, coonhound, terrier = (names.index(n) for n in ("patas monkey", "Treeing Walker Coonhound",
@@ -137,7 +137,7 @@ def test_low_confidence_imagenet_labels_are_not_shown_as_facts(photo):
 
 
 def test_a_photo_with_no_detections_is_described_whole(horse_teeth_pages, photo):
-    from pictrieve.tools.models.imagenet_classifier import imagenet_readable_names
+    from pictrieve.tools.models.imagenet_names import imagenet_readable_names
 
     names = imagenet_readable_names()
     captioner = OfflineRegionCaptioner(embedder=_NoModel())

@@ -67,13 +67,12 @@ from pictrieve.tools.core.thumbnails import viewable_photo
 from pictrieve.ui.ask import router as ask_router
 from pictrieve.ui.chat import router as chat_router
 from pictrieve.ui.duplicates import router as duplicates_router
-from pictrieve.ui.forms import MAX_K, MAX_TEXT, MAX_UPLOAD_BYTES, UIError, page_message  # noqa: F401  (re-exported)
+from pictrieve.ui.forms import MAX_UPLOAD_BYTES, page_message
 from pictrieve.ui.guard import BodyTooLarge, PageGuard
 from pictrieve.ui.jobs import ABANDON_AFTER, MAX_RUNNING, Jobs, JobsBusy
-from pictrieve.ui.methods import PAGE_TABS, generic_views  # noqa: F401  (PAGE_TABS: re-exported)
+from pictrieve.ui.methods import generic_views
 from pictrieve.ui.methods import router as methods_router
 from pictrieve.ui.search import router as search_router
-from pictrieve.ui.search import search_body  # noqa: F401  (re-exported)
 from pictrieve.ui.state import PageState, page_state
 from pictrieve.ui.steer import router as steer_router
 from pictrieve.ui.visualize import router as visualize_router

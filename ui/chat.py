@@ -156,7 +156,7 @@ def chat_get(thread: str, page: Annotated[PageState, Depends(page_state)]) -> di
 
 def chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:
     """A chat's run settings from the page: ``shown_k`` and the ``arm`` (default: the chat model's)."""
-    from pictrieve.graphs.plugir import ARMS, default_arm
+    from pictrieve.agents.plugir.settings import ARMS, default_arm
 
     arm = body.get("arm") if body.get("arm") in ARMS else default_arm(llm)
     return {"shown_k": k_value(body.get("shown_k"), 10), "arm": arm}

@@ -3,7 +3,7 @@
 A gallery is one Chroma database (an embedded ``PersistentClient`` folder, or a ``chroma run`` server
 at ``http://host:port``). Each embedder has its own collection (``images__<slug>__<hash>``), and
 one more collection, ``pictrieve__records``, keeps small JSON records (the default embedder,
-trust weights) keyed by name (:mod:`~pictrieve.vectorstore.records`; its functions are re-exported here).
+trust weights) keyed by name (:mod:`~pictrieve.vectorstore.records`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlparse
 
-from pictrieve.vectorstore.errors import (  # noqa: F401
+from pictrieve.vectorstore.errors import (
     GalleryBusyError,
     GalleryError,
     GalleryPermissionError,
     NotAGalleryError,
 )
 from pictrieve.vectorstore.readonly_copy import cannot_write, private_copy
-from pictrieve.vectorstore.records import GALLERY_RECORD, RECORDS_COLLECTION, read_record, write_record  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

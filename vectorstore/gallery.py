@@ -42,17 +42,13 @@ from PIL import Image
 
 from pictrieve.tools.models.embedders.base import Embedder
 from pictrieve.tools.models.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
-from pictrieve.vectorstore.errors import (  # noqa: F401 - re-exported
-    AmbiguousEmbedderError,
+from pictrieve.vectorstore.errors import (
     DimensionMismatchError,
     EmbedderChangedError,
     EmptyGalleryError,
-    GalleryBusyError,
     GalleryError,
-    GalleryPermissionError,
     GalleryUnreachableError,
     NotAGalleryError,
-    QueryError,
     StoreBackendError,
 )
 from pictrieve.vectorstore.hits import ImageHit
@@ -60,20 +56,10 @@ from pictrieve.vectorstore.changes import position
 from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest, run_search
 from pictrieve.vectorstore.filter_index import EXACT_MAX, nearest_among, passing_ids
 from pictrieve.vectorstore.photo_filter import PhotoFilter
-from pictrieve.vectorstore.indexing import (  # noqa: F401 - re-exported
-    FailedImage,
-    IndexPlan,
-    PHASH_KEY,
-    IndexReport,
-    PlannedFile,
-    Sources,
-    caption_metadata,
-    index_sources,
-    plan_index,
-)
+from pictrieve.vectorstore.indexing import IndexPlan, IndexReport, Sources, index_sources, plan_index
 from pictrieve.vectorstore.reading import CollectionReader, GalleryItem
-from pictrieve.vectorstore.store import ImageStore, ImageWriter, Where  # noqa: F401 - re-exported
-from pictrieve.vectorstore.store_common import (  # noqa: F401 - collapse: re-exported
+from pictrieve.vectorstore.store import ImageStore, Where
+from pictrieve.vectorstore.store_common import (
     check_k as _check_k,
     collapse,
     image_search,
@@ -86,28 +72,22 @@ from pictrieve.vectorstore.records import GALLERY_RECORD, RecordStore
 from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_from_records, cutoff_of, record_key
 from pictrieve.vectorstore.relevance import mark as mark_relevance
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
-from pictrieve.vectorstore.syncing import LargeRemovalError, MissingFoldersError, check_removal  # noqa: F401
-from pictrieve.vectorstore.chroma_store import (  # noqa: F401 - re-exported
-    COLLECTION_PREFIX,
+from pictrieve.vectorstore.errors import LargeRemovalError, MissingFoldersError
+from pictrieve.vectorstore.chroma_store import (
     MODEL_KEY,
     Database,
     RENAMED_EMBEDDERS,
     collection_name_for,
-    current_embedder_name,
-    legacy_collection_name,
     connect,
     embedder_collections,
     existing_client,
     find_collection,
-    is_gallery_folder,
     is_server,
     not_a_gallery,
     path_id,
     read_generation,
-    read_record,
     renamed_holder,
     write_lock,
-    write_record,
 )
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from pictrieve.agents.qc2.errors import QC2ModelError
 from pictrieve.agents.qc2.levels import AxisLevels
 from pictrieve.agents.qc2.prompt_format import QC2Example
 from pictrieve.tools.core.time_budget import TimeBudget
-from pictrieve.tools.models.captioners import Captioner
+from pictrieve.tools.models.protocols import Captioner
 from pictrieve.tools.models.quality_scorers import QUALITY_SCORERS, BrisqueScorer, LaionAestheticScorer, QualityScorer
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ the photos' own words instead (:func:`quote_photo_words`: the stored captions an
 that answer the question), or says that nothing of them does and that a capable model writes an answer.
 
 The judge is :mod:`pictrieve.agents.judge` with the Visual-RAG grading rubric the paper uses
-(``judge_answer`` and ``parse_score`` are re-exported here). Deliberate difference from the authors'
+(``judge_answer`` and ``parse_score`` are its own; this module only calls them). Deliberate difference from the authors'
 code: image parts carry ``detail`` (their code sent a ``quality`` field the API ignores).
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from pictrieve import prompts
 from pictrieve.agents.answer_types import expected_answer, question_terms, stem, words_of
-from pictrieve.agents.judge import SCORE, judge_answer, parse_score  # noqa: F401  (the judge: re-exported)
+from pictrieve.agents.judge import judge_answer, parse_score
 from pictrieve.vectorstore.hits import ImageHit
 
 def parse_answer(reply: str) -> tuple[str, str]:

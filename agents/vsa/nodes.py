@@ -26,7 +26,7 @@ from pictrieve.agents.shown_text import CAPABLE_LLM
 from pictrieve.agents.vsa import extractive, steps
 from pictrieve.agents.vsa.pages import check_search_reached, read_pages, search_log
 from pictrieve.agents.vsa.state import SearchTask, VisionSearchSettings, VisionSearchState, merge_timings
-from pictrieve.agents.vsa.steps import question_terms
+from pictrieve.agents.answer_types import question_terms
 from pictrieve.tools.core.images import load_image
 from pictrieve.vectorstore.store import ImageStore
 

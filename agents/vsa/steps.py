@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, Field, ValidationError
 
-from pictrieve.agents.answer_types import question_terms  # noqa: F401  (moved there; re-exported)
+from pictrieve.agents.answer_types import question_terms
 from pictrieve.agents.vsa.prompts import defang, fence_results, prompt
 from pictrieve.tools.models.llm_calls import ModelCallError, calling, complete, is_model_call_failure, note_fallback
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pictrieve.agents.qc2.training import QC2Example, clean_caption, format_instruction
+from pictrieve.agents.qc2.prompt_format import QC2Example, clean_caption, format_instruction
 
 CAPTIONS = [
     "A black dog runs through the green grass .",

@@ -16,7 +16,7 @@ from langchain_core.runnables import RunnableLambda
 from PIL import Image
 
 from helpers import REPO_ROOT
-from pictrieve.tools.web.search import SearchResult
+from pictrieve.tools.web.results import SearchResult
 
 PAGES = REPO_ROOT / "examples" / "vsa-offline" / "pages"
 

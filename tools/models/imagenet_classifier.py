@@ -27,7 +27,7 @@ import torch
 from PIL import Image
 
 from pictrieve.tools.core.devices import pick_device
-from pictrieve.tools.models.imagenet_names import imagenet_categories, imagenet_readable_names  # noqa: F401 (re-exported)
+from pictrieve.tools.models.imagenet_names import imagenet_categories
 
 logger = logging.getLogger(__name__)
 

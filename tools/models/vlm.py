@@ -159,6 +159,6 @@ def create_region_captioner(name: str | Any = "offline", *, base_url: str | None
     family, _, spec = name.partition(":")
     if family == "openai" and spec:
         return create_vlm(spec, base_url=base_url)
-    from pictrieve.tools.models.captioners import CaptionerUnavailableError
+    from pictrieve.tools.models.captioner_base import CaptionerUnavailableError
 
     raise CaptionerUnavailableError(f"unknown VLM {name!r}: use 'offline' or 'openai:<model>' with --vlm-base-url")

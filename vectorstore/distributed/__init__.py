@@ -21,10 +21,3 @@ imports Ray, and only when a job runs), :mod:`.pipeline` (the Ray Data pipeline 
 :mod:`.index_job` and :mod:`.tile_job` (the workers and drivers). Install with
 ``pip install "pictrieve[scale]"``.
 """
-
-from pictrieve.vectorstore.distributed.cluster import (  # noqa: F401
-    RayClusterError,
-    RayOptions,
-    RayUnavailableError,
-    check_server_gallery,
-)
