@@ -35,34 +35,21 @@ from typing import Any
 
 import numpy as np
 
-from pictrieve.agents.qc2.bundle import (  # noqa: F401  (re-exported: the public QC2 names)
-    ADAPTER_DIR,
-    BUNDLE_FILE,
-    FORMAT_VERSION,
-    FULL_MODEL_DIR,
-    QC2Model,
-    gallery_fingerprint,
-    load_qc2_model,
-    read_bundle_info,
-)
-from pictrieve.agents.qc2.decoder_internals import (  # noqa: F401
-    _base,
+from pictrieve.agents.qc2.decoder_internals import (
     _cache_trunk,
-    _causal_mask,
     _decoder_parts,
     _layer_list,
     _pad,
     _run_layers,
     _trunk_states,
 )
-from pictrieve.agents.qc2.errors import GalleryMismatchError, QC2ModelError  # noqa: F401
-from pictrieve.agents.qc2.prompt_format import (  # noqa: F401
+from pictrieve.agents.qc2.errors import QC2ModelError
+from pictrieve.agents.qc2.prompt_format import (
     IGNORE_INDEX,
     QC2Example,
     clean_caption,
     encode_example,
     format_instruction,
-    normalize_query,
 )
 from pictrieve.tools.core.time_budget import TimeBudget
 
@@ -165,198 +152,279 @@ def _train(model: Any, tokenizer: Any, examples: Sequence[QC2Example], axes: Seq
            config: QC2TrainConfig, *, progress: bool, checkpoint_dir: Path | None = None,
            checkpoint_every: int | None = None, budget: TimeBudget,
            probes: dict[str, Sequence[QC2Example]] | None = None) -> tuple[Any, TrainReport, list[int] | None]:
-    import torch
-    from tqdm.auto import tqdm
-
-    from pictrieve.agents.qc2 import checkpoints
-
+    """The steps of :func:`train_completion_model`: encode, make the top layers learn, cache the frozen trunk,
+    resume, train, report. Torch's random state is drawn in this order, so a seeded run repeats exactly."""
     if not examples:
         raise QC2ModelError("no training examples: annotate the gallery first (`pictrieve quality annotate`)")
-    probes = probes or {}
+    rows = _encode_rows(tokenizer, examples, axes, config, probes or {})
+    allowed = _allowed_output_ids(rows.encoded[: rows.n_train], tokenizer) if config.restrict_vocab else None
+    model = _prepare_trainable(model, config)
+    start = time.perf_counter()
+    trunk = _frozen_trunk(model, config, rows.encoded, checkpoint_dir, progress=progress, budget=budget)
+    cache_seconds = time.perf_counter() - start
+    if trunk.unfinished:  # the budget ran out while caching: what is cached is kept
+        logger.warning("QC2 training stopped while caching the frozen layers: the time budget (%.0f s) is "
+                       "spent; run the same command again to resume", budget.seconds)
+        model.eval()
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        return model, TrainReport(examples=rows.n_train, steps=0, epochs=config.epochs, seconds=cache_seconds,
+                                  cache_seconds=cache_seconds, first_loss=float("nan"), final_loss=float("nan"),
+                                  trainable_parameters=trainable, cached_trunk=False, stopped_early=True), allowed
 
+    run = _TrainingRun(model, tokenizer, config, rows, trunk, allowed, checkpoint_dir=checkpoint_dir, budget=budget)
+    run.resume()
+    run.train(progress=progress, checkpoint_every=checkpoint_every)
+    model.eval()
+    report = run.report(seconds=time.perf_counter() - start, cache_seconds=cache_seconds)
+    logger.info("QC2 training: %d steps in %.0f s (trunk cache %.0f s), loss %.3f -> %.3f",
+                report.steps, report.seconds, cache_seconds, report.first_loss, report.final_loss)
+    return model, report, allowed
+
+
+@dataclass
+class _Rows:
+    """The encoded examples: the ``n_train`` training rows first, then each probe's (``probe_rows``: their
+    indices), which are only ever evaluated."""
+
+    encoded: list[tuple[list[int], list[int]]]
+    n_train: int
+    probe_rows: dict[str, list[int]]
+
+
+def _encode_rows(tokenizer: Any, examples: Sequence[QC2Example], axes: Sequence[str], config: QC2TrainConfig,
+                 probes: dict[str, Sequence[QC2Example]]) -> _Rows:
     def encode(ex: QC2Example):
         return encode_example(tokenizer, format_instruction(axes, ex.levels), clean_caption(ex.caption), config.max_length)
 
     encoded = [encode(ex) for ex in examples]
     n_train = len(encoded)
-    allowed = _allowed_output_ids(encoded, tokenizer) if config.restrict_vocab else None
     probe_rows: dict[str, list[int]] = {}
-    for name, probe in probes.items():  # appended after the training rows; only ever evaluated
+    for name, probe in probes.items():
         probe_rows[name] = list(range(len(encoded), len(encoded) + len(probe)))
         encoded.extend(encode(ex) for ex in probe)
+    return _Rows(encoded, n_train, probe_rows)
 
-    model = _prepare_trainable(model, config)
-    trainable_named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    trainable = [p for _, p in trainable_named]
+
+@dataclass
+class _Trunk:
+    """The frozen lower decoder layers: ``parts`` (None where the model is trained whole: caching is off or the
+    architecture has no layer list we run), the first learning layer ``split``, and the cached outputs of the
+    layers below it for every row (None when the time budget stopped the caching)."""
+
+    parts: dict[str, Any] | None = None
+    split: int = 0
+    cache: Any = None
+
+    @property
+    def unfinished(self) -> bool:
+        return self.parts is not None and self.cache is None
+
+
+def _frozen_trunk(model: Any, config: QC2TrainConfig, encoded: list, checkpoint_dir: Path | None, *,
+                  progress: bool, budget: TimeBudget) -> _Trunk:
+    """Run every row through the frozen layers once (kept on disk under ``checkpoint_dir`` when given, so a
+    resumed run reuses it), so that each epoch runs only the top layers."""
+    from pictrieve.agents.qc2 import checkpoints
+
     parts = _decoder_parts(model) if config.cache_frozen_layers else None
-    start = time.perf_counter()
-    split = 0
-    if parts is not None:
-        n_layers = len(parts["layers"])
-        split = n_layers - min(config.train_layers or n_layers, n_layers)
-    cache = None
-    if parts is not None:
-        if checkpoint_dir is not None:
-            key = checkpoints.trunk_key(model, split, encoded)
-            cache = checkpoints.cached_trunk_on_disk(
-                lambda idx: _trunk_states(parts, encoded, idx, split), encoded,
-                checkpoint_dir / f"trunk-{key}", progress=progress, budget=budget)
-        else:
-            cache = _cache_trunk(parts, encoded, split, progress, budget=budget)
-    cache_seconds = time.perf_counter() - start
-    if parts is not None and cache is None:  # the budget ran out while caching: what is cached is kept
-        logger.warning("QC2 training stopped while caching the frozen layers: the time budget (%.0f s) is "
-                       "spent; run the same command again to resume", budget.seconds)
-        model.eval()
-        return model, TrainReport(examples=n_train, steps=0, epochs=config.epochs, seconds=cache_seconds,
-                                  cache_seconds=cache_seconds, first_loss=float("nan"), final_loss=float("nan"),
-                                  trainable_parameters=sum(p.numel() for p in trainable), cached_trunk=False,
-                                  stopped_early=True), allowed
+    if parts is None:
+        return _Trunk()
+    n_layers = len(parts["layers"])
+    split = n_layers - min(config.train_layers or n_layers, n_layers)
+    if checkpoint_dir is not None:
+        key = checkpoints.trunk_key(model, split, encoded)
+        cache = checkpoints.cached_trunk_on_disk(
+            lambda idx: _trunk_states(parts, encoded, idx, split), encoded,
+            checkpoint_dir / f"trunk-{key}", progress=progress, budget=budget)
+    else:
+        cache = _cache_trunk(parts, encoded, split, progress, budget=budget)
+    return _Trunk(parts, split, cache)
 
-    steps_per_epoch = math.ceil(n_train / config.batch_size)
-    total_steps = steps_per_epoch * config.epochs
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
-    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: _warmup_linear(step, config.warmup_steps, total_steps)
-    )
-    allowed_tensor = torch.tensor(allowed) if allowed is not None else None
-    remap = _remap_table(allowed, _vocab_size(model, tokenizer)) if allowed is not None else None
 
-    def batch_loss(batch, reduction="mean"):
-        if cache is not None:
-            return _cached_loss(parts, cache, encoded, batch, split, allowed_tensor, remap, reduction)
-        return _full_loss(model, encoded, batch, tokenizer, allowed_tensor, remap, reduction)
+class _TrainingRun:
+    """One training run after the trunk is cached: the optimizer and its schedule, the steps done, the losses,
+    the level checks, and the checkpoint they are saved in and resumed from."""
 
-    def set_train_mode():
-        model.train()
-        if parts is not None:
-            for layer in parts["layers"][:split]:
+    def __init__(self, model: Any, tokenizer: Any, config: QC2TrainConfig, rows: _Rows, trunk: _Trunk,
+                 allowed: list[int] | None, *, checkpoint_dir: Path | None, budget: TimeBudget) -> None:
+        import torch
+
+        self.model, self.tokenizer, self.config, self.rows, self.trunk = model, tokenizer, config, rows, trunk
+        self.checkpoint_dir, self.budget = checkpoint_dir, budget
+        self.trainable_named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        self.trainable = [p for _, p in self.trainable_named]
+        self.steps_per_epoch = math.ceil(rows.n_train / config.batch_size)
+        total_steps = self.steps_per_epoch * config.epochs
+        self.total_steps = min(total_steps, config.max_steps) if config.max_steps is not None else total_steps
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: _warmup_linear(step, config.warmup_steps, self.total_steps)
+        )
+        self.allowed_tensor = torch.tensor(allowed) if allowed is not None else None
+        self.remap = _remap_table(allowed, _vocab_size(model, tokenizer)) if allowed is not None else None
+        # The run's identity: a checkpoint of another run (other data or settings) is never resumed.
+        self.run_key = hashlib.sha1(json.dumps([
+            asdict(config), [e[0] for e in rows.encoded[: rows.n_train]], sorted(rows.probe_rows),
+        ]).encode()).hexdigest()[:16]
+        self.step = 0
+        self.resumed_from = 0
+        self.losses: list[float] = []
+        self.probe_history: list[dict[str, float]] = []
+        self.stopped = False
+
+    def batch_loss(self, batch: list[int], reduction: str = "mean"):
+        trunk, rows = self.trunk, self.rows
+        if trunk.cache is not None:
+            return _cached_loss(trunk.parts, trunk.cache, rows.encoded, batch, trunk.split, self.allowed_tensor,
+                                self.remap, reduction)
+        return _full_loss(self.model, rows.encoded, batch, self.tokenizer, self.allowed_tensor, self.remap, reduction)
+
+    def set_train_mode(self) -> None:
+        """Dropout on in the learning layers; the frozen ones below stay in eval mode."""
+        self.model.train()
+        if self.trunk.parts is not None:
+            for layer in self.trunk.parts["layers"][: self.trunk.split]:
                 layer.eval()
 
-    def measure_probes(epoch: int) -> dict[str, float] | None:
+    def resume(self) -> None:
+        """Take up this run's checkpoint, if one was kept: weights, optimizer, schedule, random state, losses."""
+        import torch
+
+        from pictrieve.agents.qc2 import checkpoints
+
+        if self.checkpoint_dir is None:
+            return
+        state = checkpoints.load_state(self.checkpoint_dir, self.run_key)
+        if state is None:
+            return
+        by_name = dict(self.trainable_named)
+        with torch.no_grad():
+            for name, value in state["trainable"].items():
+                by_name[name].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        self.step, self.losses, self.probe_history = state["step"], list(state["losses"]), list(state["probe_history"])
+        self.resumed_from = self.step
+        logger.info("resuming QC2 training from step %d of %d (%s)", self.step, self.total_steps, self.checkpoint_dir)
+
+    def save(self, reason: str) -> None:
+        import torch
+
+        from pictrieve.agents.qc2 import checkpoints
+
+        if self.checkpoint_dir is None:
+            return
+        checkpoints.save_state(self.checkpoint_dir, {
+            "run_key": self.run_key, "step": self.step, "losses": self.losses, "probe_history": self.probe_history,
+            "trainable": {name: p.detach().clone() for name, p in self.trainable_named},
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        })
+        logger.debug("checkpoint at step %d (%s)", self.step, reason)
+
+    def measure_probes(self, epoch: int) -> dict[str, float] | None:
         """The level check after ``epoch``, or None when the budget stopped it (a re-run measures it)."""
-        model.eval()
+        import torch
+
+        self.model.eval()
         row: dict[str, float] = {"epoch": epoch}
         with torch.no_grad():
-            for name, rows in probe_rows.items():
+            for name, rows in self.rows.probe_rows.items():
                 total, tokens = 0.0, 0
                 for begin in range(0, len(rows), 64):
-                    if budget.should_stop():
-                        set_train_mode()
+                    if self.budget.should_stop():
+                        self.set_train_mode()
                         return None
                     batch = rows[begin : begin + 64]
-                    loss_sum, count = batch_loss(batch, reduction="sum")
+                    loss_sum, count = self.batch_loss(batch, reduction="sum")
                     total, tokens = total + float(loss_sum), tokens + int(count)
                 row[name] = total / max(1, tokens)
-        set_train_mode()
-        budget.progressed()
+        self.set_train_mode()
+        self.budget.progressed()
         logger.info("level check after epoch %d: %s", epoch,
                     ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "epoch"))
         return row
 
-    # The run's identity: a checkpoint of another run (other data or settings) is never resumed.
-    run_key = hashlib.sha1(json.dumps([
-        asdict(config), [e[0] for e in encoded[:n_train]], sorted(probe_rows),
-    ]).encode()).hexdigest()[:16]
-    losses: list[float] = []
-    probe_history: list[dict[str, float]] = []
-    step = 0
-    state = checkpoints.load_state(checkpoint_dir, run_key) if checkpoint_dir is not None else None
-    if state is not None:
-        by_name = dict(trainable_named)
-        with torch.no_grad():
-            for name, value in state["trainable"].items():
-                by_name[name].copy_(value)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        step, losses, probe_history = state["step"], list(state["losses"]), list(state["probe_history"])
-        logger.info("resuming QC2 training from step %d of %d (%s)", step, total_steps, checkpoint_dir)
-    resumed_from = step
-
-    def save(reason: str) -> None:
-        if checkpoint_dir is None:
-            return
-        checkpoints.save_state(checkpoint_dir, {
-            "run_key": run_key, "step": step, "losses": losses, "probe_history": probe_history,
-            "trainable": {name: p.detach().clone() for name, p in trainable_named},
-            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-        })
-        logger.debug("checkpoint at step %d (%s)", step, reason)
-
-    def check_levels_if_due() -> bool:
+    def check_levels_if_due(self) -> bool:
         """Run the level check owed at this step (before training, after an epoch, or one a stopped run
         left undone); False when the budget stopped it."""
-        epoch = math.ceil(step / steps_per_epoch)
-        at_boundary = step % steps_per_epoch == 0 or step >= total_steps
-        if not probe_rows or not at_boundary or (probe_history and probe_history[-1]["epoch"] >= epoch):
+        epoch = math.ceil(self.step / self.steps_per_epoch)
+        at_boundary = self.step % self.steps_per_epoch == 0 or self.step >= self.total_steps
+        if not self.rows.probe_rows or not at_boundary or (self.probe_history and self.probe_history[-1]["epoch"] >= epoch):
             return True
-        row = measure_probes(epoch)
+        row = self.measure_probes(epoch)
         if row is not None:
-            probe_history.append(row)
+            self.probe_history.append(row)
         return row is not None
 
-    set_train_mode()
-    stopped = not check_levels_if_due()
-    if stopped:
-        save("time budget")
-    bar = tqdm(total=total_steps, initial=step, desc="training QC2", unit="step", disable=not progress)
-    while step < total_steps and not stopped:
-        epoch = step // steps_per_epoch
-        done_in_epoch = step - epoch * steps_per_epoch
-        for batch in _epoch_batches(encoded, n_train, config, epoch)[done_in_epoch:]:
-            if step >= total_steps:
-                break
-            loss = batch_loss(batch)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(float(loss.detach()))
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
-            budget.progressed()
-            if checkpoint_every and step % checkpoint_every == 0 and step % steps_per_epoch:
-                save("every %d steps" % checkpoint_every)
-            if budget.should_stop() and step < total_steps:
-                stopped = True
-                break
-        if not stopped:
-            stopped = not check_levels_if_due()
-        save("end of epoch" if not stopped else "time budget")
-    bar.close()
-    if stopped and step < total_steps:
-        logger.warning("QC2 training stopped at step %d of %d: the time budget (%.0f s) is spent; "
-                       "run the same command again to resume", step, total_steps, budget.seconds)
-    elif stopped:
-        logger.warning("QC2 training finished its %d steps; the time budget (%.0f s) cut the last level-usage "
-                       "check: run the same command again to measure it", step, budget.seconds)
-    model.eval()
-    report = TrainReport(
-        examples=n_train,
-        steps=step,
-        epochs=config.epochs,
-        seconds=time.perf_counter() - start,
-        cache_seconds=cache_seconds,
-        first_loss=losses[0] if losses else float("nan"),
-        final_loss=float(np.mean(losses[-max(1, steps_per_epoch // 4):])) if losses else float("nan"),
-        losses=losses,
-        trainable_parameters=sum(p.numel() for p in trainable),
-        cached_trunk=cache is not None,
-        resumed_from_step=resumed_from,
-        # A run whose every step is done is finished, even when the budget cut its last level check.
-        stopped_early=stopped and step < total_steps,
-        level_check_pending=stopped and step >= total_steps,
-        probe_losses=probe_history,
-    )
-    logger.info("QC2 training: %d steps in %.0f s (trunk cache %.0f s), loss %.3f -> %.3f",
-                step, report.seconds, cache_seconds, report.first_loss, report.final_loss)
-    return model, report, allowed
+    def take_step(self, batch: list[int]) -> None:
+        import torch
+
+        loss = self.batch_loss(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.trainable, 1.0)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.losses.append(float(loss.detach()))
+        self.step += 1
+
+    def train(self, *, progress: bool, checkpoint_every: int | None) -> None:
+        """Train the steps left, epoch by epoch (each epoch's batches replayed from where a resumed run
+        stopped), checking the levels after each epoch and saving the state, until done or the budget is spent."""
+        from tqdm.auto import tqdm
+
+        self.set_train_mode()
+        self.stopped = not self.check_levels_if_due()
+        if self.stopped:
+            self.save("time budget")
+        bar = tqdm(total=self.total_steps, initial=self.step, desc="training QC2", unit="step", disable=not progress)
+        while self.step < self.total_steps and not self.stopped:
+            epoch = self.step // self.steps_per_epoch
+            done_in_epoch = self.step - epoch * self.steps_per_epoch
+            for batch in _epoch_batches(self.rows.encoded, self.rows.n_train, self.config, epoch)[done_in_epoch:]:
+                if self.step >= self.total_steps:
+                    break
+                self.take_step(batch)
+                bar.update(1)
+                bar.set_postfix(loss=f"{self.losses[-1]:.3f}")
+                self.budget.progressed()
+                if checkpoint_every and self.step % checkpoint_every == 0 and self.step % self.steps_per_epoch:
+                    self.save("every %d steps" % checkpoint_every)
+                if self.budget.should_stop() and self.step < self.total_steps:
+                    self.stopped = True
+                    break
+            if not self.stopped:
+                self.stopped = not self.check_levels_if_due()
+            self.save("end of epoch" if not self.stopped else "time budget")
+        bar.close()
+        if self.stopped and self.step < self.total_steps:
+            logger.warning("QC2 training stopped at step %d of %d: the time budget (%.0f s) is spent; "
+                           "run the same command again to resume", self.step, self.total_steps, self.budget.seconds)
+        elif self.stopped:
+            logger.warning("QC2 training finished its %d steps; the time budget (%.0f s) cut the last level-usage "
+                           "check: run the same command again to measure it", self.step, self.budget.seconds)
+
+    def report(self, *, seconds: float, cache_seconds: float) -> TrainReport:
+        losses, done = self.losses, self.step >= self.total_steps
+        return TrainReport(
+            examples=self.rows.n_train,
+            steps=self.step,
+            epochs=self.config.epochs,
+            seconds=seconds,
+            cache_seconds=cache_seconds,
+            first_loss=losses[0] if losses else float("nan"),
+            final_loss=float(np.mean(losses[-max(1, self.steps_per_epoch // 4):])) if losses else float("nan"),
+            losses=losses,
+            trainable_parameters=sum(p.numel() for p in self.trainable),
+            cached_trunk=self.trunk.cache is not None,
+            resumed_from_step=self.resumed_from,
+            # A run whose every step is done is finished, even when the budget cut its last level check.
+            stopped_early=self.stopped and not done,
+            level_check_pending=self.stopped and done,
+            probe_losses=self.probe_history,
+        )
 
 
 def _warmup_linear(step: int, warmup: int, total: int) -> float:
