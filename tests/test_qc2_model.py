@@ -17,7 +17,6 @@ from pictrieve.agents.qc2.completion import (  # noqa: E402
     CompletionRequest,
     SamplingSettings,
     complete_queries,
-    complete_query,
     first_sentence,
     prompt_ids,
     sample_continuations,
@@ -234,7 +233,7 @@ def test_generated_words_reach_the_completion(tiny_checkpoint):
     model, report, allowed = train_completion_model(model, tokenizer, examples, AXES, config, progress=False)
     assert report.final_loss < 0.1, report.losses[-5:]  # the caption is learned, not half-learned
     greedy = SamplingSettings(temperature=1.0, top_k=1, max_new_tokens=12, repetition_penalty=1.0, no_repeat_ngram_size=0)
-    (completion,) = complete_query(model, tokenizer, "a brown dog", ("High", "High"), AXES, settings=greedy,
-                                   allowed_token_ids=allowed, seed=0)
+    ((completion,),) = complete_queries(model, tokenizer, [CompletionRequest("a brown dog", ("High", "High"))], AXES,
+                                        settings=greedy, allowed_token_ids=allowed, seed=0)
     # the taught words follow the typed query, up to and including the end of the sentence
     assert completion == "a brown dog jumps over a fence.", completion

@@ -18,7 +18,6 @@ from pictrieve.vectorstore.relevance import (
     NO_MATCH_HEADER,
     RELATIVE_MARGIN,
     RelevanceCutoff,
-    agent_summary,
     choose_threshold,
     cutoff_from_records,
     load_reference,
@@ -27,6 +26,7 @@ from pictrieve.vectorstore.relevance import (
     store_cutoff,
     write_reference,
 )
+from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest
 
 # Four stored unit vectors whose cosines with the query vector are exactly these (the query is axis 0).
 COSINES = [0.9, 0.7, 0.5, 0.2]
@@ -65,7 +65,8 @@ def test_the_stored_threshold_splits_the_hits_and_only_relevant_drops_the_rest(k
     hits = gallery.search_vector(query, k=4)
     assert not any(h.relevant for h in hits)  # nothing reaches it: the closest are still returned, marked
     assert gallery.search_vector(query, k=4, only_relevant=True) == []
-    assert agent_summary("a giraffe", hits).startswith("No photo in the gallery matches 'a giraffe' well; the closest are: id0")
+    answer = SearchAnswer.of_hits(SearchRequest.of(query="a giraffe", k=4), hits)
+    assert answer.summary().startswith("No photo in the gallery matches 'a giraffe' well; the closest are: id0")
 
 
 def test_an_uncalibrated_embedder_falls_back_to_the_relative_rule(known_gallery):

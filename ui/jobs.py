@@ -93,10 +93,6 @@ class Job:
         """Ask the job to stop at its next check (between graph steps)."""
         self._cancel.set()
 
-    @property
-    def cancel_requested(self) -> bool:
-        return self._cancel.is_set()
-
     def check(self) -> None:
         """Raise :class:`JobCancelled` if the job was cancelled or nobody polled it for too long."""
         if not self._cancel.is_set() and self.clock() - self.polled > self.abandon_after:

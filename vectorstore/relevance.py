@@ -277,20 +277,6 @@ NO_MATCH_HEADER = "no photo matches well; the closest are:"
 """What the CLI and the web page print above the hits when none is relevant."""
 
 
-def agent_summary(query: str | None, hits: Sequence[ImageHit]) -> str:
-    """One or two sentences an agent can pass on as they are: how many photos match, or that none does."""
-    what = f" {query!r}" if query else " the given photo"
-    if not hits:
-        return f"No photo in the gallery matches{what}."
-    if none_relevant(hits):
-        closest = "; ".join(f"{h.id}" + (f" ({h.caption})" if h.caption else "") for h in hits[:3])
-        return f"No photo in the gallery matches{what} well; the closest are: {closest}."
-    if all(h.relevant is None for h in hits):
-        return f"{len(hits)} photos found for{what}, best first (how well they match was not judged)."
-    good = sum(1 for h in hits if h.relevant)
-    return f"{good} of the {len(hits)} photos shown match{what} well; the others are only the closest."
-
-
 def choose_threshold(present: Sequence[float], absent: Sequence[float]) -> tuple[float, dict[str, Any]]:
     """The cosine cutoff that maximises balanced accuracy between ``present`` scores (caption -> its own
     photo; should be at or above) and ``absent`` best scores (should be below); ties go to the

@@ -80,12 +80,6 @@ def complete_queries(
     return outputs
 
 
-def complete_query(model: Any, tokenizer: Any, query: str, levels: Sequence[str], axes: Sequence[str],
-                   **kwargs: Any) -> list[str]:
-    """Completions of one query (see :func:`complete_queries`)."""
-    return complete_queries(model, tokenizer, [CompletionRequest(query, tuple(levels))], axes, **kwargs)[0]
-
-
 def prompt_ids(tokenizer: Any, request: CompletionRequest, axes: Sequence[str]) -> list[int]:
     """Token ids the model continues: ``<bos>`` + instruction + ``" " + normalised query``."""
     query = normalize_query(request.query)
