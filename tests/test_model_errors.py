@@ -7,17 +7,16 @@ real ``pictrieve`` in subprocesses, the three endpoints of one command side by s
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from helpers import make_photo
 from helpers.cli import CLI
+from helpers.galleries import captioned_cli_gallery  # noqa: F401  (fixture)
 from helpers.openai_fake import EXPECTED_ERRORS, OpenAIFake, dead_endpoint
 
 
@@ -121,25 +120,8 @@ def test_ask_shows_each_step_without_being_asked(photo):
     assert "A small brown square." in result.stdout and "regions:" not in result.stdout
 
 
-@pytest.fixture(scope="module")
-def captioned_gallery(tmp_path_factory, tiny_clip_name) -> tuple[str, str]:
-    """(gallery, captioned folder) of six photos indexed with the tiny random CLIP."""
-    root = tmp_path_factory.mktemp("captioned")
-    photos = root / "photos"
-    rows = []
-    for i in range(6):
-        make_photo(photos / f"{i}.png", seed=i)
-        rows.append(json.dumps({"image": f"{i}.png", "captions": [f"a photo of thing number {i}"]}))
-    (photos / "captions.jsonl").write_text("\n".join(rows) + "\n")
-    gallery = str(root / "g")
-    indexed = subprocess.run([*CLI, "index", str(photos), "-g", gallery, "-e", tiny_clip_name],
-                             capture_output=True, text=True, timeout=600)
-    assert indexed.returncode == 0, indexed.stderr
-    return gallery, str(photos)
-
-
-def test_chat_with_a_failing_llm_stops_at_once_with_one_line(endpoints, captioned_gallery, tmp_path):
-    gallery, _ = captioned_gallery
+def test_chat_with_a_failing_llm_stops_at_once_with_one_line(endpoints, captioned_cli_gallery, tmp_path):
+    gallery, _ = captioned_cli_gallery
     results = run_side_by_side(
         {case: ["chat", "a photo", "-g", gallery, "--llm", "openai:fake-llm", "--base-url", url,
                 "--checkpoint", str(tmp_path / f"{case}.sqlite"), "--captioner", "none"]
@@ -150,8 +132,8 @@ def test_chat_with_a_failing_llm_stops_at_once_with_one_line(endpoints, captione
         assert "Q1:" not in result.stdout  # no fallback question was asked
 
 
-def test_visret_search_with_a_failing_llm_reports_it(endpoints, captioned_gallery):
-    gallery, photos = captioned_gallery
+def test_visret_search_with_a_failing_llm_reports_it(endpoints, captioned_cli_gallery):
+    gallery, photos = captioned_cli_gallery
     results = run_side_by_side(
         {case: ["search", "thing number 2", "-g", gallery, "--method", "visret", "--visualizer", f"exemplar:{photos}",
                 "--llm", "openai:fake-llm", "--base-url", url] for case, url in endpoints.items()})

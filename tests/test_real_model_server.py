@@ -20,6 +20,7 @@ import pytest
 
 from helpers import make_photo
 from helpers.cli import CLI
+from helpers.galleries import captioned_cli_gallery  # noqa: F401  (fixture)
 from helpers.model_server import ModelServer, serving_command, start_model_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
@@ -35,23 +36,6 @@ def model_server(smollm2_checkpoint, tmp_path_factory) -> ModelServer:
     server = start_model_server(smollm2_checkpoint, tmp_path_factory.mktemp("model-server"))
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def captioned_gallery(tmp_path_factory, tiny_clip_name) -> tuple[str, Path]:
-    """(gallery, captioned folder) of six photos indexed with the tiny random CLIP."""
-    root = tmp_path_factory.mktemp("captioned")
-    photos = root / "photos"
-    rows = []
-    for i in range(6):
-        make_photo(photos / f"{i}.png", seed=i)
-        rows.append(json.dumps({"image": f"{i}.png", "captions": [f"a photo of thing number {i}"]}))
-    (photos / "captions.jsonl").write_text("\n".join(rows) + "\n")
-    gallery = str(root / "g")
-    indexed = subprocess.run([*CLI, "index", str(photos), "-g", gallery, "-e", tiny_clip_name],
-                             capture_output=True, text=True, timeout=600)
-    assert indexed.returncode == 0, indexed.stderr
-    return gallery, photos
 
 
 def pictrieve(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
@@ -76,7 +60,7 @@ def test_a_chat_model_answers_and_streams_from_a_real_server(model_server, monke
     assert complete(llm, "Say yes or no: is snow cold?", max_tokens=8).strip()
 
 
-def test_an_unknown_model_at_a_real_server_is_one_clear_error(model_server, monkeypatch, captioned_gallery):
+def test_an_unknown_model_at_a_real_server_is_one_clear_error(model_server, monkeypatch, captioned_cli_gallery):
     """The server answers HTTP 400 for a model it does not serve: the call fails naming the model and the
     endpoint, and a command stops with one line, never with an empty answer."""
     from pictrieve.tools.models.chat_models import create_chat_model
@@ -87,7 +71,7 @@ def test_an_unknown_model_at_a_real_server_is_one_clear_error(model_server, monk
         complete(create_chat_model("openai:no-such-model", base_url=model_server.base_url), "Is it red?")
     assert "\n" not in str(failed.value)
     assert "'no-such-model'" in str(failed.value) and model_server.base_url in str(failed.value)
-    gallery, photos = captioned_gallery
+    gallery, photos = captioned_cli_gallery
     result = pictrieve("search", "thing number 2", "-g", gallery, "--method", "visret", "--visualizer",
                        f"exemplar:{photos}", "--llm", "openai:no-such-model", "--base-url", model_server.base_url)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -98,10 +82,10 @@ def test_an_unknown_model_at_a_real_server_is_one_clear_error(model_server, monk
 # ---------------------------------------------------------------- the commands
 
 
-def test_chat_asks_with_a_real_model(model_server, captioned_gallery, tmp_path):
+def test_chat_asks_with_a_real_model(model_server, captioned_cli_gallery, tmp_path):
     """`pictrieve chat` with the paper's LLM questioner at a real server: its questions, the redundancy
     filter and the reformulation are real completions, and the budget of one round ends with the final query."""
-    gallery, _ = captioned_gallery
+    gallery, _ = captioned_cli_gallery
     before = model_server.completion_requests()
     result = pictrieve("chat", "a photo of a thing", "-g", gallery, "--llm", model_server.llm, "--base-url",
                        model_server.base_url, "--arm", "cr+rce+f", "--rounds", "1", "--questions", "2",
@@ -130,8 +114,8 @@ def test_ask_answers_with_a_real_model(model_server, tmp_path):
     assert model_server.completion_requests() - before >= 1
 
 
-def test_visret_rewrites_with_a_real_model(model_server, captioned_gallery):
-    gallery, photos = captioned_gallery
+def test_visret_rewrites_with_a_real_model(model_server, captioned_cli_gallery):
+    gallery, photos = captioned_cli_gallery
     before = model_server.completion_requests()
     result = pictrieve("search", "thing number 2", "-g", gallery, "--method", "visret", "--visualizer",
                        f"exemplar:{photos}", "--llm", model_server.llm, "--base-url", model_server.base_url,
@@ -147,12 +131,12 @@ def test_visret_rewrites_with_a_real_model(model_server, captioned_gallery):
 
 
 @pytest.fixture(scope="module")
-def served(model_server, captioned_gallery, tmp_path_factory):
+def served(model_server, captioned_cli_gallery, tmp_path_factory):
     """`langgraph dev` over the gallery whose operator set the real server as the chat models' endpoint."""
     from helpers.langgraph_dev import serve_repository, stop
     from pictrieve.graphs.serving import ENV_ALLOW
 
-    gallery, photos = captioned_gallery
+    gallery, photos = captioned_cli_gallery
     root = tmp_path_factory.mktemp("served-real-model")
     allowed = {"llm": [model_server.llm], "visualizer": [f"exemplar:{photos}"]}
     process, url = serve_repository(root, Path(gallery), PICTRIEVE_BASE_URL=model_server.base_url,

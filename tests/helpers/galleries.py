@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from helpers import make_photo
+from helpers.cli import CLI
 from helpers.stores import STORES
 from pictrieve.vectorstore.gallery import Gallery
+
+
+@pytest.fixture(scope="module")
+def captioned_cli_gallery(tmp_path_factory, tiny_clip_name) -> tuple[str, Path]:
+    """(gallery, captioned folder) of six photos indexed by ``pictrieve index`` with the tiny random CLIP: for tests
+    that run the command line on it (the folder's ``captions.jsonl`` also makes it an exemplar visualizer)."""
+    root = tmp_path_factory.mktemp("captioned")
+    photos = root / "photos"
+    rows = []
+    for i in range(6):
+        make_photo(photos / f"{i}.png", seed=i)
+        rows.append(json.dumps({"image": f"{i}.png", "captions": [f"a photo of thing number {i}"]}))
+    (photos / "captions.jsonl").write_text("\n".join(rows) + "\n")
+    gallery = str(root / "g")
+    indexed = subprocess.run([*CLI, "index", str(photos), "-g", gallery, "-e", tiny_clip_name],
+                             capture_output=True, text=True, timeout=600)
+    assert indexed.returncode == 0, indexed.stderr
+    return gallery, photos
 
 
 @pytest.fixture(scope="module")
