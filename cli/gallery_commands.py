@@ -17,7 +17,13 @@ from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.indexing import IndexReport
 from pictrieve.vectorstore.hits import ImageHit, hit_line
-from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest, SearchRequestError, run_search
+from pictrieve.vectorstore.search_request import (
+    DEFAULT_K,
+    SearchAnswer,
+    SearchRequest,
+    SearchRequestError,
+    run_search,
+)
 
 gallery_option = click.option(
     "--gallery", "-g", required=True, metavar="PATH|URL",
@@ -159,7 +165,7 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
               help="Search by this example image instead of text.")
 @gallery_option
 @embedder_option
-@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="How many results.")
+@click.option("-k", default=DEFAULT_K, show_default=True, type=click.IntRange(min=1), help="How many results.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write an HTML contact sheet here.")
 @click.option("--only-relevant", is_flag=True,
               help="Drop the hits below the embedder's relevance cutoff (maybe all: then it says so).")

@@ -35,7 +35,7 @@ from pictrieve.tools.core.image_inputs import (
     image_argument,
 )
 from pictrieve.vectorstore.hits import hit_rows, photo_blocks
-from pictrieve.vectorstore.search_request import FILTER_FIELDS, SearchRequest, run_search
+from pictrieve.vectorstore.search_request import FILTER_FIELDS, MODEL_K, SearchRequest, run_search
 
 IMAGE_ARGUMENT = ("The photo: a gallery id (from image_search results), base64 image data (or a data: URL), "
                   "or a file path inside the folders this tool may read")
@@ -44,7 +44,7 @@ IMAGE_ARGUMENT = ("The photo: a gallery id (from image_search results), base64 i
 class ImageSearchArgs(BaseModel):
     query: str = Field(default="", description="What the photos should show, in words (leave it out to browse the "
                                                "photos that pass the filters, newest first)")
-    k: int = Field(default=5, ge=1, le=50, description="How many photos to return")
+    k: int = Field(default=MODEL_K, ge=1, le=50, description="How many photos to return")
     only_relevant: bool = Field(default=False, description="Return only the photos that match the description "
                                                            "well (maybe none)")
     filters: dict[str, Any] | None = Field(default=None, description=(
@@ -53,7 +53,7 @@ class ImageSearchArgs(BaseModel):
     hybrid: bool = Field(default=SearchRequest.model_fields["hybrid"].default, description=(
         "Match the photos' own words too (folder and file names, captions, place, text in the photo), fused with "
         "what they show; false: by what they show alone"))
-    collapse_duplicates: bool = Field(default=False, description=(
+    collapse_duplicates: bool = Field(default=SearchRequest.model_fields["collapse_duplicates"].default, description=(
         "Show each group of near-identical photos once; the hit's copies lists the others"))
 
 
@@ -75,7 +75,7 @@ def image_search_tool(gallery: Any, *, name: str = "image_search", pictures: boo
     photo as an image block; the artifact is the list of hits. ``only_relevant`` drops the photos below the
     embedder's relevance cutoff; ``filters`` alone browse, newest first."""
 
-    def run(query: str = "", k: int = 5, only_relevant: bool = False, filters: dict[str, Any] | None = None,
+    def run(query: str = "", k: int = MODEL_K, only_relevant: bool = False, filters: dict[str, Any] | None = None,
             hybrid: bool | None = None, collapse_duplicates: bool = False,
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if not query.strip() and not filters:

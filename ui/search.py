@@ -14,17 +14,13 @@ from fastapi import APIRouter
 
 from pictrieve.ui.forms import UIError, checked, guarded_upload, is_upload, k_value, text
 from pictrieve.ui.state import PageState, posted
+from pictrieve.vectorstore.search_request import FILTER_FIELDS, PAGE_K, SearchAnswer
 
 router = APIRouter()
-
-PAGE_K = 24
-"""Photos the page shows when the form does not say (a grid of them)."""
 
 
 @posted(router, "/api/search")
 def search_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
-    from pictrieve.vectorstore.search_request import SearchAnswer
-
     context = {"k": k_value(form.get("k"), PAGE_K), "only_relevant": checked(form.get("only_relevant"))}
     search_graph = page.graph("search")
     state = search_options(form)
@@ -46,8 +42,6 @@ def search_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
 def search_options(form: dict[str, Any]) -> dict[str, Any]:
     """The search graph's ``filters``, ``hybrid`` and ``collapse_duplicates`` from the search form (a JSON body or
     a multipart upload's fields), as given: the graph checks them (one line naming the field when one is bad)."""
-    from pictrieve.vectorstore.search_request import FILTER_FIELDS
-
     filters: dict[str, Any] = {}
     for name in FILTER_FIELDS:
         value = form.get(name)

@@ -3,7 +3,7 @@
 Every front end asks for a plain search the same way and shows the same answer: ``pictrieve search``, the page's
 Search tab, MCP's ``search_images``, the LangChain ``image_search`` tool and :class:`GalleryRetriever`, the search
 graph (the served one too) and ``Gallery.search``. Each builds a :class:`SearchRequest` (its defaults are here and
-nowhere else: hybrid on, k 10, no filters), :func:`run_search` asks the store, and each renders the
+nowhere else: hybrid on, k :data:`DEFAULT_K`, no filters), :func:`run_search` asks the store, and each renders the
 :class:`SearchAnswer` (:meth:`SearchAnswer.summary` for a model, :meth:`SearchAnswer.notice` for a person), so no
 front end can rank, filter or word an empty result its own way.
 
@@ -33,7 +33,17 @@ PLAIN = "search"
 """The plain search method's name (the registry's ``search``): what :func:`run_search` answers itself."""
 
 DEFAULT_K = 10
-"""How many photos a request asks for when it does not say."""
+"""How many photos a request asks for when it does not say: ``pictrieve search`` (and ``--method``), the retriever,
+the search graph (served too), ``Gallery.search`` and every method's ``k``. Two kinds of front end start from
+another number, each for its reason: :data:`MODEL_K` and :data:`PAGE_K`."""
+
+MODEL_K = 5
+"""The default of the front ends that answer a model (MCP's ``search_images`` and ``search_by_image``, the LangChain
+``image_search`` tool): each photo goes back as an image in the model's context, so five keep one answer small; the
+model asks for more with ``k``."""
+
+PAGE_K = 24
+"""The page's default: its grid of thumbnails, where 24 fills whole rows at 2, 3, 4, 6 or 8 columns."""
 
 FILTER_FIELDS: dict[str, str] = {
     "after": "a date as YYYY-MM-DD (or an ISO 8601 time): photos taken on or after it",

@@ -40,6 +40,7 @@ from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Pyt
 from pictrieve.agents.guided import GalleryViews, Guide, guides_from
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.search_request import DEFAULT_K
 from pictrieve.vectorstore.store import ImageStore
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ GUIDE_VECTOR_CACHE = 4096
 class NeedleSettings(RunSettings):
     """Run settings of :func:`build_needle_graph`."""
 
-    k: Annotated[int, Field(description="How many images to return.")] = 10
+    k: Annotated[int, Field(description="How many images to return.")] = DEFAULT_K
     guides: Annotated[int, Field(le=16, description=(
         "Pictures asked of each visualizer (the paper's object-detection runs: 2 generators x 2 = 4)."))] = 2
     embedders: Annotated[list[str] | None, Field(description=(

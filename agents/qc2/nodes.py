@@ -20,6 +20,7 @@ from pictrieve.agents.qc2.completion import CompletionRequest, SamplingSettings,
 from pictrieve.agents.qc2.pipeline import retrieve_for_completions
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.search_request import DEFAULT_K
 from pictrieve.vectorstore.store import ImageStore
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ _PAPER = SamplingSettings()
 class QC2Settings(RunSettings):
     """Run settings of :func:`build_qc2_graph` (LangGraph context); sampling defaults are the paper's."""
 
-    k: Annotated[int, Field(description="images returned")] = 10
+    k: Annotated[int, Field(description="How many images to return.")] = DEFAULT_K
     samples: Annotated[int, Field(le=16, description="completions sampled; several are fused by RRF")] = 1
     seed: Annotated[int | None, Field(description="seeds this run's sampling only")] = None
     temperature: Annotated[float, Field(description="sampling temperature of the language model")] = _PAPER.temperature

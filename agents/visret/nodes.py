@@ -39,6 +39,7 @@ from pictrieve.agents.guided import GalleryViews, Guide, as_visualizers, guides_
 from pictrieve.agents.settings import RunSettings, SettingsError, require_positive, settings_of
 from pictrieve.vectorstore.fusion import fuse_hits
 from pictrieve.vectorstore.hits import ImageHit
+from pictrieve.vectorstore.search_request import DEFAULT_K
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ model can run offline here, so no other weight has been measured for them."""
 class VisRetSettings(RunSettings):
     """Run settings of :func:`build_visret_graph`."""
 
-    k: Annotated[int, Field(description="How many images to return.")] = 10
+    k: Annotated[int, Field(description="How many images to return.")] = DEFAULT_K
     guides: Annotated[int, Field(le=16, description="How many guide images to visualize (the paper's m).")] = 3
     candidate_k: Annotated[int, Field(le=10_000, description=(
         "How deep each per-guide ranking goes before fusion."))] = 100
