@@ -3,7 +3,8 @@
 For each request of a table (a text query with hybrid on and off, filters, filters alone, only_relevant), every
 front end returns the same ids in the same order: ``pictrieve search --json`` (a subprocess), the page's
 ``/api/search`` (the app in-process), MCP's ``search_images`` (``pictrieve mcp`` over stdio with the official
-client), the LangChain ``image_search`` tool, :class:`GalleryRetriever`, the search graph and ``Gallery.search``.
+client), the LangChain ``image_search`` tool, :class:`GalleryRetriever`, the search graph, the served search graph
+(the real ``langgraph dev`` over the same gallery, asked with the LangGraph SDK) and ``Gallery.search``.
 An empty answer says why on each of them, and a bad filter value is refused in the same words.
 
 The gallery: 16 random photos indexed with the tiny random CLIP, 3 of them under ``lisbon/`` (issue 39's case:
@@ -70,8 +71,7 @@ def by_gallery(library, request: dict[str, Any]) -> list[str]:
 def by_graph(library, request: dict[str, Any]) -> list[str]:
     from pictrieve.graphs.search import build_search_graph
 
-    state = {key: request[key] for key in ("query", "filters", "hybrid") if key in request}
-    context = {"k": request["k"], "only_relevant": request.get("only_relevant", False)}
+    state, context = graph_input(request)
     return [hit.id for hit in build_search_graph(library.gallery).invoke(state, context=context)["hits"]]
 
 
@@ -101,6 +101,20 @@ def by_page(library, request: dict[str, Any], client: Any) -> list[str]:
     response = client.post("/api/search", json=body)
     assert response.status_code == 200, response.text
     return [hit["id"] for hit in response.json()["hits"]]
+
+
+def graph_input(request: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A request as the search graph takes it: the input (what is asked) and the run's context (its settings)."""
+    state = {key: request[key] for key in ("query", "filters", "hybrid") if key in request}
+    return state, {"k": request["k"], "only_relevant": request.get("only_relevant", False)}
+
+
+def by_served_graph(request: dict[str, Any], url: str) -> dict[str, Any]:
+    """The served search graph's output for ``request`` (``langgraph dev``, through the LangGraph SDK)."""
+    from langgraph_sdk import get_sync_client
+
+    state, context = graph_input(request)
+    return get_sync_client(url=url).runs.wait(None, "search", input=state, context=context)
 
 
 def cli_args(library, request: dict[str, Any]) -> list[str]:
@@ -170,6 +184,16 @@ def mcp_results(library):
 
 
 @pytest.fixture(scope="module")
+def served(library, tmp_path_factory):
+    """The URL of the real ``langgraph dev`` serving the repository's langgraph.json over the library's gallery."""
+    from helpers.langgraph_dev import serve_repository, stop
+
+    process, url = serve_repository(tmp_path_factory.mktemp("served"), library.root / "gallery")
+    yield url
+    stop(process)
+
+
+@pytest.fixture(scope="module")
 def page(library, tmp_path_factory):
     from helpers.web_page import page_client
     from pictrieve.ui.app import create_app
@@ -178,7 +202,7 @@ def page(library, tmp_path_factory):
                        raise_server_exceptions=False)
 
 
-def test_every_front_end_returns_the_same_ids_in_the_same_order(library, page, mcp_results):
+def test_every_front_end_returns_the_same_ids_in_the_same_order(library, page, mcp_results, served):
     requests = table(library)
     for request, mcp_result in zip(requests, mcp_results):
         expected = by_gallery(library, request)
@@ -191,6 +215,7 @@ def test_every_front_end_returns_the_same_ids_in_the_same_order(library, page, m
             "langchain tool": by_tool(library, request),
             "retriever": by_retriever(library, request),
             "search graph": by_graph(library, request),
+            "langgraph dev": [hit["id"] for hit in by_served_graph(request, served)["hits"]],
         }
         differing = {name: ids for name, ids in shown.items() if ids is not None and ids != expected}
         assert not differing, f"{request}: Gallery.search gives {expected}, but {differing}"
@@ -206,7 +231,7 @@ def test_every_front_end_returns_the_same_ids_in_the_same_order(library, page, m
     assert [h["matched_by"] for h in mcp_results[0].structuredContent["hits"]] == [h.matched_by for h in hits[:3]]
 
 
-def test_an_empty_answer_says_why_on_every_front_end(library, page, mcp_results):
+def test_an_empty_answer_says_why_on_every_front_end(library, page, mcp_results, served):
     from click.testing import CliRunner
     from langchain_core.messages import ToolCall
 
@@ -222,6 +247,7 @@ def test_an_empty_answer_says_why_on_every_front_end(library, page, mcp_results)
         assert says(expected, why), expected
         state = {key: request[key] for key in ("query", "filters") if key in request}
         assert build_search_graph(library.gallery).invoke(state, context={"k": 3})["why"] == expected
+        assert by_served_graph(request, served)["why"] == expected
         body = page.post("/api/search", json=mcp_arguments(request)).json()
         assert body["hits"] == [] and body["why"] == expected and body["notice"] == "nothing found: " + expected
         message = tool.invoke(ToolCall(name=tool.name, args=dict(request), id="1", type="tool_call"))
@@ -271,3 +297,31 @@ def test_a_bad_filter_value_is_worded_alike_on_every_front_end(library, page, mc
     done = CliRunner().invoke(cli, [*cli_args(library, {"query": "a dog", "k": 3}), "--near", "38.7,-9.1",
                                     "--radius", "nan"])
     assert done.exit_code == 2 and "--radius: nan is not accepted; it takes a number of kilometres above 0" in done.output
+
+
+def test_a_search_without_k_asks_for_the_default_of_search_request():
+    """One default, ``DEFAULT_K``, for every front end but the two with a stated reason (``MODEL_K``: photos go
+    back to a model as pictures; ``PAGE_K``: the page's grid)."""
+    from pictrieve.cli.main import cli
+    from pictrieve.graphs.registry import available_methods, get_method
+    from pictrieve.integrations.langchain_tools import ImageSearchArgs
+    from pictrieve.vectorstore.retriever import GalleryRetriever
+    from pictrieve.vectorstore.search_request import DEFAULT_K, MODEL_K, PAGE_K, SearchRequest
+
+    assert SearchRequest.of(query="x").k == DEFAULT_K
+    assert GalleryRetriever.model_fields["k"].default == DEFAULT_K
+    search = next(p for p in cli.get_command(None, "search").params if p.name == "k")
+    assert search.default == DEFAULT_K
+    for name in available_methods():
+        settings = get_method(name).settings_class()
+        if "k" in settings.names():
+            assert settings().k == DEFAULT_K, name
+    assert ImageSearchArgs.model_fields["k"].default == MODEL_K
+    assert (DEFAULT_K, MODEL_K, PAGE_K) == (10, 5, 24)  # what README and docs/architecture.md say
+
+
+def test_the_page_asks_for_page_k_when_the_form_does_not_say(library, page):
+    from pictrieve.vectorstore.search_request import PAGE_K
+
+    assert len(library.gallery.ids()) < PAGE_K
+    assert len(page.post("/api/search", json={"query": "a dog"}).json()["hits"]) == len(library.gallery.ids())
