@@ -7,9 +7,11 @@ Built on the official ``mcp`` Python SDK (FastMCP), over stdio (the default) or 
 - :mod:`.sessions`: PlugIR sessions (``find_photo`` / ``answer_question``) kept in a SQLite checkpointer, so
   they survive a server restart;
 - :mod:`.schemas`: the tools' structured outputs (their ``outputSchema``);
-- :mod:`.server`: the MCP tools and resources, their JSON schemas and descriptions (written for a model),
-  photos as MCP image content, every failure as a one-line tool error (``isError``), blocking work in
-  worker threads with progress notifications;
+- :mod:`.server`: the server (every failure as a one-line tool error, ``isError``), ``gallery_info`` and the
+  resources; it registers the tools of :mod:`.search_tools`, :mod:`.answer_tools`, :mod:`.session_tools` and
+  :mod:`.duplicates` (their JSON schemas and descriptions, written for a model);
+- :mod:`.calls`: what the tools share: bounded text arguments, blocking work in worker threads with progress
+  notifications, results with photos as MCP image content;
 - :mod:`.http`: streamable HTTP on loopback by default, with an optional bearer token.
 
 The package is not named ``mcp``: that would shadow the SDK.

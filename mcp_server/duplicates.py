@@ -18,6 +18,7 @@ from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from pictrieve.errors import PictrieveError
+from pictrieve.mcp_server.calls import in_thread, result
 from pictrieve.vectorstore.duplicates import (CLOSE_DISTANCE, CLOSE_MIN_COSINE, DEFAULT_MAX_DISTANCE, DEFAULT_MIN_COSINE,
                                               duplicate_report)
 
@@ -89,8 +90,6 @@ def group_thumbnails(groups: list[DuplicateGroup], most: int = MAX_THUMBNAILS) -
 
 def add_duplicates_tool(server: "PictrieveMCP", gallery: Any) -> None:
     """Register ``find_duplicates`` over ``gallery`` on ``server``."""
-    from pictrieve.mcp_server.server import in_thread, result
-
     @server.tool(name="find_duplicates", title="Find near-identical photos",
                  annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
     async def find_duplicates_tool(

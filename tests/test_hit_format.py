@@ -61,7 +61,7 @@ def test_photo_blocks_label_each_photo_and_say_when_one_cannot_be_read(tmp_path)
 
 
 def test_mcp_and_the_langchain_tools_show_the_same_photos(tmp_path):
-    from pictrieve.mcp_server.server import photo_content
+    from pictrieve.mcp_server.calls import photo_content
 
     Image.new("RGB", (64, 48), (30, 200, 30)).save(tmp_path / "green.png")
     hits = [ImageHit(id="g", path=str(tmp_path / "green.png"), rank=1, captions=["grass"])]

@@ -1,0 +1,108 @@
+"""The MCP session tools of PlugIR: ``find_photo`` starts a session that asks the person questions,
+``answer_question`` answers the pending one (:mod:`.sessions` keeps the sessions). With ``ask_person`` and a
+client that supports MCP elicitation, the questions go to the person directly.
+"""
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+from mcp.server.fastmcp import Context
+from mcp.types import CallToolResult
+from pydantic import BaseModel, Field, ValidationError
+
+from pictrieve.agents.settings import MAX_TEXT
+from pictrieve.mcp_server.calls import Text, in_thread, result
+from pictrieve.mcp_server.schemas import PhotoSession
+from pictrieve.mcp_server.service import PictrieveService
+from pictrieve.vectorstore.hits import hit_json
+
+if TYPE_CHECKING:
+    from pictrieve.mcp_server.server import PictrieveMCP
+
+
+def session_result(view: dict[str, Any]) -> CallToolResult:
+    """A session's result from its view (:meth:`~pictrieve.mcp_server.sessions.PhotoSessions.view`): the pending
+    question and how to answer it, or the outcome, then the photos shown."""
+    shown = view["results"]
+    structured = PhotoSession(
+        session=view["session"], done=view["done"], round=view["round"], question=view["question"],
+        options=view["options"], query=view["query"], results=[hit_json(h) for h in shown],
+        found=hit_json(view["found"]) if view.get("found") is not None else None, note=view.get("note", ""))
+    if view["done"]:
+        line = "The session has ended: " + (f"the photo is {view['found'].id}." if view.get("found") is not None
+                                            else "these are the final results.")
+    else:
+        options = f" (options: {', '.join(view['options'])})" if view["options"] else ""
+        line = (f"Question {view['round']}: {view['question']}{options}\nAnswer it with answer_question("
+                f"session='{view['session']}', answer=...): your answer, 'found N' when photo N is the one, or 'stop'.")
+    return result(structured, shown, line + (f"\nNote: {view['note']}" if view.get("note") else ""))
+
+
+class PersonAnswer(BaseModel):
+    """What the person answers to one of find_photo's questions (MCP elicitation)."""
+
+    answer: Text = Field(description="Your answer; or 'found N' when photo N is the one; or 'stop' to end")
+
+
+def add_session_tools(server: "PictrieveMCP", service: PictrieveService) -> None:
+    """Register ``find_photo`` and ``answer_question`` over ``service`` on ``server``."""
+
+    @server.tool(name="find_photo", title="Find one photo by answering questions (PlugIR)")
+    async def find_photo(
+        ctx: Context,
+        description: Annotated[Text, Field(description="What the user remembers of the photo, e.g. 'a dog in the "
+                                                      "snow'")],
+        ask_person: Annotated[bool, Field(description="Ask the person the questions directly in the client, when "
+                                                      "it supports that (MCP elicitation); otherwise answer them "
+                                                      "with answer_question")] = False,
+    ) -> Annotated[CallToolResult, PhotoSession]:
+        """Start finding one particular photo: searches with the description and asks a question whose answer
+        best narrows the photos down. Returns a session id, the question and the current best photos. Answer
+        with answer_question(session, answer) until the photo shows up ('found N' picks photo N)."""
+        view = await in_thread(ctx, service.find_photo, description, first="find_photo: starting a session")
+        if ask_person and _client_elicits(ctx):
+            view = await _ask_person(ctx, service, view)
+        elif ask_person:
+            view["note"] = "this client cannot ask the person directly: answer with answer_question"
+        return session_result(view)
+
+    @server.tool(name="answer_question", title="Answer find_photo's question")
+    async def answer_question(
+        ctx: Context,
+        session: Annotated[Text, Field(description="The session id find_photo returned")],
+        answer: Annotated[Text, Field(description="The answer to the pending question; or 'found N' when photo N of "
+                                                 "the last results is the one; or 'stop' to end")],
+    ) -> Annotated[CallToolResult, PhotoSession]:
+        """Answer the pending question of a find_photo session. Returns the next question and the current best
+        photos, or, when the session ends, the final results."""
+        view = await in_thread(ctx, service.answer_question, session, answer, first="answer_question: reading the answer")
+        return session_result(view)
+
+
+def _client_elicits(ctx: Context) -> bool:
+    from mcp.types import ClientCapabilities, ElicitationCapability
+
+    try:
+        return ctx.session.check_client_capability(ClientCapabilities(elicitation=ElicitationCapability()))
+    except Exception:  # no session (not in a request)
+        return False
+
+
+async def _ask_person(ctx: Context, service: PictrieveService, view: dict[str, Any]) -> dict[str, Any]:
+    """Ask the person each question through the client until the session ends; a declined or cancelled
+    question leaves the session to answer_question."""
+    while not view["done"]:
+        photos = "\n".join(f"  {n}. {h.caption or h.path.rsplit('/', 1)[-1]}" for n, h in enumerate(view["results"], 1))
+        options = f" ({' / '.join(view['options'])})" if view["options"] else ""
+        message = (f"Finding your photo of {view['query'] or 'it'}. The best photos now:\n{photos}\n\n"
+                   f"{view['question']}{options}")
+        try:
+            asked = await ctx.elicit(message=message, schema=PersonAnswer)
+        except ValidationError:  # not a text, or past MAX_TEXT (the form says maxLength; a client may not keep it)
+            return {**view, "note": f"the person's answer was not a text of at most {MAX_TEXT} characters and was "
+                                    "not read; answer with answer_question, or ask them yourself"}
+        if asked.action != "accept" or not asked.data.answer.strip():
+            return {**view, "note": f"the person {'declined' if asked.action == 'decline' else 'did not answer'}; "
+                                    "answer with answer_question, or ask them yourself"}
+        view = await in_thread(ctx, service.answer_question, view["session"], asked.data.answer,
+                               first="answer_question: reading the answer")
+    return view
