@@ -13,6 +13,7 @@ from pydantic import Field
 from pictrieve.mcp_server.calls import IMAGE_ARGUMENT, READ_ONLY, Text, answer_result, in_thread
 from pictrieve.mcp_server.schemas import SearchResult
 from pictrieve.mcp_server.service import MAX_K, PictrieveService
+from pictrieve.vectorstore.search_request import MODEL_K
 
 if TYPE_CHECKING:
     from pictrieve.mcp_server.server import PictrieveMCP
@@ -32,7 +33,7 @@ def add_search_tools(server: "PictrieveMCP", service: PictrieveService) -> None:
         query: Annotated[Text, Field(description="What the photos should show, in words, e.g. 'two dogs playing in "
                                                  "the snow'; leave it empty to browse the photos that pass the "
                                                  "filters, newest first")] = "",
-        k: Annotated[int, Field(ge=1, le=MAX_K, description="How many photos to return, best first")] = 5,
+        k: Annotated[int, Field(ge=1, le=MAX_K, description="How many photos to return, best first")] = MODEL_K,
         method: Annotated[SearchMethod, Field(
             description=f"The retrieval method: '{plain}' (fast, the default) or another registered method that "
                         "takes a text query (slower; some need what the server was started with, e.g. a visualizer: "
@@ -79,7 +80,7 @@ def add_search_tools(server: "PictrieveMCP", service: PictrieveService) -> None:
     async def search_by_image(
         ctx: Context,
         image: Annotated[str, Field(description=IMAGE_ARGUMENT)],
-        k: Annotated[int, Field(ge=1, le=MAX_K, description="How many photos to return, best first")] = 5,
+        k: Annotated[int, Field(ge=1, le=MAX_K, description="How many photos to return, best first")] = MODEL_K,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Find the photos in the user's gallery that look most like a given photo (a gallery photo finds itself
         first). Returns ids, scores and captions (JSON), then the photos."""

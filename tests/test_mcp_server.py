@@ -22,6 +22,7 @@ from PIL import Image
 
 from helpers.mcp import (  # noqa: F401  (fixture: served)
     COLOURS, SECRET, TOOLS, HttpServer, error_text, image_data, mean_colour, pictures, served, server_env, stdio_session)
+from pictrieve.vectorstore.search_request import MODEL_K
 
 pytestmark = pytest.mark.server
 
@@ -37,7 +38,8 @@ async def check_tools_are_listed_with_schemas(session):
         for name, field in tool.inputSchema.get("properties", {}).items():
             assert field.get("description"), f"{tool.name}.{name} has no description for the model"
     search = listed["search_images"].inputSchema["properties"]
-    assert (search["k"]["minimum"], search["k"]["maximum"], search["k"]["default"]) == (1, 20, 5)
+    assert (search["k"]["minimum"], search["k"]["maximum"], search["k"]["default"]) == (1, 20, MODEL_K)  # a model's k
+    assert listed["search_by_image"].inputSchema["properties"]["k"]["default"] == MODEL_K
     assert search["method"]["enum"] == ["search", "needle", "qc2", "visret"]  # the registry's, plain search first
     assert "required" not in listed["search_images"].inputSchema  # without a query, filters browse
 
