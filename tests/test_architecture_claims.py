@@ -197,7 +197,8 @@ def test_the_search_request_has_the_fields_the_page_lists():
 
     text = prose()
     lead = "A plain search is one **`SearchRequest`** (`vectorstore/search_request.py`: "
-    listed = set(re.findall(r"`(\w+)`", text[text.index(lead) + len(lead):text.index("the defaults are there", text.index(lead))]))
+    start = text.index(lead) + len(lead)
+    listed = set(re.findall(r"`(\w+)`", text[start:text.index("the defaults are there", start)]))
     assert listed == set(SearchRequest.model_fields)
     answer = text[text.index("one **`SearchAnswer`** ("):]
     answer = answer[: answer.index("A bad value")]

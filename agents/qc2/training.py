@@ -194,7 +194,8 @@ class _Rows:
 def _encode_rows(tokenizer: Any, examples: Sequence[QC2Example], axes: Sequence[str], config: QC2TrainConfig,
                  probes: dict[str, Sequence[QC2Example]]) -> _Rows:
     def encode(ex: QC2Example):
-        return encode_example(tokenizer, format_instruction(axes, ex.levels), clean_caption(ex.caption), config.max_length)
+        instruction = format_instruction(axes, ex.levels)
+        return encode_example(tokenizer, instruction, clean_caption(ex.caption), config.max_length)
 
     encoded = [encode(ex) for ex in examples]
     n_train = len(encoded)
@@ -351,7 +352,8 @@ class _TrainingRun:
         left undone); False when the budget stopped it."""
         epoch = math.ceil(self.step / self.steps_per_epoch)
         at_boundary = self.step % self.steps_per_epoch == 0 or self.step >= self.total_steps
-        if not self.rows.probe_rows or not at_boundary or (self.probe_history and self.probe_history[-1]["epoch"] >= epoch):
+        measured = bool(self.probe_history) and self.probe_history[-1]["epoch"] >= epoch
+        if not self.rows.probe_rows or not at_boundary or measured:
             return True
         row = self.measure_probes(epoch)
         if row is not None:
