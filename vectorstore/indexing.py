@@ -58,6 +58,11 @@ DRAFT_SIZE = (1024, 1024)
 """JPEGs larger than this are decoded at a reduced scale (1/2, 1/4, 1/8), never below this size:
 embedders look at a few hundred pixels, and full-size decoding of a 50 MP photo costs 150 MB."""
 
+PHASH_DRAFT_SIZE = (256, 256)
+"""The JPEG draft a photo is decoded at on the CPU only for its perceptual hash, when its model decodes it on a GPU
+(:attr:`OpenCLIPEmbedder.decode_on_device`): the hash looks at 32x32 grey pixels, and a photo over twice this size
+is decoded at 1/2 to 1/8 of it (as :data:`DRAFT_SIZE` does above 2048 pixels), a few bits of 64 apart at most."""
+
 EMBED_PROGRESS_STEP = 8
 """While a batch embeds, the indexing bar moves every this many images at first: a batch of 32 on a CPU took
 up to 13 s in one model call, a silent wait behind a bar that had already counted the batch's files."""
@@ -359,13 +364,21 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
             if copy[1].get(PHASH_KEY):
                 meta.setdefault(PHASH_KEY, copy[1][PHASH_KEY])
             continue
+        encoded = getattr(embedders[name], "encoded_input", None)
+        item = encoded(path, photo.orientation) if encoded is not None else None
+        if item is not None:  # the model decodes this JPEG on its device (a GPU)
+            prepared.inputs[name] = item
+            continue
         if image is None:
             image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
         prepared.inputs[name] = embedders[name].preprocess(image)
     if PHASH_KEY not in meta:
-        if image is None:
-            image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
-        meta[PHASH_KEY] = perceptual_hash(image)
+        if image is None and prepared.inputs:  # every model decodes it on its device: a small draft for the hash
+            meta[PHASH_KEY] = perceptual_hash(load_image(path, max_pixels=max_pixels, draft_size=PHASH_DRAFT_SIZE))
+        else:
+            if image is None:
+                image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
+            meta[PHASH_KEY] = perceptual_hash(image)
     meta.update(caption_metadata(planned.captions))
     text = _stored_text(same_content, digest)
     if text is None and planned.read_text:

@@ -27,6 +27,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -42,6 +43,14 @@ from pictrieve.tools.core.pypi_assets import files_fingerprint
 from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.tools.models.embedders.base import EmbedderBase
 from pictrieve.tools.models.embedders.clip_pixels import PixelRecipe, side_pair
+from pictrieve.tools.models.embedders.device_pixels import (
+    EncodedJpeg,
+    PinnedUpload,
+    decode_on_device,
+    is_jpeg,
+    normalized_on_device,
+    recipe_bytes,
+)
 from pictrieve.tools.models.onnx_runtime import (
     OnnxExport, OnnxExportError, OnnxModel, TransformerFusion, cached_metadata, choose_runtime, package_version,
     requested_quantization, try_onnx_model,
@@ -50,6 +59,9 @@ from pictrieve.tools.models.onnx_runtime import (
 logger = logging.getLogger(__name__)
 
 RANDOM_WEIGHTS = "random"
+GPU_DECODE_ENV = "PICTRIEVE_GPU_DECODE"
+"""``1``: an open_clip embedder on CUDA decodes the JPEGs it indexes on the GPU (:mod:`.device_pixels`), measured
+against CPU decoding by ``benchmarks/gpu_indexing.py``."""
 
 IMAGE_RUNTIME = "onnx"
 """The image tower's runtime on a CPU unless told otherwise. With the fused export (:func:`export_tower`,
@@ -90,6 +102,7 @@ class OpenCLIPEmbedder(EmbedderBase):
         device: str | None = None,
         precision: str | None = None,
         batch_size: int = 64,
+        decode_on_device: bool | None = None,
     ) -> None:
         # a built-in name, a .json file (resolved now: the working directory may change), hf-hub:/local-dir:
         self._config_source = _expand(arch) if arch.endswith(".json") else arch
@@ -109,6 +122,16 @@ class OpenCLIPEmbedder(EmbedderBase):
         self._export: OnnxExport | None = None
         self._recipes: dict[str | None, PixelRecipe | None] = {}  # per quantization, once its file exists
         self._export_paths: dict[str | None, Path] = {}
+        self.pixels_on_device = self.device.startswith("cuda")
+        """Preprocessing stops at resized bytes (:func:`recipe_bytes`), copied to the device through pinned memory and
+        scaled there (on CUDA; settable on a CPU to run the same code, as the dry runs do)."""
+        if decode_on_device is None:  # the operator's choice for `pictrieve index` on a GPU
+            decode_on_device = self.device.startswith("cuda") and os.environ.get(GPU_DECODE_ENV, "").strip() == "1"
+        self.decode_on_device = bool(decode_on_device)
+        """Indexing hands this embedder JPEG files' bytes (:meth:`encoded_input`), decoded on its device (nvJPEG on
+        CUDA); on by :data:`GPU_DECODE_ENV` ``=1`` on a CUDA device."""
+        self._device_recipe_checked: PixelRecipe | None | bool = False
+        self._upload: PinnedUpload | None = None
         if self._config is not None and self._stored_recipe() is not None:
             self.dim = int(self._config["embed_dim"])  # the torch model waits for a text (or an export)
         else:
@@ -132,7 +155,34 @@ class OpenCLIPEmbedder(EmbedderBase):
         recipe = self._stored_recipe()
         if recipe is not None:
             return recipe(image)
+        recipe = self._device_recipe()
+        if recipe is not None:
+            return recipe_bytes(recipe, image)  # (H, W, 3) uint8: scaled on the device (embed_preprocessed)
         return self._torch_parts().preprocess(image.convert("RGB"))
+
+    def _torch_pixels(self) -> bool:
+        """Whether images go to torch through the device paths (:attr:`pixels_on_device`, :attr:`decode_on_device`),
+        which ONNX Runtime's CPU tower does not take."""
+        return getattr(self, "pixels_on_device", False) or getattr(self, "decode_on_device", False)
+
+    def _device_recipe(self) -> PixelRecipe | None:
+        """With :attr:`pixels_on_device`, the model's transform as a :class:`PixelRecipe` (checked once against
+        torch's own); ``None`` when it is not one the recipe reproduces (then torch's transform is used)."""
+        return self._device_recipe_or_check() if self.pixels_on_device else None
+
+    def encoded_input(self, path: str | Path, orientation: int = 1) -> EncodedJpeg | None:
+        """With :attr:`decode_on_device`, a JPEG file's bytes for :meth:`embed_preprocessed` to decode on the device;
+        ``None`` for any other file (decoded on the CPU as usual) or when the transform is not reproduced."""
+        if not self.decode_on_device or self._device_recipe_or_check() is None:
+            return None
+        data = Path(path).read_bytes()
+        return EncodedJpeg(data, orientation, str(path)) if is_jpeg(data) else None
+
+    def _device_recipe_or_check(self) -> PixelRecipe | None:
+        if self._device_recipe_checked is False:
+            parts = self._torch_parts()
+            self._device_recipe_checked = checked_recipe(parts.model, parts.preprocess, _model_image_size(parts.model))
+        return self._device_recipe_checked or None
 
     def _stored_recipe(self) -> PixelRecipe | None:
         """The input recipe kept beside the exported tower that runs images here, when ONNX Runtime is the runtime
@@ -140,7 +190,7 @@ class OpenCLIPEmbedder(EmbedderBase):
         export: preprocessing runs in decoding threads and for single query images. Until the file exists each call
         looks again (a stat: it may be exported meanwhile); once it exists its answer is kept (the recipe is written
         before the model file, so it never changes after)."""
-        if choose_runtime(IMAGE_RUNTIME, self.device) != "onnx" or self.precision != "fp32":
+        if self._torch_pixels() or choose_runtime(IMAGE_RUNTIME, self.device) != "onnx" or self.precision != "fp32":
             return None
         quantize = requested_quantization(default=IMAGE_QUANTIZE)
         if quantize in self._recipes:
@@ -162,7 +212,7 @@ class OpenCLIPEmbedder(EmbedderBase):
 
     def _tower_for(self, batch_size: int) -> OnnxModel | None:
         """:attr:`image_runtime` for a batch of ``batch_size`` images (see :data:`EXPORT_MIN_BATCH`)."""
-        if choose_runtime(IMAGE_RUNTIME, self.device) != "onnx" or self.precision != "fp32":
+        if self._torch_pixels() or choose_runtime(IMAGE_RUNTIME, self.device) != "onnx" or self.precision != "fp32":
             return None
         quantize = requested_quantization(default=IMAGE_QUANTIZE)
         with self._towers_lock:
@@ -219,10 +269,32 @@ class OpenCLIPEmbedder(EmbedderBase):
             return tower.run(pixels)[0]
         import torch
 
-        pixels = torch.stack([torch.as_tensor(item) for item in batch]).to(self.device, dtype=self._dtype())
         with torch.inference_mode():
+            pixels = self._pixels_on_device(batch)
             features = self.model.encode_image(pixels, normalize=True)
         return features.float().cpu().numpy()
+
+    def _pixels_on_device(self, batch: Sequence[Any]) -> Any:
+        """The batch as the tower's input on its device: JPEG bytes decoded there, resized bytes copied through
+        pinned memory and scaled there, or open_clip's float tensors (pinned and copied without waiting on CUDA)."""
+        import torch
+
+        if isinstance(batch[0], EncodedJpeg) or isinstance(batch[-1], EncodedJpeg):
+            encoded = [item for item in batch if isinstance(item, EncodedJpeg)]
+            if len(encoded) == len(batch):
+                return decode_on_device(encoded, self._device_recipe_or_check(), self.device, self._dtype())
+            # a batch mixing device-decoded JPEGs and photos decoded here (PNG, HEIC): each part its own way
+            parts = [self._pixels_on_device([item]) for item in batch]
+            return torch.cat(parts)
+        if isinstance(batch[0], np.ndarray) and batch[0].dtype == np.uint8:
+            if self._upload is None:
+                self._upload = PinnedUpload(self.device)
+            uploaded = self._upload.to_device(batch)
+            return normalized_on_device(uploaded, self._device_recipe_or_check(), self._dtype())
+        pixels = torch.stack([torch.as_tensor(item) for item in batch])
+        if self.device.startswith("cuda"):
+            pixels = pixels.pin_memory()
+        return pixels.to(self.device, dtype=self._dtype(), non_blocking=True)
 
     def _embed_text_batch(self, texts: Sequence[str]) -> np.ndarray:
         import torch
