@@ -17,6 +17,11 @@ content it has already stored, which would time that shortcut instead of indexin
   beside batched model calls (what ``Gallery.add`` does, without the Chroma writes);
 - ``pictrieve index``: ``Gallery.add`` into a fresh embedded gallery, end to end (writes included).
 
+The last two run twice: with the photos decoded on the CPU (on CUDA the decode threads stop at resized bytes, which
+go to the GPU through pinned memory without waiting and are scaled there: ``pixels_on_device``), and with the JPEGs
+decoded on the device (``decode_on_device``: torchvision's nvJPEG ``decode_jpeg``; the threads read bytes, hash
+them and decode a small draft for the perceptual hash): issue 40's "GPU decoding where it pays", measured.
+
 Then a gallery of ``--gallery-size`` synthetic unit vectors (clustered like image embeddings, see
 ``search_latency.py``) of the model's dimension is stored, and ``Gallery.search_text`` (the text
 tower on the device plus the HNSW query) and ``Gallery.search_vector`` (the query alone) are timed.
@@ -27,9 +32,8 @@ weights (``ViT-B-32/random``, the default) cost exactly what the real ones do: s
 on the weights, and none can be downloaded here.
 
 Run (GPU):   python benchmarks/gpu_indexing.py ../shared/datasets/flickr8k-dev/images --write BENCHMARKS.md
-Smoke (CPU): python benchmarks/gpu_indexing.py ../shared/datasets/flickr8k-dev/images --device cpu \\
-                 --limit 16 --batch 8 --repeat 1 --gallery-size 2000 --queries 20 \\
-                 --model open_clip:tests/data/pictrieve-tiny-clip.json/random --write /tmp/rows.md
+Dry run (CPU, every arm and code path, the GPU paths on the CPU): python benchmarks/gpu_indexing.py \\
+                 ../shared/datasets/flickr8k-dev/images --dry-run [--write /tmp/rows.md]
 """
 
 from __future__ import annotations
@@ -56,13 +60,16 @@ from search_latency import percentiles, synthetic_vectors
 logger = logging.getLogger("gpu_indexing")
 
 DEFAULT_MODEL = "open_clip:ViT-B-32/random"
+DRY_RUN_MODEL = f"open_clip:{Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'pictrieve-tiny-clip.json'}/random"
+"""The tests' tiny random CLIP: a dry run checks that every arm runs, not how fast."""
 SECTION = "## GPU indexing and search (issue 31)"
 ROWS_BEGIN = "<!-- gpu_indexing rows: benchmarks/gpu_indexing.py --write appends here -->"
 ROWS_END = "<!-- /gpu_indexing rows -->"
 NOT_MEASURED = "| GPU: not measured (no GPU machine was lent) | | | | | | | | | |"
 HEADER = (
     "| run (UTC) | device | torch / CUDA | model, precision, runtime | images x repeat, batch, workers "
-    "| model-only img/s | decode+embed img/s | `pictrieve index` img/s | search p50 / p95 ms (vectors) | command |\n"
+    "| model-only img/s | decode+embed img/s (CPU / GPU decode) | `pictrieve index` img/s (CPU / GPU decode) "
+    "| search p50 / p95 ms (vectors) | command |\n"
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
@@ -77,6 +84,7 @@ class Setup:
     workers: int
     device: str
     model: str
+    dry_run: bool = False
 
 
 def repeated_copies(paths: Sequence[Path], repeat: int, folder: Path) -> list[Path]:
@@ -210,8 +218,9 @@ def markdown_row(results: dict[str, Any], command: str) -> str:
     return "| " + " | ".join([
         results["run_utc"], results["device"], results["versions"], f"{results['model']}, {results['precision']}, {results['runtime']}",
         f"{results['images']} x {results['repeat']}, {results['batch']}, {results['workers']}",
-        f"{results['model_only_images_per_s']:.1f}", f"{results['decode_embed_images_per_s']:.1f}",
-        f"{results['index_images_per_s']:.1f}",
+        f"{results['model_only_images_per_s']:.1f}",
+        f"{results['decode_embed_images_per_s']:.1f} / {results['gpu_decode_embed_images_per_s']:.1f}",
+        f"{results['index_images_per_s']:.1f} / {results['gpu_decode_index_images_per_s']:.1f}",
         f"{search['search_text']['p50_ms']} / {search['search_text']['p95_ms']} "
         f"(vector alone {search['search_vector']['p95_ms']}; {search['vectors']:,})",
         f"`{command}`",
@@ -251,6 +260,8 @@ def run(setup: Setup, gallery_size: int, queries: int) -> dict[str, Any]:
 
     device = pick_device(setup.device)
     embedder = create_embedder(setup.model, device=device)
+    if setup.dry_run:  # the CUDA paths (resized bytes scaled by torch, JPEGs decoded by torchvision) on this CPU
+        embedder.pixels_on_device = True
     results: dict[str, Any] = {
         "run_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "device": device_name(device), "versions": versions(), "model": embedder.name,
@@ -274,10 +285,20 @@ def run(setup: Setup, gallery_size: int, queries: int) -> dict[str, Any]:
         logger.info("pictrieve index (Gallery.add)")
         results["index_images_per_s"] = index_arm(embedder, repeated, setup.batch, setup.workers, scratch)
         logger.info("pictrieve index: %.1f images/s", results["index_images_per_s"])
+        embedder.decode_on_device = True  # the same two arms, the JPEGs decoded on the device
+        logger.info("decode+embed, JPEGs decoded on %s", device)
+        results["gpu_decode_embed_images_per_s"] = decode_embed_arm(embedder, repeated, setup.batch, setup.workers)
+        logger.info("decode+embed, device decode: %.1f images/s", results["gpu_decode_embed_images_per_s"])
+        results["gpu_decode_index_images_per_s"] = index_arm(embedder, repeated, setup.batch, setup.workers,
+                                                             scratch / "device-decode")
+        logger.info("pictrieve index, device decode: %.1f images/s", results["gpu_decode_index_images_per_s"])
+        embedder.decode_on_device = False
         logger.info("search over %d vectors", gallery_size)
         results["search"] = search_arm(embedder, gallery_size, queries, scratch)
         logger.info("search: %s", results["search"])
-    for key in ("model_only_images_per_s", "decode_embed_images_per_s", "index_images_per_s"):
+    results["load"] = os.getloadavg()[0]
+    for key in ("model_only_images_per_s", "decode_embed_images_per_s", "index_images_per_s",
+                "gpu_decode_embed_images_per_s", "gpu_decode_index_images_per_s"):
         results[key] = round(results[key], 2)
     return results
 
@@ -296,7 +317,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, default=200, help="timed searches (default 200)")
     parser.add_argument("--write", type=Path, default=None, help="append the run's row to this markdown file")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--dry-run", action="store_true",
+                        help=f"every arm on this CPU, small: --device cpu --model {DRY_RUN_MODEL} --limit 16 --batch 8 "
+                             "--repeat 1 --gallery-size 2000 --queries 20, the GPU paths run by torch on the CPU")
     args = parser.parse_args(argv)
+    if args.dry_run:
+        args.device, args.model = "cpu", DRY_RUN_MODEL
+        args.limit, args.batch, args.repeat = min(args.limit, 16), min(args.batch, 8), 1
+        args.gallery_size, args.queries = min(args.gallery_size, 2000), min(args.queries, 20)
     for name in ("limit", "repeat", "batch", "workers", "gallery_size", "queries"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -313,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     paths = sorted(p for p in args.images.iterdir() if p.suffix.lower() in {".jpg", ".jpeg", ".png"})[: args.limit]
     if not paths:
         raise SystemExit(f"no .jpg/.png photos in {args.images}")
-    setup = Setup(paths, args.repeat, args.batch, args.workers, args.device, args.model)
+    setup = Setup(paths, args.repeat, args.batch, args.workers, args.device, args.model, args.dry_run)
     results = run(setup, args.gallery_size, args.queries)
     command = "python " + " ".join(shlex.quote(a) for a in ["benchmarks/gpu_indexing.py", *(argv or sys.argv[1:])])
     if args.write:

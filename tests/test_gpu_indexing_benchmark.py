@@ -1,5 +1,6 @@
-"""benchmarks/gpu_indexing.py in its CPU smoke mode: every arm runs on pictrieve's code with the tiny random
-CLIP, and the run's row lands in the markdown file it is given (no GPU is needed, none is assumed)."""
+"""benchmarks/gpu_indexing.py in its dry-run mode: every arm runs on pictrieve's code with the tiny random CLIP, the
+GPU paths (resized bytes scaled by torch, JPEGs decoded by torchvision) run on the CPU, and the run's row lands in the
+markdown file it is given (no GPU is needed, none is assumed)."""
 
 from __future__ import annotations
 
@@ -19,22 +20,24 @@ def photos(tmp_path_factory):
     return folder
 
 
-def smoke_args(photos, tiny_clip_name, out) -> list[str]:
-    return [str(photos), "--device", "cpu", "--limit", "5", "--batch", "2", "--repeat", "2", "--workers", "2",
-            "--gallery-size", "300", "--queries", "4", "--model", tiny_clip_name, "--write", str(out)]
+def smoke_args(photos, out) -> list[str]:
+    return [str(photos), "--dry-run", "--limit", "5", "--batch", "2", "--workers", "2", "--gallery-size", "300",
+            "--queries", "4", "--write", str(out)]
 
 
-def test_cpu_smoke_run_writes_its_rows(photos, tiny_clip_name, tmp_path):
+def test_dry_run_runs_every_arm_and_writes_its_rows(photos, tmp_path):
     out = tmp_path / "BENCH.md"
     out.write_text("# Benchmarks\n\nearlier text stays\n", encoding="utf-8")
-    first = gpu_indexing.main(smoke_args(photos, tiny_clip_name, out))
-    assert first["images"] == 5 and first["repeat"] == 2 and first["batch"] == 2
-    for arm in ("model_only_images_per_s", "decode_embed_images_per_s", "index_images_per_s"):
+    first = gpu_indexing.main(smoke_args(photos, out))
+    assert first["images"] == 5 and first["repeat"] == 1 and first["batch"] == 2
+    assert first["model"] == gpu_indexing.DRY_RUN_MODEL
+    for arm in ("model_only_images_per_s", "decode_embed_images_per_s", "index_images_per_s",
+                "gpu_decode_embed_images_per_s", "gpu_decode_index_images_per_s"):
         assert first[arm] > 0
     assert first["search"]["vectors"] == 300 and first["search"]["search_text"]["p95_ms"] > 0
     assert first["device"].startswith("CPU") and "torch " in first["versions"]
 
-    gpu_indexing.main(smoke_args(photos, tiny_clip_name, out))
+    gpu_indexing.main(smoke_args(photos, out))
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# Benchmarks\n\nearlier text stays\n")
     assert text.count(gpu_indexing.SECTION) == 1
@@ -44,8 +47,15 @@ def test_cpu_smoke_run_writes_its_rows(photos, tiny_clip_name, tmp_path):
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert len(cells) == 10
         assert cells[1].startswith("CPU") and cells[2].startswith("torch ")
-        assert cells[4] == "5 x 2, 2, 2"
-        assert cells[9].startswith("`python benchmarks/gpu_indexing.py ") and "--device cpu" in cells[9]
+        assert cells[4] == "5 x 1, 2, 2"
+        assert " / " in cells[6] and " / " in cells[7]  # CPU decode / device decode
+        assert cells[9].startswith("`python benchmarks/gpu_indexing.py ") and "--dry-run" in cells[9]
+
+
+def test_dry_run_settings(photos):
+    args = gpu_indexing.parse_args([str(photos), "--dry-run"])
+    assert (args.device, args.model, args.limit, args.batch, args.repeat) == ("cpu", gpu_indexing.DRY_RUN_MODEL, 16, 8, 1)
+    assert gpu_indexing.parse_args([str(photos)]).device == "cuda"  # a real run asks for the GPU
 
 
 def test_repeated_copies_decode_alike_but_hash_apart(photos, tmp_path):
