@@ -70,10 +70,10 @@ EMBED_QUICK_CALL_S = 1.0
 """A model call faster than this doubles the step, so that a GPU is not held to small calls for progress."""
 
 WRITE_ROWS = 256
-"""Embedded records gathered into one upsert where the store writes on a writer thread (a Chroma gallery): one
-upsert costs Chroma about as much work for many records as for a few (measured, ``benchmarks/indexing_stages.py
---write-rows``: 2.1 ms of CPU a record in upserts of 32, 0.6 in 128, 0.5 in 500), so small model batches are
-written together. An interrupted run keeps what was embedded (:meth:`BatchWriter.__exit__`); a killed one embeds
+"""Embedded records gathered into one upsert where the store writes on a writer thread (a Chroma gallery): a
+Chroma upsert has a large cost per call (``benchmarks/indexing_stages.py --arms write-only --write-rows N``, medians
+at load 18 on 2 cores: 171 records/s and 1.0 ms of CPU a record in upserts of 32, 391 and 0.6 in 128, 710 and 0.6
+in 500), so small model batches are written together. An interrupted run keeps what was embedded (:meth:`BatchWriter.__exit__`); a killed one embeds
 the unwritten records again when resumed, never twice."""
 WRITE_WAIT_S = 5.0
 """Embedded records are written once the oldest of them waited this long, however few: a slow model's records
@@ -454,17 +454,20 @@ class BatchWriter:
             return None  # its vector may be replaced in this run before the copy reads it back: embed this file
         return found
 
-    def note_run(self, todo: Sequence[PlannedFile] = ()) -> None:
+    def note_run(self, todo: Sequence[PlannedFile] = (), *, rewritten: Mapping[str, Iterable[str]] | None = None,
+                 check_empty: bool = True) -> None:
         """Look once which embedders' collections hold no record, so that :meth:`find_copy` answers ``None`` for
         them without a query per photo (about 1.5 ms each under load, in the decode threads), and note the files
         this run plans (``todo``): a stored record among them may get a new vector in this run (its file changed),
         so it is no source to copy from (a copy read back after that write took the changed photo's vector).
         Call it holding the write lock, before this writer writes: no other writer can store a record meanwhile,
         and a copy of a file written earlier in this run is found by :meth:`add` from the content hashes it has
-        seen."""
-        self._empty = frozenset(name for name, view in self.views.items() if view.count() == 0)
+        seen. A share of a larger run (a distributed worker's batch) passes the whole run's ``rewritten`` ids per
+        embedder, and ``check_empty=False``: other workers write meanwhile."""
+        if check_empty:
+            self._empty = frozenset(name for name, view in self.views.items() if view.count() == 0)
         self._rewritten = {name: frozenset(planned.id for planned in todo if name in planned.stored)
-                           for name in self.views}
+                           | frozenset((rewritten or {}).get(name, ())) for name in self.views}
 
     def add(self, prepared: PreparedFile) -> bool:
         """Queue one file; ``True`` when some embedder stores a new vector for it, embedded or copied
