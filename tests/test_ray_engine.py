@@ -252,6 +252,27 @@ def test_ray_reads_text_in_photos_and_reuses_exact_copies_as_local_indexing_does
     assert_same_as_local(remote, local)
 
 
+def test_a_ray_copy_keeps_its_own_vector_when_its_source_changes_in_the_same_run(chroma_server, tiny_clip_name,
+                                                                                tmp_path, ray_env):
+    """As locally (tests/test_duplicates.py): a new file holding the bytes a stored photo had, while that photo was
+    replaced, must not take the photo's new vector; on Ray the photo may be re-embedded by another worker."""
+    from pictrieve.vectorstore.chroma_store import path_id
+
+    folder = tmp_path / "photos"
+    make_photo(folder / "a.jpg", seed=1, size=(96, 80))
+    ray_run = ["--engine", "ray", "--ray-workers", "1", "--batch-size", "2"]
+    assert run_cli(index_command(folder, chroma_server, tiny_clip_name, *ray_run), ray_env)["indexed"] == 1
+    remote = stored(chroma_server, tiny_clip_name)
+    old_vector = remote.embeddings([path_id(folder / "a.jpg")])[0]
+    shutil.copy(folder / "a.jpg", folder / "b.jpg")  # b has a's old bytes
+    make_photo(folder / "a.jpg", seed=2, size=(96, 80))  # a becomes another photo
+    os.utime(folder / "a.jpg", ns=(1_000_000_000, 1_000_000_000))
+    assert run_cli(index_command(folder, chroma_server, tiny_clip_name, *ray_run), ray_env)["indexed"] == 2
+    new_a, b = remote.embeddings([path_id(folder / "a.jpg"), path_id(folder / "b.jpg")])
+    np.testing.assert_allclose(b, old_vector, atol=1e-5)  # b's own content, not a's new photo
+    assert float(np.dot(new_a, old_vector)) < 0.999
+
+
 def test_copies_within_a_ray_run_wait_for_their_twin(tmp_path):
     """The pool gets one file of each content; the driver stores the others after it (two workers embedding the
     same content at once would each embed it). Only files of equal size are hashed."""

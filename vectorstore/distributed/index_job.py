@@ -86,7 +86,8 @@ class IndexWorker:
     """
 
     def __init__(self, location: str, embedders: Sequence[str], threads: int = 1,
-                 max_pixels: int | None = None, ocr: bool = False) -> None:
+                 max_pixels: int | None = None, ocr: bool = False,
+                 rewritten: Mapping[str, Sequence[str]] | None = None) -> None:
         from pictrieve.vectorstore.gallery import Gallery
 
         if ocr:
@@ -95,12 +96,16 @@ class IndexWorker:
         self.views = [Gallery.open(location, name, create=False) for name in embedders]
         self.models: dict[str, "Embedder"] = {view.embedder_name: view.embedder for view in self.views}
         self.max_pixels = max_pixels
+        self.rewritten = dict(rewritten or {})
+        """Per embedder, the stored records the run may give a new vector (another worker's share among them): never
+        a source to copy from (:meth:`BatchWriter.note_run`)."""
         self.decoders = ThreadPoolExecutor(max_workers=max(1, int(threads)), thread_name_prefix="pictrieve-decode")
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         planned = [PlannedFile(**json.loads(text)) for text in batch["job"]]
         rows: list[tuple[Any, ...]] = []
         writer = BatchWriter(self.views, batch_size=max(1, len(planned)))
+        writer.note_run(planned, rewritten=self.rewritten, check_empty=False)
         prepare = functools.partial(self._prepare, find_copy=writer.find_copy)
         for item, prepared in zip(planned, self.decoders.map(prepare, planned)):
             if isinstance(prepared, FailedImage):
@@ -164,7 +169,9 @@ def index_on_ray(
         say(f"embedding {len(pooled)} of {plan.total} files on {cluster.describe()}: {shape.describe()}")
         items = [{"id": planned.id, "job": json.dumps(asdict(planned))} for planned in pooled]
         worker_args = {"location": gallery.location, "embedders": report.embedders, "threads": shape.threads,
-                       "max_pixels": max_pixels, "ocr": any(planned.read_text for planned in pooled)}
+                       "max_pixels": max_pixels, "ocr": any(planned.read_text for planned in pooled),
+                       "rewritten": {name: [planned.id for planned in plan.todo if name in planned.stored]
+                                     for name in report.embedders}}
         failed_before = len(report.failed)
         notes: dict[str, list[str]] = {}
         try:
