@@ -51,7 +51,8 @@ def recipe_bytes(recipe: "PixelRecipe", image: Image.Image) -> np.ndarray:
 
 
 def normalized_on_device(pixels: "torch.Tensor", recipe: "PixelRecipe", dtype: Any) -> "torch.Tensor":
-    """``(n, H, W, 3)`` or ``(n, 3, H, W)`` uint8 on the device -> ``(n, 3, H, W)`` in ``dtype``, scaled to [0, 1]
+    """``(n, H, W, 3)`` or ``(n, 3, H, W)`` pixels in [0, 255] (uint8, or float from :func:`resized_on_device`) on the
+    device -> ``(n, 3, H, W)`` in ``dtype``, scaled to [0, 1]
     and normalised by the recipe's mean and std (computed in float32, then cast)."""
     import torch
 
@@ -128,16 +129,19 @@ def upright_tensor(pixels: "torch.Tensor", orientation: int) -> "torch.Tensor":
 
 
 def resized_on_device(pixels: "torch.Tensor", recipe: "PixelRecipe") -> "torch.Tensor":
-    """``(3, h, w)`` uint8 resized and cropped as ``recipe`` says, on the tensor's device: ``(3, H, W)`` uint8."""
+    """``(3, h, w)`` uint8 resized and cropped as ``recipe`` says, on the tensor's device: ``(3, H, W)`` float32 in
+    [0, 255] (resized in float: antialiased bicubic on uint8 is a CPU-only kernel in torchvision)."""
     import torchvision.transforms.v2.functional as F
     from torchvision.transforms import InterpolationMode
 
     height, width = recipe.size
     mode = InterpolationMode.BICUBIC if recipe.interpolation == "bicubic" else InterpolationMode.BILINEAR
+    pixels = pixels.float()
     if recipe.resize_mode == "squash":
-        return F.resize(pixels, [height, width], interpolation=mode, antialias=True)
-    resized = F.resize(pixels, [height], interpolation=mode, antialias=True)  # the short side, as torchvision's
-    return F.center_crop(resized, [height, width])
+        resized = F.resize(pixels, [height, width], interpolation=mode, antialias=True)
+    else:  # the short side, as torchvision's Resize(int), then the centre
+        resized = F.center_crop(F.resize(pixels, [height], interpolation=mode, antialias=True), [height, width])
+    return resized.clamp_(0, 255)
 
 
 def decode_on_device(items: Sequence[EncodedJpeg], recipe: "PixelRecipe", device: str, dtype: Any) -> "torch.Tensor":
