@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -84,6 +84,8 @@ class NeedContext:
     """``make(key, factory)``: the front end's cache (a server builds each model once for its life)."""
     check: bool = False
     """Check endpoints now (the command line: a dead endpoint is one line before any work starts)."""
+    need: Need | None = None
+    """The need being resolved or checked (its options name it in a one-line error)."""
 
 
 Resolver = Callable[[Any, NeedContext], Any]
@@ -130,6 +132,12 @@ class Need:
     :attr:`not_a_choice` it is no choice for an optional need, whether a front end passes its name or the model
     object; and no front end shows its words as an answer or a rewrite (:func:`pictrieve.agents.shown_text.may_show`)."""
 
+    check: str | Callable[[Any, NeedContext], None] | None = None
+    """``check(value, context)`` (or ``"module:function"``): refuse ``value`` in one line now, before a front end
+    starts work or a server starts listening (a misspelt name, a missing extra, an endpoint that does not
+    answer, ``context.endpoint``); it makes nothing that loads. ``None`` here: nothing to check.
+    :func:`check_given` runs it on what an operator gave."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise NeedDefinitionError(f"need name {self.name!r}: use lower-case letters, digits and _ "
@@ -143,8 +151,10 @@ class Need:
                                       "digits and _")
         if self.resolve is not None and not (callable(self.resolve) or isinstance(self.resolve, str)):
             raise NeedDefinitionError(f"need {self.name}: resolve must be a function or a 'module:function' string")
-        if self.too_small is not None and not (callable(self.too_small) or isinstance(self.too_small, str)):
-            raise NeedDefinitionError(f"need {self.name}: too_small must be a function or a 'module:function' string")
+        for hook in ("too_small", "check", "available"):
+            value = getattr(self, hook)
+            if value is not None and not (callable(value) or isinstance(value, str)):
+                raise NeedDefinitionError(f"need {self.name}: {hook} must be a function or a 'module:function' string")
         object.__setattr__(self, "not_a_choice", tuple(self.not_a_choice))
 
     @property
@@ -192,6 +202,7 @@ class Need:
         if self.resolve is None:
             return value
         resolver = load_target(self.resolve, error=NeedDefinitionError)
+        context = replace(context, need=self)
         if self.many:
             return [resolver(item, context) for item in names_of(value)]
         return resolver(value, context)
@@ -208,7 +219,7 @@ def names_of(value: Any) -> list[Any]:
     if isinstance(value, str):
         return [name.strip() for name in value.split(",") if name.strip()]
     if isinstance(value, (list, tuple)):
-        return [item for item in value if not (isinstance(item, str) and not item.strip())]
+        return [name for item in value for name in (names_of(item) if isinstance(item, str) else [item])]
     return [value]
 
 
@@ -227,10 +238,39 @@ def _chat_model(value: Any, context: NeedContext) -> Any:
     endpoint = context.endpoint if value.partition(":")[0] in LANGCHAIN_PROVIDERS else None
     model = context.make(("chat-model", value, endpoint), lambda: create_chat_model(value, base_url=endpoint))
     if context.check:
-        from pictrieve.tools.models.llm_calls import check_endpoint
-
-        check_endpoint(value, endpoint)
+        _endpoint_answers(value, endpoint, context.need)
     return model
+
+
+def _endpoint_answers(value: str, endpoint: str | None, need: Need | None) -> None:
+    """One cheap call to a named provider model's endpoint (a dead or refusing one is one line naming the
+    need's options)."""
+    from pictrieve.tools.models.llm_calls import check_endpoint
+
+    options = {} if need is None or need.cli_option is None or need.endpoint is None else \
+        {"option": need.cli_option, "base_option": need.endpoint.cli_option}
+    check_endpoint(value, endpoint, **options)
+
+
+def _chat_model_check(value: Any, context: NeedContext) -> None:
+    """The name is one :func:`~pictrieve.tools.models.chat_models.create_chat_model` knows (with an endpoint only
+    for a provider's model; nothing loads), and its endpoint answers."""
+    if not isinstance(value, str):
+        return
+    from pictrieve.tools.models.chat_models import create_chat_model
+
+    _refused_in_one_line(lambda: create_chat_model(value, base_url=context.endpoint))
+    _endpoint_answers(value, context.endpoint, context.need)
+
+
+def _refused_in_one_line(make: Callable[[], Any]) -> None:
+    """``make()``, its plain ``ValueError`` (an endpoint given to a model that runs here) as :class:`NeedUnavailable`."""
+    try:
+        make()
+    except PictrieveError:
+        raise
+    except ValueError as exc:
+        raise NeedUnavailable(str(exc)) from None
 
 
 def _visualizer(value: Any, context: NeedContext) -> Any:
@@ -287,6 +327,30 @@ def _region_describer(value: Any, context: NeedContext) -> Any:
     return context.make(("vlm", value, endpoint), lambda: create_region_captioner(value, base_url=endpoint))
 
 
+def _region_describer_check(value: Any, context: NeedContext) -> None:
+    """The name is a region describer's (with an endpoint only for a provider's model), and its endpoint answers."""
+    if not isinstance(value, str):
+        return
+    from pictrieve.tools.models.vlm import create_region_captioner
+
+    _refused_in_one_line(lambda: create_region_captioner(value, base_url=context.endpoint))
+    _endpoint_answers(value, context.endpoint, context.need)
+
+
+def _visualizer_check(value: Any, context: NeedContext) -> None:
+    if isinstance(value, str):
+        from pictrieve.tools.models.visualizers import check_visualizer_name
+
+        check_visualizer_name(value)
+
+
+def _search_check(value: Any, context: NeedContext) -> None:
+    if isinstance(value, str):
+        from pictrieve.tools.web.search import check_search_name
+
+        check_search_name(value)
+
+
 def _as_given(value: Any, context: NeedContext) -> Any:
     """The builder takes the name itself (it makes the object)."""
     return value
@@ -295,11 +359,11 @@ def _as_given(value: Any, context: NeedContext) -> Any:
 NEEDS: Mapping[str, Need] = MappingProxyType({need.name: need for need in (
     Need("llm", "a chat model (a LangChain BaseChatModel, or a name such as offline or openai:MODEL)",
          _chat_model, env_var="PICTRIEVE_LLM", cli_option="--llm", config_key="llm", default="offline",
-         endpoint=Endpoint("base_url", "PICTRIEVE_BASE_URL", "--base-url"), example="openai:MODEL",
+         endpoint=Endpoint("base_url", "PICTRIEVE_BASE_URL", "--base-url"), example="openai:MODEL", check=_chat_model_check,
          not_a_choice=("offline",), too_small="pictrieve.tools.models.chat_models:is_offline_chat_model"),
     Need("visualizers", "what makes guide images of the query: one visualizer or a list (e.g. exemplar:DIR)",
          _visualizer, env_var="PICTRIEVE_VISUALIZER", cli_option="--visualizer", config_key="visualizer",
-         many=True, required=True, example="exemplar:DIR"),
+         many=True, required=True, example="exemplar:DIR", check=_visualizer_check),
     Need("qc2_model", "the QC2 query-completion model trained for the gallery (or the folder it was saved in)",
          _qc2_model, env_var="PICTRIEVE_QC2_MODEL", cli_option="--qc2-model", example="DIR",
          available=_qc2_model_missing),
@@ -307,11 +371,13 @@ NEEDS: Mapping[str, Need] = MappingProxyType({need.name: need for need in (
          _as_given, env_var="PICTRIEVE_CAPTIONER", cli_option="--captioner", config_key="captioner", default="auto"),
     Need("vlm", "a vision-language model describing image regions (a name such as offline or openai:MODEL)",
          _region_describer, env_var="PICTRIEVE_VLM", cli_option="--vlm", config_key="vlm", default="offline",
-         endpoint=Endpoint("vlm_base_url", "PICTRIEVE_VLM_BASE_URL", "--vlm-base-url"), example="openai:MODEL"),
+         endpoint=Endpoint("vlm_base_url", "PICTRIEVE_VLM_BASE_URL", "--vlm-base-url"), example="openai:MODEL",
+         check=_region_describer_check),
     Need("detector", "a region detector (a name such as ssd or zeroshot:MODEL, or a Detector)",
          _as_given, env_var="PICTRIEVE_DETECTOR", cli_option="--detector", config_key="detector", default="ssd"),
     Need("search", "a web or local page search (ddgs, local:DIR, or a search backend)",
-         _as_given, env_var="PICTRIEVE_SEARCH", cli_option="--search", config_key="search", example="ddgs"),
+         _as_given, env_var="PICTRIEVE_SEARCH", cli_option="--search", config_key="search", example="ddgs",
+         check=_search_check),
     Need("checkpointer", "pauses with interrupt() for a person: run it with a checkpointer to resume"),
 )})
 """The house's needs by name. Each is passed to a builder as the keyword argument of the same name (except
@@ -396,9 +462,20 @@ def resolve_needs(method: Any, given: Mapping[str, Any] | None = None, *, galler
             continue
         if need.required and not names_of(value):
             raise MissingNeedError(method.name, need)
-        endpoint = need.endpoint_value(given.get(need.endpoint.key) if need.endpoint else None, environ)
-        kwargs[need.name] = need.build(value, NeedContext(gallery=gallery, endpoint=endpoint, make=make, check=check))
+        kwargs[need.name] = build_given(need, given, gallery=gallery, environ=environ, make=make, check=check,
+                                        defaults=defaults)
     return kwargs
+
+
+def build_given(need: Need, given: Mapping[str, Any] | None = None, *, gallery: Any = None,
+                environ: Mapping[str, str] | None = None, make: Callable[..., Any] = _call, check: bool = False,
+                defaults: bool = True) -> Any:
+    """What ``need`` makes of what was given (``given`` by need and endpoint name, as :func:`resolve_needs` reads
+    it): for a front end that needs one need's object outside a method's builder (a reader of the gallery)."""
+    given = dict(given or {})
+    value = need.value(given.get(need.name), environ, default=defaults)
+    endpoint = need.endpoint_value(given.get(need.endpoint.key) if need.endpoint else None, environ)
+    return need.build(value, NeedContext(gallery=gallery, endpoint=endpoint, make=make, check=check))
 
 
 def missing_needs(method: Any, given: Mapping[str, Any] | None = None,
@@ -428,6 +505,24 @@ def unmet_needs(method: Any, given: Mapping[str, Any] | None = None, *, gallery:
         if why:
             unmet.append((need, why))
     return unmet
+
+
+def check_given(needs: Iterable[Need], given: Mapping[str, Any] | None = None, *,
+                environ: Mapping[str, str] | None = None, defaults: bool = True) -> None:
+    """Run each need's :attr:`Need.check` on what an operator gave (``given`` by need and endpoint name, else
+    ``$env_var`` when ``environ`` is read, else the default with ``defaults``): a misspelt name, a missing extra
+    or a dead endpoint is one line now, before a server starts or a command loads its first model."""
+    given = dict(given or {})
+    for need in needs:
+        if need.check is None or need.brought_by_caller:
+            continue
+        value = need.value(given.get(need.name), environ, default=defaults)
+        if _blank(value):
+            continue
+        endpoint = need.endpoint_value(given.get(need.endpoint.key) if need.endpoint else None, environ)
+        check = load_target(need.check, error=NeedDefinitionError)
+        for item in (names_of(value) if need.many else [value]):
+            check(item, NeedContext(endpoint=endpoint, check=True, need=need))
 
 
 # --- what a server's caller may choose ------------------------------------------------------------
@@ -491,5 +586,5 @@ def check_caller_choices(configurable: Mapping[str, Any], needs: Iterable[Need],
 
 __all__ = ["NEEDS", "Endpoint", "MissingNeedError", "Need", "NeedContext", "NeedDefinitionError", "NeedNotAllowed",
            "NeedUnavailable",
-           "RESERVED_CONFIG_KEYS", "all_needs", "check_caller_choices", "choosable", "missing_needs", "names_of", "unmet_needs", "need_clashes", "needs_of", "operator_only",
+           "RESERVED_CONFIG_KEYS", "all_needs", "build_given", "check_caller_choices", "check_given", "choosable", "missing_needs", "names_of", "unmet_needs", "need_clashes", "needs_of", "operator_only",
            "resolve_needs"]

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from pictrieve.agents.plugir import METHOD as PLUGIR
+from pictrieve.cli.need_options import check_needs, method_need_options
 from pictrieve.graphs.sessions import SessionView, run_session
 
 if TYPE_CHECKING:
@@ -33,9 +35,6 @@ def default_checkpoint_path() -> Path:
 @click.argument("description", required=False)
 @click.option("--gallery", "-g", required=True, metavar="PATH|URL", help="Gallery to search.")
 @click.option("--embedder", "-e", default=None, metavar="NAME", help="Embedder (default: the gallery's).")
-@click.option("--llm", default="offline", show_default=True, metavar="NAME",
-              help="'offline' (SmolLM2-135M, no network), 'openai:<model>', or 'local:<checkpoint>'.")
-@click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:...")
 @click.option("--rounds", default=10, show_default=True, help="Question budget.")
 @click.option("-k", "top_k", default=10, show_default=True, help="Images shown per round.")
 @click.option("--top-n", default=None, type=int, help="Retrieval candidates (default: 1% of the gallery, >= 20).")
@@ -54,14 +53,10 @@ def default_checkpoint_path() -> Path:
               help="SQLite file for sessions [default: ~/.cache/pictrieve/chat-sessions.sqlite].")
 @click.option("--html", "html_dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Write a contact sheet per round into DIR.")
-@click.option("--captioner", default="auto", show_default=True, metavar="NAME",
-              help="Describes candidates that have no stored caption: 'auto' (= 'tags': the everyday words "
-              "closest to each photo in the gallery's text-image space), 'offline' (the ImageNet classes "
-              "the offline embedder sees), 'none' (file names), or a BLIP model (hub id or folder).")
-def chat(description: str | None, gallery: str, embedder: str | None, llm: str, base_url: str | None,
-         rounds: int, top_k: int, top_n: int | None, questions: int, filter_attempts: int,
-         reformulation_tokens: int, arm: str, session: str | None,
-         checkpoint: str | None, html_dir: str | None, captioner: str) -> None:
+@method_need_options(PLUGIR)
+def chat(description: str | None, gallery: str, embedder: str | None, rounds: int, top_k: int, top_n: int | None,
+         questions: int, filter_attempts: int, reformulation_tokens: int, arm: str, session: str | None,
+         checkpoint: str | None, html_dir: str | None, needs: dict[str, Any]) -> None:
     """Describe a photo briefly; answer questions until it shows up.
 
     \b
@@ -73,26 +68,23 @@ def chat(description: str | None, gallery: str, embedder: str | None, llm: str, 
     """
     from langgraph.types import Command
 
-    from pictrieve.agents.plugir import METHOD
+    from pictrieve.agents.needs import resolve_needs
     from pictrieve.agents.plugir.settings import PlugIRSettings, default_arm
-    from pictrieve.graphs.plugir import build_plugir_graph
     from pictrieve.graphs.checkpoints import sqlite_checkpointer
     from pictrieve.graphs.sessions import session_view
-    from pictrieve.tools.models.llm_calls import check_endpoint
     from pictrieve.vectorstore.gallery import Gallery
 
-    check_endpoint(llm, base_url)  # a dead or refusing endpoint is one line now, not after the first search
+    check_needs(needs, methods=[PLUGIR])  # a dead or refusing endpoint is one line now, not after the first search
     store = Gallery.open(gallery, embedder, create=False)
     saver = sqlite_checkpointer(checkpoint or default_checkpoint_path())
-    graph = build_plugir_graph(
-        store, llm=llm, checkpointer=saver, base_url=base_url, captioner=captioner
-    )
+    built = resolve_needs(PLUGIR, needs, gallery=store)
+    graph = PLUGIR.build(store, checkpointer=saver, **built)
     session = session or uuid.uuid4().hex[:8]
-    arm = default_arm(llm) if arm == "auto" else arm
+    arm = default_arm(built.get("llm")) if arm == "auto" else arm  # the arm its chat model asks best with
     context = PlugIRSettings(arm=arm, max_rounds=rounds, shown_k=top_k, candidate_k=top_n,
                              questions_per_round=questions, filter_attempts=filter_attempts,
                              reformulation_max_tokens=reformulation_tokens)
-    steps = METHOD.step_table()
+    steps = PLUGIR.step_table()
 
     view = session_view(graph, session)
     if view is not None and not view.done:  # an unfinished session: resume where it paused

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from pictrieve.cli.method_search import need_option, parse_needs
+from pictrieve.cli.need_options import check_needs, need_options
 from pictrieve.cli.runtime_options import runtime_options
 
 
@@ -28,22 +29,6 @@ from pictrieve.cli.runtime_options import runtime_options
                    "http://localhost:6274 for the MCP Inspector. Default: none but the server's own.")
 @click.option("--token", envvar="PICTRIEVE_MCP_TOKEN", default=None, metavar="TOKEN",
               help="HTTP: bearer token clients must send (default: $PICTRIEVE_MCP_TOKEN; none on loopback).")
-@click.option("--search", default=None, metavar="NAME",
-              help="Where ask_about_image searches: ddgs (DuckDuckGo, needs internet) or local:DIR (a folder of "
-                   "pages). Default: no search; answers come from the photo alone.")
-@click.option("--llm", default="offline", show_default=True, metavar="NAME",
-              help="Chat model for ask_about_image, ask_gallery and find_photo: offline, openai:MODEL, local:DIR.")
-@click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint for --llm openai:...")
-@click.option("--vlm", default="offline", show_default=True, metavar="NAME",
-              help="Describes photo regions for ask_about_image: offline or openai:MODEL.")
-@click.option("--vlm-base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint of the --vlm.")
-@click.option("--detector", default="ssd", show_default=True, metavar="NAME",
-              help="Finds regions for ask_about_image: ssd or zeroshot:MODEL.")
-@click.option("--visualizer", default=None, envvar="PICTRIEVE_VISUALIZER", metavar="NAME",
-              help="Guide pictures for search_images' visret and needle methods, e.g. exemplar:DIR (a captioned "
-                   "folder; finds matching photos, does not generate). Default: $PICTRIEVE_VISUALIZER; none.")
-@click.option("--captioner", default="auto", show_default=True, metavar="NAME",
-              help="Describes uncaptioned photos for find_photo's questions (see `pictrieve chat --help`).")
 @click.option("--allow-dir", "allow_dirs", multiple=True, metavar="DIR",
               type=click.Path(exists=True, file_okay=False),
               help="A folder whose image files tools may read by path (repeatable). Default: none; images are "
@@ -52,18 +37,18 @@ from pictrieve.cli.runtime_options import runtime_options
               help="Where find_photo sessions are kept (default: the pictrieve cache folder).")
 @click.option("--max-image-mb", default=20.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Largest image a tool accepts or a resource sends.")
-@need_option
+@need_options(environ=True)
 @runtime_options
 def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int, allow_origins: tuple[str, ...],
-        token: str | None,
-        search: str | None, llm: str, base_url: str | None, vlm: str, vlm_base_url: str | None, detector: str,
-        visualizer: str | None, captioner: str, allow_dirs: tuple[str, ...], state_dir: str | None,
-        max_image_mb: float, own_needs: tuple[str, ...] = ()) -> None:
+        token: str | None, allow_dirs: tuple[str, ...], state_dir: str | None, max_image_mb: float,
+        needs: dict[str, Any]) -> None:
     """Serve the gallery to MCP clients: search_images, search_by_image, ask_about_image, ask_gallery,
     find_photo / answer_question, gallery_info, and the resources pictrieve://gallery and pictrieve://image/{id}.
 
     Over stdio (the default) the MCP client starts this command itself; nothing but protocol messages is
-    written to stdout (logs go to stderr). Models load on first need.
+    written to stdout (logs go to stderr). Models load on first need. What the methods need (a chat model, a
+    visualizer, a web search, ...) is given with one option each (or its environment variable), or
+    --need NAME=VALUE.
     """
     from pictrieve.tools.core.extras import require_extra
 
@@ -81,17 +66,14 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
         check_exposure(host, token)
     elif token:
         click.echo("pictrieve mcp: --token applies to --transport http only; ignored over stdio", err=True)
-    _check_names(llm, base_url, vlm, vlm_base_url, search, visualizer)
-    needs = parse_needs(own_needs)  # a misspelt need: one line, before the gallery opens
+    check_needs(needs)  # a misspelt model, search or visualizer, a dead endpoint: one line, before the gallery opens
     # Protocol messages alone on stdout: the original stream is kept for them, and anything else written to
     # it (a library's print, a native library's message) goes to stderr.
     protocol = _take_stdout() if transport == "stdio" else None
     opened = Gallery.open(gallery, embedder, create=False)
     settings = ServerSettings(
         state_dir=Path(state_dir) if state_dir else default_checkpoint_path().parent / "mcp",
-        llm=llm, base_url=base_url, vlm=vlm, vlm_base_url=vlm_base_url, detector=detector, search=search,
-        visualizer=visualizer, captioner=captioner, allowed_dirs=AllowedDirs.of(allow_dirs),
-        max_image_bytes=int(max_image_mb * 2**20), needs=needs)
+        needs=needs, allowed_dirs=AllowedDirs.of(allow_dirs), max_image_bytes=int(max_image_mb * 2**20))
     server = create_server(PictrieveService(opened, settings), host=host, port=port, allowed_origins=allow_origins)
     where = (f"streamable HTTP at http://{url_host(host)}:{port}/mcp"
              + (" (bearer token required)" if token else "")) if transport == "http" else "stdio"
@@ -103,28 +85,6 @@ def mcp(gallery: str, embedder: str | None, transport: str, host: str, port: int
     else:
         server.protocol_stdout = protocol
         server.run("stdio")
-
-
-def _check_names(llm: str, base_url: str | None, vlm: str, vlm_base_url: str | None, search: str | None,
-                 visualizer: str | None) -> None:
-    """Refuse a misspelt model, search or visualizer now, not at the first tool call (cheap: nothing loads)."""
-    from pictrieve.tools.models.chat_models import create_chat_model
-    from pictrieve.tools.models.llm_calls import check_endpoint
-    from pictrieve.tools.models.vlm import create_region_captioner
-
-    create_chat_model(llm, base_url=base_url)  # models load on first use; the name is checked here
-    create_region_captioner(vlm, base_url=vlm_base_url)
-    # and a named endpoint answers (one cheap call each, before the server starts)
-    check_endpoint(llm, base_url)
-    check_endpoint(vlm, vlm_base_url, option="--vlm", base_option="--vlm-base-url")
-    if search:
-        from pictrieve.tools.web.search import check_search_name
-
-        check_search_name(search)
-    if visualizer:
-        from pictrieve.tools.models.visualizers import check_visualizer_name
-
-        check_visualizer_name(visualizer)
 
 
 def _take_stdout():  # noqa: ANN202 - a binary file

@@ -3,8 +3,8 @@
 The method comes from the registry (:mod:`pictrieve.graphs.registry`): built-ins and installed plugins
 alike, none named here. What the command gives it:
 
-- its **needs**, from one option per need of the need registry (:data:`pictrieve.agents.needs.NEEDS`: its
-  :attr:`~pictrieve.agents.needs.Need.cli_option`, e.g. ``--llm`` with ``--base-url``, ``--visualizer``
+- its **needs**, from one option per need of the need registry (:mod:`pictrieve.cli.need_options`: each
+  need's :attr:`~pictrieve.agents.needs.Need.cli_option`, e.g. ``--llm`` with ``--base-url``, ``--visualizer``
   repeatable, ``--qc2-model``) and ``--need NAME=VALUE`` for a need a method declares itself, each made by
   the need's resolver (:func:`~pictrieve.agents.needs.resolve_needs`); a checkpointer always, so a method that
   pauses for a person (``interrupt()``) is answered at the terminal;
@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from pictrieve.cli.need_options import given_needs, need_option_list, own_need_option, parse_needs  # noqa: F401
 from pictrieve.vectorstore.hits import ImageHit
 
 PLAIN = "search"
@@ -83,33 +84,14 @@ def query_methods() -> list[str]:
     return [method.name for method in methods() if method.takes("query")]
 
 
-def need_options() -> list[Any]:
-    """One option per need of the registry that has one (an endpoint's too), named by the need: nothing here
-    names a need. A :attr:`~pictrieve.agents.needs.Need.many` need's option repeats."""
-    from pictrieve.agents.needs import NEEDS
-
-    options = []
-    for need in NEEDS.values():
-        if need.cli_option is None or need.brought_by_caller:
-            continue
-        example = f", e.g. {need.cli_option} {need.example}" if need.example else ""
-        options.append(click.option(need.cli_option, need.name, multiple=need.many, default=None, metavar="NAME",
-                                    help=f"Need `{need.name}` of the methods that take it: {need.description}"
-                                         f"{example}{' (repeatable)' if need.many else ''}."))
-        if need.endpoint is not None:
-            options.append(click.option(need.endpoint.cli_option, need.endpoint.key, default=None, metavar="URL",
-                                        help=f"OpenAI-compatible endpoint for {need.cli_option} (a provider's model)."))
-    return options
-
-
 def method_options(function: Any) -> Any:
     """The options ``pictrieve search`` gains for methods other than plain search."""
+    from pictrieve.agents.needs import NEEDS
+
     options = [
         click.option("--method", "method", cls=MethodOption, type=MethodChoice(), default=PLAIN, show_default=True),
-        *need_options(),
-        click.option("--need", "own_needs", multiple=True, metavar="NAME=VALUE",
-                     help="A need the method declares itself (a plugin's), by name (repeatable); "
-                          "`pictrieve methods NAME` lists its needs."),
+        *need_option_list(NEEDS.values()),
+        own_need_option,
         click.option("--rank-with", "rank_with", multiple=True, metavar="EMBEDDER",
                      help="Setting `embedders` (needle): embedders to rank with (repeatable; default: all the gallery holds)."),
         click.option("--guides", type=click.IntRange(min=1), default=None,
@@ -157,7 +139,7 @@ def run_method_showing_guides(store: Any, method: str, query: str | None, *, k: 
     clock = clock or StepClock()
     with clock.announcing_model_loads():
         return _run_method(store, method, query, clock, k=k, rank_with=rank_with, guides=guides, tiles=tiles,
-                           feedback=feedback, topic=topic, settings=settings, needs=_given_needs(needs, own_needs))
+                           feedback=feedback, topic=topic, settings=settings, needs=given_needs(needs, own_needs))
 
 
 def _run_method(store: Any, method: str, query: str, clock: "StepClock", *, k: int, rank_with: tuple[str, ...],
@@ -227,42 +209,6 @@ def run_showing_steps(graph: Any, value: Any, config: dict[str, Any], context: d
     if pending:
         result["__interrupt__"] = pending
     return result
-
-
-def _given_needs(options: dict[str, Any], own_needs: tuple[str, ...]) -> dict[str, Any]:
-    """What was given for needs: the need options' values by need (or endpoint) name, and ``--need NAME=VALUE``."""
-    given = {key: (list(value) if isinstance(value, tuple) else value) for key, value in options.items()
-             if value not in (None, "", ())}
-    given.update(parse_needs(own_needs))
-    return given
-
-
-def parse_needs(items: tuple[str, ...]) -> dict[str, str]:
-    """``--need NAME=VALUE`` options (a need a method declares itself) as ``{name: value}``; a malformed one, or
-    a name no registered method declares, is a usage error (one line)."""
-    given: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise click.UsageError(f"--need takes NAME=VALUE, got {item!r}")
-        given[key.strip()] = value.strip()
-    if given:
-        from pictrieve.agents.needs import all_needs
-        from pictrieve.graphs.registry import methods
-
-        known = {name for name, need in all_needs(methods()).items() if not need.brought_by_caller}
-        unknown = [key for key in given if key not in known]
-        if unknown:
-            raise click.UsageError(f"--need {unknown[0]}: no registered method needs it; known needs: "
-                                   f"{', '.join(sorted(known))}")
-    return given
-
-
-def need_option(function: Any) -> Any:
-    """``--need NAME=VALUE`` (repeatable) for the server commands: a need a method declares itself."""
-    return click.option("--need", "own_needs", multiple=True, metavar="NAME=VALUE",
-                        help="A need a method declares itself (a plugin's), by name (repeatable); "
-                             "`pictrieve methods` lists each method's needs.")(function)
 
 
 def _needs(spec: Any, given: dict[str, Any], store: Any) -> dict[str, Any]:

@@ -17,45 +17,32 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
+from pictrieve.cli.need_options import check_needs, need_options
 from pictrieve.cli.runtime_options import runtime_options, runtime_settings
 
 logger = logging.getLogger(__name__)
 
-def setting_variables() -> dict[str, str]:
-    """Option name -> the environment variable the served graphs read it from, as the need registry declares
-    (:data:`pictrieve.agents.needs.NEEDS`: a need's ``configurable`` key, else its name; its endpoint's key)."""
-    from pictrieve.agents.needs import NEEDS
-
-    found: dict[str, str] = {}
-    for need in NEEDS.values():
-        if need.env_var:
-            found[need.config_key or need.name] = need.env_var
-        if need.endpoint is not None:
-            found[need.endpoint.key] = need.endpoint.env_var
-    return found
-
-
-SETTING_OPTIONS = setting_variables()
-"""The options above that set a need, and the variable each sets (graphs/serving.py reads them)."""
-
-
-def own_need_variables(items: tuple[str, ...]) -> dict[str, str]:
-    """``--need NAME=VALUE`` (a need a plugin declares itself) as the environment variable its need declares."""
-    from pictrieve.agents.needs import all_needs
-    from pictrieve.cli.method_search import parse_needs
+def need_variables(needs: dict[str, Any]) -> dict[str, str]:
+    """What was given for needs (by need and endpoint name, :mod:`pictrieve.cli.need_options`) as the environment
+    variables the served graphs read (each need's own, :attr:`~pictrieve.agents.needs.Need.env_var`, and its
+    endpoint's; a repeated option's values joined by commas)."""
+    from pictrieve.agents.needs import all_needs, names_of
     from pictrieve.graphs.registry import methods
 
     declared = all_needs(methods())
-    found = {}
-    for name, value in parse_needs(items).items():
-        variable = declared[name].env_var
+    endpoints = {need.endpoint.key: need.endpoint for need in declared.values() if need.endpoint is not None}
+    found: dict[str, str] = {}
+    for key, value in needs.items():
+        need = declared.get(key)
+        variable = need.env_var if need is not None else endpoints[key].env_var if key in endpoints else None
         if not variable:
-            raise click.BadParameter(f"the need {name} declares no environment variable: the server cannot be "
+            raise click.BadParameter(f"the need {key} declares no environment variable: the server cannot be "
                                      "given it", param_hint="--need")
-        found[variable] = value
+        found[variable] = ",".join(map(str, names_of(value))) if need is not None and need.many else str(value)
     return found
 
 
@@ -83,15 +70,6 @@ def parse_allow(values: tuple[str, ...]) -> dict[str, list[str]]:
 
 @click.command()
 @click.option("--gallery", "-g", default=None, help="Gallery folder or http://host:port Chroma server to serve (required unless --write-config).")
-@click.option("--llm", default=None, help="Chat model for the methods that use one (default: offline), e.g. openai:gpt-4o-mini.")
-@click.option("--base-url", default=None, help="OpenAI-compatible endpoint for --llm (vLLM, llama.cpp, Ollama).")
-@click.option("--vlm", default=None, help="Vision-language model of vsa (default: offline).")
-@click.option("--vlm-base-url", default=None, help="OpenAI-compatible endpoint for --vlm.")
-@click.option("--visualizer", default=None, help="Visualizer(s) of visret/needle, e.g. exemplar:DIR.")
-@click.option("--detector", default=None, help="Region detector of vsa (default: ssd), e.g. zeroshot:DIR.")
-@click.option("--search", "web_search", default=None, help="Web search of vsa: ddgs or local:DIR (default: none).")
-@click.option("--captioner", default=None, help="Captioner of the methods that caption (default: auto).")
-@click.option("--qc2-model", default=None, help="Trained QC2 folder (default: the gallery's).")
 @click.option("--allow", "allow", multiple=True, metavar="SETTING=V1[,V2]",
               help="Values a run may choose for a setting besides yours (repeatable), e.g. llm=offline,openai:gpt-4o-mini. "
                    "Never a URL, a gallery or a folder of the caller's.")
@@ -106,12 +84,10 @@ def parse_allow(values: tuple[str, ...]) -> dict[str, list[str]]:
 @click.option("--write-config", "write_config", default=None, type=click.Path(dir_okay=False), metavar="PATH",
               help="Write a langgraph.json serving every registered method (installed plugins included) to PATH "
                    "and exit; the settings above go into its env. Then: langgraph dev --config PATH.")
-@click.option("--need", "own_needs", multiple=True, metavar="NAME=VALUE",
-              help="A need a method declares itself (a plugin's), by name (repeatable): sets the variable it declares.")
+@need_options()
 @runtime_options
 def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ...], cors_origins: tuple[str, ...],
-          token: str | None, host: str, port: int, write_config: str | None, web_search: str | None,
-          own_needs: tuple[str, ...] = (), **settings: str | None) -> None:
+          token: str | None, host: str, port: int, write_config: str | None, needs: dict[str, Any]) -> None:
     """Serve every method (search, PlugIR, QC2, ... and installed plugins) with `langgraph dev`.
 
     Needs the LangGraph CLI: pip install "pictrieve[serve]". Clients talk to it with langgraph-sdk or
@@ -123,7 +99,6 @@ def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ..
     from pictrieve.tools.core.exposure import ExposureError, check_exposure, normalise_host
     from pictrieve.tools.core.image_inputs import AllowedDirs, ImageInputError
 
-    settings["search"] = web_search
     # A gallery folder is passed as an absolute path: the server runs in another folder (below), and a
     # written config may be used from anywhere.
     if gallery and "://" not in gallery:
@@ -134,8 +109,7 @@ def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ..
     except (ExposureError, ImageInputError) as exc:
         raise click.UsageError(str(exc)) from None
     env = {**({ENV_GALLERY: gallery} if gallery else {}),
-           **{SETTING_OPTIONS[key]: value for key, value in settings.items() if value},
-           **own_need_variables(own_needs),
+           **need_variables(needs),
            **({ENV_ALLOW: json.dumps(parse_allow(allow))} if allow else {}),
            **({ENV_ALLOW_DIRS: os.pathsep.join(map(str, dirs.dirs))} if dirs else {}),
            **({ENV_CORS_ORIGINS: " ".join(o.rstrip("/") for o in cors_origins)} if cors_origins else {})}
@@ -146,17 +120,11 @@ def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ..
         return
     if not gallery:
         raise click.UsageError("give --gallery PATH (the gallery to serve), or --write-config PATH")
-    from pictrieve.tools.models.llm_calls import check_endpoint
     from pictrieve.vectorstore.chroma_store import is_gallery_folder, is_server, not_a_gallery
 
-    # the operator's endpoints answer before the server starts (a dead one is one line, not a failed first run)
-    check_endpoint(settings.get("llm") or os.environ.get(SETTING_OPTIONS["llm"]),
-                   settings.get("base_url") or os.environ.get(SETTING_OPTIONS["base_url"]))
-    check_endpoint(settings.get("vlm") or os.environ.get(SETTING_OPTIONS["vlm"]),
-                   settings.get("vlm_base_url") or os.environ.get(SETTING_OPTIONS["vlm_base_url"]),
-                   option="--vlm", base_option="--vlm-base-url")
-    _check_extras(settings.get("search") or os.environ.get(SETTING_OPTIONS["search"]),
-                  settings.get("visualizer") or os.environ.get(SETTING_OPTIONS["visualizer"]))
+    # the operator's names and endpoints (given here, else the variables the served graphs will read) are refused
+    # now in one line, not at a failed first run
+    check_needs(needs, environ=os.environ, defaults=False)
     if not is_server(gallery) and not is_gallery_folder(gallery):
         raise not_a_gallery(gallery)  # at start, in one line, writing nothing (the served graphs open it read-only)
     executable = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
@@ -165,20 +133,6 @@ def serve(gallery: str | None, allow: tuple[str, ...], allow_dirs: tuple[str, ..
     if token:
         env[ENV_TOKEN] = token
     raise SystemExit(_run(executable, normalise_host(host), port, env, gallery))
-
-
-def _check_extras(search: str | None, visualizers: str | None) -> None:
-    """Refuse the operator's search or visualizer now when it needs an extra that is not installed (or is
-    misspelt), not at the first run that uses it."""
-    if search:
-        from pictrieve.tools.web.search import check_search_name
-
-        check_search_name(search)
-    for name in (visualizers or "").split(","):
-        if name.strip():
-            from pictrieve.tools.models.visualizers import check_visualizer_name
-
-            check_visualizer_name(name.strip())
 
 
 def _run(executable: str, host: str, port: int, env: dict[str, str], gallery: str) -> int:

@@ -45,7 +45,7 @@ sensible questions.
 Usage::
 
     from langgraph.types import Command
-    graph = build_plugir_graph(Gallery.open("./my.gallery"), llm="openai:gpt-4o-mini",
+    graph = build_plugir_graph(Gallery.open("./my.gallery"), llm=create_chat_model("openai:gpt-4o-mini"),
                                checkpointer="sessions.sqlite")
     config = {"configurable": {"thread_id": "s1"}}
     context = {"max_rounds": 10, "shown_k": 10}
@@ -98,15 +98,15 @@ def build_plugir_graph(
     name: str = "plugir",
     answerer: Answerer | None = None,
     captioner: Captioner | str | None = None,
-    base_url: str | None = None,
 ) -> CompiledStateGraph:
     """Compile the PlugIR graph over ``index``.
 
     Args:
         index: the :class:`~pictrieve.vectorstore.gallery.Gallery` searched (or anything with
             ``embedder``, ``search_vector``, ``embeddings`` and ``count``).
-        llm: a LangChain chat model or a name for
-            :func:`pictrieve.tools.models.chat_models.create_chat_model` (default: the offline model).
+        llm: a ready LangChain chat model (default: the offline model, made on first need): a front end makes
+            it from a name with the need registry (:func:`pictrieve.agents.needs.resolve_needs`), a program with
+            :func:`pictrieve.tools.models.chat_models.create_chat_model`.
         answerer: ``(question, state) -> answer``; when given the graph never interrupts
             (simulated user). Without it, ``ask`` pauses with ``interrupt()``.
         checkpointer: a LangGraph checkpointer, or a path to a SQLite file
@@ -115,13 +115,15 @@ def build_plugir_graph(
         name: the compiled graph's name.
         captioner: captions for candidate images that have none (else the file name is used):
             a callable or a name, see :func:`resolve_captioner` (``"auto"`` is what the CLI uses).
-        base_url: the endpoint of an OpenAI-compatible ``llm`` named by a string.
     """
     from pictrieve.tools.models.chat_models import create_chat_model
 
+    if isinstance(llm, str):
+        raise TypeError(f"build_plugir_graph takes a chat model, not the name {llm!r}: make it with "
+                        "pictrieve.tools.models.chat_models.create_chat_model(name, base_url=...)")
     gallery = index
-    # Made on first use: the offline questioner never needs a language model.
-    chat = cache(lambda: create_chat_model(llm, base_url=base_url))
+    # The default made on first use: the offline questioner never needs a language model.
+    chat = cache(lambda: llm if llm is not None else create_chat_model(None))
     # What is read about the candidates is kept for this compiled graph (the nodes' caches).
     vectors = CandidateVectors(gallery)
     parts = QuestionerParts(chat=chat, embedder=gallery.embedder, vectors=vectors,

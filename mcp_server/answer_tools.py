@@ -22,7 +22,7 @@ def add_answer_tools(server: "PictrieveMCP", service: PictrieveService) -> None:
     """Register ``ask_about_image`` and ``ask_gallery`` over ``service`` on ``server``."""
 
     @server.tool(name="ask_about_image", title="Ask about a photo (Vision Search Assistant)",
-                 annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=service.settings.search == "ddgs"))
+                 annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=service.searches_the_web()))
     async def ask_about_image(
         ctx: Context,
         image: Annotated[str, Field(description=IMAGE_ARGUMENT)],

@@ -105,9 +105,9 @@ class GalleryInfo(BaseModel):
     images: int = Field(description="How many photos it holds (for the default embedder)")
     embedders: list[EmbedderInfo]
     search_methods: list[str] = Field(description="What search_images' method accepts on this server")
-    visualizer: str | None = Field(description="What makes guide pictures for visret and needle (None: not set up)")
-    web_search: str | None = Field(description="Where ask_about_image searches (None: it answers from the photo alone)")
-    chat_model: str
+    needs: dict[str, str | None] = Field(description=(
+        "What the server was started with for each need of its methods, by need name (`pictrieve methods` says "
+        "what each is and which methods take it); None: not set up"))
     allowed_dirs: list[str] = Field(description="Folders whose files image arguments may name (empty: ids and "
                                                 "base64 only)")
     max_image_bytes: int

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pictrieve.agents.needs import missing_needs, resolve_needs, unmet_needs
+from pictrieve.agents.needs import all_needs, build_given, missing_needs, names_of, resolve_needs, unmet_needs
 from pictrieve.agents.settings import MAX_TEXT
 from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
 from pictrieve.errors import PictrieveError
@@ -46,34 +46,31 @@ class ToolInputError(PictrieveError, ValueError):
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """What ``pictrieve mcp`` was started with (names are built on first need)."""
+    """What ``pictrieve mcp`` was started with; the needs' values are made into objects on first need."""
 
     state_dir: Path
-    llm: str = "offline"
-    base_url: str | None = None
-    vlm: str = "offline"
-    vlm_base_url: str | None = None
-    detector: str = "ssd"
-    search: str | None = None
-    visualizer: str | None = None
-    captioner: str = "auto"
+    needs: Mapping[str, Any] = field(default_factory=dict)
+    """What the operator gave for needs, by need (and endpoint) name: ``pictrieve mcp``'s need options
+    (:mod:`pictrieve.cli.need_options`, one per :class:`~pictrieve.agents.needs.Need`) and ``--need NAME=VALUE``
+    (a plugin's own); a need not given gets its default."""
     allowed_dirs: AllowedDirs = field(default_factory=AllowedDirs)
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    needs: dict[str, Any] = field(default_factory=dict)
-    """Any other need by name (``pictrieve mcp --need NAME=VALUE``: a plugin's own)."""
 
     def given_needs(self) -> dict[str, Any]:
-        """What the operator gave, by need name (:data:`pictrieve.agents.needs.NEEDS`): each field named like
-        a need's ``configurable`` key or endpoint, then :attr:`needs`."""
-        from pictrieve.agents.needs import NEEDS
+        """What the operator gave, by need name, for :func:`~pictrieve.agents.needs.resolve_needs`."""
+        return dict(self.needs)
 
-        given: dict[str, Any] = {}
-        for need in NEEDS.values():
-            if need.config_key and hasattr(self, need.config_key):
-                given[need.name] = getattr(self, need.config_key)
-            if need.endpoint is not None and hasattr(self, need.endpoint.key):
-                given[need.endpoint.key] = getattr(self, need.endpoint.key)
-        return {**given, **self.needs}
+    def need_value(self, name: str) -> Any:
+        """The operator's value of the need ``name`` (given, else its default; ``None`` for none)."""
+        need = _needs().get(name)
+        return None if need is None else need.value(self.needs.get(name))
+
+
+def _needs() -> dict[str, Any]:
+    """Every need of the registered methods (the house's and plugins' own), by name."""
+    from pictrieve.graphs.registry import methods
+
+    return all_needs(methods())
 
 
 class PictrieveService:
@@ -110,15 +107,20 @@ class PictrieveService:
     def chat_model(self, progress: Progress = no_progress, *, load: bool = False) -> Any:
         """The server's chat model. A local model loads its weights on its first call; with ``load`` they are
         loaded now, reported (for a caller sure to call it: the offline PlugIR and VSA steps never do)."""
-        from pictrieve.tools.models.chat_models import LocalChatModel, create_chat_model
+        from pictrieve.tools.models.chat_models import LocalChatModel
 
-        model = self._part("llm", lambda: create_chat_model(self.settings.llm, base_url=self.settings.base_url))
+        model = self.need("llm", progress)
         if load and isinstance(model, LocalChatModel):
             from pictrieve.tools.models.causal_lm import shared_causal_lm
 
             self._part("llm-weights", lambda: shared_causal_lm(model.model_name, model.device), progress,
-                       f"the chat model {self.settings.llm!r} (once per server)")
+                       f"the chat model's weights {model.model_name!r} (once per server)")
         return model
+
+    def need(self, name: str, progress: Progress = no_progress) -> Any:
+        """What the need ``name`` makes of the operator's value (made once per server, as every graph's needs):
+        for a tool that uses one outside a method's graph (``ask_gallery``'s reader)."""
+        return build_given(_needs()[name], self.settings.needs, gallery=self.gallery, make=self._need_cache(progress))
 
     def _need_cache(self, progress: Progress) -> Callable[[tuple[Any, ...], Callable[[], Any]], Any]:
         """The need registry's cache: each model a need makes is made once per server, reported to ``progress``."""
@@ -174,7 +176,6 @@ class PictrieveService:
 
     def sessions(self, progress: Progress = no_progress) -> PhotoSessions:
         self.embedder(progress)
-        llm = self.chat_model(progress)
 
         def build() -> PhotoSessions:
             from pictrieve.graphs.checkpoints import sqlite_checkpointer
@@ -182,11 +183,13 @@ class PictrieveService:
 
             method = get_method("plugir")
             saver = sqlite_checkpointer(Path(self.settings.state_dir) / "plugir-sessions.sqlite")
-            # its needs as every graph's, the chat model the one the other tools share
-            kwargs = resolve_needs(method, {**self.settings.given_needs(), "llm": llm}, gallery=self.gallery,
+            # its needs as every graph's: each model made once per server, so the chat model is the one the other
+            # tools share
+            kwargs = resolve_needs(method, self.settings.given_needs(), gallery=self.gallery,
                                    make=self._need_cache(progress))
             graph = method.build(self.gallery, checkpointer=saver, **kwargs)
-            return PhotoSessions(graph, {"shown_k": SHOWN_PER_ROUND, "arm": default_arm(llm)}, method.step_table())
+            arm = default_arm(kwargs.get("llm"))  # the arm a person gets with the chat model PlugIR asks with
+            return PhotoSessions(graph, {"shown_k": SHOWN_PER_ROUND, "arm": arm}, method.step_table())
 
         return self._part("sessions", build, progress, "the find-photo method (PlugIR)")
 
@@ -201,10 +204,25 @@ class PictrieveService:
                 "embedders": [{"name": r["embedder"], "dim": int(r["dim"] or 0), "images": int(r["images"]),
                                "default": bool(r["default"]), "relevance": _relevance_info(r["relevance"])}
                               for r in rows],
-                "search_methods": self.ready_methods(),
-                "visualizer": self.settings.visualizer, "web_search": self.settings.search,
-                "chat_model": self.settings.llm, "allowed_dirs": [str(d) for d in self.settings.allowed_dirs.dirs],
+                "search_methods": self.ready_methods(), "needs": self.shown_needs(),
+                "allowed_dirs": [str(d) for d in self.settings.allowed_dirs.dirs],
                 "max_image_bytes": self.settings.max_image_bytes}
+
+    def searches_the_web(self) -> bool:
+        """Whether ``ask_about_image`` searches the open web (the Vision Search Assistant's search is ``ddgs``)."""
+        return self.settings.need_value("search") == "ddgs"
+
+    def shown_needs(self) -> dict[str, str | None]:
+        """What the server was started with, by need (a name; ``None``: none), every registered method's needs
+        (a plugin's own included); endpoints are the operator's and not shown."""
+        shown: dict[str, str | None] = {}
+        for name, need in sorted(_needs().items()):
+            if need.brought_by_caller:
+                continue
+            value = need.value(self.settings.needs.get(name))
+            shown[name] = None if value is None else (
+                ",".join(map(str, names_of(value))) if need.many else str(getattr(value, "name", None) or value))
+        return shown
 
     def search(self, query: str, k: int, method: str, progress: Progress = no_progress, *,
                only_relevant: bool = False, filters: dict[str, Any] | None = None,
@@ -295,11 +313,12 @@ class PictrieveService:
         if not 1 <= int(k) <= 10:
             raise ToolInputError(f"k must be between 1 and 10, not {k}")
         self.embedder(progress)
-        if may_show(self.settings.llm):
+        chosen = self.settings.need_value("llm")
+        if may_show(chosen):
             reader: Any = self.chat_model(progress, load=True)
             progress(f"reading the {int(k)} best-matching photos with the chat model")
         else:  # the offline model's words are never shown: the photos' own words are quoted (no model loaded)
-            reader = self.settings.llm
+            reader = chosen
             progress(f"quoting the captions and text of the {int(k)} best-matching photos")
         found = answer_from_gallery(self.gallery, question, reader, k=int(k))
         progress("answered")

@@ -113,8 +113,8 @@ def test_the_page_answers_a_bad_photo_with_its_reason(bad, gallery, tmp_path):
     from pictrieve.ui.app import create_app
 
     llm = RunnableLambda(lambda messages: AIMessage(content="unused"))
-    app = create_app(gallery, llm=llm, state_dir=tmp_path / "state",
-                     ask_extras={"search": None, "detector": Unreached(), "vlm": Unreached()})
+    app = create_app(gallery, state_dir=tmp_path / "state",
+                     needs={"llm": llm, "search": None, "detector": Unreached(), "vlm": Unreached()})
     client = page_client(app, raise_server_exceptions=False)
     for name, path in bad.items():
         upload = {"image": (name, path.read_bytes(), "image/jpeg")}
@@ -139,8 +139,8 @@ def test_a_gallery_photo_that_went_bad_is_reported_on_the_page(tmp_path, tiny_cl
     photo.write_bytes(b"")
     (item,) = gallery.items()
     llm = RunnableLambda(lambda messages: AIMessage(content="unused"))
-    client = page_client(create_app(gallery, llm=llm, state_dir=tmp_path / "state",
-                                   ask_extras={"search": None, "detector": Unreached(), "vlm": Unreached()}),
+    client = page_client(create_app(gallery, state_dir=tmp_path / "state",
+                                   needs={"llm": llm, "search": None, "detector": Unreached(), "vlm": Unreached()}),
                         raise_server_exceptions=False)
     like = client.post("/api/search", json={"like": item.id})
     assert like.status_code == 400 and "empty file" in like.json()["error"], like.text

@@ -288,9 +288,7 @@ def test_indexing_writes_through_the_writer_protocol():
 FRONT_END_PARTS = ("pictrieve.ui", "pictrieve.mcp_server")
 FRONT_END_MODULES = {"pictrieve.cli.method_search", "pictrieve.graphs.serving", "pictrieve.graphs.serving_http"}
 OWN_VIEWS: dict[str, dict[str, str]] = {
-    "pictrieve.ui.app": {"plugir": "create_app's plugir_extras: PlugIR's builder arguments, kept for its callers",
-                         "vsa": "create_app's ask_extras: the Ask tab's (VSA's) builder arguments, likewise",
-                         "search": "the status of the Ask tab's web search (VSA's need 'search', named like the "
+    "pictrieve.ui.app": {"search": "the status of the Ask tab's web search (VSA's need 'search', named like the "
                                    "plain search method)"},
     "pictrieve.ui.methods": {m: "PAGE_TABS: the methods with a tab of their own on the page (every other method "
                                 "gets the generic tab)" for m in ("search", "plugir", "qc2", "vsa")},
@@ -307,6 +305,8 @@ OWN_VIEWS: dict[str, dict[str, str]] = {
         "plugir": "find_photo/answer_question are PlugIR's own tools (a paused session per photo sought)",
         "vsa": "ask_about_image is the Vision Search Assistant's own tool, with its step lines",
         "visret": "ask_gallery answers with VisRet's reader over the best photos",
+        "search": "ask_about_image's openWorldHint: whether VSA's need 'search' (named like the plain search "
+                  "method) is the web",
     },
     "pictrieve.cli.method_search": {
         "search": "the command's own default: plain search runs on the gallery directly, by text or --image",

@@ -226,22 +226,23 @@ def test_the_langgraph_server_resolves_a_plugins_own_need_under_the_operator_rul
 
 def test_the_command_line_gives_a_plugins_own_need_with_need_and_refuses_what_does_not_apply(labelled):
     import click
-    from pictrieve.cli.method_search import _given_needs, _needs
+    from pictrieve.cli.method_search import _needs
+    from pictrieve.cli.need_options import given_needs
 
-    given = _given_needs({"llm": None, "visualizers": (), "qc2_model": None}, ("label=mine",))
+    given = given_needs({"llm": None, "visualizers": (), "qc2_model": None}, ("label=mine",))
     assert given == {"label": "mine"}
     assert _needs(labelled, given, "G")["label"] == {"label": "mine", "gallery": "G"}
     with pytest.raises(click.UsageError, match=r"--visualizer does not apply to --method labelled \(its needs: llm, label\)"):
-        _needs(labelled, _given_needs({"visualizers": ("exemplar:x",)}, ()), "G")
+        _needs(labelled, given_needs({"visualizers": ("exemplar:x",)}, ()), "G")
     with pytest.raises(click.UsageError, match="--base-url needs --llm"):
         _needs(labelled, {"base_url": "http://127.0.0.1:9/v1"}, "G")
     with pytest.raises(click.UsageError, match="--need takes NAME=VALUE"):
-        _given_needs({}, ("label",))
+        given_needs({}, ("label",))
 
 
 def test_the_server_commands_take_a_plugins_own_need_by_name(labelled):
     import click
-    from pictrieve.cli.method_search import parse_needs
+    from pictrieve.cli.need_options import parse_needs
     from pictrieve.mcp_server.service import ServerSettings
 
     assert parse_needs(("label=mine",)) == {"label": "mine"}
@@ -249,11 +250,11 @@ def test_the_server_commands_take_a_plugins_own_need_by_name(labelled):
         parse_needs(("lable=mine",))
     with pytest.raises(click.UsageError, match="--need checkpointer"):  # brought by the front end, never given
         parse_needs(("checkpointer=x",))
-    settings = ServerSettings(state_dir="s", llm="openai:m", base_url="http://127.0.0.1:9/v1", visualizer="exemplar:d",
-                              needs={"label": "mine"})
+    settings = ServerSettings(state_dir="s", needs={"llm": "openai:m", "base_url": "http://127.0.0.1:9/v1",
+                                                    "visualizers": "exemplar:d", "label": "mine"})
     given = settings.given_needs()  # the MCP server's options, by need name, for the need registry
     assert given["llm"] == "openai:m" and given["base_url"] == "http://127.0.0.1:9/v1"
-    assert given["visualizers"] == "exemplar:d" and given["label"] == "mine" and given["captioner"] == "auto"
+    assert given["visualizers"] == "exemplar:d" and given["label"] == "mine" and settings.need_value("captioner") == "auto"
     assert resolve_needs(labelled, given, gallery="G", defaults=False)["label"]["label"] == "mine"
 
 
@@ -261,9 +262,10 @@ def test_pictrieve_serve_gives_a_plugins_own_need_and_lets_runs_choose_it_only_w
     import json
 
     from click.testing import CliRunner
-    from pictrieve.cli.serve import SETTING_OPTIONS, serve
+    from pictrieve.cli.serve import need_variables, serve
 
-    assert SETTING_OPTIONS["visualizer"] == "PICTRIEVE_VISUALIZER" and SETTING_OPTIONS["base_url"] == "PICTRIEVE_BASE_URL"
+    assert need_variables({"visualizers": ["exemplar:a", "exemplar:b"], "base_url": "http://127.0.0.1:9/v1"}) == {
+        "PICTRIEVE_VISUALIZER": "exemplar:a,exemplar:b", "PICTRIEVE_BASE_URL": "http://127.0.0.1:9/v1"}
     path = tmp_path / "langgraph.json"
     done = CliRunner().invoke(serve, ["--write-config", str(path), "--need", "label=mine", "--allow", "label=a,b"])
     assert done.exit_code == 0, done.output

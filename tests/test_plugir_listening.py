@@ -223,7 +223,9 @@ def test_each_answer_is_read_once_and_its_meaning_kept_in_the_state(monkeypatch)
     real = offline_answers.answer_facts
     monkeypatch.setattr(offline_answers, "answer_facts", lambda q, a: reads.append(a) or real(q, a))
     replies = iter(["no, it is brown", "in the snow, not the park", "yes"])
-    graph = build_plugir_graph(make_gallery(), llm="offline", checkpointer=InMemorySaver(),
+    from pictrieve.tools.models.chat_models import create_chat_model
+
+    graph = build_plugir_graph(make_gallery(), llm=create_chat_model("offline"), checkpointer=InMemorySaver(),
                                answerer=lambda question, state: next(replies))
     result = graph.invoke({"description": "a dog running"}, {"configurable": {"thread_id": "once"}},
                           context={"max_rounds": 3, "candidate_k": 20})

@@ -24,7 +24,7 @@ SCRIPT_QUESTION = "Is it <img src=x onerror=\"window.__pwned=2\"> red?"
 
 def make_app(gallery, tmp_path, **kwargs):
     llm = ScriptedChatModel(questions=[SCRIPT_QUESTION])
-    return create_app(gallery, llm=llm, state_dir=tmp_path / "state", plugir_extras={"captioner": None}, **kwargs)
+    return create_app(gallery, needs={"llm": llm, "captioner": "none"}, state_dir=tmp_path / "state", **kwargs)
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_chat_with_the_offline_model_asks_offline_questions_without_loading_it(g
         raise AssertionError("the offline chat must not load a language model")
 
     monkeypatch.setattr(chat_models, "create_chat_model", no_llm)
-    app = create_app(gallery, llm=None, state_dir=tmp_path / "state", plugir_extras={"captioner": None})
+    app = create_app(gallery, needs={"llm": None, "captioner": "none"}, state_dir=tmp_path / "state")
     client = page_client(app, raise_server_exceptions=False)
     view = chat_step(client, client.post("/api/chat/start", json={"description": "a square"}))
     assert view["question"] and view["question"] != SCRIPT_QUESTION and not view["done"]
@@ -122,8 +122,8 @@ def test_page_chat_with_the_offline_model_object_asks_offline_questions_at_once(
     from pictrieve.graphs.checkpoints import sqlite_checkpointer
     from pictrieve.tools.models.chat_models import create_chat_model
 
-    app = create_app(gallery, llm=create_chat_model("offline"), state_dir=tmp_path / "state",
-                     plugir_extras={"captioner": None})
+    app = create_app(gallery, needs={"llm": create_chat_model("offline"), "captioner": "none"},
+                     state_dir=tmp_path / "state")
     with serve(app) as url, httpx.Client(base_url=url, timeout=10) as http:
         view = chat_step(http, http.post("/api/chat/start", json={"description": "a square"}))
     saved = build_plugir_graph(gallery, checkpointer=sqlite_checkpointer(tmp_path / "state" / "chat.sqlite"))

@@ -32,9 +32,9 @@ pytestmark = pytest.mark.server
 SECURITY = {"x-content-type-options": "nosniff", "referrer-policy": "no-referrer"}
 
 
-def make_app(gallery, tmp_path, **kwargs):
-    return create_app(gallery, llm=ScriptedChatModel(questions=["Is it red?"]), state_dir=tmp_path / "state",
-                      plugir_extras={"captioner": None}, **kwargs)
+def make_app(gallery, tmp_path, visualizer=None, **kwargs):
+    return create_app(gallery, needs={"llm": ScriptedChatModel(questions=["Is it red?"]), "captioner": "none",
+                                      "visualizers": visualizer}, state_dir=tmp_path / "state", **kwargs)
 
 
 def nothing_started(app, tmp_path) -> bool:

@@ -103,10 +103,10 @@ class GatedEmbedder:
 
 
 def gated_app(gallery, tmp_path, gate: Gate, **kwargs):
-    return create_app(gallery, llm=GatedChatModel(gate=gate), state_dir=tmp_path / "state",
-                      plugir_extras={"captioner": None},
-                      ask_extras={"search": None, "detector": GatedDetector(gate), "vlm": Words()},
-                      ask_context={"plan_with_llm": False}, visualizer=GatedVisualizer(gate), **kwargs)
+    return create_app(gallery, needs={"llm": GatedChatModel(gate=gate), "captioner": "none", "search": None,
+                                       "detector": GatedDetector(gate), "vlm": Words(),
+                                       "visualizers": GatedVisualizer(gate)},
+                      state_dir=tmp_path / "state", settings={"vsa": {"plan_with_llm": False}}, **kwargs)
 
 
 SLOW_WORK = {
@@ -148,7 +148,7 @@ def test_a_cancelled_chat_round_stops_between_steps_and_continues_later(gallery,
     """The page cancels its job when it goes away: the round stops after the step that is running, the
     session keeps its finished steps, and ``continue`` runs it on to the next question."""
     model = GatedChatModel()
-    app = create_app(gallery, llm=model, state_dir=tmp_path / "state", plugir_extras={"captioner": None})
+    app = create_app(gallery, needs={"llm": model, "captioner": "none"}, state_dir=tmp_path / "state")
     client = page_client(app, raise_server_exceptions=False)
     view = chat_step(client, client.post("/api/chat/start", json={"description": "a red square"}))
     thread = view["thread"]

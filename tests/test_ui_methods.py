@@ -116,9 +116,9 @@ class WebResults:
 
 
 def make_app(gallery, tmp_path, *, search, visualizer=None):
-    return create_app(gallery, llm=scripted_llm(), state_dir=tmp_path / "state",
-                      ask_extras={"search": search, "detector": OneBox(), "vlm": Words()},
-                      ask_context={"plan_with_llm": False}, visualizer=visualizer)
+    return create_app(gallery, state_dir=tmp_path / "state", settings={"vsa": {"plan_with_llm": False}},
+                      needs={"llm": scripted_llm(), "search": search, "detector": OneBox(), "vlm": Words(),
+                             "visualizers": visualizer})
 
 
 def horse_bytes(gallery) -> bytes:
@@ -172,8 +172,8 @@ def test_ask_refuses_bad_input_with_one_line(gallery, tmp_path):
     bad = client.post("/api/ask", data={"question": "what?"}, files={"image": ("x.jpg", b"<html>", "image/jpeg")})
     assert bad.status_code == 400 and "not a readable image" in bad.json()["error"]
     assert "pictrieve-ask" not in bad.json()["error"]  # no server paths on the page
-    small = create_app(gallery, llm=scripted_llm(), state_dir=tmp_path / "s", max_upload_bytes=1000,
-                       ask_extras={"search": None, "detector": OneBox(), "vlm": Words()})
+    small = create_app(gallery, state_dir=tmp_path / "s", max_upload_bytes=1000,
+                       needs={"llm": scripted_llm(), "search": None, "detector": OneBox(), "vlm": Words()})
     big = page_client(small, raise_server_exceptions=False).post("/api/ask", data={"question": "what?"},
                                  files={"image": ("h.jpg", horse_bytes(gallery), "image/jpeg")})
     assert big.status_code == 400 and "larger than 0.976562 KiB" in big.json()["error"]

@@ -44,7 +44,7 @@ def concrete(path: str) -> str:
 
 
 def test_every_route_of_every_tab_is_guarded(gallery, tmp_path):  # noqa: F811
-    app = create_app(gallery, llm=ScriptedChatModel(questions=["Is it red?"]), state_dir=tmp_path / "state")
+    app = create_app(gallery, needs={"llm": ScriptedChatModel(questions=["Is it red?"])}, state_dir=tmp_path / "state")
     routes = app_routes(app)
     assert TABS <= set(routes)  # the reader sees each tab's router
     assert {("GET", "/"), ("GET", "/api/status"), ("GET", "/api/image/{image_id}"), ("GET", "/{name}")} <= set(routes)

@@ -35,8 +35,8 @@ class RecordingVisualizer:
 
 def visualize(gallery, tmp_path, llm):
     visualizer = RecordingVisualizer()
-    app = create_app(gallery, llm=llm, visualizer=visualizer, state_dir=tmp_path / "state",
-                     plugir_extras={"captioner": None})
+    app = create_app(gallery, needs={"llm": llm, "visualizers": visualizer, "captioner": "none"},
+                     state_dir=tmp_path / "state")
     client = page_client(app, raise_server_exceptions=False)
     view = finished(client, client.post("/api/visualize", json={"query": QUERY, "guides": 1, "k": 3}).json())
     assert not view["error"], view["error"]

@@ -31,9 +31,9 @@ FastAPI serves a hand-written HTML/JS page (no build step, no CDN) and these end
 Every error reaches the page as ``{"error": "one readable line"}``; stack traces stay in the log.
 
 Graphs are built from the registry: each method's needs (:attr:`~pictrieve.agents.method.Method.needs`)
-are resolved from what the app was started with by :func:`pictrieve.agents.needs.resolve_needs` (the chat
-model, the visualizer, any need by name; the rest their defaults), so a registered method runs here without
-code of its own; the tabs below name the methods they show.
+are resolved from what the app was started with (``create_app(needs={...})``, by need name) by
+:func:`pictrieve.agents.needs.resolve_needs` (a need not given gets its default), so a registered method runs
+here without code of its own; the tabs below name the methods they show.
 
 Each tab's routes are a router in the tab's module (:mod:`~pictrieve.ui.search`, :mod:`~pictrieve.ui.chat`,
 :mod:`~pictrieve.ui.steer`, :mod:`~pictrieve.ui.ask`, :mod:`~pictrieve.ui.visualize` with NEEDLE's,
@@ -60,6 +60,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from pictrieve.agents.needs import names_of
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import available_methods
 from pictrieve.tools.core.gallery_photos import ChangedPhotoError
@@ -95,32 +96,29 @@ TAB_ROUTERS = (search_router, chat_router, steer_router, ask_router, visualize_r
 def create_app(
     gallery: Any,
     *,
-    llm: Any = None,
+    needs: dict[str, Any] | None = None,
     state_dir: str | Path | None = None,
     max_upload_bytes: int = MAX_UPLOAD_BYTES,
-    plugir_extras: dict[str, Any] | None = None,
-    ask_extras: dict[str, Any] | None = None,
-    ask_context: dict[str, Any] | None = None,
-    visualizer: Any = None,
-    visualize_context: dict[str, Any] | None = None,
-    needle_context: dict[str, Any] | None = None,
-    abandon_after: float = ABANDON_AFTER,
+    settings: dict[str, dict[str, Any]] | None = None,
     extras: dict[str, dict[str, Any]] | None = None,
+    abandon_after: float = ABANDON_AFTER,
     bound: str | None = None,
     allowed_hosts: Sequence[str] = (),
     max_running: int = MAX_RUNNING,
     max_chats: int = MAX_CHATS,
-    needs: dict[str, Any] | None = None,
 ) -> FastAPI:
-    """The app serving ``gallery``; ``llm`` is the chat model (name or object) for PlugIR and Ask.
+    """The app serving ``gallery``.
+
+    Every graph is built from its method's needs, resolved as every front end does
+    (:func:`pictrieve.agents.needs.resolve_needs`) from ``needs``: what the app is started with, by need (and
+    endpoint) name, a name or a ready object each (``{"llm": "openai:m", "base_url": URL, "visualizers":
+    "exemplar:DIR", ...}``, a plugin's own need likewise); a need not given gets its default (``qc2_model``: the
+    model trained for the gallery; without visualizers the Visualize tab says how to add them). ``settings`` are
+    run settings by method name that every run of it starts from (``{"vsa": {"plan_with_llm": False}}``;
+    the page always reviews NEEDLE's guides and results); ``extras`` more builder arguments by method name,
+    which win over the needs. Each model is made once per app.
 
     ``state_dir`` holds the chat sessions' SQLite checkpointer (default: a temporary folder).
-    ``plugir_extras`` go to PlugIR's builder (e.g. ``captioner``); ``ask_extras`` to the Vision Search
-    Assistant's (``search``, ``detector``, ``vlm``; an ``llm`` there replaces the shared one) and
-    ``ask_context`` are its run settings. ``visualizer`` (an object or a name such as
-    ``exemplar:DIR``) makes VisRet's guide images; without one the Visualize tab says how to add one.
-    ``visualize_context`` are VisRet's run settings (e.g. ``image_embedder``), ``needle_context``
-    NEEDLE's (e.g. ``embedders``, ``eta``); the page always reviews NEEDLE's guides and results.
     A job nobody polls for ``abandon_after`` seconds is cancelled; at most ``max_running`` jobs run at
     once (``429`` past that). The app's state is ``app.state.page`` (:class:`~pictrieve.ui.state.PageState`),
     its jobs also ``app.state.jobs``. At most ``max_chats`` chat sessions are kept.
@@ -129,23 +127,14 @@ def create_app(
     name, ``bound`` (the address the server listens on, when it is a specific one) or one of
     ``allowed_hosts``; the API answers only the page's own origin; bodies are JSON (at most 1 MiB) or the
     page's own multipart upload (at most ``max_upload_bytes``); every answer carries the security headers.
-
-    Every graph is built from its method's needs, resolved as every front end does
-    (:func:`pictrieve.agents.needs.resolve_needs`): ``llm`` is the chat model, ``visualizer`` the visualizers
-    need, ``needs`` gives any need by name (a name or an object: a plugin's own, say), and a need not given
-    gets its default (``qc2_model``: the model trained for the gallery). ``extras`` maps a method's name to more
-    builder arguments (``plugir_extras`` and ``ask_extras`` are PlugIR's and VSA's), which win over those.
     """
     app = _GuardedApp(title="pictrieve", docs_url=None, redoc_url=None, openapi_url=None)
     app.guard = lambda inner: PageGuard(inner, bound=bound, allowed_hosts=allowed_hosts, upload_limit=max_upload_bytes)
-    method_extras = {**({"plugir": dict(plugir_extras)} if plugir_extras else {}),
-                     **({"vsa": dict(ask_extras)} if ask_extras else {}), **(extras or {})}
     app.state.page = PageState(
         gallery=gallery, jobs=Jobs(abandon_after=abandon_after, running=max_running),
         state_dir=Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="pictrieve-ui-")),
-        llm=llm, visualizer=visualizer, given_needs={"llm": llm, "visualizers": visualizer, **(needs or {})},
-        method_extras=method_extras, ask_extras=dict(ask_extras or {}), ask_context=dict(ask_context or {}),
-        visualize_context=dict(visualize_context or {}), needle_context=dict(needle_context or {}),
+        given_needs=dict(needs or {}), method_extras={name: dict(kw) for name, kw in (extras or {}).items()},
+        method_settings={name: dict(kw) for name, kw in (settings or {}).items()},
         max_upload_bytes=max_upload_bytes, max_chats=max_chats)
     app.state.jobs = app.state.page.jobs
     _answer_errors(app)
@@ -209,16 +198,17 @@ def page_html() -> HTMLResponse:
 
 @page_router.get("/api/status")
 def status(page: Page) -> dict[str, Any]:
-    gallery, visualizer = page.gallery, page.visualizer
+    gallery, visualizers = page.gallery, names_of(page.need_value("visualizers"))
     names = list(getattr(gallery, "embedder_names", None) or [gallery.embedder_name])
     default = getattr(gallery, "default_embedder", None) or gallery.embedder_name
-    shown_visualizer = visualizer if isinstance(visualizer, str) else getattr(visualizer, "name", None)
+    shown_visualizer = ", ".join(filter(None, (v if isinstance(v, str) else getattr(v, "name", None)
+                                               for v in visualizers))) or None
     return {"count": gallery.count(), "embedder": gallery.embedder_name, "embedders": names,
             "default_embedder": default, "location": str(gallery.location), "methods": available_methods(),
             "index_command": f"pictrieve index PHOTOS --gallery {gallery.location}",
             "visualize": {"methods": visualize_methods(), "visualizer": shown_visualizer,
-                          "about": _visualizer_about(visualizer)},
-            "ask": {"search": _search_name(page.ask_extras.get("search"))},
+                          "about": _visualizer_about(visualizers[0] if visualizers else None)},
+            "ask": {"search": _search_name(page.need_value("search"))},
             "generic": generic_views(page)}
 
 

@@ -94,7 +94,7 @@ def ask_now(page: PageState, form: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         folder.cleanup()
         raise
-    context = dict(page.ask_context)
+    context = page.settings_of("vsa")
     job = page.jobs.start("ask", lambda job: run_ask(job, page.graph("vsa"), question, image, context),
                           cleanup=folder.cleanup)
     return job.view()

@@ -95,7 +95,7 @@ def chat_start_now(page: PageState, body: dict[str, Any]) -> dict[str, Any]:
     description = text(body.get("description"), "the description")
     if not description:
         raise UIError("describe the photo you are looking for first")
-    context = chat_context(body, page.llm)
+    context = chat_context(body, page.need_value("llm"))
     steps = get_method("plugir").step_table()
 
     def work(job: Any) -> dict[str, Any]:
@@ -126,7 +126,7 @@ def chat_reply_now(page: PageState, body: dict[str, Any]) -> dict[str, Any]:
         if not answer:
             raise UIError("type an answer, or click the photo if you see it")
         reply = Command(resume={"answer": answer})
-    context = chat_context(body, page.llm)
+    context = chat_context(body, page.need_value("llm"))
     plugir = page.chat_graph()
     steps = get_method("plugir").step_table()
     with page.chat_lock:

@@ -31,19 +31,13 @@ class PageState:
     jobs: Jobs
     state_dir: Path
     """Holds the chat sessions' SQLite checkpointer."""
-    llm: Any = None
-    """The chat model (a name or an object) for PlugIR and Ask."""
-    visualizer: Any = None
-    """What makes guide pictures (an object or a name such as ``exemplar:DIR``); ``None``: Visualize says how."""
     given_needs: dict[str, Any] = field(default_factory=dict)
-    """What the app was started with, by need name (:data:`pictrieve.agents.needs.NEEDS`): every graph's needs
-    are resolved from it; a need it does not name gets its default."""
+    """What the app was started with, by need (and endpoint) name, a name or a ready object each: every graph's
+    needs are resolved from it; a need it does not name gets its default."""
     method_extras: dict[str, dict[str, Any]] = field(default_factory=dict)
     """More builder arguments by method name (they win over the needs)."""
-    ask_extras: dict[str, Any] = field(default_factory=dict)
-    ask_context: dict[str, Any] = field(default_factory=dict)
-    visualize_context: dict[str, Any] = field(default_factory=dict)
-    needle_context: dict[str, Any] = field(default_factory=dict)
+    method_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Run settings by method name that every run of it on the page starts from."""
     max_upload_bytes: int = 0
     max_chats: int = 0
     graphs: dict[str, Any] = field(default_factory=dict)
@@ -68,8 +62,7 @@ class PageState:
         """``name``'s graph over the gallery: its needs resolved from the app's, then its extras, then ``overrides``."""
         method = get_method(name)
         given = {**self.method_extras.get(name, {}), **overrides}
-        kwargs = resolve_needs(method, self.given_needs, gallery=self.gallery, make=self.make, skip=given,
-                               defaults=False)
+        kwargs = resolve_needs(method, self.given_needs, gallery=self.gallery, make=self.make, skip=given)
         kwargs.update(given)
         return method.build(self.gallery, **kwargs)
 
@@ -96,16 +89,23 @@ class PageState:
             raise UIError(f"{method.name} needs {need.description}: restart with `pictrieve ui --gallery "
                           f"{self.gallery.location} {need.cli_option} {need.example or 'VALUE'}`")
 
-    def require_visualizer(self) -> None:
-        if self.visualizer is None:
-            raise UIError("the Visualize tab needs a visualizer: restart with `pictrieve ui --gallery "
-                          f"{self.gallery.location} --visualizer exemplar:DIR` (DIR: a folder with captions.jsonl)")
+    def need_value(self, name: str) -> Any:
+        """What the app was started with for the need ``name`` (a name or an object; else its default, or ``None``)."""
+        from pictrieve.agents.needs import all_needs
+        from pictrieve.graphs.registry import methods
+
+        need = all_needs(methods()).get(name)
+        return None if need is None else need.value(self.given_needs.get(name))
+
+    def settings_of(self, name: str) -> dict[str, Any]:
+        """The run settings every run of method ``name`` on the page starts from."""
+        return dict(self.method_settings.get(name) or {})
 
     def needle_sessions(self) -> Any:
         """NEEDLE's sessions: one graph (and one in-memory checkpointer) per app, so they live across requests."""
         from pictrieve.ui.needle import NeedleSessions
 
-        self.require_visualizer()
+        self.missing_need(get_method("needle"))
         with self.lock:
             if "needle" not in self.graphs:
                 from pictrieve.graphs.checkpoints import memory_checkpointer

@@ -20,7 +20,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from pictrieve.agents.shown_text import CAPABLE_LLM, may_show
-from pictrieve.graphs.registry import methods
+from pictrieve.graphs.registry import get_method, methods
 from pictrieve.ui.forms import UIError, count, form_or_json, k_value
 from pictrieve.ui.jobs import Job
 from pictrieve.ui.state import PageState, page_state, posted
@@ -115,9 +115,11 @@ def visualize_now(page: PageState, body: dict[str, Any]) -> dict[str, Any]:
     if not query:
         raise UIError("describe what you are looking for")
     guides = count(body.get("guides"), 3, "guide images", 8)
-    page.require_visualizer()  # building it (a model, caption vectors) is the job's first step
+    # no visualizer: one line saying how to start with one (building it, a model and caption vectors, is the job's
+    # first step)
+    page.missing_need(get_method(method))
     if method == "needle":
-        needle_context = {**page.needle_context, "k": k_value(body.get("k"), 24), "guides": guides,
+        needle_context = {**page.settings_of("needle"), "k": k_value(body.get("k"), 24), "guides": guides,
                           "feedback": FEEDBACK}
         topic = str(body.get("topic") or "").strip() or None
 
@@ -126,9 +128,9 @@ def visualize_now(page: PageState, body: dict[str, Any]) -> dict[str, Any]:
             return sessions.start(job, sessions.open(needle_context), query, topic)
 
         return page.jobs.start("needle", start_needle).view()
-    context = {**page.visualize_context, "k": k_value(body.get("k"), 24), "guides": guides}
+    context = {**page.settings_of("visret"), "k": k_value(body.get("k"), 24), "guides": guides}
 
-    rewrites = may_show(page.llm)  # the offline model is no rewriter: the need gives VisRet none, and none is shown
+    rewrites = may_show(page.need_value("llm"))  # the offline model is no rewriter: the need gives VisRet none, and none is shown
 
     def work(job: Any) -> dict[str, Any]:
         return run_visualize(job, page.graph(method), query, context, rewrites=rewrites)

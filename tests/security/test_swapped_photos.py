@@ -72,8 +72,8 @@ def test_the_page_refuses_every_swapped_photo_and_serves_the_kept_one(swapped, t
     from helpers.web_page import serve
     from pictrieve.ui.app import create_app
 
-    app = create_app(swapped.gallery, llm=ScriptedChatModel(questions=["Is it red?"]), state_dir=tmp_path / "state",
-                     plugir_extras={"captioner": None})
+    app = create_app(swapped.gallery, needs={"llm": ScriptedChatModel(questions=["Is it red?"]), "captioner": "none"},
+                     state_dir=tmp_path / "state")
     with serve(app) as url:
         for name in SWAPS:
             started = time.monotonic()
