@@ -13,8 +13,9 @@ guide-image visualizers, a region detector, ...). It carries
 
 :data:`NEEDS` holds the house's needs; a method may declare one of its own (a :class:`Need` in its
 ``needs``, :class:`~pictrieve.agents.method.Method`). The front ends (the command line, the web page, the
-MCP server, the LangGraph server) collect what they were given by need name and call :func:`resolve_needs`;
-none of them names a need or a method.
+MCP server, the LangGraph server) take their need options from these objects
+(:mod:`pictrieve.cli.need_options`), collect what they were given by need name and call :func:`resolve_needs`;
+none of them declares, stores or makes a need itself (a method's own view may read its method's value by name).
 
 >>> from pictrieve.graphs.registry import get_method
 >>> method = get_method("visret")
@@ -119,6 +120,9 @@ class Need:
     """The URL its model is called at, if it calls one (the operator's alone)."""
     example: str = ""
     """An example value (``exemplar:DIR``), for help and error messages."""
+    called: str = ""
+    """What it is called in a sentence (``the chat model``): how the page names an option a visitor cannot set
+    (empty: ``the`` and its name in words)."""
     not_a_choice: tuple[str, ...] = ()
     """Values that do not count as a choice for a method declaring the need optional
     (:attr:`~pictrieve.agents.method.Method.optional`): such a method is given nothing instead."""
@@ -156,6 +160,11 @@ class Need:
             if value is not None and not (callable(value) or isinstance(value, str)):
                 raise NeedDefinitionError(f"need {self.name}: {hook} must be a function or a 'module:function' string")
         object.__setattr__(self, "not_a_choice", tuple(self.not_a_choice))
+
+    @property
+    def spoken(self) -> str:
+        """:attr:`called`, or ``the`` and its name in words."""
+        return self.called or f"the {self.name.replace('_', ' ')}"
 
     @property
     def brought_by_caller(self) -> bool:
@@ -360,24 +369,25 @@ NEEDS: Mapping[str, Need] = MappingProxyType({need.name: need for need in (
     Need("llm", "a chat model (a LangChain BaseChatModel, or a name such as offline or openai:MODEL)",
          _chat_model, env_var="PICTRIEVE_LLM", cli_option="--llm", config_key="llm", default="offline",
          endpoint=Endpoint("base_url", "PICTRIEVE_BASE_URL", "--base-url"), example="openai:MODEL", check=_chat_model_check,
+         called="the chat model",
          not_a_choice=("offline",), too_small="pictrieve.tools.models.chat_models:is_offline_chat_model"),
     Need("visualizers", "what makes guide images of the query: one visualizer or a list (e.g. exemplar:DIR)",
          _visualizer, env_var="PICTRIEVE_VISUALIZER", cli_option="--visualizer", config_key="visualizer",
-         many=True, required=True, example="exemplar:DIR", check=_visualizer_check),
+         many=True, required=True, example="exemplar:DIR", check=_visualizer_check, called="the visualizer"),
     Need("qc2_model", "the QC2 query-completion model trained for the gallery (or the folder it was saved in)",
          _qc2_model, env_var="PICTRIEVE_QC2_MODEL", cli_option="--qc2-model", example="DIR",
-         available=_qc2_model_missing),
+         available=_qc2_model_missing, called="the QC2 model"),
     Need("captioner", "captions for gallery images that have none (a name such as auto, or a Captioner)",
          _as_given, env_var="PICTRIEVE_CAPTIONER", cli_option="--captioner", config_key="captioner", default="auto"),
     Need("vlm", "a vision-language model describing image regions (a name such as offline or openai:MODEL)",
          _region_describer, env_var="PICTRIEVE_VLM", cli_option="--vlm", config_key="vlm", default="offline",
          endpoint=Endpoint("vlm_base_url", "PICTRIEVE_VLM_BASE_URL", "--vlm-base-url"), example="openai:MODEL",
-         check=_region_describer_check),
+         check=_region_describer_check, called="the region describer"),
     Need("detector", "a region detector (a name such as ssd or zeroshot:MODEL, or a Detector)",
          _as_given, env_var="PICTRIEVE_DETECTOR", cli_option="--detector", config_key="detector", default="ssd"),
     Need("search", "a web or local page search (ddgs, local:DIR, or a search backend)",
          _as_given, env_var="PICTRIEVE_SEARCH", cli_option="--search", config_key="search", example="ddgs",
-         check=_search_check),
+         check=_search_check, called="the page search"),
     Need("checkpointer", "pauses with interrupt() for a person: run it with a checkpointer to resume"),
 )})
 """The house's needs by name. Each is passed to a builder as the keyword argument of the same name (except

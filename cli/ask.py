@@ -9,18 +9,13 @@ from typing import Any
 
 import click
 
+from pictrieve.agents.vsa import METHOD as VSA
+from pictrieve.cli.need_options import check_needs, method_need_options
+
 
 @click.command("ask")
 @click.argument("image", required=False, metavar="[IMAGE]")
 @click.argument("question", required=False, metavar="QUESTION")
-@click.option("--search", "search", default=None,
-              help="Where to search: 'ddgs' (DuckDuckGo, needs internet) or local:DIR (a folder of pages). "
-                   "Default: no search, the answer comes from the photo alone.")
-@click.option("--llm", default="offline", show_default=True, help="Chat model: offline, local:DIR, openai:MODEL.")
-@click.option("--base-url", default=None, help="OpenAI-compatible endpoint for openai: models.")
-@click.option("--vlm", default="offline", show_default=True, help="Region describer: offline or openai:MODEL.")
-@click.option("--vlm-base-url", default=None, help="OpenAI-compatible endpoint of the VLM.")
-@click.option("--detector", default="ssd", show_default=True, help="ssd (offline COCO) or zeroshot:MODEL.")
 @click.option("--answerer", type=click.Choice(["auto", "extractive", "llm"]), default="auto", show_default=True,
               help="extractive: quote the best sentences of the pages read with their source numbers (no "
                    "generation); llm: the chat model writes the answer. auto: extractive with the offline 135M "
@@ -31,9 +26,9 @@ import click
 @click.option("-v", "--verbose", is_flag=True,
               help="Also show what each step found (region descriptions, pages read, their answers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
-def ask(image: str | None, question: str, search: str | None, llm: str, base_url: str | None, vlm: str,
-        vlm_base_url: str | None, detector: str, answerer: str, max_plan_turns: int | None, gallery: str | None,
-        verbose: bool, as_json: bool) -> None:
+@method_need_options(VSA)
+def ask(image: str | None, question: str, answerer: str, max_plan_turns: int | None, gallery: str | None,
+        verbose: bool, as_json: bool, needs: dict[str, Any]) -> None:
     """Answer QUESTION about IMAGE from what the photo shows and what a search finds, with sources.
 
     With --gallery and no IMAGE, the photo that best matches QUESTION is found in the gallery first.
@@ -54,37 +49,28 @@ def ask(image: str | None, question: str, search: str | None, llm: str, base_url
         from pictrieve.tools.core.images import load_image
 
         load_image(image)  # a bad photo is one line (ImageDecodeError), before any model loads
-    from pictrieve.tools.models.llm_calls import check_endpoint
-
-    check_endpoint(llm, base_url)  # a dead or refusing endpoint is one line now, not after the regions
-    check_endpoint(vlm, vlm_base_url, option="--vlm", base_option="--vlm-base-url")
-    if search:  # a misspelt name, a missing folder or extra: now, not after the photo is analysed
-        from pictrieve.tools.web.search import check_search_name
-
-        check_search_name(search)
+    # a dead or refusing endpoint, a misspelt name, a missing folder or extra: now, not after the photo is analysed
+    check_needs(needs, methods=[VSA])
     # Importing the graph (LangGraph), opening a gallery and making the chat model take seconds: say so first.
     click.echo(f"[{time.perf_counter() - start:6.1f}s] loading the Vision Search Assistant ...", err=True)
+    from pictrieve.agents.needs import resolve_needs
     from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
-    from pictrieve.graphs.vsa import build_vsa_graph
     from pictrieve.tools.core.model_cache import announcing_model_loads
-    from pictrieve.tools.models.chat_models import create_chat_model
-    from pictrieve.tools.models.vlm import create_region_captioner
 
     index = None
     if image is None:
         from pictrieve.vectorstore.gallery import Gallery
 
         index = Gallery.open(gallery, create=False)
-    chat = create_chat_model(llm, base_url=base_url, **({"max_tokens": 160, "temperature": 0.0} if llm == "offline" else {}))
-    graph = build_vsa_graph(index, llm=chat, vlm=create_region_captioner(vlm, base_url=vlm_base_url),
-                                      detector=detector, search=search)
+    built = resolve_needs(VSA, needs, gallery=index)
+    graph = VSA.build(index, **built)
     inputs: dict[str, Any] = {"question": question, **({"image": image} if image else {})}
     # with the offline 135M model the graph skips its optional LLM steps (plan, rewrites) by itself
     context: dict[str, Any] = {"answerer": answerer}
     if answerer == "llm":  # before any step runs: the small model's words would be the answer
         from pictrieve.agents.vsa.nodes import refuse_small_answerer
 
-        refuse_small_answerer(chat)
+        refuse_small_answerer(built.get("llm"))
     if max_plan_turns is not None:
         context["max_plan_turns"] = max_plan_turns
 

@@ -7,10 +7,13 @@ from typing import Any
 
 import click
 
+from pictrieve.agents.needle import METHOD as NEEDLE
+from pictrieve.agents.visret import METHOD as VISRET
+from pictrieve.cli.need_options import method_need_options
+
 _common = [
     click.argument("folder", type=click.Path(exists=True, file_okay=False), metavar="DIR"),
-    click.option("--visualizer", "visualizers", multiple=True, required=True, metavar="NAME",
-                 help="Guide images, e.g. exemplar:/path/to/another/captioned-folder (never DIR itself)."),
+    method_need_options(VISRET, collect=False, required_only=True),  # --visualizer (repeatable, never DIR itself)
     click.option("--queries", type=click.IntRange(min=1), default=None,
                  help="Evaluate this many photos (first caption of each, seeded sample); default: all."),
     click.option("--gallery", "-g", default=None, metavar="PATH", help="Keep the evaluation index here."),
@@ -104,8 +107,7 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
 
 @click.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False), metavar="DIR")
-@click.option("--visualizer", "visualizers", multiple=True, required=True, metavar="NAME",
-              help="Guide images, e.g. exemplar:/path/to/another/captioned-folder (never DIR itself).")
+@method_need_options(NEEDLE, collect=False, required_only=True)  # --visualizer (repeatable, never DIR itself)
 @click.option("--embedder", "-e", "embedders", multiple=True,
               default=("efficientnet-lite0", "offline", "offline-labels"), show_default=True,
               help="The real embedders NEEDLE ranks with.")

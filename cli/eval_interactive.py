@@ -6,6 +6,9 @@ import json
 
 import click
 
+from pictrieve.agents.plugir import METHOD as PLUGIR
+from pictrieve.cli.need_options import method_need_options
+
 
 @click.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False), metavar="DIR")
@@ -18,9 +21,6 @@ import click
               help="Simulated user: 'captions' answers yes, no or an option from the target's other captions, "
               "no LLM; 'free' also says in words what one of those captions says, as people do; "
               "'llm' has --llm read them.")
-@click.option("--llm", default="offline", show_default=True, metavar="NAME",
-              help="Questioner/reformulator/filter LLM and simulated user ('openai:<model>' too).")
-@click.option("--base-url", default=None, metavar="URL", help="OpenAI-compatible endpoint.")
 @click.option("--embedder", "-e", default=None, metavar="NAME", help="Embedder (default: offline).")
 @click.option("--gallery", "-g", default=None, metavar="PATH",
               help="Where to keep the index (default: a cache folder; re-runs skip indexing).")
@@ -33,9 +33,6 @@ import click
 @click.option("--uncaptioned", is_flag=True,
               help="Search DIR as if its photos had no captions (as a user's own photos): candidates are "
               "described by --captioner; the simulated user still answers from the human captions.")
-@click.option("--captioner", default="auto", show_default=True, metavar="NAME",
-              help="With --uncaptioned: 'auto' (= 'tags', zero-shot words in the embedder's space), 'offline' "
-              "(ImageNet classes), 'none' (file names), or a BLIP model.")
 @click.option("--set", "extra", multiple=True, metavar="NAME=VALUE",
               help="Any other PlugIR run setting, e.g. --set deny_weight=0.05 --set question_temperature=0.02 "
               "(numbers are read as numbers).")
@@ -44,6 +41,7 @@ import click
 @click.option("--dialogues", default=None, type=click.Path(dir_okay=False),
               help="Write every dialogue, query and rank as JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@method_need_options(PLUGIR, collect=False)
 def interactive(folder: str, targets: int, rounds: int, arms: str, user: str, llm: str, base_url: str | None,
                 embedder: str | None, gallery: str | None, top_n: int | None, questions: int,
                 filter_attempts: int, reformulation_tokens: int, uncaptioned: bool, captioner: str,

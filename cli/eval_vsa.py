@@ -35,6 +35,9 @@ from typing import Any
 
 import click
 
+from pictrieve.agents.vsa import METHOD as VSA
+from pictrieve.cli.need_options import check_needs, method_need_options
+
 _STOP = {"the", "and", "for", "was", "are", "is", "its", "with", "from", "that", "this", "about", "into", "than",
          "has", "have", "had", "a", "an", "of", "in", "to", "on", "at", "by", "or", "be", "it"}
 
@@ -99,27 +102,28 @@ def score_row(row: dict[str, Any], out: dict[str, Any], verdict: bool | None) ->
 @click.command("vsa")
 @click.argument("root", type=click.Path(exists=True, file_okay=False))
 @click.option("--questions", required=True, type=click.Path(exists=True, dir_okay=False), help="JSONL question set.")
-@click.option("--search", required=True, help="ddgs or local:DIR.")
-@click.option("--llm", default="offline", show_default=True)
 @click.option("--answerer", type=click.Choice(["auto", "extractive", "llm"]), default="auto", show_default=True,
               help="auto: extractive (quoted page sentences) with the offline 135M model, llm otherwise.")
 @click.option("--judge-llm", default=None, help="Judge model (default: --llm; 'none' skips the judge).")
-@click.option("--base-url", default=None)
 @click.option("--limit", type=int, default=None, help="Only the first N questions.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write per-question JSONL here.")
-def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, judge_llm: str | None,
-             base_url: str | None, limit: int | None, out_path: str | None) -> None:
+@method_need_options(VSA, also_required=("search",))
+def vsa_eval(root: str, questions: str, answerer: str, judge_llm: str | None, limit: int | None,
+             out_path: str | None, needs: dict[str, Any]) -> None:
     """Key-term match, LLM-judge accuracy, citation precision and source recall; cost per node."""
     from pictrieve.agents.judge import judge_answer
-    from pictrieve.graphs.vsa import build_vsa_graph
+    from pictrieve.agents.needs import resolve_needs
     from pictrieve.tools.models.chat_models import create_chat_model
 
+    check_needs(needs, methods=[VSA])  # a misspelt search, a dead endpoint: one line before the first question
     rows = [json.loads(line) for line in Path(questions).read_text().splitlines() if line.strip()][:limit]
-    offline = {"max_tokens": 160, "temperature": 0.0}
-    chat = create_chat_model(llm, base_url=base_url, **(offline if llm == "offline" else {}))
-    grader = None if (judge_llm or "").lower() == "none" else (
-        chat if not judge_llm else create_chat_model(judge_llm, base_url=base_url))
-    graph = build_vsa_graph(None, llm=chat, search=search)
+    built = resolve_needs(VSA, needs)
+    chat = built["llm"]
+    # the judge is the evaluation's own model (default: the method's); the offline one judges greedily
+    judge = judge_llm or needs.get("llm") or "offline"
+    grader = None if judge.lower() == "none" else create_chat_model(
+        judge, base_url=needs.get("base_url"), **({"max_tokens": 160, "temperature": 0.0} if judge == "offline" else {}))
+    graph = VSA.build(None, **built)
     # with the offline 135M model the graph skips its optional LLM steps (plan, rewrites) by itself
     context: dict[str, Any] = {"answerer": answerer}
     if answerer == "llm":  # before any step runs: the small model's words would be the answer
@@ -151,7 +155,7 @@ def vsa_eval(root: str, questions: str, search: str, llm: str, answerer: str, ju
         "key_term_match": round(sum(r["key_term_match"] for r in scored if r.get("answerable", True))
                                 / max(sum(r.get("answerable", True) for r in scored), 1), 3),
         "judge_accuracy": round(sum(judged) / len(judged), 3) if judged else None,
-        "judge": None if grader is None else (judge_llm or llm),
+        "judge": None if grader is None else judge,
         "citation_precision": round(sum(r["cited_required"] for r in scored) / cited, 3) if cited else None,
         "answers_citing_something": round(sum(r["cited"] > 0 for r in scored) / n, 3),
         "dropped_citations": sum(r["dropped_citations"] for r in scored),

@@ -27,17 +27,29 @@ OWN_NEEDS = "own_needs"
 """The parameter ``--need NAME=VALUE`` fills."""
 
 
+class _Names(click.ParamType):
+    """A repeated need's value: from its environment variable, names separated by commas (as ``--allow``
+    takes them and the served graphs read it), so a folder with spaces stays one name."""
+
+    name = "NAME"
+    envvar_list_splitter = ","
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return value.strip() if isinstance(value, str) else value
+
+
 def _metavar(need: Any) -> str:
     example = need.example or ""
     return example if example.isupper() else "NAME"
 
 
 def need_option_list(needs: Iterable[Any], *, defaults: bool = False, environ: bool = False,
-                     required: Iterable[str] = ()) -> list[Callable[[Any], Any]]:
+                     required: Iterable[str] = (), say_default: bool = False) -> list[Callable[[Any], Any]]:
     """One click option per need that has one (and per endpoint), each named by the need: ``dest`` is the need's
     name (the endpoint's key). ``defaults``: the need's default is the option's, shown; else ``None`` (the
-    builder's or the server's own). ``environ``: the option reads the need's environment variable too (a
-    server's operator sets it either way). ``required``: the needs the command cannot run without."""
+    builder's or the server's own; ``say_default``: the help says the need's default, which the server uses).
+    ``environ``: the option reads the need's environment variable too (a server's operator sets it either way).
+    ``required``: the needs the command cannot run without."""
     must = set(required)
     options = []
     for need in needs:
@@ -45,9 +57,10 @@ def need_option_list(needs: Iterable[Any], *, defaults: bool = False, environ: b
             continue
         example = f", e.g. {need.cli_option} {need.example}" if need.example else ""
         default = need.default if defaults else None
-        said = "" if defaults or need.default is None else f" (default: {need.default})"
+        said = f" (default: {need.default})" if say_default and not defaults and need.default is not None else ""
         options.append(click.option(
-            need.cli_option, need.name, multiple=need.many, default=default, show_default=default is not None,
+            need.cli_option, need.name, multiple=need.many, type=_Names() if need.many else None,
+            default=default, show_default=default is not None,
             metavar=_metavar(need), required=need.name in must,
             envvar=need.env_var if environ else None, show_envvar=bool(environ and need.env_var),
             help=f"{need.description[:1].upper()}{need.description[1:]}{example}{said}"
@@ -75,15 +88,19 @@ def need_options(*, environ: bool = False) -> Callable[[Any], Any]:
     option also reads its need's environment variable."""
     from pictrieve.agents.needs import NEEDS
 
-    return _collecting(list(NEEDS.values()), need_option_list(NEEDS.values(), environ=environ), own=True)
+    options = need_option_list(NEEDS.values(), environ=environ, say_default=True)
+    return _collecting(list(NEEDS.values()), options, own=True)
 
 
-def method_need_options(method: Any, *, collect: bool = True) -> Callable[[Any], Any]:
+def method_need_options(method: Any, *, collect: bool = True, required_only: bool = False,
+                        also_required: Iterable[str] = ()) -> Callable[[Any], Any]:
     """Decorator: the options of ``method``'s needs (a :class:`~pictrieve.agents.method.Method`), each with the
-    need's default, a need it cannot run without required. The function gets ``needs`` (as
-    :func:`need_options`), or with ``collect=False`` each value as a keyword argument of the need's name."""
-    needs = method.need_specs()
-    required = [need.name for need in needs if need.required and need.name not in method.optional]
+    need's default, a need it cannot run without required (``required_only``: those alone; ``also_required``:
+    needs the command itself cannot run without, an evaluation's page search say). The function gets ``needs``
+    (as :func:`need_options`), or with ``collect=False`` each value as a keyword argument of the need's name."""
+    required = [need.name for need in method.need_specs()
+                if (need.required and need.name not in method.optional) or need.name in set(also_required)]
+    needs = [need for need in method.need_specs() if need.name in required or not required_only]
     options = need_option_list(needs, defaults=True, required=required)
     if collect:
         return _collecting(needs, options, own=False)

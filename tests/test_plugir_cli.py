@@ -7,6 +7,7 @@ from click.testing import CliRunner
 from helpers.plugir_fakes import ScriptedChatModel
 
 from pictrieve.cli.chat import chat
+from pictrieve.tools.models.chat_models import create_chat_model as REAL_CREATE_CHAT_MODEL
 
 QUESTIONS = ["What color is the dog?", "Where is the dog running?", "Is the dog alone?"]
 
@@ -76,7 +77,9 @@ def test_the_bundled_model_gets_the_offline_questioner_and_is_never_loaded(fakes
     def no_llm(*args, **kwargs):
         raise AssertionError("the offline arm must not load a language model")
 
-    monkeypatch.setattr("pictrieve.tools.models.chat_models.create_chat_model", no_llm)
+    # the bundled model itself (the fixture's is scripted), made as its need makes it; its weights never load
+    monkeypatch.setattr("pictrieve.tools.models.chat_models.create_chat_model", REAL_CREATE_CHAT_MODEL)
+    monkeypatch.setattr("pictrieve.tools.models.causal_lm.shared_causal_lm", no_llm)
     result = run(["a dog in the snow", "--arm", "auto", "--rounds", "2"], "yes\nno\n", tmp_path)
     assert result.exit_code == 0, result.output
     assert "Q1: " in result.output and "Q2: " in result.output and "Question budget spent" in result.output

@@ -98,12 +98,12 @@ def test_errors_are_one_readable_line(client):
 
 
 def test_chat_with_the_offline_model_asks_offline_questions_without_loading_it(gallery, tmp_path, monkeypatch):
-    import pictrieve.tools.models.chat_models as chat_models
+    import pictrieve.tools.models.causal_lm as causal_lm
 
     def no_llm(*args, **kwargs):
         raise AssertionError("the offline chat must not load a language model")
 
-    monkeypatch.setattr(chat_models, "create_chat_model", no_llm)
+    monkeypatch.setattr(causal_lm, "shared_causal_lm", no_llm)  # the model's object is made, its weights never load
     app = create_app(gallery, needs={"llm": None, "captioner": "none"}, state_dir=tmp_path / "state")
     client = page_client(app, raise_server_exceptions=False)
     view = chat_step(client, client.post("/api/chat/start", json={"description": "a square"}))

@@ -280,19 +280,19 @@ class _GuardedApp(FastAPI):
         return self.guard(stack) if self.guard is not None else stack
 
 
-def _visualizer_about(visualizer: Any) -> str:
+def _visualizer_about(made: Any) -> str:
     """What the configured visualizer's images are, said without building it (no model loads)."""
-    if visualizer is None:
+    if made is None:
         return ""
-    if not isinstance(visualizer, str):
-        return "generated images" if getattr(visualizer, "generates", True) else "found photos, not generated"
+    if not isinstance(made, str):
+        return "generated images" if getattr(made, "generates", True) else "found photos, not generated"
     from pictrieve.tools.models.visualizers import VISUALIZERS
 
-    family = visualizer.partition(":")[0]
+    family = made.partition(":")[0]
     return next((e.description for e in VISUALIZERS.entries() if e.family == family), "")
 
 
-def _search_name(search: Any) -> str | None:
-    if search is None or isinstance(search, str):
-        return search
-    return str(getattr(search, "name", type(search).__name__))
+def _search_name(backend: Any) -> str | None:
+    if backend is None or isinstance(backend, str):
+        return backend
+    return str(getattr(backend, "name", type(backend).__name__))

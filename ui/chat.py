@@ -154,11 +154,11 @@ def chat_get(thread: str, page: Annotated[PageState, Depends(page_state)]) -> di
     return {**chat_view(page.chat_graph(), thread), "working": thread in page.chats_working}
 
 
-def chat_context(body: dict[str, Any], llm: Any = None) -> dict[str, Any]:
+def chat_context(body: dict[str, Any], chat_model: Any = None) -> dict[str, Any]:
     """A chat's run settings from the page: ``shown_k`` and the ``arm`` (default: the chat model's)."""
     from pictrieve.agents.plugir.settings import ARMS, default_arm
 
-    arm = body.get("arm") if body.get("arm") in ARMS else default_arm(llm)
+    arm = body.get("arm") if body.get("arm") in ARMS else default_arm(chat_model)
     return {"shown_k": k_value(body.get("shown_k"), 10), "arm": arm}
 
 

@@ -25,13 +25,20 @@ class UIError(PictrieveError, ValueError):
     """A request the page made that cannot be served as given; the message is shown on the page."""
 
 
-OPTION_WORDS = {
-    "--llm": "the chat model", "--base-url": "the chat model's address", "--vlm": "the region describer",
-    "--vlm-base-url": "the region describer's address", "--search": "the page search",
-    "--visualizer": "the visualizer", "--detector": "the detector", "--captioner": "the captioner",
-    "--qc2-model": "the QC2 model", "--embedder": "the embedder", "--gallery": "the gallery",
-}
-"""What a command-line option of the server sets, in words a page's visitor reads."""
+def option_words() -> dict[str, str]:
+    """What a command-line option of the server sets, in words a page's visitor reads: each need's option (its
+    :attr:`~pictrieve.agents.needs.Need.spoken` name) and its endpoint's, and the gallery's."""
+    from pictrieve.agents.needs import NEEDS
+
+    words = {"--embedder": "the embedder", "--gallery": "the gallery"}
+    for need in NEEDS.values():
+        if need.cli_option:
+            words[need.cli_option] = need.spoken
+        if need.endpoint is not None:
+            words[need.endpoint.cli_option] = f"{need.spoken}'s address"
+    return words
+
+
 _OPTION = re.compile(r"`?(?<![\w-])(--[a-z][a-z0-9-]*)(?:[ =](?:[a-z_]+:[^\s,;)`]*|[A-Z][A-Z_]+))?`?")
 
 
@@ -43,8 +50,9 @@ def page_message(exc: BaseException) -> str:
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     if isinstance(exc, UIError) or not _OPTION.search(text):
         return text or type(exc).__name__
-    named = list(dict.fromkeys(OPTION_WORDS.get(m.group(1), "its settings") for m in _OPTION.finditer(text)))
-    worded = _OPTION.sub(lambda m: OPTION_WORDS.get(m.group(1), "the server's settings"), text).rstrip(" .")
+    words = option_words()
+    named = list(dict.fromkeys(words.get(m.group(1), "its settings") for m in _OPTION.finditer(text)))
+    worded = _OPTION.sub(lambda m: words.get(m.group(1), "the server's settings"), text).rstrip(" .")
     worded = re.sub(r"\b(model|describer) model\b", r"\1", worded)  # "--llm model 'x'": the chat model 'x'
     return (f"{worded}. This page cannot change {' or '.join(named)}: try again later, or ask whoever started it "
             "to restart `pictrieve ui` with another setting")
