@@ -78,10 +78,11 @@ def build(workdir: Path, views: tuple[str, ...] = VIEWS):
     (reference / "captions.jsonl").write_text("\n".join(lines) + "\n")
     llm = create_chat_model("offline", max_tokens=160, temperature=0.0)
     app = create_app(
-        gallery, llm=llm, state_dir=workdir / "state", plugir_extras={"captioner": "auto"},
-        ask_extras={"search": f"local:{pages}", "detector": "ssd", "vlm": create_region_captioner("offline")},
-        visualizer=create_visualizer(f"exemplar:{reference}", cache_dir=workdir / "exemplar"),
-        visualize_context={"image_embedder": IMAGE_EMBEDDER},
+        gallery, state_dir=workdir / "state",
+        needs={"llm": llm, "captioner": "auto", "search": f"local:{pages}", "detector": "ssd",
+               "vlm": create_region_captioner("offline"),
+               "visualizers": create_visualizer(f"exemplar:{reference}", cache_dir=workdir / "exemplar")},
+        settings={"visret": {"image_embedder": IMAGE_EMBEDDER}},
     )
     return app, workdir / "photos"
 
