@@ -331,7 +331,27 @@ def create_tile_collections(gallery: "Gallery", plan: TilePlan) -> list[Any]:
 
 EMBED_CHUNK = 4
 """Tiles embedded per call: each call is followed by a progress note, so a slow embedder is never silent for long
-(`offline-labels:detect` runs the SSD detector per tile: about a second a tile on a loaded 2-core machine)."""
+(about a second a tile with `offline-labels:detect` on a loaded 2-core machine). Calls take tiles across photos;
+larger ones measured no faster per tile on ONNX Runtime's CPU trunk (BENCHMARKS.md, `pictrieve tile`)."""
+
+
+@dataclass
+class _Photo:
+    """A photo being tiled: its target, pixels, and the boxes of its tiles other than the whole photo."""
+
+    target: TileTarget
+    image: Image.Image
+    boxes: list[Box]
+
+
+def prepare_tiles(embedder: Any, photos: Sequence[tuple[Image.Image, Sequence[Box]]]) -> list[list[Any]]:
+    """Each photo's tiles (``(photo, boxes)``) made ready for ``embedder.embed_preprocessed``: by the embedder's
+    ``preprocess_tiles`` when it has one (it shares work between the tiles of a photo, e.g. ``offline-labels:detect``
+    finds objects once per photo), else by ``preprocess`` of each cropped tile."""
+    shared = getattr(embedder, "preprocess_tiles", None)
+    if shared is not None:
+        return shared(photos)
+    return [[embedder.preprocess(image.crop(box)) for box in boxes] for image, boxes in photos]
 
 
 def tile_images(
@@ -341,38 +361,45 @@ def tile_images(
     """Tile ``targets`` once and, for each view (one per embedder) that needs an image's tiles, embed
     its tiles and write them to that view's tile ``collections`` entry; return what was done (only
     ``tiled``, ``tiles`` and ``failed`` are filled). Unreadable images are reported, not fatal.
-    ``on_progress(note)`` hears each image split and each :data:`EMBED_CHUNK` tiles embedded."""
+    ``on_progress(note)`` hears each image split and each :data:`EMBED_CHUNK` tiles embedded.
+
+    Each embedder call takes the next :data:`EMBED_CHUNK` tiles whatever photos they come from, and prepares the
+    photos they start (:func:`prepare_tiles`, one call for those photos), so a photo's shared work is done once."""
     from pictrieve.tools.core.images import ImageDecodeError, load_image
 
     note = on_progress or (lambda text: None)
     report = TileReport()
-    crops: list[tuple[str, int, Box, Image.Image]] = []
-    readable: list[TileTarget] = []
+    photos: list[_Photo] = []
     for number, target in enumerate(targets, start=1):
         try:
             image = load_image(target.path)
         except (ImageDecodeError, OSError) as exc:
             report.failed.append((target.path, str(exc)))
             continue
-        readable.append(target)
         boxes = [b for b in smart_tiles(image, settings) if b != (0, 0, *image.size)]
-        crops.extend((target.id, n, box, image.crop(box)) for n, box in enumerate(boxes, start=1))
+        photos.append(_Photo(target, image, boxes))
         note(f"split {number}/{len(targets)} photos into tiles")
     for view, collection in zip(views, collections):
         name = view.embedder_name
-        whole = [target for target in readable if name in target.embedders]
+        whole = [photo for photo in photos if name in photo.target.embedders]
         if not whole:
             continue
-        wanted_ids = {target.id for target in whole}
-        wanted = [c for c in crops if c[0] in wanted_ids]
-        ids = [f"{target.id}#0" for target in whole] + [f"{c[0]}#{c[1]}" for c in wanted]
-        vectors = [view.embeddings([target.id for target in whole])]
-        for start in range(0, len(wanted), EMBED_CHUNK):
-            chunk = wanted[start : start + EMBED_CHUNK]
-            vectors.append(view.embedder.embed_preprocessed([view.embedder.preprocess(c[3]) for c in chunk]))
-            note(f"{name}: embedded {start + len(chunk)}/{len(wanted)} tiles")
-        metadatas = [{"parent": target.id, "tile": 0, "box": ""} for target in whole] + [
-            {"parent": c[0], "tile": c[1], "box": ",".join(map(str, c[2]))} for c in wanted
+        tiles = [(index, n) for index, photo in enumerate(whole) for n in range(1, len(photo.boxes) + 1)]
+        vectors = [view.embeddings([photo.target.id for photo in whole])]
+        prepared: dict[int, list[Any]] = {}
+        for start in range(0, len(tiles), EMBED_CHUNK):
+            chunk = tiles[start : start + EMBED_CHUNK]
+            starting = sorted({index for index, _ in chunk} - set(prepared))
+            ready = prepare_tiles(view.embedder, [(whole[i].image, whole[i].boxes) for i in starting])
+            prepared.update(zip(starting, ready))
+            vectors.append(view.embedder.embed_preprocessed([prepared[index][n - 1] for index, n in chunk]))
+            for index in {index for index, n in chunk if n == len(whole[index].boxes)}:
+                del prepared[index]  # its last tile is embedded
+            note(f"{name}: embedded {start + len(chunk)}/{len(tiles)} tiles")
+        ids = [f"{photo.target.id}#0" for photo in whole] + [f"{whole[i].target.id}#{n}" for i, n in tiles]
+        metadatas = [{"parent": photo.target.id, "tile": 0, "box": ""} for photo in whole] + [
+            {"parent": whole[i].target.id, "tile": n, "box": ",".join(map(str, whole[i].boxes[n - 1]))}
+            for i, n in tiles
         ]
         # Tile rows go in before the whole-image rows that mark an image as done.
         order = list(range(len(whole), len(ids))) + list(range(len(whole)))

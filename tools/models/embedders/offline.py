@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     import torch
 
 IMAGE_SIZE = 224  # the classifier's input side (imagenet_classifier.IMAGE_SIZE)
+Box = tuple[int, int, int, int]  # (left, top, right, bottom) in pixels, as vectorstore.tiles names it
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ class OfflineInput:
     crops: "torch.Tensor"  # (n_crops, 3, 224, 224), classifier-normalised
     detector_pixels: np.ndarray | None = None  # 300x300 RGB uint8 when the recipe detects
     size: tuple[int, int] = (0, 0)  # (width, height) of the original image
+    objects: list[Detection] | None = None
+    """Objects found beforehand (:meth:`OfflineEmbedder.preprocess_tiles`): the detector is not run on this input."""
 
 
 @dataclass
@@ -157,6 +160,33 @@ class OfflineEmbedder(PackagedBackbone, EmbedderBase):
         pixels = ObjectDetector.preprocess(image) if self.recipe.detect else None
         return OfflineInput(crops=crops, detector_pixels=pixels, size=image.size)
 
+    def preprocess_tiles(self, photos: Sequence[tuple[Image.Image, Sequence[Box]]]) -> list[list[OfflineInput]]:
+        """The inputs for tiles of several photos (``(photo, boxes in its pixels)`` each), sharing work between the
+        tiles of one photo: with the detector, objects are found once per photo (one forward pass for all the
+        photos) and a tile counts those that lie mostly in it (:func:`objects_in_tile`), where :meth:`preprocess` of
+        each tile would run the detector once per tile (most of ``pictrieve tile``'s time, about a second a tile on
+        a loaded 2-core machine). Deliberate difference: the detector sees the photo at its 300x300 input, not each
+        tile enlarged to it, so an object too small to be found in the whole photo is not counted in its tile."""
+        photos = [(image.convert("RGB"), list(boxes)) for image, boxes in photos]
+        found: list[list[Detection]] = [[] for _ in photos]
+        if self.recipe.detect:
+            assert self.detector is not None
+            relative = self.detector.detect_preprocessed([ObjectDetector.preprocess(image) for image, _ in photos],
+                                                         min_score=self.recipe.detector_min_score)
+            found = [[in_pixels(d, image.size) for d in dets] for dets, (image, _) in zip(relative, photos)]
+        import torch
+
+        prepared = []
+        for (image, boxes), objects in zip(photos, found):
+            tiles = []
+            for box in boxes:
+                tile = image.crop(box)
+                crops = torch.stack([_crop(tile, where) for where in self.recipe.crops])
+                inside = objects_in_tile(objects, box) if self.recipe.detect else None
+                tiles.append(OfflineInput(crops=crops, size=tile.size, objects=inside))
+            prepared.append(tiles)
+        return prepared
+
     def embed_preprocessed(self, batch: Sequence[OfflineInput]) -> np.ndarray:
         if not batch:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -164,7 +194,9 @@ class OfflineEmbedder(PackagedBackbone, EmbedderBase):
         per_crop = self._class_mixture(crop_probs.reshape(-1, crop_probs.shape[-1]))
         vectors = l2_normalize(per_crop.reshape(len(batch), -1, self.dim).mean(axis=1))
         if self.detector is not None:
-            phrases = [count_phrase(d.label for d in dets) for dets in self._detect(batch)]
+            unseen = iter(self._detect([item for item in batch if item.objects is None]))
+            found = [item.objects if item.objects is not None else next(unseen) for item in batch]
+            phrases = [count_phrase(d.label for d in dets) for dets in found]
             objects = self.encoder.encode([f"a photo of {p}" if p else "a photo" for p in phrases])
             vectors = vectors + self.recipe.detector_weight * l2_normalize(objects - self.description_mean)
         return l2_normalize(vectors)
@@ -238,6 +270,22 @@ _PLURALS = {
     "wine glass": "wine glasses", "sports ball": "balls", "dining table": "tables",
 }
 _SINGULAR = {"sports ball": "ball", "dining table": "table"}
+
+
+def objects_in_tile(objects: Sequence[Detection], tile: Box) -> list[Detection]:
+    """The ``objects`` (boxes in the photo's pixels) that belong to the ``tile`` box: at least half of the object's
+    box lies in the tile, or the object covers at least half of the tile (a large subject split between tiles
+    counts in each tile it fills, as a detector run on each tile would find it)."""
+    left, top, right, bottom = tile
+    tile_area = max(1e-9, (right - left) * (bottom - top))
+    inside = []
+    for found in objects:
+        x0, y0, x1, y1 = found.box
+        overlap = max(0.0, min(x1, right) - max(x0, left)) * max(0.0, min(y1, bottom) - max(y0, top))
+        area = max(1e-9, (x1 - x0) * (y1 - y0))
+        if overlap >= 0.5 * area or overlap >= 0.5 * tile_area:
+            inside.append(found)
+    return inside
 
 
 def count_phrase(labels) -> str:
