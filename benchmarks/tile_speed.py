@@ -38,6 +38,7 @@ def run_timed(command: list[str], env: dict[str, str]) -> dict[str, float]:
     started = time.perf_counter()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stamps: list[float] = [started]
+    said: list[str] = ["(start)"]
     tail: list[bytes] = []
 
     def read_stderr() -> None:
@@ -45,6 +46,7 @@ def run_timed(command: list[str], env: dict[str, str]) -> dict[str, float]:
         while chunk := process.stderr.read1(4096):
             updates = chunk.count(b"\r") + chunk.count(b"\n")
             stamps.extend([time.perf_counter()] * updates)
+            said.extend([chunk.decode(errors="replace").strip()[-90:]] * updates)
             tail[:] = (tail + [chunk])[-20:]
 
     reader = threading.Thread(target=read_stderr)
@@ -57,9 +59,11 @@ def run_timed(command: list[str], env: dict[str, str]) -> dict[str, float]:
         raise SystemExit(f"{' '.join(command)} failed: {b''.join(tail).decode(errors='replace')[-2000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     gaps = [b - a for a, b in zip(stamps, stamps[1:] + [ended])]
+    widest = max(range(len(gaps)), key=gaps.__getitem__)
     return {"wall_s": round(ended - started, 1),
             "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
             "updates": len(stamps) - 1, "longest_silence_s": round(max(gaps), 1),
+            "silence_after": said[widest], "silence_at_s": round(stamps[widest] - started, 1),
             "stdout": out.decode(errors="replace").strip().splitlines()[-4:]}
 
 
@@ -104,11 +108,11 @@ def main() -> None:
             (photos / path.name).symlink_to(path.resolve())
     env = dict(os.environ, OMP_NUM_THREADS="1")
     gallery = args.work / "gallery"
-    last = list(sides.values())[-1]
+    first, last = list(sides.values())[0], list(sides.values())[-1]
     if not gallery.exists():
         embedders = [flag for name in EMBEDDERS for flag in ("-e", name)]
         subprocess.run([sys.executable, "-m", "pictrieve.cli.main", "index", str(photos), "-g", str(gallery),
-                        *embedders], env=dict(env, PYTHONPATH=last), check=True, capture_output=True)
+                        *embedders], env=dict(env, PYTHONPATH=first), check=True, capture_output=True)
     runs: dict[str, list[dict]] = {name: [] for name in sides}
     for round_ in range(args.rounds):
         for name, code in sides.items():

@@ -32,6 +32,7 @@ def tile(gallery: str, embedders: tuple[str, ...], max_objects: int, min_fractio
     embedding per tile (a few per image); an interrupted run resumes where it stopped. With
     --engine ray the tiles are made by a Ray Data pool of workers (see `pictrieve index --help`).
     """
+    say(f"opening {gallery} ...")  # Chroma's import and the first look take seconds on a busy machine
     from pictrieve.vectorstore.gallery import Gallery
     from pictrieve.vectorstore.tiles import index_tiles
 
@@ -47,6 +48,7 @@ def tile(gallery: str, embedders: tuple[str, ...], max_objects: int, min_fractio
 
         report = tile_on_ray(store, options, list(embedders) or None, settings, limit=limit, say=say)
     else:
+        say("finding the photos still to tile ...")
         report = index_tiles(store, list(embedders) or None, settings, batch_size=batch_size, limit=limit)
     for name in sorted(report.tiles):
         click.echo(f"{name}: tiled {report.tiled[name]} images into {report.tiles[name]} tiles (whole images included)")

@@ -301,6 +301,40 @@ def test_tiling_says_each_photo_split_and_every_few_tiles_embedded(needle_galler
         assert sink.rows == report.tiles[view.embedder_name]
 
 
+def test_tiles_embedded_across_photos_equal_each_tile_embedded_alone(needle_gallery, isolated_cache, monkeypatch):
+    """Issue 40: embedder calls take tiles across photos (and a photo's shared work is done once); a tile's vector
+    is still its own crop's, whatever call it went in and in whatever order, and every tile lands under its id."""
+    from pictrieve.tools.core.images import load_image
+    from pictrieve.vectorstore import tiles
+
+    gallery, _, _ = needle_gallery
+    plan = tiles.plan_tiles(gallery, None, TilingSettings(min_fraction=0.4))
+    views = [gallery.with_embedder(name) for name in plan.embedders]
+
+    class Keeping:
+        def __init__(self) -> None:
+            self.rows: dict[str, tuple[np.ndarray, dict]] = {}
+
+        def upsert(self, ids, embeddings, metadatas):
+            self.rows.update({id_: (np.asarray(v), m) for id_, v, m in zip(ids, embeddings, metadatas)})
+
+    kept = {}
+    for chunk in (3, 1000):
+        monkeypatch.setattr(tiles, "EMBED_CHUNK", chunk)
+        sinks = [Keeping() for _ in views]
+        tiles.tile_images(views, sinks, plan.todo[:4], plan.settings)
+        kept[chunk] = sinks
+    for view, small, large in zip(views, kept[3], kept[1000]):
+        assert small.rows.keys() == large.rows.keys() and len(small.rows) > 4 + 4  # some photo was split
+        for id_, (vector, meta) in small.rows.items():
+            np.testing.assert_allclose(vector, large.rows[id_][0], atol=1e-5)
+            if meta["tile"]:
+                target = next(t for t in plan.todo if t.id == meta["parent"])
+                box = tuple(int(v) for v in meta["box"].split(","))
+                alone = view.embedder.embed_images([load_image(target.path).crop(box)])[0]
+                np.testing.assert_allclose(vector, alone, atol=1e-5)
+
+
 def test_settings_and_query_refinement():
     assert refine_query("  A dog,  on the beach!! ", prefix="a photo of") == "a photo of A dog on the beach"
     with pytest.raises(SettingsError, match="feedback"):

@@ -15,7 +15,9 @@ from pictrieve.evaluation.retrieval import retrieval_metrics
 from pictrieve.tools.core.model_cache import forget_shared_models, is_shared
 from pictrieve.tools.models.embedders.base import Embedder
 from pictrieve.tools.models.embedders.factory import create_embedder
-from pictrieve.tools.models.embedders.offline import OfflineEmbedder, class_embeddings_cache_path, count_phrase
+from pictrieve.tools.models.embedders.offline import (
+    OfflineEmbedder, class_embeddings_cache_path, count_phrase, objects_in_tile)
+from pictrieve.tools.models.protocols import Detection
 from conftest import USER_CACHE  # only read (already-fetched detector files); tests cache under tmp
 from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError, cache_root
 
@@ -208,6 +210,47 @@ def test_object_detector_boxes_are_in_image_pixels(offline_detect, photos):
     x0, y0, x1, y1 = detections[0].box
     assert 0 <= x0 < x1 <= image.width and 0 <= y0 < y1 <= image.height
     assert x1 - x0 > image.width / 2  # the cat fills most of the frame
+
+
+def test_an_object_belongs_to_the_tiles_holding_most_of_it_or_that_it_fills():
+    person = Detection("person", 0.9, (0.0, 0.0, 100.0, 200.0))  # the left half of a 200x200 photo
+    ball = Detection("sports ball", 0.8, (90.0, 90.0, 130.0, 110.0))  # 3/4 of it right of x = 100
+    left, right = (0, 0, 100, 200), (100, 0, 200, 200)
+    assert objects_in_tile([person, ball], left) == [person]
+    assert objects_in_tile([person, ball], right) == [ball]
+    assert objects_in_tile([person], (0, 0, 100, 100)) == [person]  # half of it, and it fills the tile
+    assert objects_in_tile([ball], (0, 0, 50, 50)) == []
+
+
+def test_tiles_of_several_photos_share_one_detector_pass(offline_detect, photos, monkeypatch):
+    """Issue 40: `tile` ran the SSD detector once per tile (most of its time); now once per photo, for every
+    photo of a call at once, and each tile's vector is its own crops' with the photo's objects that lie in it."""
+    from dataclasses import replace
+
+    detector = offline_detect.detector
+    calls: list[int] = []
+    real = detector.detect_preprocessed
+
+    def counting(arrays, min_score=0.5):
+        calls.append(len(arrays))
+        return real(arrays, min_score)
+
+    cat, coffee = photos["cat"], photos["coffee"]
+    cat_tiles = [(0, 0, cat.width // 2, cat.height), (cat.width // 2, 0, cat.width, cat.height)]
+    coffee_tiles = [(0, 0, coffee.width, coffee.height // 2)]
+    found = {name: detector.detect(photos[name], min_score=offline_detect.recipe.detector_min_score)
+             for name in ("cat", "coffee")}
+    monkeypatch.setattr(detector, "detect_preprocessed", counting)
+    prepared = offline_detect.preprocess_tiles([(cat, cat_tiles), (coffee, coffee_tiles)])
+    vectors = offline_detect.embed_preprocessed([item for tiles in prepared for item in tiles])
+    assert calls == [2] and [len(tiles) for tiles in prepared] == [2, 1]
+    expected = [replace(offline_detect.preprocess(photos[name].crop(box)), detector_pixels=None,
+                        objects=objects_in_tile(found[name], box))
+                for name, boxes in (("cat", cat_tiles), ("coffee", coffee_tiles)) for box in boxes]
+    assert calls == [2]
+    np.testing.assert_allclose(vectors, offline_detect.embed_preprocessed(expected), atol=1e-5)
+    assert calls == [2]  # inputs that carry their objects are not detected again
+    assert any(d.label == "cat" for item in expected for d in item.objects)
 
 
 @pytest.mark.slow

@@ -194,7 +194,8 @@ class OfflineEmbedder(PackagedBackbone, EmbedderBase):
         per_crop = self._class_mixture(crop_probs.reshape(-1, crop_probs.shape[-1]))
         vectors = l2_normalize(per_crop.reshape(len(batch), -1, self.dim).mean(axis=1))
         if self.detector is not None:
-            unseen = iter(self._detect([item for item in batch if item.objects is None]))
+            undetected = [item for item in batch if item.objects is None]
+            unseen = iter(self._detect(undetected) if undetected else [])
             found = [item.objects if item.objects is not None else next(unseen) for item in batch]
             phrases = [count_phrase(d.label for d in dets) for dets in found]
             objects = self.encoder.encode([f"a photo of {p}" if p else "a photo" for p in phrases])
