@@ -224,6 +224,14 @@ def held_write_locks() -> frozenset[str]:
     return frozenset(getattr(_held_locks, "paths", None) or ())
 
 
+def holds_write_lock(location: str) -> bool:
+    """Whether the calling thread holds (or shares) the write lock of the embedded gallery at ``location``: a write
+    block that finds it held is nested in another one, whose end is the end of the write turn."""
+    if is_server(location):
+        return False
+    return str((Path(location).expanduser() / LOCK_FILE).resolve()) in held_write_locks()
+
+
 @contextlib.contextmanager
 def sharing_write_locks(held: frozenset[str]) -> Iterator[None]:
     """Write in this thread, for the block, under write locks that another thread holds (``held``, from

@@ -54,7 +54,7 @@ from pictrieve.vectorstore.errors import (
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.changes import position
 from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest, run_search
-from pictrieve.vectorstore.filter_index import EXACT_MAX, nearest_among, passing_ids
+from pictrieve.vectorstore.filter_index import EXACT_MAX, nearest_among, note_written, passing_ids, refresh_written
 from pictrieve.vectorstore.photo_filter import PhotoFilter
 from pictrieve.vectorstore.indexing import IndexPlan, IndexReport, Sources, index_sources, plan_index
 from pictrieve.vectorstore.reading import CollectionReader, GalleryItem
@@ -88,6 +88,7 @@ from pictrieve.vectorstore.chroma_store import (
     read_generation,
     renamed_holder,
     write_lock,
+    holds_write_lock,
 )
 
 logger = logging.getLogger(__name__)
@@ -299,9 +300,12 @@ class Gallery:
         :func:`~pictrieve.vectorstore.chroma_store.write_lock`; a server needs no lock). Every write
         method takes the lock itself; inside the block it goes on without waiting for itself."""
         self._connect_for_write()
+        turn = not holds_write_lock(self.location)
         with write_lock(self.location):
             self._db.refresh(force=True)  # write over what other processes wrote, never over a stale index
             yield self
+        if turn:  # the end of this process's write turn: the filter columns of what it wrote, saved for the next
+            refresh_written(self)
 
     @_chroma_errors
     def create(self) -> "Gallery":
@@ -753,6 +757,7 @@ class Gallery:
                 for start in range(0, len(ids), step):
                     collection.upsert(ids=list(ids[start : start + step]), embeddings=vectors[start : start + step],
                                       metadatas=[dict(m) for m in metadatas[start : start + step]])
+            note_written(self)
         return len(ids)
 
     @contextlib.contextmanager
@@ -788,6 +793,7 @@ class Gallery:
             step = self._max_batch()
             for start in range(0, len(ids), step):
                 collection.update(ids=list(ids[start : start + step]), metadatas=list(metadatas[start : start + step]))
+            note_written(self)
 
     @_chroma_errors
     def delete(self, ids: Sequence[str]) -> None:
@@ -797,6 +803,7 @@ class Gallery:
             return
         with self.writing(), self._db.changing():
             self._get_collection(create=False).delete(ids=list(ids))  # the handle of a reopened client
+            note_written(self)
 
     def missing_files(self) -> list[GalleryItem]:
         """Stored images whose files no longer exist (what :meth:`sync` would remove)."""
