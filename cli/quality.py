@@ -3,10 +3,54 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 import click
+
+class Heartbeat:
+    """Progress lines that never stop for long: ``say(line)`` writes a step, and while no new step is said for
+    :attr:`every` seconds (an import of transformers, a model load: 10-20 s on a busy machine) :meth:`tick` says the
+    step goes on. :meth:`running` ticks from a thread; tests call :meth:`tick` with their own clock."""
+
+    every = 4.0
+
+    def __init__(self, write: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self.write, self.clock = write, clock
+        self.step, self.said_at = "", clock()
+        self.lock = threading.Lock()
+
+    def say(self, line: str) -> None:
+        with self.lock:
+            self.write(line)
+            self.step, self.said_at = line, self.clock()
+
+    def tick(self) -> None:
+        """Say the current step again, as going on, when nothing was said for :attr:`every` seconds."""
+        with self.lock:
+            if self.step and self.clock() - self.said_at >= self.every:
+                self.write(f"... still {self.step.rstrip(' .')}")
+                self.said_at = self.clock()
+
+    @contextmanager
+    def running(self) -> Iterator[Callable[[str], None]]:
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(0.5):
+                self.tick()
+
+        thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield self.say
+        finally:
+            stop.set()
+            thread.join()
+
 
 gallery_option = click.option(
     "--gallery", "-g", required=True, metavar="PATH|URL", help="The gallery (folder, or http://host:port)."
@@ -219,21 +263,22 @@ def search(gallery: str, query: str, relevance: str | None, aesthetic: str | Non
     """Complete QUERY toward the requested levels, show the completed query, and search with it."""
     started = time.perf_counter()
 
-    def say(line: str) -> None:  # on stderr: loading the model and completing take seconds on a CPU
+    def write(line: str) -> None:  # on stderr: loading the model and completing take seconds on a CPU
         click.echo(f"[{time.perf_counter() - started:6.1f}s] {line}", err=True)
 
-    say("opening the gallery and loading the QC2 method ...")
-    from pictrieve.graphs.qc2 import quality_search
-    from pictrieve.tools.core.model_cache import announcing_model_loads
-    from pictrieve.vectorstore.gallery import Gallery
+    with Heartbeat(write).running() as say:  # a step silent for a few seconds (an import) is said to go on
+        say("opening the gallery and loading the QC2 method ...")
+        from pictrieve.graphs.qc2 import quality_search
+        from pictrieve.tools.core.model_cache import announcing_model_loads
+        from pictrieve.vectorstore.gallery import Gallery
 
-    store = Gallery.open(gallery, create=False)
-    requested = {name: level for name, level in
-                 (("relevance", relevance), ("aesthetic", aesthetic), ("quality", quality_level)) if level}
-    with announcing_model_loads(lambda label: say(f"loading {label} ...")):
-        result = quality_search(store, query, requested, model_dir=model_dir, k=k, samples=samples, seed=seed,
-                                on_step=say)
-    say("done")
+        store = Gallery.open(gallery, create=False)
+        requested = {name: level for name, level in
+                     (("relevance", relevance), ("aesthetic", aesthetic), ("quality", quality_level)) if level}
+        with announcing_model_loads(lambda label: say(f"loading {label} ...")):
+            result = quality_search(store, query, requested, model_dir=model_dir, k=k, samples=samples, seed=seed,
+                                    on_step=say)
+        say("done")
     if as_json:
         click.echo(json.dumps({
             "query": query, "levels": result.levels, "completions": result.completions,
