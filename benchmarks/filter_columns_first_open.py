@@ -35,7 +35,9 @@ started = time.perf_counter()
 from pictrieve.vectorstore.gallery import Gallery
 from pictrieve.vectorstore.photo_filter import PhotoFilter
 imported = time.perf_counter()
-gallery = Gallery.open(sys.argv[1], create=False)
+class Synthetic:  # filtered_search_p95.SyntheticEmbedder: vectors are written directly, queries come as vectors
+    name, dim = "benchmark:synthetic-384", 384
+gallery = Gallery.open(sys.argv[1], Synthetic())
 vector = np.random.default_rng(0).normal(size=384).astype(np.float32)
 hits = gallery.search_vector(vector, k=10, where=PhotoFilter(camera="Canon EOS R6"))
 done = time.perf_counter()
