@@ -1,11 +1,10 @@
 """``pictrieve quality search`` in a new process: wall and CPU seconds and the longest silence, first and second run.
 
-Issue 40 item 4: ``quality search`` was silent for 19 s and took about 40 s to start on a busy machine, most of it
-importing peft to merge the trained adapter into the base model again. This runs the same search with each
-``--code`` checkout (a folder holding a ``pictrieve`` package, as in ``tile_speed.py``), taking turns round by round:
-``NAME`` as it comes (for the checkout under test: its merged-model cache emptied first, the first run after
-training) and ``NAME:again`` right after it (the cache that first run left). Needs a gallery with a trained QC2 model
-(``pictrieve quality annotate`` then ``quality train``)::
+Issue 40 item 4: ``quality search`` was silent for 19 s and took about 40 s to start on a busy machine. This runs the
+same search with each ``--code`` checkout (a folder holding a ``pictrieve`` package, as in ``tile_speed.py``), taking
+turns round by round, and with ``--again NAME`` that checkout a second time right after (``NAME:again``: what its
+first run left on disk and in the page cache). Records wall and CPU seconds and the longest time between two progress
+lines. Needs a gallery with a trained QC2 model (``pictrieve quality annotate`` then ``quality train``)::
 
     python benchmarks/quality_search_start.py --gallery G --code before=/tmp/pp-before --code after=/tmp/pp-after \\
         --again after --rounds 2 --json
@@ -16,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -28,13 +26,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gallery", required=True)
     parser.add_argument("--code", action="append", required=True, help="NAME=FOLDER holding a pictrieve package")
-    parser.add_argument("--again", action="append", default=[], help="NAME of a checkout to run twice (cache emptied)")
+    parser.add_argument("--again", action="append", default=[], help="NAME of a checkout to run twice in a row")
     parser.add_argument("--query", default="a dog runs")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from pictrieve.tools.core.pypi_assets import cache_root
-
     sides = dict(item.split("=", 1) for item in args.code)
     command = [sys.executable, "-m", "pictrieve.cli.main", "quality", "search", args.query, "-g", args.gallery,
                "--quality", "high"]
@@ -42,10 +38,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, code in sides.items():
             env = dict(os.environ, PYTHONPATH=code, OMP_NUM_THREADS="1")
-            arms = [name]
-            if name in args.again:
-                shutil.rmtree(cache_root() / "qc2-merged", ignore_errors=True)
-                arms.append(f"{name}:again")
+            arms = [name, f"{name}:again"] if name in args.again else [name]
             for arm in arms:
                 result = run_timed(command, env)
                 result.pop("stdout")

@@ -239,36 +239,6 @@ def test_generated_words_reach_the_completion(tiny_checkpoint):
     assert completion == "a brown dog jumps over a fence.", completion
 
 
-def test_the_merged_model_is_cached_on_disk_and_made_again_for_a_retrained_model(tiny_checkpoint, tmp_path,
-                                                                                 monkeypatch):
-    """Issue 40: `quality search` spent most of its start importing peft to merge the adapter again. The merged model
-    is kept in the cache, named by the model folder's content: a second load reads it without peft and gives the
-    same logits; a retrained model (its qc2.json and adapter change, as after the gallery changed) is merged anew
-    and its folder's older copy removed."""
-    from pictrieve.agents.qc2 import bundle as bundle_module
-
-    trained = _trained_bundle(tiny_checkpoint)
-    trained.save(tmp_path / "qc2")
-    first = load_qc2_model(tmp_path / "qc2", fingerprint="images__x:8:abc")
-    merged = bundle_module.merged_model_dir(tmp_path / "qc2", tiny_checkpoint)
-    assert (merged / "config.json").is_file()
-    import peft
-
-    monkeypatch.setattr(peft.PeftModel, "from_pretrained", lambda *a, **k: pytest.fail("merged again"))
-    second = load_qc2_model(tmp_path / "qc2", fingerprint="images__x:8:abc")
-    ids = torch.tensor([[1, 5, 9, 12]])
-    with torch.no_grad():
-        assert torch.allclose(second.model(ids).logits, first.model(ids).logits, atol=1e-5)
-    with pytest.raises(GalleryMismatchError, match="retrain"):  # the gallery's check still comes first
-        load_qc2_model(tmp_path / "qc2", fingerprint="images__x:9:def")
-    monkeypatch.undo()
-    _trained_bundle(tiny_checkpoint, fingerprint="images__x:9:def").save(tmp_path / "qc2")  # retrained
-    renewed = bundle_module.merged_model_dir(tmp_path / "qc2", tiny_checkpoint)
-    assert renewed != merged and not (renewed / "config.json").exists()
-    load_qc2_model(tmp_path / "qc2", fingerprint="images__x:9:def")
-    assert (renewed / "config.json").is_file() and not merged.exists()
-
-
 def test_the_heartbeat_says_a_long_step_goes_on_every_few_seconds():
     from pictrieve.cli.quality import Heartbeat
 

@@ -12,10 +12,12 @@ later search matches only texts written since) and looked up by code; dates comp
 the box's photos.
 
 The columns are read from the table Chroma answers a ``where`` from (:func:`~pictrieve.vectorstore.changes.read_fields`)
-the first time a gallery is filtered (about 15 s at 100k records, BENCHMARKS.md; said at INFO with a progress bar),
-saved in the user's cache (never in the gallery's folder), and kept up to date as the keyword index is: each
-filtered search first reads where the collection's write sequence stands (one tiny query, moved by every writer)
-and, when it moved, reads the records written since. A ``chroma run`` server, an in-memory store, or a layout this
+once (about 15 s at 100k records, BENCHMARKS.md; said at INFO with a progress bar), saved in the user's cache (never in
+the gallery's folder), and kept up to date as the keyword index is: each filtered search first reads where the
+collection's write sequence stands (one tiny query, moved by every writer) and, when it moved, reads the records
+written since. Writers do the same at the end of each write turn (:func:`refresh_written`: indexing, a sync, any
+write through :class:`~pictrieve.vectorstore.gallery.Gallery`), reading only what the turn wrote, so the first
+filtered search of a new process loads saved columns (0.2 s at 100k) instead of reading every record. A ``chroma run`` server, an in-memory store, or a layout this
 cannot read, gets ``None``: the store then applies :meth:`PhotoFilter.where` and checks :meth:`PhotoFilter.accepts` on
 the candidates.
 """

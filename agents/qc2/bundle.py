@@ -118,7 +118,13 @@ def load_qc2_model(directory: str | Path, *, fingerprint: str | None = None, dev
             f"Re-annotate and retrain: `pictrieve quality annotate` then `pictrieve quality train`."
         )
     if meta["weights"] == ADAPTER_DIR:
-        model, tokenizer = _merged_model(directory, meta["base_model"], device=device or "cpu")
+        from peft import PeftModel
+
+        from pictrieve.tools.core.loading import quiet_peft_wrapping
+
+        base, tokenizer = load_causal_lm(meta["base_model"], device=device or "cpu")
+        with quiet_peft_wrapping():
+            model = PeftModel.from_pretrained(base, directory / ADAPTER_DIR).merge_and_unload()
     else:
         model, tokenizer = load_causal_lm(str(directory / FULL_MODEL_DIR), device=device)
     return QC2Model(
@@ -131,72 +137,3 @@ def load_qc2_model(directory: str | Path, *, fingerprint: str | None = None, dev
         training=meta.get("training") or {},
         gallery=meta.get("gallery") or {},
     )
-
-
-MERGED_FORMAT = 1
-"""Bump when the way an adapter is merged into its base model changes (every merged copy is then made again)."""
-
-
-MERGED_SOURCE = "qc2-source.txt"
-"""In a merged copy: the model folder it was made from (a newer copy for that folder replaces it)."""
-
-
-def merged_model_dir(directory: str | Path, base_model: str) -> Path:
-    """Where the base model with the trained adapter of ``directory`` merged in is kept, in pictrieve's cache: named
-    by the content of the model folder (``qc2.json`` and the adapter files) and of the base model's files, so a
-    retrained model (a changed gallery needs one) or another base never loads a stale copy."""
-    from pictrieve.tools.core.pypi_assets import cache_root, files_fingerprint
-    from pictrieve.tools.models.causal_lm import resolve_checkpoint
-
-    directory = Path(directory)
-    digest = hashlib.sha256(f"merged={MERGED_FORMAT}\n{base_model}\n".encode())
-    digest.update(files_fingerprint(directory / BUNDLE_FILE).encode())
-    digest.update(files_fingerprint(directory / ADAPTER_DIR).encode())
-    base = Path(resolve_checkpoint(base_model))
-    digest.update((files_fingerprint(base) if base.exists() else base_model).encode())
-    return cache_root() / "qc2-merged" / digest.hexdigest()[:24]
-
-
-def _merged_model(directory: Path, base_model: str, device: str) -> tuple[Any, Any]:
-    """The base model with the adapter merged in: read from the cached merged copy (no ``peft``, whose import was
-    most of a `quality search` start, 23 of 40 s on a busy machine), else merged here and the copy saved for the
-    next process (written whole, then renamed; a cache that cannot be written is slower, not broken)."""
-    import os
-    import shutil
-    import tempfile
-
-    from pictrieve.tools.models.causal_lm import load_causal_lm
-
-    target = merged_model_dir(directory, base_model)
-    if (target / "config.json").is_file():
-        try:
-            return load_causal_lm(str(target), device=device)
-        except Exception as exc:  # noqa: BLE001 - a damaged copy: merge again
-            logger.warning("ignoring the merged QC2 model at %s (%s); merging again", target, exc)
-            shutil.rmtree(target, ignore_errors=True)
-    from peft import PeftModel
-
-    from pictrieve.tools.core.loading import quiet_peft_wrapping
-
-    base, tokenizer = load_causal_lm(base_model, device=device)
-    with quiet_peft_wrapping():
-        model = PeftModel.from_pretrained(base, directory / ADAPTER_DIR).merge_and_unload()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-        try:
-            model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-            source = str(directory.resolve())
-            (staging / MERGED_SOURCE).write_text(source)
-            if not target.exists():
-                os.replace(staging, target)
-            for older in target.parent.iterdir():  # the copies of this folder's earlier models (~0.5 GB each)
-                marker = older / MERGED_SOURCE
-                if older != target and marker.is_file() and marker.read_text() == source:
-                    shutil.rmtree(older, ignore_errors=True)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    except OSError as exc:
-        logger.info("the merged QC2 model was not cached (%s)", exc)
-    return model, tokenizer
