@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 
 import click
 
+
 class Heartbeat:
     """Progress lines that never stop for long: ``say(line)`` writes a step, and while no new step is said for
     :attr:`every` seconds (an import of transformers, a model load: 10-20 s on a busy machine) :meth:`tick` says the
