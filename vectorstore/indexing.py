@@ -104,6 +104,8 @@ class IndexReport:
     """Metadata that was ignored (a corrupt EXIF block, a GPS of 0,0, a date in 1970): never a failure."""
     text_read: int = 0
     """Photos whose text was read (OCR, ``ocr=True``) in this run; the others kept the text stored for them."""
+    objects_found: int = 0
+    """Photos whose COCO objects were found and stored in this run (``index --objects``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -47,6 +47,7 @@ from pictrieve.vectorstore.atomic_files import folder_lock, write_atomically
 from pictrieve.vectorstore.changes import cannot_save, embedded_location, index_folder, position, read_fields, snapshot
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.photo_filter import PhotoFilter
+from pictrieve.vectorstore.relevance import stored_objects
 
 logger = logging.getLogger(__name__)
 
@@ -692,7 +693,8 @@ def hybrid_search(gallery: Any, query: str, vector: Any, k: int, where: Any = No
     hits = [(by_id.get(id_) or extra[id_]).model_copy(update={"rank": rank, "keyword_match": id_ in matched,
                                                               "matched_by": _matched_by(id_ in by_vector, id_ in matched)})
             for rank, id_ in enumerate(chosen, start=1)]
-    verdicts = gallery.relevance_cutoff().judge([hit.score for hit in hits], vector)
+    verdicts = gallery.relevance_cutoff().judge([hit.score for hit in hits], vector, query=query,
+                                                objects=stored_objects(hits))
     full = {found.id for found in keyword if found.every_word}
     return [hit.model_copy(update={"relevant": bool(v) or hit.id in full}) for hit, v in zip(hits, verdicts)]
 

@@ -112,6 +112,10 @@ class RelevanceCutoff:
     stats: dict[str, Any] = field(default_factory=dict)
     rule: str = "cosine"
     reference: np.ndarray | None = field(default=None, repr=False, compare=False)
+    evidence: dict[str, Any] | None = None
+    """Shipped with a per-query rule: ``{"threshold", "detector": {"confirm_score", "bonus", "penalty"}}``, the rule's
+    threshold and shifts for a hit whose photo's objects were found at index time (``index --objects``;
+    :mod:`~pictrieve.vectorstore.photo_evidence`); a photo not analysed is judged by ``threshold`` alone."""
 
     @property
     def per_query(self) -> bool:
@@ -150,16 +154,33 @@ class RelevanceCutoff:
         return replace(self, rule="cosine", threshold=float(self.query_cosines(vector)[0]), reference=None,
                        stats={**self.stats, "query_cutoff_from": self.rule})
 
-    def judge(self, scores: Sequence[float], query_vector: Any = None) -> list[bool]:
+    def judge(self, scores: Sequence[float], query_vector: Any = None, *, query: str | None = None,
+              objects: Sequence[Any] | None = None) -> list[bool]:
         """``relevant`` for each score of one search (best first or in any order); a per-query rule reads
-        the query's embedding (see :meth:`for_query`)."""
+        the query's embedding (see :meth:`for_query`). With the ``query``'s text and each hit's stored ``objects``
+        (``None`` for a photo not analysed), a rule shipped with :attr:`evidence` lets the photo's detected
+        objects confirm or deny the things the query names."""
         if not len(scores):
             return []
         cutoff = self.for_query(query_vector)
         if cutoff.threshold is None:
             best = max(scores)
             return [float(s) >= best - RELATIVE_MARGIN for s in scores]
-        return [float(s) >= cutoff.threshold for s in scores]
+        if not (self.evidence and cutoff is not self and query and objects is not None):
+            return [float(s) >= cutoff.threshold for s in scores]
+        from pictrieve.vectorstore import photo_evidence
+
+        named = photo_evidence.named_objects(query)
+        analysed = cutoff.threshold + float(self.evidence["threshold"]) - float(self.threshold or 0.0)
+        settings = dict(self.evidence.get("detector") or {})
+        verdicts = []
+        for score, stored in zip(scores, objects):
+            found = photo_evidence.parse_objects(stored)
+            if found is None:
+                verdicts.append(float(score) >= cutoff.threshold)
+            else:
+                verdicts.append(float(score) + photo_evidence.adjustment(named, found, **settings) >= analysed)
+        return verdicts
 
     def describe(self) -> str:
         """One line for people: the rule in force and where it came from."""
@@ -174,7 +195,11 @@ class RelevanceCutoff:
             where = f"calibrated on {self.stats.get('folder', 'a captioned folder')} by `pictrieve calibrate`"
         else:
             where = f"shipped, chosen on {self.stats.get('chosen_on') or self.stats.get('folder') or 'captioned photos'}"
-        return f"{words} ({where})"
+        told = ""
+        if self.evidence and self.per_query:
+            told = (f"; for a photo whose objects were found at index time (index --objects), "
+                    f"{float(self.evidence['threshold']):+.4f} instead, shifted by the objects the query names")
+        return f"{words} ({where}){told}"
 
     def to_json(self) -> dict[str, Any]:
         body = {"embedder": self.embedder, "threshold": self.threshold, "source": self.source, "rule": self.rule,
@@ -222,7 +247,7 @@ def _cutoff(embedder: str, record: dict[str, Any], source: str) -> RelevanceCuto
             raise ValueError(f"relevance rule {rule!r} of {embedder!r} is unknown or has no reference photos")
         reference = load_reference(str(record["reference"]))
     return RelevanceCutoff(embedder, float(record["threshold"]), source, dict(record.get("stats") or {}), rule,
-                           reference)
+                           reference, record.get("evidence") if rule != "cosine" else None)
 
 
 def cutoff_from_records(embedder: str, stored: dict[str, Any] | None) -> RelevanceCutoff:
@@ -256,11 +281,19 @@ def store_cutoff(gallery: Any, threshold: float, stats: dict[str, Any], rule: st
     return _cutoff(gallery.embedder_name, record, "gallery")
 
 
-def mark(hits: Sequence[ImageHit], cutoff: RelevanceCutoff, query_vector: Any = None) -> list[ImageHit]:
+def mark(hits: Sequence[ImageHit], cutoff: RelevanceCutoff, query_vector: Any = None,
+         query: str | None = None) -> list[ImageHit]:
     """The hits with ``relevant`` set by ``cutoff`` for the query embedded as ``query_vector`` (new objects;
-    hits are frozen)."""
-    verdicts = cutoff.judge([h.score for h in hits], query_vector)
+    hits are frozen); with the ``query``'s text, the photos' stored objects are read as evidence."""
+    verdicts = cutoff.judge([h.score for h in hits], query_vector, query=query, objects=stored_objects(hits))
     return [h.model_copy(update={"relevant": v}) for h, v in zip(hits, verdicts)]
+
+
+def stored_objects(hits: Sequence[ImageHit]) -> list[Any]:
+    """Each hit's stored detected objects (``None``: its photo was not analysed)."""
+    from pictrieve.vectorstore.photo_evidence import OBJECTS_KEY
+
+    return [h.metadata.get(OBJECTS_KEY) for h in hits]
 
 
 def only_relevant(hits: Sequence[ImageHit]) -> list[ImageHit]:
@@ -318,6 +351,6 @@ def judge_by_text(gallery: Any, query: str, hits: Sequence[ImageHit]) -> list[Im
         return list(hits)
     text = np.asarray(gallery.embedder.embed_texts([query])[0], dtype=np.float32)
     cosines = np.asarray(vectors, dtype=np.float32) @ text
-    verdicts = cutoff_of(gallery).judge(cosines.tolist(), text)
+    verdicts = cutoff_of(gallery).judge(cosines.tolist(), text, query=query, objects=stored_objects(todo))
     judged = {h.id: v for h, v in zip(todo, verdicts)}
     return [h.model_copy(update={"relevant": judged[h.id]}) if h.id in judged else h for h in hits]

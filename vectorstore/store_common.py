@@ -17,6 +17,7 @@ from pictrieve.tools.models.embedders.factory import check_embedder_name
 from pictrieve.vectorstore.errors import QueryError
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.indexing import PHASH_KEY
+from pictrieve.vectorstore.relevance import mark as mark_relevance
 from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
 from pictrieve.vectorstore.syncing import check_removal
 
@@ -77,7 +78,9 @@ def text_search(store: Any, query: str, k: int, where: Any, *, only_relevant: bo
         else:
             hits = hybrid_search(store, query, vector, k, where)
         return relevant_hits(hits) if only_relevant else hits
-    return store.search_vector(vector, k, where, only_relevant=only_relevant, collapse_duplicates=collapse_duplicates)
+    hits = mark_relevance(store.search_vector(vector, k, where, collapse_duplicates=collapse_duplicates),
+                          store.relevance_cutoff(), vector, query)  # the query's words let stored objects speak
+    return relevant_hits(hits) if only_relevant else hits
 
 
 def image_search(store: Any, image: Image.Image | str | os.PathLike, k: int, where: Any, *, only_relevant: bool,

@@ -1,0 +1,224 @@
+"""What a photo's own analysis says about the things a query names: the offline detector's COCO objects.
+
+The relevance rule (:mod:`pictrieve.vectorstore.relevance`) reads one number, the cosine. A query often
+names a thing the offline detector (SSD-MobileNet-v2, the 80 COCO classes) can look for: "a dog on a
+beach" names a dog, "a giraffe in a kitchen" a giraffe. When the objects found in a photo at index time
+are stored with it (``objects``: ``{label: score}``, the best score of each class found), they can
+
+- *confirm* a hit: every COCO thing the query names was found in the photo (score >= :data:`CONFIRM_SCORE`);
+- *deny* it: some COCO thing the query names was not found at all (no box >= :data:`DENY_SCORE`).
+
+:func:`adjustment` turns that into a shift of the hit's rule statistic: ``+ CONFIRM_BONUS`` or
+``- DENY_PENALTY`` (nothing when the query names no COCO thing, or the photo was not analysed). The
+constants were chosen on flickr8k-train held-out folds, never on flickr8k-dev
+(``benchmarks/relevance_evidence_study.py``; BENCHMARKS.md "Relevance: evidence beyond the cosine").
+
+Query words map to classes by :data:`OBJECT_WORDS`: the class names, their plurals and the everyday
+words for them ("man", "girl", "crowd" -> person; "bike" -> bicycle; "puppy" -> dog). Words that name a
+class only sometimes ("orange" the colour, "mouse" the animal, "glass") are left out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+OBJECTS_KEY = "objects"
+"""Metadata key of a photo's detected COCO objects: ``{label: best score}`` (scores >= :data:`STORED_SCORE`)."""
+
+STORED_SCORE = 0.1
+"""Detections kept at index time: low enough that :data:`DENY_SCORE` can say "not found at all"."""
+
+_PERSON = ("person people persons man men woman women boy boys girl girls child children kid kids baby babies "
+           "toddler toddlers teenager teenagers lady ladies guy guys player players crowd family team skier "
+           "skiers surfer surfers cyclist cyclists biker bikers rider riders climber climbers swimmer swimmers "
+           "runner runners dancer dancers hiker hikers skateboarder skateboarders snowboarder snowboarders "
+           "musician musicians couple adult adults")
+
+OBJECT_WORDS: dict[str, str] = {
+    **{w: "person" for w in _PERSON.split()},
+    **{w: "bicycle" for w in ("bicycle", "bicycles", "bike", "bikes")},
+    **{w: "car" for w in ("car", "cars")},
+    **{w: "motorcycle" for w in ("motorcycle", "motorcycles", "motorbike", "motorbikes")},
+    **{w: "airplane" for w in ("airplane", "airplanes", "aeroplane", "plane", "planes", "jet", "jets")},
+    **{w: "bus" for w in ("bus", "buses")},
+    **{w: "train" for w in ("train", "trains")},
+    **{w: "truck" for w in ("truck", "trucks")},
+    **{w: "boat" for w in ("boat", "boats", "canoe", "canoes", "kayak", "kayaks", "ship", "ships")},
+    "hydrant": "fire hydrant", "bench": "bench", "benches": "bench",
+    **{w: "bird" for w in ("bird", "birds", "duck", "ducks", "seagull", "seagulls", "pigeon", "pigeons")},
+    **{w: "cat" for w in ("cat", "cats", "kitten", "kittens")},
+    **{w: "dog" for w in ("dog", "dogs", "puppy", "puppies")},
+    **{w: "horse" for w in ("horse", "horses", "pony", "ponies")},
+    **{w: "sheep" for w in ("sheep", "lamb", "lambs")},
+    **{w: "cow" for w in ("cow", "cows", "cattle", "calf", "bull", "bulls")},
+    **{w: "elephant" for w in ("elephant", "elephants")},
+    **{w: "bear" for w in ("bear", "bears")},
+    **{w: "zebra" for w in ("zebra", "zebras")},
+    **{w: "giraffe" for w in ("giraffe", "giraffes")},
+    **{w: "backpack" for w in ("backpack", "backpacks")},
+    **{w: "umbrella" for w in ("umbrella", "umbrellas")},
+    **{w: "handbag" for w in ("handbag", "handbags", "purse", "purses")},
+    **{w: "suitcase" for w in ("suitcase", "suitcases", "luggage")},
+    **{w: "frisbee" for w in ("frisbee", "frisbees")},
+    **{w: "skis" for w in ("skis",)},
+    **{w: "snowboard" for w in ("snowboard", "snowboards")},
+    **{w: "sports ball" for w in ("ball", "balls", "football", "soccer", "basketball", "volleyball")},
+    **{w: "kite" for w in ("kite", "kites")},
+    **{w: "skateboard" for w in ("skateboard", "skateboards")},
+    **{w: "surfboard" for w in ("surfboard", "surfboards")},
+    **{w: "tennis racket" for w in ("racket", "rackets", "racquet")},
+    **{w: "bottle" for w in ("bottle", "bottles")},
+    **{w: "cup" for w in ("cup", "cups", "mug", "mugs")},
+    **{w: "fork" for w in ("fork", "forks")}, **{w: "knife" for w in ("knife", "knives")},
+    **{w: "spoon" for w in ("spoon", "spoons")}, **{w: "bowl" for w in ("bowl", "bowls")},
+    **{w: "banana" for w in ("banana", "bananas")}, **{w: "apple" for w in ("apple", "apples")},
+    **{w: "sandwich" for w in ("sandwich", "sandwiches")}, "broccoli": "broccoli",
+    **{w: "carrot" for w in ("carrot", "carrots")}, **{w: "pizza" for w in ("pizza", "pizzas")},
+    **{w: "donut" for w in ("donut", "donuts", "doughnut", "doughnuts")}, **{w: "cake" for w in ("cake", "cakes")},
+    **{w: "chair" for w in ("chair", "chairs")}, **{w: "couch" for w in ("couch", "couches", "sofa", "sofas")},
+    **{w: "bed" for w in ("bed", "beds")}, **{w: "toilet" for w in ("toilet", "toilets")},
+    **{w: "tv" for w in ("tv", "television")}, **{w: "laptop" for w in ("laptop", "laptops")},
+    **{w: "keyboard" for w in ("keyboard", "keyboards")},
+    **{w: "cell phone" for w in ("cellphone", "smartphone", "smartphones")},
+    **{w: "microwave" for w in ("microwave", "microwaves")}, **{w: "oven" for w in ("oven", "ovens")},
+    **{w: "toaster" for w in ("toaster", "toasters")}, **{w: "sink" for w in ("sink", "sinks")},
+    **{w: "refrigerator" for w in ("refrigerator", "refrigerators", "fridge", "fridges")},
+    **{w: "book" for w in ("book", "books")}, **{w: "clock" for w in ("clock", "clocks")},
+    **{w: "vase" for w in ("vase", "vases")}, "scissors": "scissors",
+    **{w: "toothbrush" for w in ("toothbrush", "toothbrushes")},
+}
+"""Query word -> the COCO class it names (see the module docstring for what is left out)."""
+
+PHRASES: dict[str, str | None] = {
+    "hot dog": "hot dog", "hot dogs": "hot dog", "teddy bear": "teddy bear", "teddy bears": "teddy bear",
+    "traffic light": "traffic light", "traffic lights": "traffic light", "stop sign": "stop sign",
+    "parking meter": "parking meter", "fire hydrant": "fire hydrant", "cell phone": "cell phone",
+    "wine glass": "wine glass", "potted plant": "potted plant", "dining table": "dining table",
+    "tennis racket": "tennis racket", "baseball bat": "baseball bat", "baseball glove": "baseball glove",
+    "hair drier": "hair drier", "mobile phone": "cell phone",
+    "snow plow": None, "bus stop": None, "train station": None, "car park": None, "dog park": None,
+    "dog show": None, "bike path": None, "bike trail": None, "boat ramp": None,
+}
+"""Two-word names read before single words; ``None``: the pair names no COCO thing (a "bus stop" needs no bus)."""
+
+_WORD = re.compile(r"[a-z]+")
+
+CONFIRM_SCORE = 0.5
+"""A named thing counts as found at this detector score or above."""
+
+DENY_SCORE = 0.1
+"""A named thing counts as absent when no box of its class reaches this score (:data:`STORED_SCORE`)."""
+
+CONFIRM_BONUS = 0.0
+"""Added to a hit's rule statistic when every COCO thing the query names was found in the photo."""
+
+DENY_PENALTY = 0.0
+"""Taken from a hit's rule statistic when some COCO thing the query names was not found in the photo."""
+
+
+def named_objects(query: str) -> frozenset[str]:
+    """The COCO classes ``query`` names ("a man and his dog" -> {person, dog}); empty when it names none."""
+    tokens = _WORD.findall(query.lower())
+    found: set[str] = set()
+    i = 0
+    while i < len(tokens):
+        pair = " ".join(tokens[i:i + 2])
+        if len(tokens) > i + 1 and pair in PHRASES:
+            if PHRASES[pair]:
+                found.add(str(PHRASES[pair]))
+            i += 2
+            continue
+        label = OBJECT_WORDS.get(tokens[i])
+        if label:
+            found.add(label)
+        i += 1
+    return frozenset(found)
+
+
+def verdict(named: frozenset[str], objects: Mapping[str, Any] | None, *, confirm_score: float = CONFIRM_SCORE,
+            deny_score: float = DENY_SCORE) -> str | None:
+    """``confirm``, ``deny`` or ``None`` (nothing named, or the photo was not analysed: ``objects is None``)."""
+    if not named or objects is None:
+        return None
+    scores = {str(k): float(v) for k, v in objects.items()}
+    if any(scores.get(label, 0.0) < deny_score for label in named):
+        return "deny"
+    if all(scores.get(label, 0.0) >= confirm_score for label in named):
+        return "confirm"
+    return None
+
+
+def adjustment(named: frozenset[str], objects: Mapping[str, Any] | None, *, bonus: float = CONFIRM_BONUS,
+               penalty: float = DENY_PENALTY, confirm_score: float = CONFIRM_SCORE,
+               deny_score: float = DENY_SCORE) -> float:
+    """How much the photo's detected objects shift a hit's rule statistic for a query naming ``named``."""
+    said = verdict(named, objects, confirm_score=confirm_score, deny_score=deny_score)
+    return bonus if said == "confirm" else -penalty if said == "deny" else 0.0
+
+
+def objects_text(found: Mapping[str, float]) -> str:
+    """The stored form of a photo's objects (Chroma metadata holds scalars): ``"dog 0.91; person 0.88"``, best first;
+    ``""`` for a photo analysed where nothing was found."""
+    return "; ".join(f"{label} {score:.2f}" for label, score in sorted(found.items(), key=lambda kv: -kv[1]))
+
+
+def parse_objects(text: Any) -> dict[str, float] | None:
+    """:func:`objects_text` read back; ``None`` when the photo was not analysed (no stored value)."""
+    if text is None:
+        return None
+    found: dict[str, float] = {}
+    for part in str(text).split(";"):
+        label, _, score = part.strip().rpartition(" ")
+        if label:
+            found[label] = float(score)
+    return found
+
+
+def best_scores(detections: Any) -> dict[str, float]:
+    """Each class's best score among ``detections`` (:class:`~pictrieve.tools.models.protocols.Detection`)."""
+    best: dict[str, float] = {}
+    for det in detections:
+        best[det.label] = max(best.get(det.label, 0.0), round(float(det.score), 2))
+    return best
+
+
+BATCH = 16
+"""Photos per detector forward pass when :func:`store_objects` runs."""
+
+
+def store_objects(gallery: Any, detector: Any = None, *, say: Any = None, every: float = 5.0) -> int:
+    """Find the COCO objects of every photo of ``gallery`` that has none stored yet and store them (``objects``);
+    returns how many photos were analysed. Resumable: what was stored stays, a rerun does the rest (a photo whose
+    content changed is re-embedded without its objects, so it is analysed again). ``detector``: default the
+    offline SSD-MobileNet-v2; ``say`` receives a progress line at most every ``every`` seconds. An unreadable
+    photo is skipped and named in a progress line (it stays unanalysed, judged by the plain rule)."""
+    import time
+
+    from pictrieve.tools.core.images import load_image
+    from pictrieve.tools.models.object_detector import INPUT_SIZE, ObjectDetector
+
+    todo = [(item.id, item.path) for item in gallery.items()
+            if OBJECTS_KEY not in item.metadata]
+    if not todo:
+        return 0
+    detector = detector or ObjectDetector()
+    done, last = 0, time.monotonic()
+    for start in range(0, len(todo), BATCH):
+        ids, images = [], []
+        for id_, path in todo[start:start + BATCH]:
+            try:
+                images.append(load_image(path, draft_size=(INPUT_SIZE, INPUT_SIZE)))
+                ids.append(id_)
+            except (OSError, ValueError) as exc:
+                if say:
+                    say(f"objects: skipped {path}: {exc}")
+        if ids:
+            found = detector.detect_batch(images, min_score=STORED_SCORE)
+            gallery.update_metadata(ids, [{OBJECTS_KEY: objects_text(best_scores(dets))} for dets in found])
+            done += len(ids)
+        if say and (time.monotonic() - last >= every or start + BATCH >= len(todo)):
+            say(f"objects: {done} of {len(todo)} photos analysed")
+            last = time.monotonic()
+    return done
