@@ -197,8 +197,12 @@ class RelevanceCutoff:
             where = f"shipped, chosen on {self.stats.get('chosen_on') or self.stats.get('folder') or 'captioned photos'}"
         told = ""
         if self.evidence and self.per_query:
-            told = (f"; for a photo whose objects were found at index time (index --objects), "
-                    f"{float(self.evidence['threshold']):+.4f} instead, shifted by the objects the query names")
+            detector = self.evidence.get("detector") or {}
+            told = (f"; a photo whose objects were found at index time (index --objects) needs "
+                    f"{float(self.evidence['threshold']):+.4f} instead, less {float(detector.get('bonus', 0)):.2f} when "
+                    f"every COCO thing the query names was found in it (score >= "
+                    f"{float(detector.get('confirm_score', 0)):.2f}), plus {float(detector.get('penalty', 0)):.2f} "
+                    f"when one was not")
         return f"{words} ({where}){told}"
 
     def to_json(self) -> dict[str, Any]:
