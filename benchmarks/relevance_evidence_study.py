@@ -230,16 +230,10 @@ def objective(outcomes: dict[str, np.ndarray]) -> float:
 
 
 def choose(sets: list[Judged]) -> float:
-    """The threshold maximising :func:`objective`'s quantity (as ``relevance_rule_study.choose``)."""
-    captions = np.sort(np.concatenate([j.caption_value for j in sets]))
-    words = np.sort(np.concatenate([j.word_values[j.word_right] for j in sets]))
-    absent = np.sort(np.concatenate([j.absent_best for j in sets]))
-    values = np.unique(np.concatenate([captions, words, absent]))
-    candidates = np.concatenate([[values[0] - 1e-6], (values[:-1] + values[1:]) / 2, [values[-1] + 1e-6]])
-    above = lambda v: 1.0 - np.searchsorted(v, candidates, side="left") / max(len(v), 1)  # noqa: E731
-    balanced = ((above(captions) + above(words)) / 2 + (1.0 - above(absent))) / 2
-    best = np.flatnonzero(balanced >= balanced.max() - 1e-12)
-    return float(candidates[best[len(best) // 2]])
+    """The threshold maximising :func:`objective`'s quantity (``relevance_rule_study.choose``)."""
+    return rs.choose_from(np.concatenate([j.caption_value for j in sets]),
+                          np.concatenate([j.word_values[j.word_right] for j in sets]),
+                          np.concatenate([j.absent_best for j in sets]))
 
 
 def grid(spec: dict) -> list[dict]:

@@ -317,9 +317,15 @@ def choose(sets: list[Scored], rule: str) -> float:
     """The threshold maximising the mean of the present rate (caption queries' own photos and one-word
     queries' right photos in the top 10, the two kinds weighted equally) and the absent rate (absent phrases
     and words: nothing in the top 10 reaches it)."""
-    captions = np.sort(np.concatenate([sc.caption_stat[rule] for sc in sets]))
-    words = np.sort(np.concatenate([w["stat"][rule][w["positive"]] for sc in sets for w in sc.word_hits]))
-    absent = np.sort(np.concatenate([sc.absent_best[rule] for sc in sets]))
+    return choose_from(np.concatenate([sc.caption_stat[rule] for sc in sets]),
+                       np.concatenate([w["stat"][rule][w["positive"]] for sc in sets for w in sc.word_hits]),
+                       np.concatenate([sc.absent_best[rule] for sc in sets]))
+
+
+def choose_from(captions: np.ndarray, words: np.ndarray, absent: np.ndarray) -> float:
+    """:func:`choose` on the statistics themselves: captions' own photos, one-word queries' right top-10 photos,
+    absent queries' best top-10 photos."""
+    captions, words, absent = np.sort(captions), np.sort(words), np.sort(absent)
     values = np.unique(np.concatenate([captions, words, absent]))
     candidates = np.concatenate([[values[0] - 1e-6], (values[:-1] + values[1:]) / 2, [values[-1] + 1e-6]])
     above = lambda v: 1.0 - np.searchsorted(v, candidates, side="left") / max(len(v), 1)  # noqa: E731
