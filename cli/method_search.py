@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from pictrieve.cli.need_options import given_needs, need_option_list, own_need_option, parse_needs  # noqa: F401
+from pictrieve.cli.need_options import given_needs, need_option_list, own_need_option
 from pictrieve.vectorstore.hits import ImageHit
 
 PLAIN = "search"
