@@ -234,7 +234,7 @@ def test_nothing_outside_gallery_py_touches_a_private_gallery_name():
     """Indexing, tiles, sync and everyone else write through the public API (issue 21): a change inside
     Gallery cannot break another module. Scans every Python file of the repository, tests included."""
     names = gallery_private_names()
-    assert {"_get_collection", "_client", "_embedder"} <= names  # the reader sees what it must
+    assert {"_get_collection", "_client", "_db"} <= names  # the reader sees what it must
     assert sorted(private_accesses("view._get_collection(create=True)\nself._client\ngetattr(g, '_client')", names)) == [
         "getattr(g, '_client')", "view._get_collection"]
     touched = [

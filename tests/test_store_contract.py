@@ -22,7 +22,8 @@ from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryErr
 from pictrieve.vectorstore.errors import QueryError
 from pictrieve.vectorstore.hits import ImageHit
 from pictrieve.vectorstore.photo_filter import PhotoFilter
-from pictrieve.vectorstore.store import ImageStore, ImageWriter
+from pictrieve.vectorstore.core import ImageWriter
+from pictrieve.vectorstore.store import ImageStore
 
 JUNE = int(dt.datetime(2024, 6, 10, 12, tzinfo=dt.timezone.utc).timestamp())
 JULY = int(dt.datetime(2024, 7, 10, 12, tzinfo=dt.timezone.utc).timestamp())

@@ -1,16 +1,15 @@
-"""An exact in-memory :class:`~pictrieve.vectorstore.store.ImageStore`: numpy brute force, in this process.
+"""An exact in-memory store core: numpy brute force, in this process.
 
 The reference for tests (its search is exact, so an approximate store is checked against it) and a gallery for
-tiny ephemeral uses (a few thousand photos, nothing kept after the process). It answers what
-:class:`~pictrieve.vectorstore.gallery.Gallery` answers, the same way:
+tiny ephemeral uses (a few thousand photos, nothing kept after the process). It is only a
+:class:`~pictrieve.vectorstore.core.StoreCore`, like :class:`~pictrieve.vectorstore.gallery.Gallery`; everything
+else (text, image and hybrid search, photo filters, relevance marks, near-duplicate folding, records, indexing,
+sync) is :class:`~pictrieve.vectorstore.service.StoreService`, the same code as Chroma's. The core:
 
-- one space per embedder (views share image ids), cosine similarity as ``score``, ties in insertion order;
-- ``where``: a :class:`~pictrieve.vectorstore.photo_filter.PhotoFilter`, or a Chroma-style ``where`` dict
-  (:func:`matches` evaluates the operators the filters use), applied before ``k`` is cut;
+- one space per embedder (views share image ids), cosine similarity, ties in insertion order;
+- ``where``: a Chroma-style dict (:func:`matches` decides the operators as Chroma does), applied before ``n`` is cut;
 - ``upsert`` replaces a record's vector and the metadata keys given, keeping the others (as Chroma does);
-- the gallery's JSON records, the default embedder, hybrid keyword search
-  (:mod:`~pictrieve.vectorstore.keywords`), near-duplicate folding, relevance marks, indexing and sync through
-  the same code as Chroma's store.
+- the gallery's JSON records, kept as text.
 
 Every view of one :class:`MemoryDatabase` sees every write at once; a lock makes each write and each
 ``writing()`` block one turn among threads. Nothing is written to disk.
@@ -21,29 +20,18 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
-from PIL import Image
 
 from pictrieve.tools.models.embedders.base import Embedder
-from pictrieve.tools.models.embedders.factory import check_embedder_name, create_embedder, default_embedder_name
-from pictrieve.vectorstore.chroma_store import collection_name_for
+from pictrieve.tools.models.embedders.factory import default_embedder_name
+from pictrieve.vectorstore.core import Candidate, check_updates, upsert_rows
 from pictrieve.vectorstore.errors import DimensionMismatchError, EmptyGalleryError, GalleryError, ImageNotFoundError
-from pictrieve.vectorstore.hits import ImageHit
-from pictrieve.vectorstore.search_request import SearchAnswer, SearchRequest, run_search
-from pictrieve.vectorstore.indexing import IndexPlan, IndexReport, Sources, index_sources, plan_index
-from pictrieve.vectorstore.photo_filter import PhotoFilter
 from pictrieve.vectorstore.reading import GalleryItem
-from pictrieve.vectorstore.records import GALLERY_RECORD, USER_PREFIX
-from pictrieve.vectorstore.relevance import RelevanceCutoff, cutoff_of
-from pictrieve.vectorstore.relevance import mark as mark_relevance
-from pictrieve.vectorstore.relevance import only_relevant as relevant_hits
-from pictrieve.vectorstore.store import Where
-from pictrieve.vectorstore.store_common import check_k, collapse, image_search, sync_store, text_search, views_of
+from pictrieve.vectorstore.service import StoreService, check_k
 
 _names = itertools.count(1)
 
@@ -102,99 +90,53 @@ class MemoryDatabase:
         self.generation += 1
 
 
-class MemoryStore:
-    """A gallery held in this process's memory, seen through one embedder; exact search (see the module).
+class MemoryStore(StoreService):
+    """A gallery held in this process's memory, seen through one embedder; exact search (see the module). Only the
+    store core (:class:`~pictrieve.vectorstore.core.StoreCore`) is here: searching, filters, relevance, duplicates,
+    records and indexing come from :class:`~pictrieve.vectorstore.service.StoreService`, as for Chroma's store.
 
     ``MemoryStore("offline")`` or ``MemoryStore(embedder)`` makes a new empty gallery; ``location`` names it in
     messages (default ``memory:N``). Views of the same gallery come from :meth:`with_embedder` and :meth:`views`.
     """
 
+    writes_from_another_thread = False
+    """Its write turn is a thread's lock, which indexing's writer thread cannot share: written from the indexing
+    thread itself (a writer thread here waited on the indexing thread's own lock: a deadlock)."""
+
     def __init__(self, embedder: Embedder | str | None = None, *, location: str | None = None,
                  database: MemoryDatabase | None = None) -> None:
-        embedder = default_embedder_name() if embedder is None else embedder
         self._db = database or MemoryDatabase()
         self.location = location or f"memory:{next(_names)}"
-        self._embedder = embedder if not isinstance(embedder, str) else None
-        self.embedder_name = check_embedder_name(embedder) if isinstance(embedder, str) else embedder.name
-        self.collection_name = collection_name_for(self.embedder_name)
-        if self._embedder is not None:
-            self._check_dimension(self._embedder.dim)
+        self._start_view(default_embedder_name() if embedder is None else embedder)
 
-    # ------------------------------------------------------------------ embedders and views
-
-    @property
-    def embedder(self) -> Embedder:
-        """The embedder, created from its name on first use."""
-        if self._embedder is None:
-            embedder = create_embedder(self.embedder_name)
-            self._check_dimension(embedder.dim)
-            self._embedder = embedder
-        return self._embedder
-
-    @property
-    def embedder_loaded(self) -> bool:
-        return self._embedder is not None
+    # ------------------------------------------------------------------ the gallery and its views
 
     @property
     def embedder_names(self) -> list[str]:
         """Every embedder with images here, sorted by name."""
         return sorted(name for name, space in self._db.spaces.items() if space.ids)
 
-    @property
-    def default_embedder(self) -> str | None:
-        return (self._record(GALLERY_RECORD) or {}).get("default_embedder")
-
-    def set_default_embedder(self, name: str | None = None, *, keep_existing: bool = False) -> None:
-        """Record the embedder used when none is named: ``name``, or this view's (with ``keep_existing``
-        only when none is recorded yet)."""
-        name = self.embedder_name if name is None else check_embedder_name(name)
-        with self.writing():
-            record = self._record(GALLERY_RECORD) or {}
-            if not (keep_existing and record.get("default_embedder")) and record.get("default_embedder") != name:
-                self._put_record(GALLERY_RECORD, {**record, "default_embedder": name})
-
     def with_embedder(self, embedder: Embedder | str) -> "MemoryStore":
         """A view of the same gallery through another embedder (ids are shared)."""
         return type(self)(embedder, location=self.location, database=self._db)
 
-    def views(self, embedders: Sequence[Embedder | str] | None = None) -> list["MemoryStore"]:
-        """This view, then one per other embedder in ``embedders`` (as :meth:`Gallery.views`)."""
-        return views_of(self, embedders, self._adopt)
-
-    def _adopt(self, embedder: Embedder) -> None:
-        self._embedder = self._embedder or embedder
+    def check_embedder(self, embedder: Embedder) -> None:
+        space = self._space()
+        if space is not None and space.dim != int(embedder.dim):
+            raise DimensionMismatchError(
+                f"gallery {self.location} stores {space.dim}-d vectors for {self.embedder_name!r}, but that embedder "
+                f"now produces {embedder.dim}-d vectors (different model or checkpoint?)")
 
     def _space(self) -> _Space | None:
         return self._db.spaces.get(self.embedder_name)
-
-    def _check_dimension(self, dim: int) -> None:
-        space = self._space()
-        if space is not None and space.dim != int(dim):
-            raise DimensionMismatchError(
-                f"gallery {self.location} stores {space.dim}-d vectors for {self.embedder_name!r}, but that embedder "
-                f"now produces {dim}-d vectors (different model or checkpoint?)")
 
     def _empty_error(self) -> EmptyGalleryError:
         return EmptyGalleryError(f"gallery {self.location} has no images for embedder {self.embedder_name!r}",
                                  fix="add some with gallery.add(PHOTOS) first", location=self.location)
 
-    # ------------------------------------------------------------------ the gallery
-
-    def write_stamp(self) -> int:
-        """The gallery's write counter (every write of any view bumps it): what a cached answer is tagged with."""
-        return self._db.generation
-
-    def change_feed(self) -> None:
-        """No change feed: indexes derived from this gallery are built from its records each time."""
-        return None
-
     def exists(self) -> bool:
         """Whether anything was written yet."""
         return self._db.written
-
-    def tiles(self) -> "NoTiles":
-        """No tiles: an in-memory gallery keeps whole images only (NEEDLE ranks by them)."""
-        return NoTiles(self)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator["MemoryStore"]:
@@ -202,26 +144,26 @@ class MemoryStore:
         with self._db.lock:
             yield self
 
-    # ------------------------------------------------------------------ records
-
-    def _record(self, key: str) -> dict[str, Any] | None:
+    def read_record(self, key: str) -> dict[str, Any] | None:
         text = self._db.records.get(key)
         return None if text is None else json.loads(text)
 
-    def _put_record(self, key: str, value: dict[str, Any]) -> None:
-        if not isinstance(value, dict):
-            raise TypeError(f"JSON records are dicts, got {type(value).__name__}")
+    def write_record(self, key: str, value: dict[str, Any]) -> None:
         with self.writing():
             self._db.records[key] = json.dumps(value, sort_keys=True)
             self._db.changed()
 
-    def get_json(self, key: str) -> dict[str, Any] | None:
-        """A small JSON record kept with this gallery (``None`` if absent)."""
-        return self._record(USER_PREFIX + key)
+    def tiles(self) -> "NoTiles":
+        """No tiles: an in-memory gallery keeps whole images only (NEEDLE ranks by them)."""
+        return NoTiles(self)
 
-    def put_json(self, key: str, value: dict[str, Any]) -> None:
-        """Keep a small JSON record (a dict) under ``key``."""
-        self._put_record(USER_PREFIX + key, value)
+    def change_feed(self) -> None:
+        """No change feed: indexes derived from this gallery are built from its records each time."""
+        return None
+
+    def write_stamp(self) -> int:
+        """The gallery's write counter (every write of any view bumps it): what a cached answer is tagged with."""
+        return self._db.generation
 
     # ------------------------------------------------------------------ reading
 
@@ -234,19 +176,27 @@ class MemoryStore:
         space = self._space()
         return [] if space is None else list(space.ids)
 
-    def get(self, ids: Sequence[str]) -> list[GalleryItem]:
-        """Items for ``ids``, in the same order; unknown ids raise ``KeyError``."""
-        space = self._space()
-        missing = [id_ for id_ in ids if space is None or id_ not in space.rows]
-        if missing:
-            raise ImageNotFoundError(f"not in gallery {self.location}: {missing[:5]}", location=self.location)
-        return [_item(id_, space.metadatas[space.rows[id_]]) for id_ in ids]  # type: ignore[union-attr]
-
     def items(self) -> Iterator[GalleryItem]:
         space = self._space()
         if space is None:
             return iter(())
         return iter([_item(id_, meta) for id_, meta in zip(list(space.ids), list(space.metadatas))])
+
+    def get_where(self, where: dict[str, Any] | None = None, *, ids: Sequence[str] | None = None,
+                  limit: int | None = None) -> dict[str, dict[str, Any]]:
+        """Stored metadata by id of the records passing ``where`` (:func:`matches`), among ``ids`` in their order
+        (unknown ones left out) or all in insertion order, at most ``limit``."""
+        space = self._space()
+        if space is None:
+            return {}
+        rows = range(len(space.ids)) if ids is None else [space.rows[id_] for id_ in ids if id_ in space.rows]
+        found: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            if limit is not None and len(found) >= limit:
+                break
+            if matches(where or {}, space.metadatas[row]):
+                found[space.ids[row]] = dict(space.metadatas[row])
+        return found
 
     def embeddings(self, ids: Sequence[str] | None = None) -> np.ndarray:
         """Stored vectors as ``(n, dim)`` float32: for ``ids`` in order, or all in :meth:`ids` order."""
@@ -262,51 +212,7 @@ class MemoryStore:
             raise ImageNotFoundError(f"not in gallery {self.location}: {missing[:5]}", location=self.location)
         return space.vectors[[space.rows[id_] for id_ in ids]].reshape(len(ids), space.dim)
 
-    def captions(self, id_: str) -> list[str]:
-        return self.get([id_])[0].captions
-
-    def metadata_of(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Stored metadata of those of ``ids`` this embedder has, by id."""
-        space = self._space()
-        if space is None:
-            return {}
-        return {id_: dict(space.metadatas[space.rows[id_]]) for id_ in ids if id_ in space.rows}
-
-    def metadata_where(self, ids: Sequence[str], where: Where = None) -> dict[str, dict[str, Any]]:
-        """Stored metadata of those of ``ids`` that pass ``where``, by id (the test a filtered search applies)."""
-        return {id_: meta for id_, meta in self.metadata_of(ids).items() if _passes(where, meta)}
-
-    def find_content(self, sha256: str, *, other_than: str | None = None) -> tuple[str, dict[str, Any]] | None:
-        """A stored record (not ``other_than``) whose file had content ``sha256`` and was read upright."""
-        space = self._space()
-        for id_, meta in zip(space.ids if space else [], space.metadatas if space else []):
-            if id_ != other_than and meta.get("sha256") == sha256 and (meta.get("reader") or 0) >= 1:
-                return id_, dict(meta)
-        return None
-
-    # ------------------------------------------------------------------ searching
-
-    def search_text(self, query: str, k: int = 10, where: Where = None, *, only_relevant: bool = False,
-                    hybrid: bool = False, collapse_duplicates: bool = False) -> list[ImageHit]:
-        """The ``k`` images closest to a text query (``hybrid``: fused with the photos' own words)."""
-        return text_search(self, query, k, where, only_relevant=only_relevant, hybrid=hybrid,
-                           collapse_duplicates=collapse_duplicates)
-
-    def search(self, query: str | None = None, **request: Any) -> SearchAnswer:
-        """The plain search every front end makes (:class:`~pictrieve.vectorstore.search_request.SearchRequest`:
-        ``query``, or ``image=``/``vector=``, ``k``, ``filters`` such as ``{"place": "Lisbon"}``, ``hybrid`` (on),
-        ``collapse_duplicates``, ``only_relevant``; filters alone browse, newest first), answered as a
-        :class:`~pictrieve.vectorstore.search_request.SearchAnswer`: ``.hits``, and ``.why`` when none came back.
-        A bad value raises :class:`~pictrieve.vectorstore.search_request.SearchRequestError` naming it."""
-        return run_search(self, SearchRequest.of(query=query, **request))
-
-    def search_image(self, image: Image.Image | str | os.PathLike, k: int = 10, where: Where = None, *,
-                     only_relevant: bool = False, collapse_duplicates: bool = False) -> list[ImageHit]:
-        """The ``k`` images closest to a query image (a PIL image or a file path)."""
-        return image_search(self, image, k, where, only_relevant=only_relevant, collapse_duplicates=collapse_duplicates)
-
-    def relevance_cutoff(self) -> RelevanceCutoff:
-        return cutoff_of(self)
+    # ------------------------------------------------------------------ vector search
 
     def _cosines(self, vectors: np.ndarray) -> np.ndarray:
         """Cosine of each query row to each stored vector, ``(queries, images)``."""
@@ -320,27 +226,20 @@ class MemoryStore:
         queries = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return queries @ stored.T
 
-    def search_vector(self, vector: np.ndarray | Sequence[float], k: int = 10, where: Where = None, *,
-                      only_relevant: bool = False, collapse_duplicates: bool = False) -> list[ImageHit]:
-        """The ``k`` images closest to a vector, exactly, among those passing ``where``; marked as
-        :meth:`Gallery.search_vector <pictrieve.vectorstore.gallery.Gallery.search_vector>` marks them."""
-        check_k(k)
+    def nearest(self, vector: np.ndarray, n: int, where: dict[str, Any] | None = None, *,
+                among: Sequence[str] | None = None, with_vectors: bool = False) -> list[Candidate]:
+        """The ``n`` records closest to ``vector``, exactly, among those passing ``where`` (or the ids ``among``);
+        ties in insertion order."""
         if not self.count():
             raise self._empty_error()
         space = self._space()
         assert space is not None
         scores = self._cosines(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
-        passing = [row for row in range(len(space.ids)) if _passes(where, space.metadatas[row])]
-        order = sorted(passing, key=lambda row: -scores[row])  # stable: ties keep insertion order
-        found = [(space.ids[row], dict(space.metadatas[row]), 1.0 - float(scores[row]),
-                  space.vectors[row] if collapse_duplicates else None) for row in order]
-        distinct = collapse(found) if collapse_duplicates else [(row, []) for row in found]
-        hits = mark_relevance([
-            ImageHit.from_record(id_, meta, score=1.0 - dist, rank=rank).model_copy(
-                update={"copies": [str((other or {}).get("path", "")) for other in copies]} if copies else {})
-            for rank, ((id_, meta, dist, _), copies) in enumerate(distinct[: int(k)], 1)
-        ], self.relevance_cutoff(), vector)
-        return relevant_hits(hits) if only_relevant else hits
+        rows = range(len(space.ids)) if among is None else sorted({space.rows[id_] for id_ in among if id_ in space.rows})
+        passing = [row for row in rows if matches(where or {}, space.metadatas[row])]
+        order = sorted(passing, key=lambda row: -scores[row])[: int(n)]  # stable: ties keep insertion order
+        return [Candidate(space.ids[row], dict(space.metadatas[row]), 1.0 - float(scores[row]),
+                          space.vectors[row] if with_vectors else None) for row in order]
 
     def rank_ids(self, vectors: np.ndarray | Sequence[Sequence[float]], k: int = 10) -> list[list[tuple[str, float]]]:
         """For each row of ``vectors``, its ``k`` nearest images as ``(id, cosine)``, best first."""
@@ -363,13 +262,9 @@ class MemoryStore:
 
     def upsert(self, ids: Sequence[str], vectors: np.ndarray | Sequence[Sequence[float]],
                metadatas: Sequence[dict[str, Any]]) -> int:
-        """Store vectors of this view's embedder under ``ids``: the vector and the metadata keys given replace
-        those stored, other keys stay. Returns the number of records written."""
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or len(vectors) != len(ids) or len(metadatas) != len(ids):
-            raise ValueError(
-                f"upsert needs one vector row and one metadata dict per id: {len(ids)} ids, "
-                f"vectors of shape {vectors.shape}, {len(metadatas)} metadata dicts")
+        """Store vectors of this view's embedder under ``ids``: the vector and the metadata keys given replace those
+        stored, other keys stay. Returns the number of records written."""
+        vectors = upsert_rows(ids, vectors, metadatas)
         if not len(ids):
             return 0
         with self.writing():
@@ -388,9 +283,7 @@ class MemoryStore:
 
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
         """Merge keys into stored metadata (unknown ids are ignored)."""
-        if len(ids) != len(metadatas):
-            raise ValueError("update_metadata needs one metadata dict per id")
-        if not len(ids):
+        if not check_updates(ids, metadatas):
             return
         if self._space() is None:
             raise self._empty_error()
@@ -412,21 +305,6 @@ class MemoryStore:
         with self.writing():
             space.delete(list(ids))
             self._db.changed()
-
-    def add(self, sources: Sources, *, embedders: Sequence[Embedder | str] | None = None, batch_size: int = 32,
-            workers: int = 2, progress: bool = True, max_pixels: int | None = None, budget: Any = None,
-            ocr: bool | None = None) -> IndexReport:
-        """Index images from folders, globs or files, as :meth:`Gallery.add` does (the same code)."""
-        return index_sources(self.views(embedders), sources, batch_size=batch_size, workers=workers,
-                             progress=progress, max_pixels=max_pixels, budget=budget, ocr=ocr)
-
-    def plan_index(self, sources: Sources, *, embedders: Sequence[Embedder | str] | None = None) -> IndexPlan:
-        return plan_index(self.views(embedders), sources)
-
-    def sync(self, *, dry_run: bool = False, allow_missing_folders: bool = False,
-             allow_large: bool = False) -> list[str]:
-        """Drop images whose files no longer exist, with :meth:`Gallery.sync`'s guard; return their paths."""
-        return sync_store(self, dry_run=dry_run, allow_missing_folders=allow_missing_folders, allow_large=allow_large)
 
     def __repr__(self) -> str:
         return f"MemoryStore({self.location!r}, embedder={self.embedder_name!r})"
@@ -461,16 +339,6 @@ def _check_metadata(meta: Mapping[str, Any]) -> None:
             continue
         raise GalleryError(f"metadata {key!r} holds {type(value).__name__}: store str, int, float, bool or a "
                            "non-empty list of them")
-
-
-def _passes(where: Where, metadata: Mapping[str, Any]) -> bool:
-    """Whether ``metadata`` passes ``where`` (a :class:`PhotoFilter`: its rule, :meth:`PhotoFilter.accepts`; or a
-    Chroma-style dict)."""
-    if where is None:
-        return True
-    if isinstance(where, PhotoFilter):
-        return where.accepts(metadata)
-    return matches(where, metadata)
 
 
 _MISSING = object()
