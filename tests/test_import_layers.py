@@ -158,7 +158,8 @@ def test_no_import_circle_inside_vectorstore_even_through_lazy_or_type_imports()
 
 def test_the_vectorstore_check_sees_lazy_and_type_checking_imports(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pictrieve.vectorstore.store import A\n"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    from pictrieve.vectorstore.store import A\n"
                       "def f():\n    from pictrieve.vectorstore.gallery import Gallery\n")
     found = imports("pictrieve.vectorstore.m", source, top_level_only=False, type_checking=True)
     assert {"pictrieve.vectorstore.store", "pictrieve.vectorstore.gallery"} <= found

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 Where = dict[str, Any] | PhotoFilter | None
 """A search's filter: a :class:`PhotoFilter` on the photos' own metadata, or a Chroma-style ``where`` dict
-(``{"key": value}``, ``{"key": {"$gte": 3}}``, ``$and``/``$or``, ``$in``/``$nin``, ``$ne``, ``$gt``/``$lt``/``$lte``)."""
+(``{"key": value}``, ``{"key": {"$gte": 3}}``, ``$and``/``$or``, ``$in``/``$nin``, ``$ne``,
+``$gt``/``$lt``/``$lte``)."""
 
 
 class TileSearch(Protocol):

@@ -476,8 +476,9 @@ class Gallery(StoreService):
     def nearest(self, vector: np.ndarray, n: int, where: dict[str, Any] | None = None, *,
                 among: Sequence[str] | None = None, with_vectors: bool = False) -> list[Candidate]:
         """The ``n`` records closest to ``vector`` by cosine, best first, among those passing the Chroma filter
-        ``where``, or among the ids ``among`` (a short list, up to :data:`~pictrieve.vectorstore.filter_index.EXACT_MAX`,
-        scored exactly here from the stored vectors; a longer one handed to Chroma's HNSW search).
+        ``where``, or among the ids ``among`` (a short list, up to
+        :data:`~pictrieve.vectorstore.filter_index.EXACT_MAX`, scored exactly here from the stored vectors; a longer
+        one handed to Chroma's HNSW search).
         No ``count()`` before the query: on a 1M-image Chroma collection it costs ~60 ms, the query itself ~2 ms."""
         collection = self._get_collection(create=False)
         if collection is None:

@@ -235,7 +235,8 @@ class MemoryStore(StoreService):
         space = self._space()
         assert space is not None
         scores = self._cosines(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
-        rows = range(len(space.ids)) if among is None else sorted({space.rows[id_] for id_ in among if id_ in space.rows})
+        rows = (range(len(space.ids)) if among is None
+                else sorted({space.rows[id_] for id_ in among if id_ in space.rows}))
         passing = [row for row in rows if matches(where or {}, space.metadatas[row])]
         order = sorted(passing, key=lambda row: -scores[row])[: int(n)]  # stable: ties keep insertion order
         return [Candidate(space.ids[row], dict(space.metadatas[row]), 1.0 - float(scores[row]),

@@ -64,8 +64,8 @@ class StoreService(StoreCore):
                             "(see pictrieve.vectorstore.core.StoreCore)")
 
     writes_from_another_thread = False
-    """See :attr:`StoreCore.writes_from_another_thread <pictrieve.vectorstore.core.StoreCore.writes_from_another_thread>`:
-    off unless a backend's write turn can be shared with indexing's writer thread."""
+    """See :attr:`~pictrieve.vectorstore.core.StoreCore.writes_from_another_thread`: off unless a backend's write
+    turn can be shared with indexing's writer thread."""
 
     _embedder: Embedder | None
 
@@ -209,7 +209,8 @@ class StoreService(StoreCore):
 
     def search_image(self, image: Image.Image | str | os.PathLike, k: int = 10, where: Where = None, *,
                      only_relevant: bool = False, collapse_duplicates: bool = False) -> list[ImageHit]:
-        """The ``k`` images closest to a query image (a PIL image or a file path), marked as in :meth:`search_vector`."""
+        """The ``k`` images closest to a query image (a PIL image or a file path), marked as in
+        :meth:`search_vector`."""
         check_k(k)
         if not isinstance(image, Image.Image):
             image = load_image(image)
