@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from pictrieve.agents.asks import Ask
 from pictrieve.agents.needs import NEEDS, Need, need_clashes
 from pictrieve.tools.core.registry import load_target as load_registered_target
 
@@ -96,6 +97,11 @@ class Method:
     """``"module:attribute"`` (or the mapping) naming each graph node as people watch it run: node name ->
     :class:`~pictrieve.agents.steps.Step`. The web page, MCP progress and the command line word finished
     nodes from it; ``None``: each is ``<node>: done``."""
+    asks: tuple[Ask, ...] = ()
+    """What it asks a person while it runs (it pauses with ``interrupt()``): one
+    :class:`~pictrieve.agents.asks.Ask` per kind of question, with the question's and the reply's shapes. Every front
+    end shows its questions and reads replies from these alone (:class:`pictrieve.graphs.sessions.MethodSessions`);
+    a method that asks is given a checkpointer to pause on."""
     own_needs: tuple[Need, ...] = field(default=(), init=False, repr=False)
     """The needs it declares itself (from :attr:`needs`), each with its resolver."""
 
@@ -136,6 +142,13 @@ class Method:
         if not (self.description or "").strip():
             raise MethodDefinitionError(f"method {self.name}: give it a one-line description")
         object.__setattr__(self, "example_input", MappingProxyType(dict(self.example_input)))
+        object.__setattr__(self, "asks", tuple(self.asks))
+        if not all(isinstance(ask, Ask) for ask in self.asks):
+            raise MethodDefinitionError(f"method {self.name}: asks holds Ask objects (pictrieve.agents.asks.Ask)")
+        kinds = [ask.kind for ask in self.asks]
+        if len(set(kinds)) != len(kinds) or (len(kinds) > 1 and not all(kinds)):
+            raise MethodDefinitionError(f"method {self.name}: give each of its Asks its own kind (the payload's "
+                                        "'kind' that tells them apart)")
 
     # --- the parts, loaded on first use ----------------------------------------------------------
 
@@ -165,6 +178,11 @@ class Method:
     def step_table(self) -> Mapping[str, Any]:
         """The :attr:`steps` table, loaded (empty when the method declares none)."""
         return load_target(self.steps) if self.steps is not None else {}
+
+    @property
+    def pauses(self) -> bool:
+        """It may pause for a person: it declares what it asks, or needs a checkpointer to pause on."""
+        return bool(self.asks) or "checkpointer" in self.needs
 
     def served_kwargs(self, config: Any) -> dict[str, Any]:
         """The extra builder arguments :attr:`served` gives for a server run's ``config`` (blocking)."""
@@ -208,7 +226,8 @@ class Method:
         ``name``, ``description``, ``needs`` (``[{"name", "description"}]``), ``gallery``,
         ``input``/``output`` (``[{"name", "type", "required", "description"}]``), ``settings``
         (``[{"name", "type", "default", "description"}]``, ``choices`` for a Literal), ``example_input``,
-        ``text_input`` (the field a line of text goes to), ``pauses`` (it needs a checkpointer).
+        ``text_input`` (the field a line of text goes to), ``pauses`` (it may pause for a person: it needs a
+        checkpointer), ``asks`` (what it asks then: :meth:`~pictrieve.agents.asks.Ask.describe` of each).
         """
         return {
             "name": self.name,
@@ -220,7 +239,8 @@ class Method:
             "settings": self.settings_fields(),
             "example_input": dict(self.example_input),
             "text_input": self.text_input(),
-            "pauses": "checkpointer" in self.needs,
+            "pauses": self.pauses,
+            "asks": [ask.describe() for ask in self.asks],
         }
 
 

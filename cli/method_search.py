@@ -7,7 +7,9 @@ alike, none named here. What the command gives it:
   need's :attr:`~pictrieve.agents.needs.Need.cli_option`, e.g. ``--llm`` with ``--base-url``, ``--visualizer``
   repeatable, ``--qc2-model``) and ``--need NAME=VALUE`` for a need a method declares itself, each made by
   the need's resolver (:func:`~pictrieve.agents.needs.resolve_needs`); a checkpointer always, so a method that
-  pauses for a person (``interrupt()``) is answered at the terminal;
+  asks the person something (``interrupt()``) is answered at the terminal: it runs as a session of the runner every
+  front end uses (:class:`~pictrieve.graphs.sessions.MethodSessions`), and each question is shown and its reply read
+  from what the method declares it asks (:attr:`~pictrieve.agents.method.Method.asks`, :func:`ask_at_terminal`);
 - its **input**: ``{"query": QUERY}``, plus ``topic`` from ``--topic`` when its input has one;
 - its **run settings**: ``-k`` as ``k``, ``--set KEY=VALUE`` for any setting (typed by the method's
   settings class), and shortcuts for settings several methods share (``--guides``, ``--rank-with``,
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -145,10 +148,9 @@ def run_method_showing_guides(store: Any, method: str, query: str | None, *, k: 
 def _run_method(store: Any, method: str, query: str, clock: "StepClock", *, k: int, rank_with: tuple[str, ...],
                 guides: int | None, tiles: bool | None, feedback: str | None, topic: str | None,
                 settings: tuple[str, ...], needs: dict[str, Any]) -> tuple[list[ImageHit], list[dict[str, Any]]]:
-    from langgraph.types import Command
-
     from pictrieve.graphs.checkpoints import memory_checkpointer
     from pictrieve.graphs.registry import get_method
+    from pictrieve.graphs.sessions import MethodSessions
 
     clock.say(f"loading {method} ...")  # importing its graph and making its visualizers take seconds
     spec = get_method(method)
@@ -162,15 +164,16 @@ def _run_method(store: Any, method: str, query: str, clock: "StepClock", *, k: i
         if not spec.takes("topic"):
             raise click.UsageError(f"--topic does not apply to --method {method} (its input: {_input_names(spec)})")
         inputs["topic"] = topic
-    graph = spec.build(store, checkpointer=memory_checkpointer(), **kwargs)
-    config = {"configurable": {"thread_id": "cli"}}
-    result = run_showing_steps(graph, inputs, config, context, clock)
-    while result.get("__interrupt__"):
-        request = result["__interrupt__"][0].value
-        result = run_showing_steps(graph, Command(resume=_ask(method, request)), config, context, clock)
+    sessions = MethodSessions(spec, spec.build(store, checkpointer=memory_checkpointer(), **kwargs))
+    stream = terminal_stream(clock)
+    run = sessions.start(inputs, context, stream=stream)
+    while run.pending is not None:
+        reply = ask_at_terminal(run.pending)
+        run = sessions.reply(run.session, reply, stream=stream)
+    result = run.values
     if result.get("weights"):
         click.echo("trust weights: " + json.dumps({n: round(w, 3) for n, w in result["weights"].items()}), err=True)
-    return result["hits"], [dict(guide) for guide in result.get("guides") or []]
+    return run.hits, [dict(guide) for guide in result.get("guides") or []]
 
 
 class StepClock:
@@ -189,26 +192,27 @@ class StepClock:
         return announcing_model_loads(lambda label: self.say(f"  loading {label} ..."))
 
 
-def run_showing_steps(graph: Any, value: Any, config: dict[str, Any], context: dict[str, Any],
-                      clock: StepClock | None = None) -> dict[str, Any]:
-    """Run ``graph`` (compiled with a checkpointer) to its end or next pause, printing each step to stderr
-    as it starts, with the seconds since ``clock`` started (default: now): a step that loads a model or
-    encodes a folder for a while says so instead of leaving the terminal silent. Returns the state, with
-    ``__interrupt__`` holding the pending interrupts when the graph paused."""
+def terminal_stream(clock: StepClock | None = None) -> Any:
+    """How the command line streams a graph for :class:`~pictrieve.graphs.sessions.MethodSessions`: each step is a
+    line on stderr as it starts, with the seconds since ``clock`` started (default: now), so a step that loads a
+    model or encodes a folder for a while says so instead of leaving the terminal silent; each finished step is
+    yielded as a LangGraph ``updates`` chunk."""
     clock = clock or StepClock()
-    shown = ""
-    for event in graph.stream(value, config, context=context, stream_mode="tasks"):
-        name = event.get("name", "")
-        if "result" in event or "error" in event or name == shown:  # a finish, or parallel copies of one step
-            continue
-        clock.say(f"{name}...")
-        shown = name
-    snapshot = graph.get_state(config)
-    result: dict[str, Any] = dict(snapshot.values)
-    pending = [item for task in snapshot.tasks for item in getattr(task, "interrupts", ()) or ()]
-    if pending:
-        result["__interrupt__"] = pending
-    return result
+
+    def stream(graph: Any, inputs: Any, config: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        shown = ""
+        for event in graph.stream(inputs, config, stream_mode="tasks", **kwargs):
+            name = event.get("name", "")
+            if "result" in event:
+                result = event["result"]
+                yield {name: dict(result) if isinstance(result, (list, dict)) else result}
+                continue
+            if "error" in event or name == shown:  # a failure (raised by the stream), or parallel copies of one step
+                continue
+            clock.say(f"{name}...")
+            shown = name
+
+    return stream
 
 
 def _needs(spec: Any, given: dict[str, Any], store: Any) -> dict[str, Any]:
@@ -271,33 +275,44 @@ def _input_names(spec: Any) -> str:
     return ", ".join(f["name"] for f in spec.input_fields())
 
 
-def _ask(method: str, request: Any) -> dict[str, list[str]]:
-    """Show a review request (guide images, or results to mark) on the terminal and read the answer."""
-    kind = request.get("kind") if isinstance(request, dict) else None
-    if kind == "guides":
-        click.echo(f"Guide images for {request['prompt']!r}:", err=True)
-        for guide in request["guides"]:
-            made = "generated" if guide["generated"] else "exemplar photo"
-            click.echo(f"  {guide['id']}  {guide['path']}  ({made}, {guide['visualizer']})", err=True)
-        ids = {g["id"] for g in request["guides"]}
-        return {"rejected": _read_ids("Reject which (ids separated by spaces, Enter for none)", ids)}
-    if kind == "results":
-        click.echo("Results:", err=True)
-        for hit in request["hits"]:
-            caption = f"  {hit['captions'][0]}" if hit.get("captions") else ""
-            click.echo(f"  {hit['rank']:3d}  {hit['path']}{caption}", err=True)
-        by_rank = {str(hit["rank"]): hit["id"] for hit in request["hits"]}
-        ranks = _read_ids("Which are NOT what you want (ranks separated by spaces, Enter for none)", set(by_rank))
-        return {"irrelevant": [by_rank[r] for r in ranks]}
-    raise click.ClickException(f"--method {method} paused for an answer this command cannot give "
-                               f"({kind or type(request).__name__}); run it from Python or the web page")
+def ask_at_terminal(pending: Any) -> dict[str, Any]:
+    """Put a method's question (a :class:`~pictrieve.graphs.sessions.Pending`) to the person at the terminal and read
+    the reply its method declares, field by field: the items shown with it numbered; a list of ids as numbers or ids
+    (Enter for none); a choice among its choices; yes or no; a line of text (its options offered). The runner
+    checks the reply against the declaration again before the method reads it."""
+    click.echo(pending.question, err=True)
+    shown = pending.shown()
+    for number, item in enumerate(shown, 1):
+        about = (item.get("captions") or [""])[0] or item.get("path") or ""
+        extra = ", ".join(f"{key} {value}" for key, value in item.items()
+                          if key in ("visualizer", "generated", "status") and value not in (None, ""))
+        click.echo(f"  {number:3d}  {item['id']}  {about}{f'  ({extra})' if extra else ''}".rstrip(), err=True)
+    reply: dict[str, Any] = {}
+    first_text = True
+    for field in pending.ask.reply_fields():
+        label = field["description"] or field["name"]
+        if field["picks"]:
+            reply[field["name"]] = _read_picks(f"{label} (numbers or ids separated by spaces, Enter for none)", shown)
+        elif field.get("choices"):
+            choices = [str(choice) for choice in field["choices"]]
+            reply[field["name"]] = click.prompt(label, type=click.Choice(choices), err=True)
+        elif field["type"] == "bool":
+            reply[field["name"]] = click.confirm(label, default=False, err=True)
+        elif field["type"] == "str" and (field["required"] or first_text):
+            options = f" ({' / '.join(pending.options)})" if pending.options and first_text else ""
+            reply[field["name"]] = click.prompt(f"{label}{options}", err=True)
+            first_text = False
+    return reply
 
 
-def _read_ids(prompt: str, allowed: set[str]) -> list[str]:
+def _read_picks(prompt: str, shown: list[dict[str, Any]]) -> list[str]:
+    """Ids among ``shown`` typed as their numbers or their ids; asked again until each is one of them."""
+    by_number = {str(number): item["id"] for number, item in enumerate(shown, 1)}
+    ids = {item["id"] for item in shown}
     while True:
         answer = click.prompt(prompt, default="", show_default=False, err=True)
         chosen = answer.replace(",", " ").split()
-        unknown = [c for c in chosen if c not in allowed]
+        unknown = [c for c in chosen if c not in by_number and c not in ids]
         if not unknown:
-            return chosen
-        click.echo(f"unknown: {' '.join(unknown)}; choose from {' '.join(sorted(allowed))}", err=True)
+            return [by_number.get(c, c) for c in chosen]
+        click.echo(f"unknown: {' '.join(unknown)}; choose from 1-{len(shown)} or their ids", err=True)

@@ -6,6 +6,8 @@ A tool's result carries one of these as ``structuredContent``, the same JSON as 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 
@@ -90,6 +92,35 @@ class RelevanceInfo(BaseModel):
     source: str = Field(description="shipped (with pictrieve), gallery (chosen by `pictrieve calibrate` on a captioned "
                                     "folder) or relative (uncalibrated: hits near the best are relevant)")
     description: str = Field(description="The rule in words, with where it came from (as `pictrieve info` says it)")
+
+
+class ReplyField(BaseModel):
+    """One field of the reply a method's question takes."""
+
+    name: str
+    type: str = Field(description="str (text), bool, list[str] (ids), or a choice among `choices`")
+    description: str = ""
+    required: bool
+    picks: bool = Field(description="A list of ids among the items `shown` with the question")
+    choices: list[Any] | None = None
+
+
+class MethodQuestion(BaseModel):
+    kind: str = Field(description="Which of the method's questions this is ('' when it asks one kind)")
+    question: str = Field(description="The question, for the person")
+    options: list[str] = Field(default_factory=list, description="Its choices, for a question with options")
+    shown: list[dict[str, Any]] = Field(default_factory=list, description="What is shown with the question (photos "
+                                        "as hits), each with an id")
+    reply: list[ReplyField] = Field(description="The fields of the reply answer_method takes")
+
+
+class MethodSession(BaseModel):
+    session: str = Field(description="Pass it to answer_method")
+    method: str
+    done: bool = Field(description="True when the method has finished")
+    question: MethodQuestion | None = Field(default=None, description="What it asks the person now (none when done)")
+    hits: list[Hit] = Field(default_factory=list, description="The photos it found (when done, its results)")
+    output: dict[str, Any] = Field(default_factory=dict, description="Its other output values")
 
 
 class EmbedderInfo(BaseModel):

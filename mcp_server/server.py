@@ -2,8 +2,8 @@
 
 Tools (names fixed: agents and configs refer to them): ``search_images``, ``search_by_image``
 (:mod:`.search_tools`), ``ask_about_image``, ``ask_gallery`` (:mod:`.answer_tools`), ``find_photo``,
-``answer_question`` (:mod:`.session_tools`), ``gallery_info`` (here), ``find_duplicates`` (:mod:`.duplicates`);
-what they share (text bounds, worker threads with progress, the result's shape) is :mod:`.calls`. Resources:
+``answer_question``, ``start_method``, ``answer_method`` (:mod:`.session_tools`), ``gallery_info`` (here),
+``find_duplicates`` (:mod:`.duplicates`); what they share (text bounds, worker threads with progress, the result's shape) is :mod:`.calls`. Resources:
 ``pictrieve://gallery`` (what ``pictrieve info`` shows) and ``pictrieve://image/{id}`` (a gallery image's
 bytes; ids only, never a path).
 
@@ -53,6 +53,7 @@ pictrieve searches the user's own photo gallery with language.
 - ask_about_image: a question about one photo, answered from what it shows and a search, citing sources.
 - ask_gallery: a question about the user's photos, answered from the best-matching ones.
 - find_photo then answer_question: narrow down one photo the user remembers by answering questions.
+- start_method then answer_method: run a method that asks the person questions (put each to them).
 - gallery_info: what the gallery holds and what this server is set up for.
 - find_duplicates: groups of near-identical photos (resized, recompressed, cropped copies); read-only.
 Photo ids from any result work in every tool, and pictrieve://image/{id} gives a photo's full image."""

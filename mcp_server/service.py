@@ -11,6 +11,7 @@ input is a :class:`ToolInputError` (a :class:`~pictrieve.errors.PictrieveError`)
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,9 +20,11 @@ from typing import Any
 
 from pictrieve.agents.needs import all_needs, build_given, missing_needs, names_of, resolve_needs, unmet_needs
 from pictrieve.agents.settings import MAX_TEXT
+from pictrieve.agents.steps import step_line as method_step_line
 from pictrieve.agents.vsa.progress import STREAM_MODES, follow_run, start_line, step_line
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import get_method
+from pictrieve.graphs.sessions import MethodRun, MethodSessions
 from pictrieve.mcp_server.progress import Progress, loading, no_progress
 from pictrieve.mcp_server.sessions import PhotoSessions
 from pictrieve.tools.core.gallery_photos import ChangedPhotoError
@@ -36,6 +39,8 @@ PLAIN_FILTERS = ("filters", "hybrid", "collapse_duplicates")
 """Inputs of plain search that ``search_images`` passes on only to a method whose input takes them."""
 MAX_K = 20
 """Most photos one call returns (each comes back as a picture)."""
+METHOD_SESSION = re.compile(r"([a-z][a-z0-9_]*)-[0-9a-f]{32}\Z")
+"""A ``start_method`` session id: the method's name, then the session's own."""
 SHOWN_PER_ROUND = 5
 """Photos a PlugIR session shows with each question."""
 
@@ -258,6 +263,9 @@ class PictrieveService:
         if plain:
             context["only_relevant"] = bool(only_relevant)
         for mode, chunk in graph.stream(state, context=context, stream_mode=["updates", "values"]):
+            if mode == "updates" and "__interrupt__" in chunk:  # its settings here make it ask the person
+                raise ToolInputError(f"{method} asks the person a question while it runs: use start_method "
+                                     f"(method='{method}') and answer_method")
             if mode == "values":
                 output = dict(chunk)
             elif not plain:
@@ -333,6 +341,72 @@ class PictrieveService:
     def answer_question(self, session: str, answer: str, progress: Progress = no_progress) -> dict[str, Any]:
         answer = _text(answer, "the answer", "answer the question, say 'found N' for photo N, or 'stop'")
         return self.sessions(progress).answer(str(session or "").strip(), answer, progress)
+
+    # --- any method that asks the person (start_method / answer_method) ---------------------------------------
+
+    def asking_methods(self) -> list[str]:
+        """The registered methods ``start_method`` offers: every one that declares what it asks a person
+        (:attr:`~pictrieve.agents.method.Method.asks`) and starts from a line of text (plugins included)."""
+        from pictrieve.graphs.registry import methods
+
+        return [method.name for method in methods() if method.asks and method.text_input()]
+
+    def method_sessions(self, name: str, progress: Progress = no_progress) -> MethodSessions:
+        """The sessions of method ``name``, run by the one session runner every front end uses
+        (:class:`~pictrieve.graphs.sessions.MethodSessions`), its checkpoints in a SQLite file of the state folder so a
+        session survives a restart (its run settings do not: a continued session runs on with the method's defaults)."""
+        offered = self.asking_methods()
+        if name not in offered:
+            raise ToolInputError(f"unknown method {name!r}: start_method runs {', '.join(offered)}")
+        self.embedder(progress)
+
+        def build() -> MethodSessions:
+            from pictrieve.graphs.checkpoints import sqlite_checkpointer
+
+            method = get_method(name)
+            given = self.settings.given_needs()
+            for need in missing_needs(method, given):
+                raise ToolInputError(f"{name} needs {need.description}, and this server has none: restart it with "
+                                     f"{need.cli_option} {need.example or 'VALUE'}")
+            saver = sqlite_checkpointer(Path(self.settings.state_dir) / f"{name}-sessions.sqlite")
+            kwargs = resolve_needs(method, given, gallery=self.gallery, make=self._need_cache(progress))
+            return MethodSessions(method, method.build(self.gallery, checkpointer=saver, **kwargs))
+
+        return self._part(f"method-sessions:{name}", build, progress, f"the {name} method")
+
+    def start_method(self, name: str, text: str, settings: dict[str, Any] | None = None,
+                     progress: Progress = no_progress) -> MethodRun:
+        """A new session of method ``name`` started from ``text`` (its text input) with run ``settings`` (text or
+        JSON values, read by its settings class), run to its first question or its end."""
+        from pictrieve.agents.settings import SettingsError, parse_setting
+
+        sessions = self.method_sessions(name, progress)
+        method = sessions.method
+        text = _text(text, f"the {method.text_input()}", f"say what {name} should start from")
+        cls = method.settings_class()
+        context: dict[str, Any] = {}
+        try:
+            for key, value in (settings or {}).items():
+                context[str(key)] = parse_setting(cls, str(key), value) if isinstance(value, str) else value
+            cls.coerce(context)
+        except SettingsError as exc:
+            raise ToolInputError(str(exc)) from None
+        steps = method.step_table()
+        progress(f"{name}: {method.description}"[:200])
+        return sessions.start({method.text_input(): text}, context, session=f"{name}-{sessions.new_session()}",
+                              on_step=lambda node, update: progress(method_step_line(steps, node, update)))
+
+    def answer_method(self, session: str, reply: Any, progress: Progress = no_progress) -> MethodRun:
+        """Answer the question session ``session`` waits on with ``reply`` (checked against the shape its method
+        declares), run to its next question or its end."""
+        found = METHOD_SESSION.match(str(session or ""))
+        if found is None or found.group(1) not in self.asking_methods():
+            raise ToolInputError(f"unknown session {str(session)[:80]!r}: session ids come from start_method")
+        sessions = self.method_sessions(found.group(1), progress)
+        steps = sessions.method.step_table()
+        # an ended, busy or unknown session, or a reply of another shape, is one line (SessionError, ReplyError)
+        return sessions.reply(found.group(0), reply,
+                              on_step=lambda node, update: progress(method_step_line(steps, node, update)))
 
     def image_file(self, image_id: str) -> Path:
         """The file of gallery image ``image_id`` (ids only: a path is just an unknown id here)."""

@@ -1,9 +1,16 @@
-"""The MCP session tools of PlugIR: ``find_photo`` starts a session that asks the person questions,
-``answer_question`` answers the pending one (:mod:`.sessions` keeps the sessions). With ``ask_person`` and a
-client that supports MCP elicitation, the questions go to the person directly.
+"""The MCP session tools: methods that ask the person questions while they run.
+
+- ``start_method`` / ``answer_method``: any registered method that declares what it asks
+  (:attr:`~pictrieve.agents.method.Method.asks`: PlugIR, NEEDLE, an installed plugin), run by the one session
+  runner every front end uses (:class:`~pictrieve.graphs.sessions.MethodSessions`) and shown by its generic view:
+  the question, its choices, what is shown with it and the fields of the reply; a reply is checked against the
+  declared shape before the method reads it. Nothing here names a method.
+- ``find_photo`` / ``answer_question``: PlugIR's own (:mod:`.sessions` keeps its sessions), with its rounds, its
+  pick (``found N``) and, with ``ask_person`` and a client that supports MCP elicitation, the questions put to the
+  person directly.
 """
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.fastmcp import Context
 from mcp.types import CallToolResult
@@ -11,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from pictrieve.agents.settings import MAX_TEXT
 from pictrieve.mcp_server.calls import Text, in_thread, result
-from pictrieve.mcp_server.schemas import PhotoSession
+from pictrieve.mcp_server.schemas import MethodSession, PhotoSession
 from pictrieve.mcp_server.service import PictrieveService
 from pictrieve.vectorstore.hits import hit_json
 
@@ -37,6 +44,27 @@ def session_result(view: dict[str, Any]) -> CallToolResult:
     return result(structured, shown, line + (f"\nNote: {view['note']}" if view.get("note") else ""))
 
 
+def method_session_result(run: Any) -> CallToolResult:
+    """A ``start_method`` / ``answer_method`` result from the session's generic view
+    (:meth:`~pictrieve.graphs.sessions.MethodRun.to_json`): the question and how to answer it, or what the method
+    found, then the photos (those shown with the question, or the results)."""
+    view = run.to_json()
+    pending = run.pending
+    photos = [h for h in (pending.shown_hits() if pending is not None else run.hits)]
+    structured = MethodSession(session=view["session"], method=view["method"], done=view["done"],
+                               question=view["question"], hits=[hit_json(h) for h in run.hits], output=view["output"])
+    if pending is None:
+        line = (f"{run.method} has finished: {len(run.hits)} photos." if run.done else
+                f"{run.method} stopped between steps; start it again with start_method.")
+    else:
+        fields = ", ".join(f"{f['name']}: {'ids of the shown items' if f['picks'] else f['type']}"
+                           + ("" if f["required"] else " (optional)") for f in view["question"]["reply"])
+        options = f" (options: {', '.join(pending.options)})" if pending.options else ""
+        line = (f"{run.method} asks: {pending.question}{options}\nAnswer it with answer_method(session="
+                f"'{run.session}', reply={{{fields}}}).")
+    return result(structured, photos, line)
+
+
 class PersonAnswer(BaseModel):
     """What the person answers to one of find_photo's questions (MCP elicitation)."""
 
@@ -44,7 +72,8 @@ class PersonAnswer(BaseModel):
 
 
 def add_session_tools(server: "PictrieveMCP", service: PictrieveService) -> None:
-    """Register ``find_photo`` and ``answer_question`` over ``service`` on ``server``."""
+    """Register ``start_method``, ``answer_method``, ``find_photo`` and ``answer_question`` over ``service``."""
+    add_method_session_tools(server, service)
 
     @server.tool(name="find_photo", title="Find one photo by answering questions (PlugIR)")
     async def find_photo(
@@ -106,3 +135,38 @@ async def _ask_person(ctx: Context, service: PictrieveService, view: dict[str, A
         view = await in_thread(ctx, service.answer_question, view["session"], asked.data.answer,
                                first="answer_question: reading the answer")
     return view
+
+
+def add_method_session_tools(server: "PictrieveMCP", service: PictrieveService) -> None:
+    """Register ``start_method`` and ``answer_method``: every method that declares what it asks, plugins included
+    (the enum is the registry's when the server starts)."""
+    AskingMethod = Literal[tuple(service.asking_methods())]  # type: ignore[valid-type]
+
+    @server.tool(name="start_method", title="Run a method that asks the person questions")
+    async def start_method(
+        ctx: Context,
+        method: Annotated[AskingMethod, Field(description="The method: one that asks the person questions while it "
+                                                          "runs (a registered method that declares them)")],
+        text: Annotated[Text, Field(description="What it starts from (its text input: a query or a description)")],
+        settings: Annotated[dict[str, Text | int | float | bool] | None, Field(
+            description="Its run settings by name (text or JSON values; default: its own)")] = None,
+    ) -> Annotated[CallToolResult, MethodSession]:
+        """Start a method that asks the person questions while it runs. Returns a session id and the method's
+        question (its text, choices, the items shown with it and the fields of the reply), or, when it asks
+        nothing, its results. Put the question to the person, then answer with answer_method(session, reply)
+        until it has finished."""
+        run = await in_thread(ctx, service.start_method, method, text, settings, first=f"start_method: starting {method}")
+        return method_session_result(run)
+
+    @server.tool(name="answer_method", title="Answer a method's question")
+    async def answer_method(
+        ctx: Context,
+        session: Annotated[Text, Field(description="The session id start_method returned")],
+        reply: Annotated[dict[str, Any], Field(description="The person's reply: the fields the question's `reply` "
+                                                           "lists, e.g. {\"answer\": \"yes\"} or {\"irrelevant\": "
+                                                           "[ids]}")],
+    ) -> Annotated[CallToolResult, MethodSession]:
+        """Answer the question a start_method session waits on. Returns the next question, or, when the method
+        has finished, its results."""
+        run = await in_thread(ctx, service.answer_method, session, reply, first="answer_method: reading the reply")
+        return method_session_result(run)

@@ -17,14 +17,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from pictrieve.agents.steps import Step, step_line
-from pictrieve.errors import PictrieveError
-from pictrieve.graphs.sessions import run_session, session_view
+from pictrieve.graphs.sessions import SessionError, run_session, session_view
 
 SESSION_ID = re.compile(r"[0-9a-f]{32}\Z")
-
-class SessionError(PictrieveError, ValueError):
-    """An unknown, ended or busy session (one line for the model)."""
-
 
 class PhotoSessions:
     """PlugIR sessions over one compiled graph (built with a SQLite checkpointer), its run settings, and the

@@ -276,16 +276,20 @@ def test_a_method_s_step_table_words_its_generic_tab(toy_app, gallery):
     """A method that names its steps (``Method.steps``) has them worded on the page's generic tab, as PlugIR's are
     in the Chat tab and over MCP; without a table each step is ``<node>: done`` (above)."""
     from dataclasses import replace
+    from functools import partial
 
     from pictrieve.agents.steps import Step
+    from pictrieve.graphs.checkpoints import memory_checkpointer
     from pictrieve.graphs.registry import get_method
+    from pictrieve.graphs.sessions import MethodSessions
     from pictrieve.ui.jobs import Jobs
-    from pictrieve.ui.methods import run_method
+    from pictrieve.ui.methods import run_step
 
     method = replace(get_method("toy"), steps={"rank": Step("rank", "ranked the gallery",
                                                             found=lambda update: f"{len(update['hits'])} photos")})
-    graph = method.build(gallery)
-    job = Jobs().start("toy", lambda job: run_method(job, method, graph, {"query": "a red square"}, {"k": 2}))
+    sessions = MethodSessions(method, method.build(gallery, checkpointer=memory_checkpointer()))
+    job = Jobs().start("toy", lambda job: run_step(job, sessions, partial(sessions.start, {"query": "a red square"},
+                                                                           {"k": 2})))
     assert job.finished.wait(60)
     view = job.view()
     assert not view["error"] and view["steps"] == ["ranked the gallery: 2 photos"]

@@ -2,14 +2,21 @@
 
 The page builds the tab from :meth:`~pictrieve.agents.method.Method.describe`: a text box per text field
 of the method's input (its ``text_input`` first and required) and a box per run setting (empty: the
-default). A run is a job (:mod:`pictrieve.ui.jobs`) that lists each graph step as it finishes and ends
-with the method's ``hits`` (shown as the grid every tab uses) and its other plain output values (shown
-as text, never markup). A method that pauses for a person (``interrupt()``) stops with one line saying
-the page cannot answer it: that needs a view of its own.
+default). A run is a session of the one runner every front end uses
+(:class:`~pictrieve.graphs.sessions.MethodSessions`, its graph kept with an in-memory checkpointer), each step a
+job (:mod:`pictrieve.ui.jobs`) that lists each graph step as it finishes and ends with the generic view
+(:meth:`~pictrieve.graphs.sessions.MethodRun.to_json`): the method's ``hits`` (shown as the grid every tab uses),
+its other plain output values (shown as text, never markup), and, when the method asks the person something
+(``interrupt()``), the ``question`` as its method declares it (:attr:`~pictrieve.agents.method.Method.asks`): the
+text, its choices, the items shown with it and the reply's fields, which the page turns into a form. The reply
+(``POST /api/methods/{name}/reply``) is checked against the declared shape before the session is resumed.
 """
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -19,12 +26,13 @@ from pictrieve.agents.settings import MAX_TEXT, SettingsError, parse_setting
 from pictrieve.agents.steps import step_line
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import available_methods, get_method, method_origin
+from pictrieve.graphs.sessions import MethodRun, MethodSessions
 from pictrieve.ui.forms import UIError, form_or_json
 from pictrieve.ui.jobs import Job
 from pictrieve.ui.state import PageState, page_state
 from pictrieve.ui.visualize import PAGE_METHODS
-from pictrieve.vectorstore.hits import as_hit
 
+SESSION_ID = re.compile(r"[0-9a-f]{32}\Z")
 
 
 class MethodRunError(PictrieveError, ValueError):
@@ -70,36 +78,16 @@ def prepare_run(method: Any, body: dict[str, Any]) -> tuple[dict[str, Any], dict
     return inputs, context
 
 
-def run_method(job: Job, method: Any, graph: Any, inputs: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-    """Run ``graph`` to its end as the job, one step line per finished node (worded by the method's step table,
-    :attr:`~pictrieve.agents.method.Method.steps`; ``<node>: done`` without one); the page's result:
-    ``hits`` (JSON) and ``output`` (the other output values that are plain text, numbers or lists of them)."""
-    outputs = {f["name"] for f in method.output_fields()}
-    steps = method.step_table()
-    state: dict[str, Any] = {}
-    config = {"configurable": {"thread_id": job.id}}
-    for update in job.stream(graph, inputs, config, context=context):
-        for node, change in update.items():
-            if node == "__interrupt__":
-                raise MethodRunError(f"{method.name} paused for an answer, which this page cannot give yet; "
-                                     "run it from Python or the command line")
-            if isinstance(change, dict):
-                state.update({key: value for key, value in change.items() if key in outputs})
-            job.step(step_line(steps, node, change, detail=True))
-    hits = [as_hit(hit).to_json() for hit in state.get("hits") or []]
-    shown = {key: value for key, value in state.items() if key != "hits" and _plain(value)}
-    return {"hits": hits, "output": shown}
-
-
-def _plain(value: Any) -> bool:
-    """Text, a number, or a list/dict of them (JSON without objects): what the tab shows as text."""
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(isinstance(v, (str, int, float, bool)) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in value.items())
-    return False
+def run_step(job: Job, sessions: MethodSessions, step: Callable[..., MethodRun]) -> dict[str, Any]:
+    """Run one step of a session as the job (``step``: a :class:`~pictrieve.graphs.sessions.MethodSessions` call
+    taking ``on_step`` and ``stream``), one step line per finished node (worded by the method's step table,
+    :attr:`~pictrieve.agents.method.Method.steps`; ``<node>: done`` without one); the page's result is the
+    generic view."""
+    steps = sessions.method.step_table()
+    run = step(on_step=lambda node, change: job.step(step_line(steps, node, change, detail=True)), stream=job.stream)
+    if run.pending is not None:
+        job.step(f"waiting for you: {run.pending.question}"[:300])
+    return run.to_json()
 
 
 # --- the generic tab's routes, and which tab shows each method ---------------------------------------------
@@ -147,21 +135,47 @@ async def method_run(name: str, request: Request, page: Annotated[PageState, Dep
     return await run_in_threadpool(method_run_now, page, name, await form_or_json(request))
 
 
-def method_run_now(page: PageState, name: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Start a generic tab's run (a method without a view of its own) as a job."""
+def generic_method(name: str) -> Any:
+    """The registered method ``name`` when it has a generic tab; one line otherwise."""
     if name not in available_methods() or name in PAGE_TABS:
         raise UIError(f"no generic tab for {name!r}"
                              + (f"; it has its own: {PAGE_TABS[name]}" if name in PAGE_TABS else ""))
-    method = get_method(name)
+    return get_method(name)
+
+
+def method_run_now(page: PageState, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Start a generic tab's run (a method without a view of its own): a new session, its first step a job."""
+    method = generic_method(name)
     inputs, context = prepare_run(method, body)
     page.missing_need(method)  # said at once, not by the job
 
     def work(job: Any) -> dict[str, Any]:
-        from pictrieve.graphs.checkpoints import memory_checkpointer
-
         job.step(f"building {name}…")
-        pauses = "checkpointer" in method.needs
-        built = page.graph(name, **({"checkpointer": memory_checkpointer()} if pauses else {}))
-        return run_method(job, method, built, inputs, context)
+        sessions = page.method_sessions(name)
+        return run_step(job, sessions, functools.partial(sessions.start, inputs, context))
 
     return page.jobs.start(name, work).view()
+
+
+@router.post("/api/methods/{name}/reply")
+async def method_reply(name: str, request: Request, page: Annotated[PageState, Depends(page_state)]) -> dict[str, Any]:
+    return await run_in_threadpool(method_reply_now, page, name, await form_or_json(request))
+
+
+def method_reply_now(page: PageState, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Answer the question a generic tab's session waits on (``{"session", "reply": {...}}``), or run on a session
+    whose page went away between steps (``{"session", "continue": true}``), as a job. The reply is checked against
+    what the method declares before the job starts: a bad one is one line at once."""
+    method = generic_method(name)
+    session = str(body.get("session") or "")
+    if not SESSION_ID.match(session):
+        raise UIError(f"no such {name} session; start a new run")
+    sessions = page.method_sessions(method.name)
+    if sessions.busy(session):
+        raise UIError(f"this {name} session is still working on its last step; wait for it")
+    if body.get("continue"):
+        step = functools.partial(sessions.run_on, session)
+    else:
+        sessions.check_reply(session, body.get("reply"))
+        step = functools.partial(sessions.reply, session, body.get("reply"))
+    return page.jobs.start(name, lambda job: run_step(job, sessions, step)).view()

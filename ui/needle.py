@@ -90,9 +90,11 @@ class NeedleSessions:
         return {key: list(dict.fromkeys(ids))}
 
     def pending(self, session: str) -> dict[str, Any] | None:
-        snapshot = self.graph.get_state(self.config(session))
-        values = [i.value for task in snapshot.tasks for i in task.interrupts]
-        return values[0] if values else None
+        """The question the session waits on (one of NEEDLE's declared :attr:`~pictrieve.agents.method.Method.asks`),
+        read as every front end reads a pause (:func:`~pictrieve.graphs.sessions.pending_payload`)."""
+        from pictrieve.graphs.sessions import pending_payload
+
+        return pending_payload(self.graph.get_state(self.config(session)))
 
     def guide_path(self, session: str, guide_id: str) -> str:
         """The file of guide ``guide_id`` of ``session``, from the graph's state (ids only)."""

@@ -115,6 +115,18 @@ class PageState:
                 self.graphs["needle"] = NeedleSessions(self.gallery, built)
             return self.graphs["needle"]
 
+    def method_sessions(self, name: str) -> Any:
+        """The sessions of method ``name`` (a generic tab's): its graph built once with an in-memory checkpointer,
+        run by the one session runner every front end uses (:class:`~pictrieve.graphs.sessions.MethodSessions`)."""
+        from pictrieve.graphs.checkpoints import memory_checkpointer
+        from pictrieve.graphs.sessions import MethodSessions
+
+        with self.lock:
+            key = f"sessions:{name}"
+            if key not in self.graphs:
+                self.graphs[key] = MethodSessions(get_method(name), self.build_graph(name, checkpointer=memory_checkpointer()))
+            return self.graphs[key]
+
     def gallery_photo(self, image_id: Any, folder: str | Path) -> str:
         """A private copy in ``folder`` of the gallery photo ``image_id`` (ids only: a path in the request is just
         an unknown id), read as the file that was indexed (a photo replaced by a link is refused in one line), so

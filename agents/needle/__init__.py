@@ -9,6 +9,7 @@ trust weights learned from feedback.
 - ``METHOD`` (below): how the registry, the command line, the web page and the server find it.
 """
 
+from pictrieve.agents.asks import Ask
 from pictrieve.agents.method import Method
 
 METHOD = Method(
@@ -21,4 +22,9 @@ METHOD = Method(
     needs=("llm", "visualizers", "checkpointer"),
     optional=("llm",),  # it rewrites the query with a chosen chat model; without one, visualizes it as written
     example_input={"query": "a kite over a beach", "topic": "outdoors"},
+    # it asks only with the `feedback` setting (off by default): about the guides, then about the results
+    asks=(Ask(kind="guides", question="pictrieve.agents.needle.nodes:GuidesQuestion",
+              reply="pictrieve.agents.needle.nodes:GuidesReply", shows="guides"),
+          Ask(kind="results", question="pictrieve.agents.needle.nodes:ResultsQuestion",
+              reply="pictrieve.agents.needle.nodes:ResultsReply", shows="hits")),
 )

@@ -126,6 +126,32 @@ class NeedleOutput(TypedDict):
     irrelevant: NotRequired[list[str]]
 
 
+class GuidesQuestion(TypedDict):
+    """``review_guides``' pause: the new guide pictures, for the person to approve or reject."""
+
+    kind: Literal["guides"]
+    prompt: Annotated[str, Field(description="The prompt the guide pictures were made from.")]
+    question: str
+    guides: Annotated[list[Guide], Field(description="The guide pictures under review.")]
+
+
+class GuidesReply(TypedDict):
+    rejected: Annotated[list[str], Field(description=(
+        "The guide pictures that do not show what you look for (the others are approved)."))]
+
+
+class ResultsQuestion(TypedDict):
+    """``review_results``' pause: the results, for the person to mark those that are not wanted."""
+
+    kind: Literal["results"]
+    question: str
+    hits: Annotated[list[dict[str, Any]], Field(description="The results (hits), best first.")]
+
+
+class ResultsReply(TypedDict):
+    irrelevant: Annotated[list[str], Field(description="The results that are NOT what you look for.")]
+
+
 class NeedleState(NeedleInput, NeedleOutput, total=False):
     rankings: dict[str, list[list[str]]]
     regenerations: int

@@ -24,6 +24,7 @@ The pieces the nodes use, each usable on its own:
   or by rules with no model: :class:`~.simulated_user.CaptionUser`).
 """
 
+from pictrieve.agents.asks import Ask
 from pictrieve.agents.method import Method
 
 METHOD = Method(
@@ -36,4 +37,6 @@ METHOD = Method(
     needs=("llm", "captioner", "checkpointer"),
     example_input={"description": "a dog running in the snow"},
     steps="pictrieve.agents.plugir.steps:STEPS",
+    asks=(Ask(question="pictrieve.agents.plugir.state:PlugIRQuestion", reply="pictrieve.agents.plugir.state:PlugIRReply",
+              shows="shown"),),
 )

@@ -6,7 +6,7 @@ import operator
 from typing import Annotated, Any
 
 from pydantic import Field
-from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
+from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12 (server schemas)
 
 from pictrieve.agents.plugir.offline_answers import DialogueFacts, fold_facts
 from pictrieve.agents.plugir.questioner import Turn
@@ -45,6 +45,25 @@ class PlugIROutput(TypedDict, total=False):
     found: Annotated[dict[str, Any] | None, Field(description="the image the user picked")]
     stopped: bool
     timings: Annotated[list[Timing], operator.add]
+
+
+class PlugIRQuestion(TypedDict):
+    """What a round asks the person (``ask``'s ``interrupt()`` payload)."""
+
+    round: Annotated[int, Field(description="The question's number (answers received so far + 1).")]
+    question: Annotated[str, Field(description="The question, in words.")]
+    query: Annotated[str, Field(description="The retrieval query the photos shown were found with.")]
+    shown: Annotated[list[dict[str, Any]], Field(description="The best photos now (hits), shown with the question.")]
+    options: NotRequired[Annotated[list[str], Field(description="Its choices, for a question with options.")]]
+    notice: NotRequired[Annotated[str, Field(description="Why it is asked again (a pick of no photo shown).")]]
+
+
+class PlugIRReply(TypedDict, total=False):
+    """What the person answers (the resume value): one of an answer, a pick or a stop."""
+
+    answer: Annotated[str, Field(description="The answer to the question, in words.")]
+    found: Annotated[str, Field(description="The photo that is the one: its id, or its place N among those shown.")]
+    stop: Annotated[bool, Field(description="End the search with the photos shown.")]
 
 
 class PlugIRState(PlugIRInput, PlugIROutput, total=False):

@@ -154,6 +154,7 @@ def image_data(image: Image.Image, fmt: str = "PNG") -> str:
 COLOURS = {"a red square": (220, 30, 30), "a green field": (30, 200, 40), "a blue sky": (40, 60, 230),
            "a brown horse in a field": (120, 80, 40)}
 TOOLS = {"search_images", "search_by_image", "ask_about_image", "ask_gallery", "find_photo", "answer_question",
+         "start_method", "answer_method",
          "gallery_info", "find_duplicates"}
 SECRET = "TOP-SECRET-LINE-7731"
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 TOY_SOURCE = Path(__file__).parents[1] / "data" / "toy_pictrieve_method"
+ASKING_TOY_SOURCE = Path(__file__).parents[1] / "data" / "toy_asking_method"
 
 
 def write_distribution(folder: Path, name: str, entry_points: dict[str, str]) -> Path:
@@ -39,6 +40,16 @@ def install_toy(folder: Path, *, broken: bool = False) -> Path:
     return folder
 
 
+def install_asking_toy(folder: Path) -> Path:
+    """The toy method that asks the person one question (``toy_asking_method``, method ``toy_ask``) installed into
+    ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(ASKING_TOY_SOURCE, folder / "toy_asking_method", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    write_distribution(folder, "toy-asking-method", {"toy_ask": "toy_asking_method:METHOD"})
+    return folder
+
+
 def plugin_env(folder: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's) with ``folder`` first on ``PYTHONPATH``."""
     base = dict(os.environ if env is None else env)
@@ -58,6 +69,6 @@ def installed_in_process(folder: Path) -> Iterator[None]:
         yield
     finally:
         sys.path.remove(str(folder))
-        for module in [m for m in sys.modules if m.startswith("toy_pictrieve_method")]:
+        for module in [m for m in sys.modules if m.startswith(("toy_pictrieve_method", "toy_asking_method"))]:
             del sys.modules[module]
         refresh_methods()

@@ -499,12 +499,27 @@ function genericTab(m) {
     ...m.settings.map((s) => settingControl(name, s)));
   const form = el("form", { id: `${name}-form` }, ...inputs, el("button", { type: "submit", textContent: "Run" }));
   const steps = el("ol", { id: `${name}-steps`, className: "steps" });
+  const question = el("form", { id: `${name}-question`, className: "question", hidden: true });
   const output = el("ul", { id: `${name}-output`, className: "output" });
   const grid = el("div", { id: `${name}-grid`, className: "grid" });
   const needs = m.needs.length ? ` Needs: ${m.needs.map((n) => n.name).join(", ")}.` : "";
   const section = el("section", { id: `tab-${name}`, className: "tab", hidden: true },
-    el("p", { className: "help", textContent: `${m.description}${needs}` }), form, settings, steps, output, grid);
+    el("p", { className: "help", textContent: `${m.description}${needs}` }), form, settings, steps, question, output, grid);
   document.body.insertBefore(section, $("viewer"));
+  // Each step of a session is a job ending with the generic view: the question the method asks (as it declares it),
+  // or what it found.
+  const show = (view) => {
+    if (!view.done || !view.result) return;
+    const result = view.result;
+    output.replaceChildren(...Object.entries(result.output).map(([key, value]) =>
+      el("li", { textContent: `${key}: ${typeof value === "string" ? value : JSON.stringify(value)}` })));
+    renderQuestion(question, name, result, async (reply) => {
+      const sent = await postJSON(`/api/methods/${encodeURIComponent(m.name)}/reply`, { session: result.session, reply }, "sending…");
+      await runJob(sent, steps.id, `${m.name} is working…`, show);
+    });
+    if (!result.question) renderGrid(grid.id, result.hits);
+    else grid.replaceChildren();
+  };
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const input = Object.fromEntries(inputs.map((box) => [box.name, box.value]));
@@ -512,14 +527,57 @@ function genericTab(m) {
       .filter((c) => c.value !== "").map((c) => [c.dataset.setting, c.value]));
     output.replaceChildren();
     grid.replaceChildren();
+    question.hidden = true;
     const started = await postJSON(`/api/methods/${encodeURIComponent(m.name)}/run`, { input, settings: chosen }, "starting…");
-    await runJob(started, steps.id, `${m.name} is working…`, (view) => {
-      if (!view.done || !view.result) return;
-      output.replaceChildren(...Object.entries(view.result.output).map(([key, value]) =>
-        el("li", { textContent: `${key}: ${typeof value === "string" ? value : JSON.stringify(value)}` })));
-      renderGrid(grid.id, view.result.hits);
-    });
+    await runJob(started, steps.id, `${m.name} is working…`, show);
   });
+}
+// A method's question, built from what it declares: its text, the items shown with it (photos as cards; a reply
+// field that picks ids ticks them), and a control per reply field (a choice, yes/no, a line of text).
+function renderQuestion(box, name, result, send) {
+  const q = result.question;
+  box.hidden = !q;
+  if (!q) { box.replaceChildren(); return; }
+  const picks = q.reply.filter((f) => f.picks);
+  const items = el("div", { className: "grid" }, ...q.shown.map((item) => {
+    const shown = item.score !== undefined ? card(item, openViewer)
+      : el("div", { className: "card" }, el("div", { className: "cap", textContent: Object.entries(item).map(([k, v]) => `${k}: ${v}`).join(" · ") }));
+    shown.dataset.id = item.id;
+    picks.forEach((f) => shown.append(checkToggle(`${name}-pick-${f.name}`, item.id, f.description || f.name)));
+    return shown;
+  }));
+  const controls = q.reply.filter((f) => !f.picks).map((f, i) => {
+    const id = `${name}-reply-${f.name}`;
+    let control;
+    let suggestions = "";
+    if (f.choices) {
+      control = el("select", { id });
+      control.append(...f.choices.map((c) => el("option", { value: String(c), textContent: String(c) })));
+    } else if (f.type === "bool") {
+      control = el("input", { id, type: "checkbox" });
+    } else {
+      control = el("input", { id, type: "text", maxLength: 2000 });
+      if (i === 0 && q.options.length) {
+        suggestions = el("datalist", { id: `${id}-options` }, ...q.options.map((o) => el("option", { value: o })));
+        control.setAttribute("list", suggestions.id);
+      }
+    }
+    control.dataset.field = f.name;
+    control.dataset.type = f.type;
+    return el("label", { title: f.description || "" }, `${f.description || f.name} `, control, suggestions);
+  });
+  box.replaceChildren(el("p", { className: "asked", textContent: q.question }), items, ...controls,
+    el("button", { type: "submit", textContent: "Send" }));
+  box.onsubmit = async (ev) => {
+    ev.preventDefault();
+    const reply = {};
+    box.querySelectorAll("[data-field]").forEach((c) => {
+      if (c.type === "checkbox") reply[c.dataset.field] = c.checked;
+      else if (c.value !== "" || !q.reply.find((f) => f.name === c.dataset.field && !f.required)) reply[c.dataset.field] = c.value;
+    });
+    picks.forEach((f) => { reply[f.name] = [...box.querySelectorAll(`input.${name}-pick-${f.name}:checked`)].map((c) => c.value); });
+    await send(reply);
+  };
 }
 
 // --- status: image count, embedders (the default marked); refreshed so a running index shows progress ---
