@@ -90,7 +90,8 @@ class Ask:
             raise ReplyError(f"reply with a JSON object of {_shape(fields_)}")
         unknown = sorted(str(key) for key in reply if key not in fields_)
         if unknown:
-            raise ReplyError(f"this question takes no {', '.join(unknown)[:200]} in its reply; it takes {_shape(fields_)}")
+            raise ReplyError(f"this question takes no {', '.join(unknown)[:200]} in its reply; "
+                             f"it takes {_shape(fields_)}")
         missing = [name for name, record in fields_.items() if record["required"] and name not in reply]
         if missing:
             raise ReplyError(f"the reply needs {', '.join(missing)}; it takes {_shape(fields_)}")

@@ -3,8 +3,8 @@
 A session is a thread of a compiled graph with a checkpointer, paused by ``interrupt()`` at each question the
 method declares (:attr:`~pictrieve.agents.method.Method.asks`). :class:`MethodSessions` is the one runner: start a
 session, read its pending question (:class:`Pending`), resume it with a reply checked against the declared shape
-(:meth:`~pictrieve.agents.asks.Ask.read_reply`), read what it found (:class:`MethodRun`, whose :meth:`~MethodRun.to_json`
-is the generic view). The page's generic tabs (:mod:`pictrieve.ui.methods`), MCP's ``start_method`` /
+(:meth:`~pictrieve.agents.asks.Ask.read_reply`), read what it found (:class:`MethodRun`, whose
+:meth:`~MethodRun.to_json` is the generic view). The page's generic tabs (:mod:`pictrieve.ui.methods`), MCP's ``start_method`` /
 ``answer_method`` (:mod:`pictrieve.mcp_server.session_tools`) and ``pictrieve search --method``
 (:mod:`pictrieve.cli.method_search`) run every method that asks through it, a plugin's as NEEDLE's.
 
@@ -147,7 +147,8 @@ class SessionError(PictrieveError, ValueError):
 
 @dataclass(frozen=True)
 class Pending:
-    """The question a paused session waits on, read by its method's declaration (:class:`~pictrieve.agents.asks.Ask`)."""
+    """The question a paused session waits on, read by its method's declaration
+    (:class:`~pictrieve.agents.asks.Ask`)."""
 
     ask: Ask
     payload: Mapping[str, Any]
@@ -234,7 +235,8 @@ class MethodSessions:
     def start(self, inputs: Mapping[str, Any], context: Mapping[str, Any] | None = None, *, session: str | None = None,
               on_step: Callable[[str, Any], None] = lambda node, update: None,
               stream: Stream | None = None) -> MethodRun:
-        """A new session (``session``: its id, default a new one) run from ``inputs`` to its first question or its end."""
+        """A new session (``session``: its id, default a new one) run from ``inputs`` to its first question or its
+        end."""
         session = session or self.new_session()
         with self._lock:
             self._contexts[session] = dict(context or {})
@@ -250,7 +252,8 @@ class MethodSessions:
             raise SessionError(f"no such {self.method.name} session (it was never started here, or was forgotten); "
                                "start a new one")
         payload = pending_payload(snapshot)
-        pending = Pending(ask_for(self.method.asks, payload, self.method.name), payload) if payload is not None else None
+        pending = (Pending(ask_for(self.method.asks, payload, self.method.name), payload)
+                   if payload is not None else None)
         outputs = tuple(f["name"] for f in self.method.output_fields())
         return MethodRun(session=session, method=self.method.name, done=not snapshot.next,
                          unfinished=bool(snapshot.next) and payload is None, pending=pending,

@@ -3,7 +3,8 @@
 Tools (names fixed: agents and configs refer to them): ``search_images``, ``search_by_image``
 (:mod:`.search_tools`), ``ask_about_image``, ``ask_gallery`` (:mod:`.answer_tools`), ``find_photo``,
 ``answer_question``, ``start_method``, ``answer_method`` (:mod:`.session_tools`), ``gallery_info`` (here),
-``find_duplicates`` (:mod:`.duplicates`); what they share (text bounds, worker threads with progress, the result's shape) is :mod:`.calls`. Resources:
+``find_duplicates`` (:mod:`.duplicates`); what they share (text bounds, worker threads with progress, the result's
+shape) is :mod:`.calls`. Resources:
 ``pictrieve://gallery`` (what ``pictrieve info`` shows) and ``pictrieve://image/{id}`` (a gallery image's
 bytes; ids only, never a path).
 
@@ -144,8 +145,9 @@ def _image_mime(data: bytes) -> str | None:
 
 def create_server(service: PictrieveService, *, host: str = "127.0.0.1", port: int = 8765,
                   max_request_bytes: int | None = None, allowed_origins: Sequence[str] = ()) -> PictrieveMCP:
-    """The MCP server over ``service``: its tools (registered by each tool module's ``add_*`` function) and resources (``host``/``port``: where streamable HTTP listens;
-    bound to loopback, browsers' requests are accepted only from this server's own origin and
+    """The MCP server over ``service``: its tools (registered by each tool module's ``add_*`` function) and resources
+    (``host``/``port``: where streamable HTTP listens; bound to loopback, browsers' requests are accepted only from
+    this server's own origin and
     ``allowed_origins``, see :func:`~pictrieve.mcp_server.http.transport_security`)."""
     from pictrieve.tools.core.exposure import normalise_host
     from pictrieve.mcp_server.http import transport_security

@@ -155,7 +155,8 @@ def add_method_session_tools(server: "PictrieveMCP", service: PictrieveService) 
         question (its text, choices, the items shown with it and the fields of the reply), or, when it asks
         nothing, its results. Put the question to the person, then answer with answer_method(session, reply)
         until it has finished."""
-        run = await in_thread(ctx, service.start_method, method, text, settings, first=f"start_method: starting {method}")
+        run = await in_thread(ctx, service.start_method, method, text, settings,
+                              first=f"start_method: starting {method}")
         return method_session_result(run)
 
     @server.tool(name="answer_method", title="Answer a method's question")

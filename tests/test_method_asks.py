@@ -1,5 +1,6 @@
 """A plugin method that asks the person a question works on the page, over MCP and in the command line with no
-edit of any of them (issue 39, item 4: pausing in the method contract). MCP's side, with a real client: test_mcp_method_asks.py.
+edit of any of them (issue 39, item 4: pausing in the method contract). MCP's side, with a real client:
+test_mcp_method_asks.py.
 
 The toy (tests/data/toy_asking_method, installed the way pip would, as the sixth-method plugin of
 test_method_plugins.py is) ranks by the gallery's text search, then pauses with ``interrupt()`` to ask the order

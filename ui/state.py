@@ -124,7 +124,8 @@ class PageState:
         with self.lock:
             key = f"sessions:{name}"
             if key not in self.graphs:
-                self.graphs[key] = MethodSessions(get_method(name), self.build_graph(name, checkpointer=memory_checkpointer()))
+                built = self.build_graph(name, checkpointer=memory_checkpointer())
+                self.graphs[key] = MethodSessions(get_method(name), built)
             return self.graphs[key]
 
     def gallery_photo(self, image_id: Any, folder: str | Path) -> str:

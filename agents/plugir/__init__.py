@@ -37,6 +37,6 @@ METHOD = Method(
     needs=("llm", "captioner", "checkpointer"),
     example_input={"description": "a dog running in the snow"},
     steps="pictrieve.agents.plugir.steps:STEPS",
-    asks=(Ask(question="pictrieve.agents.plugir.state:PlugIRQuestion", reply="pictrieve.agents.plugir.state:PlugIRReply",
-              shows="shown"),),
+    asks=(Ask(question="pictrieve.agents.plugir.state:PlugIRQuestion",
+              reply="pictrieve.agents.plugir.state:PlugIRReply", shows="shown"),),
 )
