@@ -381,7 +381,9 @@ def test_cli_needle_search_with_result_feedback_and_tile(needle_gallery, isolate
     from pictrieve.cli.main import cli
 
     gallery, reference, rows = needle_gallery
-    args = ["search", rows[3]["captions"][0], "-g", gallery.location, "--method", "needle",
+    gallery.put_json(TRUST_RECORD, {})  # the trust earlier tests taught this (module-wide) gallery: forgotten
+    # One guide: the exemplar of photo 3's own caption is photo 3 (as in test_needle_finds_the_photos_its_guides_show)
+    args = ["search", rows[3]["captions"][0], "-g", gallery.location, "--method", "needle", "--guides", "1",
             "--visualizer", f"exemplar:{reference}", "-k", "3", "--json"]
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
