@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import make_photo
-from helpers.method_plugins import install_asking_toy, plugin_env
+from helpers.method_plugins import asking_toy_gallery, install_asking_toy, plugin_env
 
 pytestmark = pytest.mark.server
 QUERY = "a red square"
@@ -22,14 +21,7 @@ def plugins(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gallery(tmp_path_factory, tiny_clip_name):
-    from pictrieve.vectorstore.gallery import Gallery
-
-    root = tmp_path_factory.mktemp("asking-gallery")
-    for i in range(6):
-        make_photo(root / "photos" / f"img{i}.png", seed=i)
-    opened = Gallery.open(root / "g.gallery", tiny_clip_name)
-    opened.add(root / "photos", progress=False)
-    return opened
+    return asking_toy_gallery(tmp_path_factory.mktemp("asking-gallery"), tiny_clip_name)
 
 
 async def test_mcp_asks_the_plugins_question_and_takes_the_reply(plugins, gallery, tmp_path):

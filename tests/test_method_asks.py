@@ -17,8 +17,7 @@ import sys
 
 import pytest
 
-from helpers import make_photo
-from helpers.method_plugins import install_asking_toy, installed_in_process, plugin_env
+from helpers.method_plugins import asking_toy_gallery, install_asking_toy, installed_in_process, plugin_env
 from helpers.web_page import browser  # noqa: F401  (the headless Chromium fixture)
 
 QUERY = "a red square"
@@ -31,14 +30,7 @@ def plugins(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gallery(tmp_path_factory, tiny_clip_name):
-    from pictrieve.vectorstore.gallery import Gallery
-
-    root = tmp_path_factory.mktemp("asking-gallery")
-    for i in range(6):
-        make_photo(root / "photos" / f"img{i}.png", seed=i)
-    opened = Gallery.open(root / "g.gallery", tiny_clip_name)
-    opened.add(root / "photos", progress=False)
-    return opened
+    return asking_toy_gallery(tmp_path_factory.mktemp("asking-gallery"), tiny_clip_name)
 
 
 def expected(gallery, drop_first: bool = True) -> list[str]:

@@ -50,6 +50,18 @@ def install_asking_toy(folder: Path) -> Path:
     return folder
 
 
+def asking_toy_gallery(root: Path, embedder: str):
+    """Six seeded square photos indexed with ``embedder`` in ``root``: the gallery the asking toy ranks."""
+    from helpers import make_photo
+    from pictrieve.vectorstore.gallery import Gallery
+
+    for i in range(6):
+        make_photo(root / "photos" / f"img{i}.png", seed=i)
+    opened = Gallery.open(root / "g.gallery", embedder)
+    opened.add(root / "photos", progress=False)
+    return opened
+
+
 def plugin_env(folder: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's) with ``folder`` first on ``PYTHONPATH``."""
     base = dict(os.environ if env is None else env)
