@@ -212,15 +212,19 @@ class MethodRun:
 class MethodSessions:
     """The sessions of one method over its graph (compiled with a checkpointer): the one runner every front end uses.
 
-    Each session is one thread; its run settings (``context``) are kept from its start for its later steps, in this
-    object (a session continued by a new process runs on with the method's defaults). One call at a time per
-    session: a second one meanwhile is refused, not queued. At most ``keep`` sessions are remembered (the oldest is
-    forgotten, its checkpoints deleted when the checkpointer can), so a long-running page or server does not grow.
+    Each session is one thread; its run settings are ``context`` (every session's, e.g. a server's) updated by
+    those given at its start, kept in this object for its later steps (a session continued by a new process runs on
+    with ``context`` alone). One call at a time per session: a second one meanwhile is refused, not queued. At most
+    ``keep`` sessions are remembered (the oldest is forgotten, its checkpoints deleted when the checkpointer can), so
+    a long-running page or server does not grow; an ended session's checkpoints are deleted at once, its id kept
+    (among the last ``keep``) so a later reply to it is told it has ended.
     """
 
-    def __init__(self, method: Any, graph: Any, *, keep: int = 256) -> None:
+    def __init__(self, method: Any, graph: Any, *, keep: int = 256, context: Mapping[str, Any] | None = None) -> None:
         self.method, self.graph, self.keep = method, graph, keep
+        self.context = dict(context or {})
         self._contexts: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._ended: OrderedDict[str, None] = OrderedDict()
         self._busy: set[str] = set()
         self._lock = threading.Lock()
 
@@ -239,16 +243,24 @@ class MethodSessions:
         end."""
         session = session or self.new_session()
         with self._lock:
-            self._contexts[session] = dict(context or {})
+            self._contexts[session] = {**self.context, **(context or {})}
             while len(self._contexts) > self.keep:
                 self._forget(next(iter(self._contexts)))
         with self._working(session):
             return self._run(dict(inputs), session, on_step, stream)
 
+    def ended(self, session: str) -> bool:
+        """Whether ``session`` ran to its end here (one of the last ``keep`` to end; its thread is not kept)."""
+        with self._lock:
+            return session in self._ended
+
     def view(self, session: str) -> MethodRun:
-        """What ``session`` shows now; :class:`SessionError` for one never started (or forgotten)."""
+        """What ``session`` shows now; :class:`SessionError` for one that has ended here, or was never started (or
+        forgotten)."""
         snapshot = self.graph.get_state(thread_config(session))
         if not snapshot.values and not snapshot.next:
+            if self.ended(session):
+                raise SessionError(f"this {self.method.name} session has ended; start a new one")
             raise SessionError(f"no such {self.method.name} session (it was never started here, or was forgotten); "
                                "start a new one")
         payload = pending_payload(snapshot)
@@ -287,12 +299,15 @@ class MethodSessions:
 
     def _run(self, inputs: Any, session: str, on_step: Callable[[str, Any], None], stream: Stream | None) -> MethodRun:
         with self._lock:
-            context = dict(self._contexts.get(session) or {})
+            context = dict(self._contexts.get(session, self.context))
         run_session(self.graph, inputs, session, context, on_step, stream=stream)
         run = self.view(session)
         if run.done:  # nothing more to ask: what it found is in ``run``, the thread is not kept
             with self._lock:
                 self._forget(session, busy_too=True)
+                self._ended[session] = None
+                while len(self._ended) > self.keep:
+                    self._ended.popitem(last=False)
         return run
 
     def _forget(self, session: str, *, busy_too: bool = False) -> None:

@@ -194,7 +194,8 @@ class PictrieveService:
                                    make=self._need_cache(progress))
             graph = method.build(self.gallery, checkpointer=saver, **kwargs)
             arm = default_arm(kwargs.get("llm"))  # the arm a person gets with the chat model PlugIR asks with
-            return PhotoSessions(graph, {"shown_k": SHOWN_PER_ROUND, "arm": arm}, method.step_table())
+            # the one session runner, the server's run settings for every session (a continued one too)
+            return PhotoSessions(MethodSessions(method, graph, context={"shown_k": SHOWN_PER_ROUND, "arm": arm}))
 
         return self._part("sessions", build, progress, "the find-photo method (PlugIR)")
 

@@ -5,9 +5,9 @@
   runner every front end uses (:class:`~pictrieve.graphs.sessions.MethodSessions`) and shown by its generic view:
   the question, its choices, what is shown with it and the fields of the reply; a reply is checked against the
   declared shape before the method reads it. Nothing here names a method.
-- ``find_photo`` / ``answer_question``: PlugIR's own (:mod:`.sessions` keeps its sessions), with its rounds, its
-  pick (``found N``) and, with ``ask_person`` and a client that supports MCP elicitation, the questions put to the
-  person directly.
+- ``find_photo`` / ``answer_question``: PlugIR's own view (:mod:`.sessions`) of sessions run by the same runner,
+  with its rounds, its pick (``found N``) and, with ``ask_person`` and a client that supports MCP elicitation, the
+  questions put to the person directly.
 """
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def session_result(view: dict[str, Any]) -> CallToolResult:
-    """A session's result from its view (:meth:`~pictrieve.mcp_server.sessions.PhotoSessions.view`): the pending
+    """A session's result from its view (:func:`~pictrieve.mcp_server.sessions.photo_view`): the pending
     question and how to answer it, or the outcome, then the photos shown."""
     shown = view["results"]
     structured = PhotoSession(

@@ -99,7 +99,10 @@ async def test_the_image_resource_sends_no_file_above_the_size_cap(gallery_args,
 
 def test_a_session_takes_one_answer_at_a_time():
     """While an answer is being worked on, a second answer to the same session is refused, not run beside it;
-    another session goes on (PhotoSessions over a stand-in graph that holds its first run until released)."""
+    another session goes on (PhotoSessions, run by the one session runner, over a stand-in graph that holds its
+    first run until released)."""
+    from pictrieve.graphs.registry import get_method
+    from pictrieve.graphs.sessions import MethodSessions
     from pictrieve.mcp_server.sessions import PhotoSessions, SessionError
 
     entered, release = threading.Event(), threading.Event()
@@ -119,13 +122,13 @@ def test_a_session_takes_one_answer_at_a_time():
                 assert release.wait(60)
             return iter(())
 
-    sessions = PhotoSessions(HeldGraph(), {})
+    sessions = PhotoSessions(MethodSessions(get_method("plugir"), HeldGraph()))
     session, other = "a" * 32, "b" * 32
     first = threading.Thread(target=sessions.answer, args=(session, "no", lambda message: None))
     first.start()
     try:
         assert entered.wait(60)
-        with pytest.raises(SessionError, match=f"session {session} is still working on its last answer"):
+        with pytest.raises(SessionError, match="this plugir session is still working on its last step"):
             sessions.answer(session, "yes", lambda message: None)
         assert HeldGraph.runs == 1  # the refused answer never reached the graph
         assert sessions.answer(other, "yes", lambda message: None)["session"] == other  # not held up

@@ -66,8 +66,12 @@ def test_the_runner_reads_the_question_and_checks_the_reply_as_declared(plugins,
         done = sessions.reply(run.session, {"order": "worst first", "drop": [shown[0]]})
         assert done.done and [hit.id for hit in done.hits] == expected(gallery)
         assert done.to_json()["output"] == {"note": "asked once: worst first, 1 dropped"}
-        with pytest.raises(SessionError, match="no such toy_ask session"):  # an ended session is not kept
+        # an ended session's thread is not kept, but a reply to it is told it has ended (an unknown one: no such)
+        assert not sessions.graph.get_state({"configurable": {"thread_id": run.session}}).values
+        with pytest.raises(SessionError, match="this toy_ask session has ended"):
             sessions.reply(run.session, {"order": "best first", "drop": []})
+        with pytest.raises(SessionError, match="no such toy_ask session"):
+            sessions.reply("0" * 32, {"order": "best first", "drop": []})
 
 
 # --- the page: its generic tab, through the page's HTTP API -----------------------------------------------------

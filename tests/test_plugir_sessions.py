@@ -6,6 +6,7 @@ A scripted chat model and a hand-made gallery (helpers/plugir_fakes.py): control
 
 from __future__ import annotations
 
+import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
@@ -71,3 +72,38 @@ def test_every_plugir_node_has_a_step_and_other_methods_get_node_done():
     assert step_line(table, "retrieve", {"candidates": [1, 2]}) == "searched the gallery"  # MCP's progress
     assert step_line(table, "retrieve", {"candidates": [1, 2]}, detail=True) == "searched the gallery: 2 candidates"
     assert step_line({}, "rank", {"hits": []}) == "rank: done"  # a method without a table
+
+
+def test_find_photo_sessions_run_on_the_one_runner():
+    """MCP's find_photo sessions (``mcp_server/sessions.py``) are the one runner's (``MethodSessions``) with PlugIR's
+    view: the server's run settings for every session, an answer read as PlugIR's declared reply, the ended thread not
+    kept but told it has ended, and a round a restart cut short finished by the next answer."""
+    from pictrieve.graphs.sessions import MethodSessions, SessionError
+    from pictrieve.mcp_server.sessions import RESTARTED, PhotoSessions
+
+    plugir = graph()
+    sessions = PhotoSessions(MethodSessions(METHOD, plugir, context={**CONTEXT, "shown_k": 3}))
+    heard: list[str] = []
+    view = sessions.start("a dog in the snow", heard.append)
+    assert len(heard) == len(ROUND) and heard[0] == "wrote the search description"  # each step in PlugIR's words
+    assert view["question"] in QUESTIONS and (view["round"], view["done"], view["note"]) == (1, False, "")
+    assert len(view["results"]) == 3 and all(isinstance(h, ImageHit) for h in view["results"])  # the server's shown_k
+    second = sessions.answer(view["session"], "brown", lambda line: None)
+    assert second["round"] == 2 and second["question"] in QUESTIONS and sessions.view(view["session"]) == second
+    ended = sessions.answer(view["session"], "found 2", lambda line: None)
+    assert ended["done"] and ended["found"] == second["results"][1] and ended["note"] == "the photo was picked"
+    assert ended["question"] == "" and not plugir.get_state(thread_config(view["session"])).values  # not kept
+    for session, says in [(view["session"], "has ended; start a new one with find_photo"),
+                          ("0" * 32, "unknown session 0{32}: it was never started"), ("../x", "unknown session '../x'")]:
+        with pytest.raises(SessionError, match=says):
+            sessions.answer(session, "yes", lambda line: None)
+
+    cut = "c" * 32  # the server went away after the first step of its first round (a new server goes on with its own
+    for update in plugir.stream({"description": "a dog in the snow"}, thread_config(cut), context=CONTEXT,
+                                stream_mode="updates"):  # run settings: 3 photos shown, not 5)
+        if "reformulate" in update:
+            break
+    assert sessions.view(cut)["unfinished"]
+    finished = sessions.answer(cut, "brown", lambda line: None)  # the round is finished; the answer is not read
+    assert finished["note"] == RESTARTED and finished["round"] == 1 and finished["question"] in QUESTIONS
+    assert not finished["unfinished"] and len(finished["results"]) == 3
