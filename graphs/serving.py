@@ -70,7 +70,7 @@ from typing import Any, Awaitable, Callable
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-from pictrieve.agents.needs import (NEEDS, MissingNeedError, Need, NeedContext, NeedNotAllowed, all_needs,
+from pictrieve.agents.needs import (NEEDS, MissingNeedError, Need, NeedNotAllowed, all_needs,
                                     check_caller_choices, choosable, operator_only, resolve_needs)
 from pictrieve.agents.settings import MAX_TEXT
 from pictrieve.errors import PictrieveError
@@ -184,14 +184,6 @@ def _shared(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
     """The server's cache for what needs resolve to: each model built once for the server's life, even when
     several runs' factories ask at once (they build in worker threads)."""
     return shared_model(("served", *key), make)
-
-
-def llm_for(config: RunnableConfig | None) -> Any:
-    """The chat model a served graph uses (``offline`` unless configured); its endpoint is the operator's."""
-    check_run_settings(config)
-    need = NEEDS["llm"]
-    value = need.value(_configurable(config).get(need.config_key), os.environ)
-    return need.build(value, NeedContext(endpoint=need.endpoint_value(None, os.environ), make=_shared))
 
 
 def served_needs_of(spec: Any, config: RunnableConfig | None, index: Any) -> dict[str, Any]:

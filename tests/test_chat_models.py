@@ -74,17 +74,20 @@ def test_the_offline_model_is_recognised_however_it_arrives():
     LangChain's wrappers: PlugIR picks its questioner by this (the 135M model's own questions take
     minutes a round and did not help), and the server and the page hand it objects, not names."""
     from pictrieve.agents.plugir.settings import default_arm
-    from pictrieve.graphs.serving import llm_for
+    from pictrieve.graphs.registry import get_method
+    from pictrieve.graphs.serving import served_needs_of
     from pictrieve.tools.models.chat_models import is_offline_chat_model
 
     offline = create_chat_model("offline")
+    # the chat model a served PlugIR graph gets for configurable llm=offline (its needs resolved as the server does)
+    served = served_needs_of(get_method("plugir"), {"configurable": {"llm": "offline"}}, None)["llm"]
     assert all(is_offline_chat_model(m) for m in (None, " Offline ", "smollm2", offline, offline.bind(temperature=0.0),
                                                   offline.with_retry(), offline.with_config(tags=["x"]).bind(stop=["."]),
-                                                  llm_for({"configurable": {"llm": "offline"}})))
+                                                  served))
     assert not is_offline_chat_model(create_chat_model("local:/some/other/checkpoint"))
     assert not is_offline_chat_model(GenericFakeChatModel(messages=iter([])))
     assert not is_offline_chat_model("openai:gpt-4o-mini")
-    assert default_arm(offline) == default_arm(llm_for({"configurable": {"llm": "offline"}})) == "offline"
+    assert default_arm(offline) == default_arm(served) == "offline"
     assert default_arm(create_chat_model("local:/some/other/checkpoint")) == "cr+rce+f"
 
 
