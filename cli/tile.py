@@ -32,7 +32,7 @@ def tile(gallery: str, embedders: tuple[str, ...], max_objects: int, min_fractio
     embedding per tile (a few per image); an interrupted run resumes where it stopped. With
     --engine ray the tiles are made by a Ray Data pool of workers (see `pictrieve index --help`).
     """
-    say(f"opening {gallery} ...")  # Chroma's import and the first look take seconds on a busy machine
+    say(f"opening the gallery {gallery} ...")  # Chroma's import and the first look take seconds on a busy machine
     from pictrieve.vectorstore.gallery import Gallery
     from pictrieve.vectorstore.tiles import index_tiles
 

@@ -26,10 +26,10 @@ def one_clear_line(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-START_LINES = re.compile(r"^\[ *\d+\.\ds\] (opening the gallery .* \.\.\.|loading (visret|needle) \.\.\.)$")
-"""What ``search --method visret|needle`` and ``quality search`` say before they have done any slow work (the
-gallery is opened lazily, the method's graph not yet imported): the only lines allowed before a refusal at the
-start."""
+START_LINES = re.compile(r"^(\[ *\d+\.\ds\] )?(opening the gallery .* \.\.\.|loading (visret|needle) \.\.\.)$")
+"""What ``search --method visret|needle``, ``quality search`` and ``tile`` (without a clock) say before they have
+done any slow work (the gallery is opened lazily, the method's graph not yet imported): the only lines allowed
+before a refusal at the start."""
 
 
 def refused_at_the_start(result: subprocess.CompletedProcess) -> str:
