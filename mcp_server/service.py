@@ -380,6 +380,7 @@ class PictrieveService:
         """A new session of method ``name`` started from ``text`` (its text input) with run ``settings`` (text or
         JSON values, read by its settings class), run to its first question or its end."""
         from pictrieve.agents.settings import SettingsError, parse_setting
+        from pictrieve.graphs.serving import ServingConfigError, check_served_settings
 
         sessions = self.method_sessions(name, progress)
         method = sessions.method
@@ -390,7 +391,8 @@ class PictrieveService:
             for key, value in (settings or {}).items():
                 context[str(key)] = parse_setting(cls, str(key), value) if isinstance(value, str) else value
             cls.coerce(context)
-        except SettingsError as exc:
+            check_served_settings(context)  # what a server gives one caller, as served runs (a plugin's k: no bound)
+        except (SettingsError, ServingConfigError) as exc:
             raise ToolInputError(str(exc)) from None
         steps = method.step_table()
         progress(f"{name}: {method.description}"[:200])

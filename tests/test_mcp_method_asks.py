@@ -31,6 +31,12 @@ async def test_mcp_asks_the_plugins_question_and_takes_the_reply(plugins, galler
     async with stdio_session(args, env=plugin_env(plugins, server_env())) as session:
         (tool,) = [t for t in (await session.list_tools()).tools if t.name == "start_method"]
         assert {"toy_ask", "plugir", "needle"} <= set(tool.inputSchema["properties"]["method"]["enum"])
+        # the caller chooses inputs and bounded settings, never a need (which model, where it reaches)
+        for settings, said in (({"k": 10**9}, "k"), ({"llm": "openai:x"}, "unknown setting 'llm'")):
+            refused = await session.call_tool("start_method", {"method": "toy_ask", "text": QUERY, "settings": settings})
+            assert refused.isError and said in refused.content[0].text, refused.content
+        too_long = await session.call_tool("start_method", {"method": "toy_ask", "text": "x" * 2001})
+        assert too_long.isError, too_long.content
         started = await session.call_tool("start_method", {"method": "toy_ask", "text": QUERY, "settings": {"k": 3}})
         assert not started.isError, started.content
         asked = started.structuredContent
@@ -40,6 +46,9 @@ async def test_mcp_asks_the_plugins_question_and_takes_the_reply(plugins, galler
         shown = [item["id"] for item in asked["question"]["shown"]]
         bad = await session.call_tool("answer_method", {"session": asked["session"], "reply": {"order": "best first"}})
         assert bad.isError and "the reply needs drop" in bad.content[0].text
+        foreign = await session.call_tool("answer_method", {"session": asked["session"],
+                                                            "reply": {"order": "worst first", "drop": ["not-shown"]}})
+        assert foreign.isError, foreign.content  # only ids shown with the question
         done = await session.call_tool("answer_method", {"session": asked["session"],
                                                          "reply": {"order": "worst first", "drop": [shown[0]]}})
         assert not done.isError, done.content

@@ -90,6 +90,8 @@ def test_the_page_asks_the_plugins_question_and_takes_the_reply(asking_app, gall
 
     client = page_client(asking_app, raise_server_exceptions=False)
     assert "toy_ask" in [m["name"] for m in client.get("/api/status").json()["generic"]]
+    huge = client.post("/api/methods/toy_ask/run", json={"input": {"query": QUERY}, "settings": {"k": "1000000000"}})
+    assert huge.status_code >= 400 and "k must be a whole number from 1 to 100" in huge.text, huge.text  # no own bound
     started = client.post("/api/methods/toy_ask/run", json={"input": {"query": QUERY}, "settings": {"k": "3"}}).json()
     view = finished(client, started)
     assert not view["error"], view["error"]

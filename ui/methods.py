@@ -75,6 +75,12 @@ def prepare_run(method: Any, body: dict[str, Any]) -> tuple[dict[str, Any], dict
         except SettingsError as exc:
             raise MethodRunError(str(exc)) from exc
     cls.coerce(context)  # validated before the job starts: a bad value is one line at once
+    from pictrieve.graphs.serving import ServingConfigError, check_served_settings
+
+    try:  # and held to what a server gives one caller, as served runs are (a plugin's k may declare no bound)
+        check_served_settings(context)
+    except ServingConfigError as exc:
+        raise MethodRunError(str(exc)) from None
     return inputs, context
 
 
