@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -11,6 +12,7 @@ import click
 from pictrieve.cli.method_search import PLAIN, StepClock, method_options, run_method_showing_guides
 from pictrieve.cli.ray_engine import engine_options, ray_options, say
 from pictrieve.cli.runtime_options import runtime_options
+from pictrieve.tools.core.devices import GPU_DECODE_ENV, require_cuda
 from pictrieve.tools.core.images import load_image
 from pictrieve.tools.models.photo_text import require_ocr
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
@@ -76,6 +78,10 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
               help="Also find the COCO objects in each photo not yet analysed (the offline SSD-MobileNet detector) and "
               "store them: the relevance rule then lets them confirm or deny what a query names (\"a dog\"). About "
               "0.13 s a photo on one CPU; a rerun does only the photos still without them.")
+@click.option("--gpu-decode", is_flag=True,
+              help=f"Decode the JPEGs on the GPU (nvJPEG through torchvision) for open_clip: embedders running on "
+              f"CUDA; other embedders and formats decode on the CPU as usual. Needs a CUDA GPU here (with --engine "
+              f"ray: --gpus-per-worker). Same as {GPU_DECODE_ENV}=1.")
 @yes_option
 @allow_missing_folders_option
 @json_option
@@ -84,7 +90,7 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
 def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], batch_size: int,
           workers: int, max_pixels: int | None, prune: bool, ocr: bool | None, yes: bool, allow_missing_folders: bool,
           as_json: bool, engine: str, watch: bool = False, poll: float | None = None, objects: bool = False,
-          **ray_settings: Any) -> None:
+          gpu_decode: bool = False, **ray_settings: Any) -> None:
     """Add PHOTOS (folders, files or quoted globs) to a gallery.
 
     Safe to interrupt and re-run: finished batches are kept, unchanged files are skipped, and
@@ -103,6 +109,8 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
         require_ocr()  # one line naming the extra, before a model loads or a watch starts
     if poll is not None and not watch:
         raise click.UsageError("--poll goes with --watch")
+    if gpu_decode:
+        _decode_on_gpu(options)
     if objects and (watch or options is not None):
         raise click.UsageError("--objects runs after a plain index in this process: leave out --watch and --engine ray "
                                "(then run `pictrieve index PHOTOS --objects` again: it analyses only the photos left)")
@@ -124,7 +132,7 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
         from pictrieve.vectorstore.distributed.index_job import index_on_ray
 
         report = index_on_ray(store, list(sources), options, embedders=names, max_pixels=max_pixels,
-                              progress=not as_json, say=say, ocr=ocr)
+                              progress=not as_json, say=say, ocr=ocr, gpu_decode=gpu_decode)
     else:
         report = store.add(list(sources), embedders=names, batch_size=batch_size, workers=workers,
                            progress=not as_json, max_pixels=max_pixels, ocr=ocr)
@@ -151,6 +159,17 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
             "like 'photos/**/*.jpg') and the messages above", err=True,
         )
         sys.exit(1)
+
+
+def _decode_on_gpu(ray: Any) -> None:
+    """``--gpu-decode``: refused in one line where no GPU will decode (no CUDA here; Ray workers without GPUs), else
+    :data:`GPU_DECODE_ENV` is set, which the embedders read when they load (here, in ``--watch``, and in a local Ray
+    instance's workers; a cluster's workers are told through their arguments)."""
+    if ray is None:
+        require_cuda("--gpu-decode")
+    elif not ray.gpus_per_worker:
+        raise click.UsageError("--gpu-decode with --engine ray needs GPU workers: give --gpus-per-worker (e.g. 1)")
+    os.environ[GPU_DECODE_ENV] = "1"
 
 
 def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] | None) -> None:

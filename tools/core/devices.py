@@ -17,6 +17,11 @@ GPU_DRIVER_FILES = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/kfd", "/dev/d
 cannot see a GPU, so the automatic choice is the CPU without importing torch (about 4 s)."""
 
 
+GPU_DECODE_ENV = "PICTRIEVE_GPU_DECODE"
+"""``1``: an open_clip embedder on CUDA decodes the JPEGs it indexes on the GPU (nvJPEG through torchvision,
+:mod:`~pictrieve.tools.models.embedders.device_pixels`); ``pictrieve index --gpu-decode`` sets it."""
+
+
 class DeviceUnavailableError(PictrieveError, RuntimeError):
     """The requested torch device does not exist on this machine."""
 
@@ -48,6 +53,14 @@ def pick_device(requested: str | None = None) -> str:
             f"{requested!r} is not a torch device ({exc}); use 'cpu', 'cuda', 'cuda:N' or None"
         ) from exc
     return requested
+
+
+def require_cuda(purpose: str) -> None:
+    """Raise :class:`DeviceUnavailableError` (one line naming ``purpose``) unless torch sees a CUDA GPU here. Known
+    without importing torch where no GPU driver is installed."""
+    if not pick_device(None).startswith("cuda"):
+        raise DeviceUnavailableError(f"{purpose} needs a CUDA GPU, and torch sees none on this machine; leave it out "
+                                     "to decode photos on the CPU")
 
 
 def gpu_driver_present(files: tuple[str, ...] = GPU_DRIVER_FILES) -> bool:

@@ -42,6 +42,7 @@ from pictrieve.vectorstore.distributed.cluster import (
 from pictrieve.vectorstore.chroma_store import connect
 from pictrieve.vectorstore.distributed.pipeline import DistributedJobError, run_pipeline
 from pictrieve.vectorstore.errors import GalleryError
+from pictrieve.tools.core.devices import GPU_DECODE_ENV, require_cuda
 from pictrieve.tools.core.images import file_sha256
 from pictrieve.tools.models.photo_text import require_ocr
 from pictrieve.vectorstore.indexing import (
@@ -87,11 +88,14 @@ class IndexWorker:
 
     def __init__(self, location: str, embedders: Sequence[str], threads: int = 1,
                  max_pixels: int | None = None, ocr: bool = False,
-                 rewritten: Mapping[str, Sequence[str]] | None = None) -> None:
+                 rewritten: Mapping[str, Sequence[str]] | None = None, gpu_decode: bool = False) -> None:
         from pictrieve.vectorstore.gallery import Gallery
 
         if ocr:
             require_ocr()
+        if gpu_decode:  # `index --gpu-decode`: this worker's open_clip models decode JPEGs on its GPU
+            require_cuda("--gpu-decode")
+            os.environ[GPU_DECODE_ENV] = "1"  # read by the embedders as they load, just below
         set_torch_threads(threads)
         self.views = [Gallery.open(location, name, create=False) for name in embedders]
         self.models: dict[str, "Embedder"] = {view.embedder_name: view.embedder for view in self.views}
@@ -135,6 +139,7 @@ def index_on_ray(
     progress: bool = True,
     say: Callable[[str], None] = logger.info,
     ocr: bool | None = None,
+    gpu_decode: bool = False,
 ) -> IndexReport:
     """Index ``sources`` into ``gallery`` (a ``chroma run`` server) with a Ray Data actor pool.
 
@@ -143,6 +148,8 @@ def index_on_ray(
     (cluster, pool). Raises :class:`GalleryError` for a gallery folder, :class:`~.cluster.RayUnavailableError`
     without Ray, :class:`~.cluster.RayClusterError` when the cluster cannot be joined or cannot hold the pool,
     :class:`~pictrieve.tools.models.photo_text.PhotoTextUnavailableError` for ``ocr`` without the extra.
+    ``gpu_decode``: each worker's open_clip models decode the JPEGs on its GPU (``index --gpu-decode``; a worker that
+    sees no CUDA GPU refuses at its start).
     """
     check_server_gallery(gallery.location)
     require_ray()
@@ -170,6 +177,7 @@ def index_on_ray(
         items = [{"id": planned.id, "job": json.dumps(asdict(planned))} for planned in pooled]
         worker_args = {"location": gallery.location, "embedders": report.embedders, "threads": shape.threads,
                        "max_pixels": max_pixels, "ocr": any(planned.read_text for planned in pooled),
+                       "gpu_decode": gpu_decode,
                        "rewritten": {name: [planned.id for planned in plan.todo if name in planned.stored]
                                      for name in report.embedders}}
         failed_before = len(report.failed)

@@ -38,7 +38,7 @@ import numpy as np
 from PIL import Image
 
 from pictrieve.errors import PictrieveError
-from pictrieve.tools.core.devices import pick_device
+from pictrieve.tools.core.devices import GPU_DECODE_ENV, pick_device
 from pictrieve.tools.core.pypi_assets import files_fingerprint
 from pictrieve.tools.core.seeding import torch_seeded
 from pictrieve.tools.models.embedders.base import EmbedderBase
@@ -59,9 +59,6 @@ from pictrieve.tools.models.onnx_runtime import (
 logger = logging.getLogger(__name__)
 
 RANDOM_WEIGHTS = "random"
-GPU_DECODE_ENV = "PICTRIEVE_GPU_DECODE"
-"""``1``: an open_clip embedder on CUDA decodes the JPEGs it indexes on the GPU (:mod:`.device_pixels`), measured
-against CPU decoding by ``benchmarks/gpu_indexing.py``."""
 
 IMAGE_RUNTIME = "onnx"
 """The image tower's runtime on a CPU unless told otherwise. With the fused export (:func:`export_tower`,
