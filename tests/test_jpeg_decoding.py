@@ -185,6 +185,17 @@ def test_opencv_is_used_only_where_it_matches_pillow(monkeypatch, tmp_path):
     textured((90, 70)).save(path, "JPEG")
     assert np.array_equal(np.asarray(load_image(path)), pillow_pixels(path))
 
+    class Refusing:  # OpenCV refuses what Pillow may decode (its own 1 GP limit, with --max-pixels above it)
+        def __getattr__(self, name):
+            return getattr(cv2, name)
+
+        @staticmethod
+        def imdecode(buffer, flags):
+            raise cv2.error("imdecode: image size is too large")
+
+    monkeypatch.setattr(images, "_opencv_jpeg", lambda: Refusing())
+    assert np.array_equal(np.asarray(load_image(path)), pillow_pixels(path))
+
 
 def test_a_jpeg_bomb_is_refused_from_its_header_before_opencv_sees_it(tmp_path, opencv_decodes):
     path = tmp_path / "bomb.jpg"

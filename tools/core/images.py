@@ -318,7 +318,10 @@ def _decode_jpeg_with_opencv(image: ImageFile.ImageFile) -> Image.Image | None:
     data = image.fp.read()
     if not data.endswith(b"\xff\xd9"):
         return None
-    pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flags)
+    try:
+        pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flags)
+    except cv2.error:  # e.g. above OpenCV's own pixel limit (1 GP) when --max-pixels allows more
+        pixels = None
     if pixels is None or pixels.shape != (image.size[1], image.size[0], 3):
         return None  # Pillow decodes it, or says why it cannot
     return Image.fromarray(pixels, "RGB")
