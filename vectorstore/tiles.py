@@ -23,6 +23,8 @@ stored are skipped when indexing again, so an interrupted run resumes.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
@@ -334,6 +336,13 @@ EMBED_CHUNK = 4
 (about a second a tile with `offline-labels:detect` on a loaded 2-core machine). Calls take tiles across photos;
 larger ones measured no faster per tile on ONNX Runtime's CPU trunk (BENCHMARKS.md, `pictrieve tile`)."""
 
+PREPARED_AHEAD = 4
+"""Embedder calls whose inputs are prepared ahead of the model (a few: the crops of a call are a few MB)."""
+
+SPLIT_AHEAD = 2
+"""Batches of photos loaded and split ahead of the slowest embedder: enough that no embedder waits for the splitter,
+few enough that a large gallery's pixels are never all held at once."""
+
 
 @dataclass
 class _Photo:
@@ -342,6 +351,19 @@ class _Photo:
     target: TileTarget
     image: Image.Image
     boxes: list[Box]
+
+
+@dataclass
+class _Batch:
+    """Photos written together: each embedder writes a batch's tiles in one upsert, its whole-image rows last."""
+
+    targets: list[TileTarget]
+    photos: list[_Photo] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    split: bool = False
+    """Every photo of the batch is loaded and split (or reported unreadable)."""
+    done: int = 0
+    """Embedders that have handed over this batch's tiles."""
 
 
 def prepare_tiles(embedder: Any, photos: Sequence[tuple[Image.Image, Sequence[Box]]]) -> list[list[Any]]:
@@ -354,61 +376,233 @@ def prepare_tiles(embedder: Any, photos: Sequence[tuple[Image.Image, Sequence[Bo
     return [[embedder.preprocess(image.crop(box)) for box in boxes] for image, boxes in photos]
 
 
+class _Stopped(Exception):
+    """Another thread of the run failed: this one ends without finishing its work."""
+
+
+class _TilingRun:
+    """The threads of one :func:`tile_images` call and what they share.
+
+    One thread loads and splits the photos, batch after batch, at most :data:`SPLIT_AHEAD` batches ahead of the
+    slowest embedder. Each embedder has two threads: one prepares the inputs of its calls (crops; the objects of
+    ``offline-labels:detect``), the other runs its model on them, in the same calls and order as one thread would
+    (so the same vectors), and hands each batch's vectors to the calling thread, which alone talks to Chroma (it
+    reads the whole-image vectors and writes each batch) and reports progress. So the embedders, and each one's
+    preparing and model, run at once: the models release the GIL (ONNX Runtime, OpenCV, numpy), so a machine's
+    cores are all used even when each model call keeps to one thread (``OMP_NUM_THREADS=1``)."""
+
+    def __init__(self, views: Sequence["Gallery"], targets: Sequence[TileTarget], settings: TilingSettings,
+                 batch_size: int) -> None:
+        self.views = list(views)
+        self.settings = settings
+        self.batches = [_Batch(list(targets[i : i + batch_size])) for i in range(0, len(targets), batch_size)]
+        self.total = len(targets)
+        self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.changed = threading.Condition()
+        self.working = [0] * len(self.views)
+        """The batch each embedder thread is on (the splitter keeps within :data:`SPLIT_AHEAD` of the lowest)."""
+        self.prepared: list[queue.Queue[dict[int, list[Any]]]] = [queue.Queue(PREPARED_AHEAD) for _ in self.views]
+        """Per embedder, the prepared inputs of its next calls (see :meth:`prepare`)."""
+        self.stopped = False
+        self._embedders: dict[int, Any] = {}
+        self._embedder_lock = threading.Lock()
+
+    def embedder(self, slot: int) -> Any:
+        """Embedder ``slot``'s model, made once for both its threads."""
+        with self._embedder_lock:
+            if slot not in self._embedders:
+                self._embedders[slot] = self.views[slot].embedder
+            return self._embedders[slot]
+
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: ready() or self.stopped)
+            if self.stopped:
+                raise _Stopped
+
+    def stop(self) -> None:
+        with self.changed:
+            self.stopped = True
+            self.changed.notify_all()
+
+    def _guarded(self, work: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                work()
+            except _Stopped:
+                pass
+            except BaseException as exc:  # handed to the calling thread, which raises it
+                self.events.put(("error", exc))
+            finally:
+                self.events.put(("exit", None))
+
+        return run
+
+    def split_photos(self) -> None:
+        from pictrieve.tools.core.images import ImageDecodeError, load_image
+
+        number = 0
+        for index, batch in enumerate(self.batches):
+            self._wait(lambda: index <= min(self.working, default=index) + SPLIT_AHEAD)
+            for target in batch.targets:
+                number += 1
+                try:
+                    image = load_image(target.path)
+                except (ImageDecodeError, OSError) as exc:
+                    batch.failed.append((target.path, str(exc)))
+                    continue
+                boxes = [b for b in smart_tiles(image, self.settings) if b != (0, 0, *image.size)]
+                batch.photos.append(_Photo(target, image, boxes))
+                self.events.put(("note", f"split {number}/{self.total} photos into tiles"))
+            with self.changed:
+                batch.split = True
+                self.changed.notify_all()
+
+    def chunks(self, slot: int, index: int) -> tuple[list[_Photo], list[tuple[int, int]], list[list[tuple[int, int]]]]:
+        """Batch ``index`` as embedder ``slot`` takes it: the photos that need its tiles, their tiles ``(photo, n)``
+        and those in calls of :data:`EMBED_CHUNK`, across photos (the same calls however the threads run)."""
+        batch = self.batches[index]
+        self._wait(lambda: batch.split)
+        name = self.views[slot].embedder_name
+        whole = [photo for photo in batch.photos if name in photo.target.embedders]
+        tiles = [(i, n) for i, photo in enumerate(whole) for n in range(1, len(photo.boxes) + 1)]
+        return whole, tiles, [tiles[start : start + EMBED_CHUNK] for start in range(0, len(tiles), EMBED_CHUNK)]
+
+    def prepare(self, slot: int) -> None:
+        """Embedder ``slot``'s first thread: the inputs of each call, prepared for the photos the call starts
+        (:func:`prepare_tiles`, one call for those photos, so a photo's shared work, such as finding its objects,
+        is done once), up to :data:`PREPARED_AHEAD` calls ahead of its model."""
+        embedder = self.embedder(slot)
+        for index in range(len(self.batches)):
+            whole, _, chunks = self.chunks(slot, index)
+            started: set[int] = set()
+            for chunk in chunks:
+                starting = sorted({i for i, _ in chunk} - started)
+                started.update(starting)
+                ready = prepare_tiles(embedder, [(whole[i].image, whole[i].boxes) for i in starting])
+                self._put(self.prepared[slot], dict(zip(starting, ready)))
+
+    def embed(self, slot: int) -> None:
+        """Embedder ``slot``'s second thread: each call's tiles through the model, a note after each call, and each
+        batch's vectors handed to the calling thread to write."""
+        name = self.views[slot].embedder_name
+        embedder = self.embedder(slot)
+        for index in range(len(self.batches)):
+            with self.changed:
+                self.working[slot] = index
+                self.changed.notify_all()
+            whole, tiles, chunks = self.chunks(slot, index)
+            vectors = []
+            prepared: dict[int, list[Any]] = {}
+            done = 0
+            for chunk in chunks:
+                prepared.update(self._get(self.prepared[slot]))
+                vectors.append(embedder.embed_preprocessed([prepared[i][n - 1] for i, n in chunk]))
+                for i in {i for i, n in chunk if n == len(whole[i].boxes)}:
+                    del prepared[i]  # its last tile is embedded
+                done += len(chunk)
+                self.events.put(("note", f"{name}: embedded {done}/{len(tiles)} tiles"))
+            self.events.put(("write", (slot, index, whole, tiles, vectors)))
+        with self.changed:
+            self.working[slot] = len(self.batches)
+            self.changed.notify_all()
+
+    def _put(self, line: "queue.Queue[Any]", item: Any) -> None:
+        while not self.stopped:
+            try:
+                return line.put(item, timeout=0.1)
+            except queue.Full:
+                continue
+        raise _Stopped
+
+    def _get(self, line: "queue.Queue[Any]") -> Any:
+        while not self.stopped:
+            try:
+                return line.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        raise _Stopped
+
+
 def tile_images(
     views: Sequence["Gallery"], collections: Sequence[Any], targets: Sequence[TileTarget], settings: TilingSettings,
-    *, on_progress: Callable[[str], None] | None = None,
+    *, batch_size: int | None = None, on_progress: Callable[[str], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> TileReport:
     """Tile ``targets`` once and, for each view (one per embedder) that needs an image's tiles, embed
     its tiles and write them to that view's tile ``collections`` entry; return what was done (only
     ``tiled``, ``tiles`` and ``failed`` are filled). Unreadable images are reported, not fatal.
-    ``on_progress(note)`` hears each image split and each :data:`EMBED_CHUNK` tiles embedded.
 
-    Each embedder call takes the next :data:`EMBED_CHUNK` tiles whatever photos they come from, and prepares the
-    photos they start (:func:`prepare_tiles`, one call for those photos), so a photo's shared work is done once."""
-    from pictrieve.tools.core.images import ImageDecodeError, load_image
+    The targets are written ``batch_size`` at a time (default: all at once), each embedder's batch in one upsert
+    whose whole-image rows go in last (they mark an image as tiled, so a killed run tiles the batch again).
+    ``on_progress(note)`` hears each image split and each :data:`EMBED_CHUNK` tiles an embedder embedded, and
+    ``on_batch(n)`` each batch of ``n`` targets that every embedder has written. The embedders run at once, in
+    threads (:class:`_TilingRun`); the callbacks, and every read and write of Chroma, happen in the calling thread.
+    """
+    from pictrieve.tools.core.model_cache import announcing_model_loads
 
     note = on_progress or (lambda text: None)
     report = TileReport()
-    photos: list[_Photo] = []
-    for number, target in enumerate(targets, start=1):
-        try:
-            image = load_image(target.path)
-        except (ImageDecodeError, OSError) as exc:
-            report.failed.append((target.path, str(exc)))
-            continue
-        boxes = [b for b in smart_tiles(image, settings) if b != (0, 0, *image.size)]
-        photos.append(_Photo(target, image, boxes))
-        note(f"split {number}/{len(targets)} photos into tiles")
-    for view, collection in zip(views, collections):
-        name = view.embedder_name
-        whole = [photo for photo in photos if name in photo.target.embedders]
-        if not whole:
-            continue
-        tiles = [(index, n) for index, photo in enumerate(whole) for n in range(1, len(photo.boxes) + 1)]
-        vectors = [view.embeddings([photo.target.id for photo in whole])]
-        prepared: dict[int, list[Any]] = {}
-        for start in range(0, len(tiles), EMBED_CHUNK):
-            chunk = tiles[start : start + EMBED_CHUNK]
-            starting = sorted({index for index, _ in chunk} - set(prepared))
-            ready = prepare_tiles(view.embedder, [(whole[i].image, whole[i].boxes) for i in starting])
-            prepared.update(zip(starting, ready))
-            vectors.append(view.embedder.embed_preprocessed([prepared[index][n - 1] for index, n in chunk]))
-            for index in {index for index, n in chunk if n == len(whole[index].boxes)}:
-                del prepared[index]  # its last tile is embedded
-            note(f"{name}: embedded {start + len(chunk)}/{len(tiles)} tiles")
-        ids = [f"{photo.target.id}#0" for photo in whole] + [f"{whole[i].target.id}#{n}" for i, n in tiles]
-        metadatas = [{"parent": photo.target.id, "tile": 0, "box": ""} for photo in whole] + [
-            {"parent": whole[i].target.id, "tile": n, "box": ",".join(map(str, whole[i].boxes[n - 1]))}
-            for i, n in tiles
-        ]
-        # Tile rows go in before the whole-image rows that mark an image as done.
-        order = list(range(len(whole), len(ids))) + list(range(len(whole)))
-        stacked = np.concatenate(vectors)
-        collection.upsert(ids=[ids[i] for i in order], embeddings=stacked[order],
-                          metadatas=[metadatas[i] for i in order])
-        report.tiled[name] = len(whole)
-        report.tiles[name] = len(ids)
+    run = _TilingRun(views, targets, settings, max(1, batch_size or len(targets)))
+    workers = [threading.Thread(target=run._guarded(run.split_photos), name="tiles-split", daemon=True)] + [
+        threading.Thread(target=run._guarded(lambda slot=slot, stage=stage: stage(slot)),
+                         name=f"tiles-{stage.__name__}-{view.embedder_name}", daemon=True)
+        for slot, view in enumerate(views) for stage in (run.prepare, run.embed)
+    ]
+    failure: BaseException | None = None
+    with announcing_model_loads(lambda label: run.events.put(("note", f"loading {label}"))):
+        for worker in workers:
+            worker.start()
+        running = len(workers)
+        while running:
+            kind, payload = run.events.get()
+            if kind == "exit":
+                running -= 1
+            elif kind == "error":
+                failure = failure or payload
+                run.stop()
+            elif kind == "note" and failure is None:
+                note(payload)
+            elif kind == "write" and failure is None:
+                slot, index, whole, tiles, vectors = payload
+                try:
+                    _write_tiles(views[slot], collections[slot], whole, tiles, vectors, report)
+                except BaseException as exc:
+                    failure = exc
+                    run.stop()
+                    continue
+                batch = run.batches[index]
+                batch.done += 1
+                if batch.done == len(views):
+                    batch.photos = []  # every embedder is past it: its pixels can go
+                    if on_batch is not None:
+                        on_batch(len(batch.targets))
+    for worker in workers:
+        worker.join()
+    if failure is not None:
+        raise failure
+    for batch in run.batches:
+        report.failed.extend(batch.failed)
     return report
+
+
+def _write_tiles(view: "Gallery", collection: Any, whole: list[_Photo], tiles: list[tuple[int, int]],
+                 vectors: list[np.ndarray], report: TileReport) -> None:
+    """Upsert one embedder's tiles of one batch: the whole photos' rows (their stored vectors) after the tiles'."""
+    if not whole:
+        return
+    name = view.embedder_name
+    ids = [f"{photo.target.id}#0" for photo in whole] + [f"{whole[i].target.id}#{n}" for i, n in tiles]
+    metadatas = [{"parent": photo.target.id, "tile": 0, "box": ""} for photo in whole] + [
+        {"parent": whole[i].target.id, "tile": n, "box": ",".join(map(str, whole[i].boxes[n - 1]))}
+        for i, n in tiles
+    ]
+    # Tile rows go in before the whole-image rows that mark an image as done.
+    order = list(range(len(whole), len(ids))) + list(range(len(whole)))
+    stacked = np.concatenate([view.embeddings([photo.target.id for photo in whole]), *vectors])
+    collection.upsert(ids=[ids[i] for i in order], embeddings=stacked[order], metadatas=[metadatas[i] for i in order])
+    report.tiled[name] = report.tiled.get(name, 0) + len(whole)
+    report.tiles[name] = report.tiles.get(name, 0) + len(ids)
 
 
 def merge_tile_reports(total: TileReport, part: TileReport) -> None:
@@ -437,21 +631,41 @@ def index_tiles(
     """
     from tqdm.auto import tqdm
 
-    from pictrieve.tools.core.model_cache import announcing_model_loads
-
     plan = plan_tiles(gallery, embedders, settings, limit=limit)
     report = plan.report()
     views = [gallery.with_embedder(name) for name in plan.embedders]
     with gallery.writing():
         collections = create_tile_collections(gallery, plan)
-        # one bar over the photos, its note moved on by every photo split and every few tiles embedded: a batch
-        # of photos with three embedders took most of a minute, silent, when the bar counted batches
-        with tqdm(total=len(plan.todo), desc="tiling", unit="photo", disable=not progress) as bar, \
-                announcing_model_loads(lambda label: bar.set_postfix_str(f"loading {label}", refresh=True)):
-            for start in range(0, len(plan.todo), batch_size):
-                batch = plan.todo[start : start + batch_size]
-                part = tile_images(views, collections, batch, plan.settings,
-                                   on_progress=lambda text: bar.set_postfix_str(text, refresh=True))
-                merge_tile_reports(report, part)
-                bar.update(len(batch))
+        # one bar over the photos, its note moved on by every photo split and every few tiles embedded (a batch of
+        # photos with three embedders took most of a minute, silent, when the bar counted batches); the embedders
+        # run at once, so the note shows where each of them is
+        with tqdm(total=len(plan.todo), desc="tiling", unit="photo", disable=not progress) as bar:
+            status = ProgressNotes()
+            part = tile_images(views, collections, plan.todo, plan.settings, batch_size=batch_size,
+                               on_progress=lambda text: bar.set_postfix_str(status.line(text), refresh=True),
+                               on_batch=bar.update)
+        merge_tile_reports(report, part)
     return report
+
+
+class ProgressNotes:
+    """:func:`tile_images`'s notes as one short line that shows where the splitter and each embedder are (they run
+    at once): ``split 40/66, offline 12/53, efficientnet-lite0 8/53, offline-labels:detect 4/53 tiles``, with
+    ``loading ...`` in front until the next tiles are embedded."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, str] = {}
+        self.loading = ""
+
+    def line(self, note: str) -> str:
+        if note.startswith("loading "):
+            self.loading = note
+        elif ": embedded " in note:
+            name, _, rest = note.partition(": embedded ")
+            self.latest[name] = f"{name} {rest.split()[0]}"
+            self.loading = ""
+        else:  # "split 3/66 photos into tiles"
+            self.latest[""] = " ".join(note.split()[:2])
+        parts = [self.latest[key] for key in sorted(self.latest)]
+        line = ", ".join(parts) + (" tiles" if len(parts) > 1 else "")
+        return f"{self.loading}; {line}" if self.loading else line
