@@ -335,6 +335,110 @@ def test_tiles_embedded_across_photos_equal_each_tile_embedded_alone(needle_gall
                 np.testing.assert_allclose(vector, alone, atol=1e-5)
 
 
+class _KeepingRows:
+    """A tile collection that keeps what each upsert got (ids in order), writing nowhere."""
+
+    def __init__(self, log: list | None = None, name: str = "") -> None:
+        self.upserts: list[list[str]] = []
+        self.log, self.name = log, name
+
+    def upsert(self, ids, embeddings, metadatas):
+        self.upserts.append(list(ids))
+        if self.log is not None:
+            self.log.append(("write", self.name, list(ids)))
+
+
+def test_tiling_runs_the_embedders_at_once(needle_gallery, isolated_cache, monkeypatch):
+    """Issue 40.4: `tile` ran its embedders one after another on one thread (45 CPU-s in 111 s on 2 cores). Each
+    embedder's first model call here waits until every embedder has made its first: one after another, the first
+    would wait for the others for ever (the barrier breaks instead)."""
+    import threading
+
+    from pictrieve.vectorstore import tiles
+
+    gallery, _, _ = needle_gallery
+    plan = tiles.plan_tiles(gallery, None, TilingSettings(min_fraction=0.4))
+    views = [gallery.with_embedder(name) for name in plan.embedders]
+    together = threading.Barrier(len(views), timeout=60)
+    for view in views:
+        embedder, embed = view.embedder, view.embedder.embed_preprocessed
+        first = [True]
+
+        def meeting(batch, embed=embed, first=first):
+            if first[0]:
+                first[0] = False
+                together.wait()
+            return embed(batch)
+
+        monkeypatch.setattr(embedder, "embed_preprocessed", meeting)
+    report = tiles.tile_images(views, [_KeepingRows() for _ in views], plan.todo[:4], plan.settings)
+    assert report.tiled == {name: 4 for name in plan.embedders}
+
+
+def test_tiling_writes_each_batch_whole_photos_last_and_holds_few_photos_ahead(needle_gallery, isolated_cache):
+    """Each embedder writes a batch in one upsert, its whole-image rows (what marks a photo tiled) last; a batch
+    counts as done when every embedder wrote it; the photos are split at most SPLIT_AHEAD batches ahead of the
+    embedders, so a large gallery's pixels are not all held at once."""
+    from pictrieve.vectorstore import tiles
+
+    gallery, _, _ = needle_gallery
+    plan = tiles.plan_tiles(gallery, None, TilingSettings(min_fraction=0.4))
+    views = [gallery.with_embedder(name) for name in plan.embedders]
+    targets = plan.todo[:7]
+    log: list = []
+    sinks = [_KeepingRows(log, view.embedder_name) for view in views]
+    done: list[int] = []
+    report = tiles.tile_images(views, sinks, targets, plan.settings, batch_size=2,
+                               on_progress=lambda note: log.append(("note", note)),
+                               on_batch=lambda n: (done.append(n), log.append(("batch", n))))
+    assert done == [2, 2, 2, 1] and report.tiled == {name: 7 for name in plan.embedders}
+    order = [target.id for target in targets]
+    for sink in sinks:
+        assert len(sink.upserts) == 4
+        for number, ids in enumerate(sink.upserts):
+            wholes = [id_ for id_ in ids if id_.endswith("#0")]
+            assert wholes == [f"{id_}#0" for id_ in order[2 * number : 2 * number + 2]]
+            assert ids[-len(wholes):] == wholes  # the whole-image rows go in last
+    split = 0
+    for kind, *rest in log:
+        if kind == "note" and rest[0].startswith("split "):
+            split += 1
+        elif kind == "write":
+            batch = order.index(rest[1][-1].removesuffix("#0")) // 2
+            assert split <= 2 * (batch + 1 + tiles.SPLIT_AHEAD)
+
+
+def test_a_failing_embedder_stops_the_tiling_and_its_error_is_raised(needle_gallery, isolated_cache, monkeypatch):
+    import threading
+
+    from pictrieve.vectorstore import tiles
+
+    gallery, _, _ = needle_gallery
+    plan = tiles.plan_tiles(gallery, None, TilingSettings(min_fraction=0.4))
+    views = [gallery.with_embedder(name) for name in plan.embedders]
+
+    def broken(batch):
+        raise RuntimeError("the model fell over")
+
+    monkeypatch.setattr(views[-1].embedder, "embed_preprocessed", broken)
+    sinks = [_KeepingRows() for _ in views]
+    with pytest.raises(RuntimeError, match="the model fell over"):
+        tiles.tile_images(views, sinks, plan.todo[:6], plan.settings, batch_size=1)
+    assert not sinks[-1].upserts
+    assert not [thread.name for thread in threading.enumerate() if thread.name.startswith("tiles-")]
+
+
+def test_the_tiling_bar_shows_where_the_splitter_and_each_embedder_are():
+    from pictrieve.vectorstore.tiles import ProgressNotes
+
+    notes = ProgressNotes()
+    assert notes.line("split 1/66 photos into tiles") == "split 1/66"
+    assert notes.line("loading the SSD-MobileNet COCO detector") == "loading the SSD-MobileNet COCO detector; split 1/66"
+    assert notes.line("offline-labels:detect: embedded 4/53 tiles") == "split 1/66, offline-labels:detect 4/53 tiles"
+    assert notes.line("offline: embedded 8/53 tiles") == "split 1/66, offline 8/53, offline-labels:detect 4/53 tiles"
+    assert notes.line("split 2/66 photos into tiles") == "split 2/66, offline 8/53, offline-labels:detect 4/53 tiles"
+
+
 def test_settings_and_query_refinement():
     assert refine_query("  A dog,  on the beach!! ", prefix="a photo of") == "a photo of A dog on the beach"
     with pytest.raises(SettingsError, match="feedback"):

@@ -425,7 +425,7 @@ class _TilingRun:
             self.stopped = True
             self.changed.notify_all()
 
-    def _guarded(self, work: Callable[[], None]) -> Callable[[], None]:
+    def guarded(self, work: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
             try:
                 work()
@@ -544,39 +544,19 @@ def tile_images(
     note = on_progress or (lambda text: None)
     report = TileReport()
     run = _TilingRun(views, targets, settings, max(1, batch_size or len(targets)))
-    workers = [threading.Thread(target=run._guarded(run.split_photos), name="tiles-split", daemon=True)] + [
-        threading.Thread(target=run._guarded(lambda slot=slot, stage=stage: stage(slot)),
+    workers = [threading.Thread(target=run.guarded(run.split_photos), name="tiles-split", daemon=True)] + [
+        threading.Thread(target=run.guarded(lambda slot=slot, stage=stage: stage(slot)),
                          name=f"tiles-{stage.__name__}-{view.embedder_name}", daemon=True)
         for slot, view in enumerate(views) for stage in (run.prepare, run.embed)
     ]
-    failure: BaseException | None = None
     with announcing_model_loads(lambda label: run.events.put(("note", f"loading {label}"))):
         for worker in workers:
             worker.start()
-        running = len(workers)
-        while running:
-            kind, payload = run.events.get()
-            if kind == "exit":
-                running -= 1
-            elif kind == "error":
-                failure = failure or payload
-                run.stop()
-            elif kind == "note" and failure is None:
-                note(payload)
-            elif kind == "write" and failure is None:
-                slot, index, whole, tiles, vectors = payload
-                try:
-                    _write_tiles(views[slot], collections[slot], whole, tiles, vectors, report)
-                except BaseException as exc:
-                    failure = exc
-                    run.stop()
-                    continue
-                batch = run.batches[index]
-                batch.done += 1
-                if batch.done == len(views):
-                    batch.photos = []  # every embedder is past it: its pixels can go
-                    if on_batch is not None:
-                        on_batch(len(batch.targets))
+        try:
+            failure = _serve(run, views, collections, len(workers), note, on_batch, report)
+        except BaseException:  # Ctrl-C, or a callback's error: the threads end after their current call
+            run.stop()
+            raise
     for worker in workers:
         worker.join()
     if failure is not None:
@@ -584,6 +564,37 @@ def tile_images(
     for batch in run.batches:
         report.failed.extend(batch.failed)
     return report
+
+
+def _serve(run: _TilingRun, views: Sequence["Gallery"], collections: Sequence[Any], running: int,
+           note: Callable[[str], None], on_batch: Callable[[int], None] | None, report: TileReport) -> BaseException | None:
+    """The calling thread's part of :func:`tile_images`: pass the notes on, write each batch an embedder hands over,
+    count the batches every embedder has written, until every thread has ended; the first error of any of them."""
+    failure: BaseException | None = None
+    while running:
+        kind, payload = run.events.get()
+        if kind == "exit":
+            running -= 1
+        elif kind == "error":
+            failure = failure or payload
+            run.stop()
+        elif kind == "note" and failure is None:
+            note(payload)
+        elif kind == "write" and failure is None:
+            slot, index, whole, tiles, vectors = payload
+            try:
+                _write_tiles(views[slot], collections[slot], whole, tiles, vectors, report)
+            except Exception as exc:
+                failure = exc
+                run.stop()
+                continue
+            batch = run.batches[index]
+            batch.done += 1
+            if batch.done == len(views):
+                batch.photos = []  # every embedder is past it: its pixels can go
+                if on_batch is not None:
+                    on_batch(len(batch.targets))
+    return failure
 
 
 def _write_tiles(view: "Gallery", collection: Any, whole: list[_Photo], tiles: list[tuple[int, int]],
