@@ -20,7 +20,8 @@ from pictrieve.vectorstore.tiles import TilingSettings
               help="A region with at most this many edge objects is not split further.")
 @click.option("--min-fraction", type=click.FloatRange(0.05, 1.0), default=TilingSettings.min_fraction,
               show_default=True, help="Smallest tile side, as a fraction of the image's short side.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Photos written together per embedder (an interrupted run tiles at most this many again).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Tile only the first N images.")
 @engine_options
 @runtime_options
@@ -29,7 +30,8 @@ def tile(gallery: str, embedders: tuple[str, ...], max_objects: int, min_fractio
     """Split every image of the gallery into tiles (NEEDLE's smart tiling) and embed them.
 
     An image then matches a guide picture by its best tile, so small objects are found. Costs one
-    embedding per tile (a few per image); an interrupted run resumes where it stopped. With
+    embedding per tile (a few per image); the embedders run at once, on every core; an interrupted run
+    resumes where it stopped. With
     --engine ray the tiles are made by a Ray Data pool of workers (see `pictrieve index --help`).
     """
     say(f"opening the gallery {gallery} ...")  # Chroma's import and the first look take seconds on a busy machine
