@@ -68,3 +68,21 @@ def test_a_plan_from_the_walk_has_the_ids_of_real_paths(tmp_path, tiny_clip_name
     plan = plan_index([view], [tmp_path / "elsewhere"])
     assert sorted(planned.id for planned in plan.todo) == sorted(
         path_id(tmp_path / path) for path in ["real/a.jpg", "real/sub/c.jpg", "photos/plain.jpg"])
+
+
+def test_photos_named_one_by_one_find_each_folders_caption_file(tmp_path, monkeypatch):
+    """Photos given as files (as a glob or a benchmark gives them) read the caption file beside and above their folder,
+    each folder looked at once."""
+    for folder in ("trip/day1", "trip/day2"):
+        for name in ("a.jpg", "b.jpg"):
+            make_photo(tmp_path / folder / name, seed=len(folder + name))
+        (tmp_path / folder / "captions.jsonl").write_text(
+            json.dumps({"image": "a.jpg", "captions": [f"{folder} a"]}) + "\n")
+    (tmp_path / "trip" / "captions.jsonl").write_text(json.dumps({"image": "day2/b.jpg", "captions": ["above"]}) + "\n")
+    looked: list[str] = []
+    real_is_file = Path.is_file
+    monkeypatch.setattr(Path, "is_file", lambda self: looked.append(self.name) or real_is_file(self))
+    sources = [tmp_path / folder / name for folder in ("trip/day1", "trip/day2") for name in ("a.jpg", "b.jpg")]
+    index = CaptionIndex(sources + [tmp_path / "trip" / "missing.jpg"])
+    assert [index.captions_for(path) for path in sources] == [["trip/day1 a"], [], ["trip/day2 a"], ["above"]]
+    assert looked.count("captions.jsonl") == 4  # two folders, each its own file and its parent's

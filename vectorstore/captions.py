@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Iterable
 
@@ -93,15 +94,20 @@ def _caption_files(sources: Iterable[str | os.PathLike]) -> list[Path]:
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     found: dict[Path, None] = {}
+    looked: set[Path] = set()  # folders whose own and parent's caption file were looked for (files share them)
     for source in sources:
         path = Path(source).expanduser()
-        if not path.exists():
+        try:
+            is_dir = stat.S_ISDIR(path.stat().st_mode)
+        except OSError:  # missing or unreadable: listing reports it
             continue
-        folder = path if path.is_dir() else path.parent
-        for candidate in (folder / CAPTIONS_FILE, folder.parent / CAPTIONS_FILE):
-            if candidate.is_file():
-                found[candidate.resolve()] = None
-        if path.is_dir():
+        folder = path if is_dir else path.parent
+        if folder not in looked:
+            looked.add(folder)
+            for candidate in (folder / CAPTIONS_FILE, folder.parent / CAPTIONS_FILE):
+                if candidate.is_file():
+                    found[candidate.resolve()] = None
+        if is_dir:
             for candidate in sorted(path.rglob(CAPTIONS_FILE)):
                 found[candidate.resolve()] = None
     return list(found)
