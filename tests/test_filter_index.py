@@ -6,6 +6,7 @@ read again when their saved file is torn. Real embedded Chroma galleries holding
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import random
 import subprocess
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from pictrieve.vectorstore import filter_index
-from pictrieve.vectorstore.changes import position
+from pictrieve.vectorstore.changes import position, read_metadata
 from pictrieve.vectorstore.filter_index import columns_path, passing_ids
 from pictrieve.vectorstore.gallery import Gallery, chroma_collection
 from pictrieve.vectorstore.photo_filter import PhotoFilter
@@ -123,7 +124,7 @@ def test_the_columns_pass_exactly_what_the_store_filter_passes(gallery):
 @pytest.mark.parametrize("exact_max", [1000, 3])  # scored here, or searched by Chroma among the passing ids
 def test_filtered_searches_return_what_the_store_filter_returned(gallery, monkeypatch, exact_max):
     monkeypatch.setattr(filter_index, "EXACT_MAX", exact_max)
-    monkeypatch.setattr("pictrieve.vectorstore.gallery.EXACT_MAX", exact_max)
+    monkeypatch.setattr(filter_index, "COLUMN_EXACT_MAX", max(exact_max, 3))
     vectors = _vectors(6, 9)
     for photo_filter in _filters(random.Random(6))[:14]:
         for vector in vectors:
@@ -241,3 +242,117 @@ def test_a_save_torn_at_the_end_of_a_write_turn_keeps_the_last_good_columns(gall
     filter_index._cache.clear()  # a new process
     assert "torn" in filter_index.filter_columns(gallery).passing(PhotoFilter(camera="Leica M6"))
     _same_columns(filter_index.filter_columns(gallery), _slow_columns(gallery))
+
+
+def _vector_reads(monkeypatch) -> list[str]:
+    """The ids whose vectors are read from Chroma (not from the vectors saved beside the filter columns)."""
+    read: list[str] = []
+    real = filter_index.stored_vectors
+    monkeypatch.setattr(filter_index, "stored_vectors", lambda collection, ids, *a: read.extend(ids) or real(collection, ids, *a))
+    return read
+
+
+def _vector_file(gallery) -> Path:
+    location, name = gallery.location, gallery.collection_name
+    (found,) = columns_path(location, name, position(location, name)[0]).parent.glob("*.vectors-*.npy")
+    return found
+
+
+def test_a_new_process_scores_a_filtered_search_from_the_saved_vectors(gallery, monkeypatch):
+    """Issue 40: a new process's first filtered search loaded Chroma's vector index to score a few thousand photos.
+    The vectors are saved beside the filter columns: a new process scores from them and reads none from Chroma, with
+    the hits (ids, order, cosines) the store's own filtered search gives, also for more passing photos than
+    EXACT_MAX (scored here while the columns hold their vectors)."""
+    monkeypatch.setattr(filter_index, "EXACT_MAX", 3)
+    read = _vector_reads(monkeypatch)
+    vectors = _vectors(4, 11)
+    filter_index._cache.clear()  # a new process
+    for photo_filter in _filters(random.Random(7))[:12]:
+        for vector in vectors:
+            hits = gallery.search_vector(vector, k=5, where=photo_filter)
+            assert [h.id for h in hits] == _store_search(gallery, vector, 5, photo_filter), photo_filter
+            assert all(abs(h.score - float(vector @ gallery.embeddings([h.id])[0])) < 1e-5 for h in hits)
+    assert read == []
+    assert len(passing_ids(gallery, PhotoFilter(camera="Canon"))) > 3  # more than EXACT_MAX, still scored here
+
+
+def test_vectors_written_deleted_or_re_embedded_elsewhere_are_never_scored_stale(gallery, monkeypatch):
+    """A photo re-embedded, added or deleted by another process (after this one, and a new one, loaded the saved
+    vectors) is scored with its new vector by the next filtered search: a record the change feed reports as written
+    is read again, never taken from the saved vectors."""
+    monkeypatch.setattr(filter_index, "SAVE_AFTER", 10**6)  # the saved vectors stay behind the writes
+    canon = PhotoFilter(camera="Canon")
+    query = _vectors(1, 12)[0]
+    gallery.search_vector(query, k=5, where=canon)  # this process holds the saved vectors
+    target = gallery.search_vector(query, k=5, where=canon)[-1].id
+    away = -query  # re-embedded away from the query: it must leave the top 5
+    closest = query  # a new photo right on the query: it must come first
+    code = ("import sys, json, numpy as np; from pictrieve.vectorstore.gallery import Gallery\n"
+            "class E: name = 'test:synthetic-8'; dim = 8\n"
+            "g = Gallery.open(sys.argv[1], E())\n"
+            "meta = g.metadata_of([sys.argv[2]])[sys.argv[2]]\n"
+            "v = np.asarray(json.loads(sys.argv[3]), dtype=np.float32)\n"
+            "g.upsert([sys.argv[2]], v[:1], [meta])\n"
+            "g.upsert(['closest'], v[1:], [{'path': '/p/closest.jpg', 'camera': 'Canon'}])\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", code, gallery.location, target,
+                    json.dumps([away.tolist(), closest.tolist()])], check=True, env=env, timeout=300)
+    for process in ("this one", "a new one"):
+        if process == "a new one":
+            filter_index._cache.clear()
+        hits = gallery.search_vector(query, k=5, where=canon)
+        assert [h.id for h in hits] == _store_search(gallery, query, 5, canon), process
+        assert hits[0].id == "closest" and target not in [h.id for h in hits], process
+    subprocess.run([sys.executable, "-c", "import sys; from pictrieve.vectorstore.gallery import Gallery\n"
+                    "class E: name = 'test:synthetic-8'; dim = 8\n"
+                    "Gallery.open(sys.argv[1], E()).delete(['closest'])", gallery.location], check=True, env=env,
+                   timeout=300)
+    hits = gallery.search_vector(query, k=5, where=canon)
+    assert [h.id for h in hits] == _store_search(gallery, query, 5, canon) and "closest" not in [h.id for h in hits]
+
+
+@pytest.mark.parametrize("damage", ["bytes changed", "cut short", "missing", "not a vector file"])
+def test_damaged_saved_vectors_are_never_trusted(gallery, monkeypatch, damage):
+    """A vector file changed on disk, cut short, gone or replaced is not used: the search reads the vectors from
+    Chroma and answers as the store does."""
+    path = _vector_file(gallery)
+    if damage == "bytes changed":  # same size, a few rows of other numbers
+        data = bytearray(path.read_bytes())
+        data[-200:-100] = bytes(100)
+        path.write_bytes(bytes(data))
+    elif damage == "cut short":
+        with open(path, "r+b") as handle:
+            handle.truncate(path.stat().st_size // 2)
+    elif damage == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(b"not numpy at all")
+    filter_index._cache.clear()  # a new process
+    read = _vector_reads(monkeypatch)
+    for vector in _vectors(6, 13):
+        for photo_filter in (PhotoFilter(camera="Canon"), PhotoFilter(place="PT"), PhotoFilter(folder="/p")):
+            hits = gallery.search_vector(vector, k=5, where=photo_filter)
+            assert [h.id for h in hits] == _store_search(gallery, vector, 5, photo_filter), (damage, photo_filter)
+            assert all(abs(h.score - float(vector @ gallery.embeddings([h.id])[0])) < 1e-5 for h in hits)
+    assert read  # read from Chroma instead
+
+
+def test_hits_records_and_count_read_from_the_database_file_are_chromas(gallery):
+    """A search scored from the filter columns reads its hits' records, and ``count`` its number, from the gallery's
+    database file (Chroma loads the whole vector index on a collection's first read): what they read is what
+    Chroma's ``get`` and ``count`` give, lists, flags and numbers alike, after updates and deletes."""
+    extra = {"captions": ["a dog", "the dog runs", "a dog"], "scores": [3, 1, 2], "ratios": [0.5, 0.25],
+             "flagged": True, "off": False, "zero": 0, "real": 1.5, "empty_text": "", "camera": "Canon"}
+    gallery.upsert(["rich"], _vectors(1, 14), [{"path": "/p/rich.jpg", **extra}])
+    gallery.update_metadata(["r1"], [{"camera": "Canon", "captions": ["one", "two"]}])
+    chroma_collection(gallery).upsert(ids=["bare"], embeddings=_vectors(1, 15).tolist())  # no metadata at all
+    gallery.delete(["r2"])
+    ids = chroma_collection(gallery).get(include=[])["ids"]
+    mine = read_metadata(gallery.location, gallery.collection_name, ids + ["nowhere"])
+    got = chroma_collection(gallery).get(ids=ids, include=["metadatas"])
+    assert json.dumps(mine, sort_keys=True) == json.dumps(dict(zip(got["ids"], got["metadatas"])), sort_keys=True)
+    assert mine["rich"] == {"path": "/p/rich.jpg", **extra} and mine["bare"] is None and "nowhere" not in mine
+    assert gallery.count() == chroma_collection(gallery).count() == 401
+    query = _vectors(1, 14)[0]
+    hits = gallery.search_vector(query, k=3, where=PhotoFilter(camera="Canon"))
+    assert hits[0].id == "rich" and hits[0].metadata == {"path": "/p/rich.jpg", **extra}

@@ -20,6 +20,11 @@ write through :class:`~pictrieve.vectorstore.gallery.Gallery`), reading only wha
 filtered search of a new process loads saved columns (0.2 s at 100k) instead of reading every record. A ``chroma run`` server, an in-memory store, or a layout this
 cannot read, gets ``None``: the store then applies :meth:`PhotoFilter.where` and checks :meth:`PhotoFilter.accepts` on
 the candidates.
+
+The columns also keep each record's vector (:mod:`~pictrieve.vectorstore.vector_column`), read from Chroma when they
+are saved and saved beside them: up to :data:`COLUMN_EXACT_MAX` passing photos are scored exactly from those
+(:func:`nearest_among`), so a new process's first filtered search never loads Chroma's vector index (about 0.6 s at
+100k) and reads only the hits' records. A record written since is scored with its vector read from Chroma.
 """
 
 from __future__ import annotations
@@ -30,17 +35,18 @@ import re
 import threading
 import zipfile
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pictrieve.vectorstore.atomic_files import write_atomically
+from pictrieve.vectorstore.atomic_files import folder_lock, write_atomically
 from pictrieve.vectorstore.changes import cannot_save, embedded_location, index_folder, position, read_fields, snapshot
 from pictrieve.vectorstore.photo_filter import (
     CAMERA_FIELDS, FOLDER_FIELDS, PLACE_FIELDS, PhotoFilter, TextTerm, bound_seconds, distance_km, local_seconds)
+from pictrieve.vectorstore.vector_column import VectorColumn
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +63,11 @@ MAX_CACHED = 4
 EXACT_MAX = 1000
 """Up to this many passing photos, their vectors are read and scored exactly here: Chroma's search over a short
 allow-list took 0.3-1.8 s at 100k records (reading 1,000 vectors: about 0.1 s); above it, Chroma searches them."""
+
+COLUMN_EXACT_MAX = 20000
+"""Up to this many passing photos whose vectors the columns hold (:mod:`~pictrieve.vectorstore.vector_column`; at most
+:data:`EXACT_MAX` of them read from Chroma), they are scored exactly here: no vector index is loaded or searched
+(a new process's first filtered search at 100k loaded Chroma's 170 MB index for it)."""
 
 SAVE_AFTER = 1000
 """Records changed since the columns were last saved before they are saved again (a new process reads the saved
@@ -86,6 +97,8 @@ class FilterColumns:
         """Per text field, the codes it has held, in the order first seen (a term is matched against these only)."""
         self._matched: dict[tuple[TextTerm, str], tuple[int, list[int]]] = {}
         """Per (term, field): how many of the field's codes were matched, and those that matched."""
+        self.vectors = VectorColumn()
+        """Each slot's stored vector, while its record is unchanged (:meth:`nearest` scores with them)."""
 
     def __len__(self) -> int:
         return len(self._ids) if self._slot is None else len(self._slot)  # after load, every slot is alive
@@ -98,16 +111,20 @@ class FilterColumns:
         return self._slot
 
     def save(self, path: Path, cursor: tuple[str, int]) -> None:
-        """Write the columns of the records there are now, and ``cursor``, to ``path`` (whole, then renamed)."""
-        with self.lock:
+        """Write the columns of the records there are now, their vectors (a file beside, named in it), and
+        ``cursor``, to ``path`` (each whole, then renamed; one saver at a time)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self.lock, folder_lock(path.parent):
             rows = np.flatnonzero(self._alive[: len(self._ids)])
             arrays = {f"n_{key}": self._numbers[key][rows] for key in NUMBER_KEYS}
             arrays.update({f"t_{key}": self._codes[key][rows] for key in TEXT_KEYS})
             ids = np.asarray([self._ids[row] for row in rows], dtype=str)
             vocab = np.asarray(sorted(self._vocab, key=self._vocab.get), dtype=str)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, lambda handle: np.savez(
-            handle, ids=ids, vocab=vocab, cursor=np.asarray(json.dumps([STATE_VERSION, *cursor])), **arrays))
+            arrays.update(self.vectors.save(path, rows))
+            write_atomically(path, lambda handle: np.savez(
+                handle, ids=ids, vocab=vocab, cursor=np.asarray(json.dumps([STATE_VERSION, *cursor])), **arrays))
+            for stale in VectorColumn.stale_files(path, str(arrays["vectors_file"])):
+                stale.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: Path) -> tuple["FilterColumns", tuple[str, int]] | None:
@@ -129,6 +146,7 @@ class FilterColumns:
                 columns._field_codes = {
                     key: dict.fromkeys(np.flatnonzero(np.bincount(codes + 1, minlength=len(columns._vocab) + 1)[1:]).tolist())
                     for key, codes in columns._codes.items()}
+                columns.vectors = VectorColumn.load(path, saved, len(columns._ids))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
@@ -149,10 +167,12 @@ class FilterColumns:
             self._numbers[key] = np.concatenate([self._numbers[key], np.full(extra, np.nan)])
         for key in TEXT_KEYS:
             self._codes[key] = np.concatenate([self._codes[key], np.full(extra, -1, np.int32)])
+        self.vectors.grow(capacity)
 
     def put(self, records: dict[str, tuple[int, dict[str, Any]]]) -> None:
         """Write ``{id: (row, fields)}`` in, replacing what each id had."""
         with self.lock:
+            written = []
             for id_, (_, fields) in records.items():
                 slot = self.slots.get(id_)
                 if slot is None:
@@ -161,6 +181,7 @@ class FilterColumns:
                     self._ids.append(id_)
                     self._slot[id_] = slot
                 self._alive[slot] = True
+                written.append(slot)
                 for key in NUMBER_KEYS:
                     value = local_seconds(fields) if key == "taken_at_local_ts" else fields.get(key)
                     number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -171,6 +192,7 @@ class FilterColumns:
                     self._codes[key][slot] = code
                     if code >= 0:
                         self._field_codes[key].setdefault(code)
+            self.vectors.forget(written)  # the vector may have changed too: read again when needed
 
     def remove(self, ids: Any) -> None:
         with self.lock:
@@ -179,11 +201,46 @@ class FilterColumns:
                 if slot is not None:
                     self._alive[slot] = False
 
-    def passing(self, photo_filter: PhotoFilter) -> list[str]:
+    def passing(self, photo_filter: PhotoFilter) -> "Passing":
         """The ids of the records that pass ``photo_filter``: :meth:`PhotoFilter.accepts`'s rule, in columns."""
         with self.lock:
             rows = np.flatnonzero(self.mask(photo_filter))
-            return [self._ids[row] for row in rows]
+            return Passing([self._ids[row] for row in rows], self, rows)
+
+    def fill_vectors(self, read: "Callable[[list[str]], dict[str, np.ndarray]]", slots: np.ndarray | None = None) -> int:
+        """Read the vectors the column lacks (of ``slots``, or of every record) with ``read`` (ids to vectors, as
+        Chroma stores them; an id left out: not stored now) and keep them, unless a record changed meanwhile.
+        Returns how many were missing."""
+        with self.lock:
+            slots = np.flatnonzero(self._alive[: len(self._ids)]) if slots is None else slots
+            missing = self.vectors.missing(slots)
+            ids = [self._ids[slot] for slot in missing]
+            generation = self.vectors.generation
+        if not ids:
+            return 0
+        found = read(ids)
+        with self.lock:
+            if self.vectors.generation == generation:  # else a record changed since: read again next time
+                kept = [(slot, found[id_]) for slot, id_ in zip(missing, ids) if id_ in found]
+                if kept:
+                    self.vectors.put(np.asarray([slot for slot, _ in kept]), np.asarray([v for _, v in kept]))
+        return len(ids)
+
+    def nearest(self, rows: np.ndarray, vector: np.ndarray, n: int,
+                read: "Callable[[list[str]], dict[str, np.ndarray]]") -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The ids, cosine distances and vectors of the ``n`` records at slots ``rows`` closest to ``vector``,
+        best first, scored exactly from the vector column (the vectors it lacks read with ``read`` first)."""
+        self.fill_vectors(read, rows)
+        with self.lock:
+            ids = [self._ids[row] for row in rows]
+            vectors = None if len(self.vectors.missing(rows)) else self.vectors.rows(rows)
+        if vectors is None:  # a record changed meanwhile, or the saved file failed its check: read them all
+            found = read(ids)
+            kept = [i for i, id_ in enumerate(ids) if id_ in found]
+            ids = [ids[i] for i in kept]
+            vectors = np.asarray([found[id_] for id_ in ids], dtype=np.float32).reshape(len(ids), -1)
+        order, distances = closest(vectors, vector, n)
+        return [ids[i] for i in order], distances, vectors[order]
 
     def mask(self, photo_filter: PhotoFilter) -> np.ndarray:
         """Per slot, whether its record passes ``photo_filter`` (a deleted slot never does)."""
@@ -266,26 +323,74 @@ class FilterColumns:
 
 
 STATE_VERSION = 2
-"""2: the local-time and date-source columns (issue 37)."""
+"""2: the local-time and date-source columns (issue 37); a file of version 2 may name a vector file (issue 40)."""
 
 
-def nearest_among(collection: Any, vector: np.ndarray, ids: Sequence[str], n: int, include: Sequence[str]) -> dict[str, Any]:
-    """Chroma's ``query`` answer for the ``n`` records of ``ids`` closest to ``vector`` by cosine, scored exactly
-    here from their stored vectors (for short lists: see :data:`EXACT_MAX`)."""
-    got = collection.get(ids=list(ids), include=["embeddings"]) if len(ids) else {"ids": []}
-    if not len(got["ids"]):
-        return {"ids": [[]], "distances": [[]], "metadatas": [[]], "embeddings": [[]]}
-    vectors = np.asarray(got["embeddings"], dtype=np.float32)
+class Passing(list):
+    """The ids of the records that pass a filter (a list), with the columns and slots they were found at, so that
+    their vectors can be read from the columns (:func:`nearest_among`)."""
+
+    def __init__(self, ids: list[str], columns: FilterColumns, rows: np.ndarray) -> None:
+        super().__init__(ids)
+        self.columns = columns
+        self.rows = rows
+
+
+def scored_here(among: Sequence[str]) -> bool:
+    """Whether the nearest of the ids ``among`` are scored exactly here (:func:`nearest_among`) rather than searched
+    by Chroma among them: up to :data:`EXACT_MAX` of them, or up to :data:`COLUMN_EXACT_MAX` when the filter columns
+    hold the vectors of all but :data:`EXACT_MAX` at most."""
+    if len(among) <= EXACT_MAX:
+        return True
+    if not isinstance(among, Passing) or len(among) > COLUMN_EXACT_MAX:
+        return False
+    with among.columns.lock:
+        return len(among.columns.vectors.missing(among.rows)) <= EXACT_MAX
+
+
+def closest(vectors: np.ndarray, vector: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``vectors`` of the ``n`` closest to ``vector`` by cosine, best first (ties in row order), and
+    their cosine distances, as Chroma's cosine space gives them."""
     query = np.asarray(vector, dtype=np.float32).reshape(-1)
     norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(query)
     distances = 1.0 - (vectors @ query) / np.where(norms > 0, norms, 1.0)
     order = np.argsort(distances, kind="stable")[: int(n)]
-    chosen = [got["ids"][i] for i in order]
-    metadata = dict(zip(*(lambda found: (found["ids"], found["metadatas"]))(
-        collection.get(ids=chosen, include=["metadatas"])))) if chosen else {}
-    return {"ids": [chosen], "distances": [[float(distances[i]) for i in order]],
+    return order, distances[order]
+
+
+def stored_vectors(collection: Any, ids: Sequence[str], step: int = 1000) -> dict[str, np.ndarray]:
+    """The vectors Chroma stores for ``ids`` (those it holds), by id."""
+    found: dict[str, np.ndarray] = {}
+    for start in range(0, len(ids), step):
+        got = collection.get(ids=list(ids[start : start + step]), include=["embeddings"])
+        found.update(zip(got["ids"], np.asarray(got["embeddings"], dtype=np.float32).reshape(len(got["ids"]), -1)))
+    return found
+
+
+def nearest_among(collection: Any, vector: np.ndarray, ids: Sequence[str], n: int, include: Sequence[str],
+                  metadata_of: Callable[[list[str]], dict[str, Any] | None] | None = None) -> dict[str, Any]:
+    """Chroma's ``query`` answer for the ``n`` records of ``ids`` closest to ``vector`` by cosine, scored exactly
+    here (see :func:`scored_here`): from the filter columns' vectors when ``ids`` came from them (:class:`Passing`;
+    those they lack read from Chroma), else from the vectors Chroma stores; then only the chosen records' metadata is
+    read, with ``metadata_of`` when given (``None`` from it: ask Chroma). With every vector in the columns, Chroma's
+    vector index is neither loaded nor searched."""
+    if isinstance(ids, Passing):
+        chosen, distances, vectors = ids.columns.nearest(ids.rows, vector, n, lambda some: stored_vectors(collection, some))
+    else:
+        found = stored_vectors(collection, ids) if len(ids) else {}
+        listed = [id_ for id_ in ids if id_ in found]
+        stored = np.asarray([found[id_] for id_ in listed], dtype=np.float32).reshape(len(listed), -1)
+        order, distances = closest(stored, vector, n)
+        chosen, vectors = [listed[i] for i in order], stored[order]
+    if not chosen:
+        return {"ids": [[]], "distances": [[]], "metadatas": [[]], "embeddings": [[]]}
+    metadata = metadata_of(chosen) if metadata_of is not None else None
+    if metadata is None:
+        got = collection.get(ids=chosen, include=["metadatas"])
+        metadata = dict(zip(got["ids"], got["metadatas"]))
+    return {"ids": [chosen], "distances": [[float(d) for d in distances]],
             "metadatas": [[metadata.get(id_) for id_ in chosen]],
-            "embeddings": [[vectors[i] for i in order]] if "embeddings" in include else None}
+            "embeddings": [list(vectors)] if "embeddings" in include else None}
 
 
 @dataclass
@@ -328,7 +433,7 @@ def filter_columns(gallery: Any) -> FilterColumns | None:
             cached = _cache.get(key)
         if cached is not None and cached.cursor[0] == now[0] and cached.cursor[1] >= now[1]:
             return cached.columns  # another thread brought them up to date meanwhile
-        fresh = _brought_up_to_date(location, gallery.collection_name, cached, now)
+        fresh = _brought_up_to_date(location, gallery.collection_name, cached, now, _vectors_reader(gallery))
         if fresh is None:
             return None
         with _cache_lock:
@@ -373,22 +478,45 @@ def refresh_written(gallery: Any) -> None:
                            "filtered search reads what changed", location, exc)
 
 
+def _vectors_reader(gallery: Any) -> Callable[[list[str]], dict[str, np.ndarray]]:
+    """Reads the stored vectors of ids from ``gallery`` (a record deleted meanwhile: none read this time)."""
+    from pictrieve.vectorstore.errors import GalleryError
+
+    def read(ids: list[str]) -> dict[str, np.ndarray]:
+        try:
+            return dict(zip(ids, gallery.embeddings(ids)))
+        except GalleryError as exc:
+            logger.debug("vectors of %s not read for the filter columns (%s)", gallery.location, exc)
+            return {}
+
+    return read
+
+
+def _lacking_vectors(columns: FilterColumns) -> int:
+    """How many records' vectors ``columns`` lack, when at least :data:`SAVE_AFTER` (columns saved before they kept
+    vectors): reading them and saving them again pays once for every later process; else 0."""
+    with columns.lock:
+        lacking = len(columns.vectors.missing(np.flatnonzero(columns._alive[: len(columns._ids)])))
+    return lacking if lacking >= SAVE_AFTER else 0
+
+
 def columns_path(location: str, collection_name: str, collection_id: str) -> Path:
     """Where the filter columns of a collection are saved: in the user's cache, never in the gallery's folder."""
     return index_folder(location, collection_id, INDEX_KIND) / f"{re.sub(r'[^A-Za-z0-9_-]+', '-', collection_name)}.npz"
 
 
-def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | None,
-                        now: tuple[str, int]) -> _Cached | None:
+def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | None, now: tuple[str, int],
+                        read_vectors: Callable[[list[str]], dict[str, np.ndarray]]) -> _Cached | None:
     """The columns this process holds (or the saved ones, or new ones) with the records written since applied;
-    ``now``: the collection's :func:`position` just read."""
+    ``now``: the collection's :func:`position` just read. Before they are saved, the vectors they lack are read
+    with ``read_vectors`` (so that a new process scores from the saved ones)."""
     collection_id = now[0]
     path = columns_path(location, collection_name, collection_id)
     if cached is None or cached.cursor[0] != collection_id:
         loaded = FilterColumns.load(path)
         cached = _Cached(*loaded) if loaded is not None else None
-        if cached is not None and cached.cursor == now:  # saved at the last write (its turn's end): nothing to read
-            return cached
+        if cached is not None and cached.cursor == now and not _lacking_vectors(cached.columns):
+            return cached  # saved at the last write (its turn's end): nothing to read
     seen = snapshot(location, collection_name, cached.cursor if cached else None)
     if seen is not None and cached is not None and seen.seq < cached.cursor[1]:
         # The database is older than the columns (a folder restored from a backup): read every record again.
@@ -417,8 +545,10 @@ def _brought_up_to_date(location: str, collection_name: str, cached: _Cached | N
         columns.put({id_: value for id_, value in everything.items() if id_ not in known})
         unsaved += SAVE_AFTER
     cursor = (seen.collection_id, seen.seq)
-    if unsaved >= SAVE_AFTER or not same:
+    lacking = _lacking_vectors(columns)
+    if unsaved >= SAVE_AFTER or not same or lacking:
         try:
+            columns.fill_vectors(read_vectors)  # a new process then scores from the saved vectors
             columns.save(path, cursor)
             unsaved = 0
         except OSError as exc:  # a cache this user may not write: kept in memory only
