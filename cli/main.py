@@ -105,9 +105,14 @@ def eval_group() -> None:
 def main() -> None:
     """Console-script entry point: clear one-line errors instead of tracebacks for known failures."""
     from pictrieve.cli.errors import friendly_errors
+    from pictrieve.cli.process_exit import end_process
 
     with friendly_errors():
-        cli(standalone_mode=True)
+        try:
+            cli(standalone_mode=True)
+        except SystemExit as done:
+            end_process(done.code)  # a command that asked to skip Python's teardown ends here
+            raise
 
 
 if __name__ == "__main__":  # pragma: no cover

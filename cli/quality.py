@@ -11,6 +11,8 @@ from typing import Callable, Iterator
 
 import click
 
+from pictrieve.cli.process_exit import no_teardown_needed
+
 
 class Heartbeat:
     """Progress lines that never stop for long: ``say(line)`` writes a step, and while no new step is said for
@@ -280,6 +282,7 @@ def search(gallery: str, query: str, relevance: str | None, aesthetic: str | Non
             result = quality_search(store, query, requested, model_dir=model_dir, k=k, samples=samples, seed=seed,
                                     on_step=say)
         say("done")
+    no_teardown_needed()  # read-only: once the results are out, the process ends (Python's teardown took 4-6 s)
     if as_json:
         click.echo(json.dumps({
             "query": query, "levels": result.levels, "completions": result.completions,

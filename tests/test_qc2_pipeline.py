@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -133,6 +135,15 @@ def test_cli_annotate_train_search(annotated_gallery, tiny_checkpoint):
     assert not [w for w in caught if issubclass(w.category, FutureWarning)], [str(w.message) for w in caught]
     payload = json.loads(out.stdout)
     assert payload["completions"][0].startswith("a dog") and len(payload["hits"]) == 2
+    # the console command ends once its results are out, without Python's teardown (issue 40.4: 4-6 s of silence)
+    program = ("import sys\nimport pictrieve.cli.main as entry\n"
+               "class Teardown:\n    def __del__(self): print('teardown ran', flush=True)\n"
+               "kept = Teardown()\nsys.argv = ['pictrieve', *sys.argv[1:]]\nentry.main()\n")
+    done = subprocess.run([sys.executable, "-c", program, "quality", "search", "a dog", "--gallery", gallery.location,
+                           "-k", "2", "--seed", "1", "--json"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hits"] and "teardown ran" not in done.stdout
     # it was silent for 19 s: each step says what it loads or does, on stderr, as it starts
     said = [line.split("] ", 1)[1] for line in out.stderr.splitlines() if line.startswith("[")]
     assert said[0] == "opening the gallery and loading the QC2 method ..." and said[-1] == "done", out.stderr
