@@ -19,7 +19,9 @@ class Heartbeat:
     :attr:`every` seconds (an import of transformers, a model load: 10-20 s on a busy machine) :meth:`tick` says the
     step goes on. :meth:`running` ticks from a thread; tests call :meth:`tick` with their own clock."""
 
-    every = 4.0
+    every = 3.0
+    """Seconds without a line before the step is said again: 3, as a thread waiting on a busy machine's import (which
+    holds the GIL) woke up to 1.2 s late (4 s gave silences of 5.2 s at load 11)."""
 
     def __init__(self, write: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
         self.write, self.clock = write, clock

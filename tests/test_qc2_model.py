@@ -248,13 +248,13 @@ def test_the_heartbeat_says_a_long_step_goes_on_every_few_seconds():
     beat.tick()
     assert lines == []  # nothing said yet: nothing to go on with
     beat.say("loading the QC2 model ...")
-    for now[0] in (1.0, 3.9):
+    for now[0] in (1.0, 2.9):
         beat.tick()
     assert lines == ["loading the QC2 model ..."]
-    for now[0] in (4.0, 5.0, 8.0, 9.0, 12.5):
+    for now[0] in (3.0, 4.0, 6.0, 7.0, 9.5):
         beat.tick()
-    assert lines[1:] == ["... still loading the QC2 model"] * 3  # at 4, 8 and 12.5 s: never 4 s without a line
+    assert lines[1:] == ["... still loading the QC2 model"] * 3  # at 3, 6 and 9.5 s: never 3 s without a line
     beat.say("searching ...")
-    now[0] = 15.0
+    now[0] = 12.0
     beat.tick()
     assert lines[-1] == "searching ..."

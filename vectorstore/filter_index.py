@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 
 from pictrieve.vectorstore.atomic_files import folder_lock, write_atomically
-from pictrieve.vectorstore.changes import cannot_save, embedded_location, index_folder, position, read_fields, snapshot
+from pictrieve.vectorstore.changes import (
+    PROGRESS_AT, cannot_save, embedded_location, index_folder, position, read_fields, snapshot)
 from pictrieve.vectorstore.photo_filter import (
     CAMERA_FIELDS, FOLDER_FIELDS, PLACE_FIELDS, PhotoFilter, TextTerm, bound_seconds, distance_km, local_seconds)
 from pictrieve.vectorstore.vector_column import VectorColumn
@@ -363,6 +364,8 @@ def stored_vectors(collection: Any, ids: Sequence[str], step: int = 1000) -> dic
     found: dict[str, np.ndarray] = {}
     for start in range(0, len(ids), step):
         got = collection.get(ids=list(ids[start : start + step]), include=["embeddings"])
+        if not len(got["ids"]):
+            continue
         found.update(zip(got["ids"], np.asarray(got["embeddings"], dtype=np.float32).reshape(len(got["ids"]), -1)))
     return found
 
@@ -483,6 +486,9 @@ def _vectors_reader(gallery: Any) -> Callable[[list[str]], dict[str, np.ndarray]
     from pictrieve.vectorstore.errors import GalleryError
 
     def read(ids: list[str]) -> dict[str, np.ndarray]:
+        if len(ids) >= PROGRESS_AT:
+            logger.info("reading the vectors of %d photos of gallery %s for the filter columns (once; then kept "
+                        "with them)", len(ids), gallery.location)
         try:
             return dict(zip(ids, gallery.embeddings(ids)))
         except GalleryError as exc:
