@@ -254,7 +254,8 @@ def _vector_reads(monkeypatch) -> list[str]:
 
 def _vector_file(gallery) -> Path:
     location, name = gallery.location, gallery.collection_name
-    (found,) = columns_path(location, name, position(location, name)[0]).parent.glob("*.vectors-*.npy")
+    folder = columns_path(location, name, position(location, name)[0]).parent
+    (found,) = [path for path in folder.glob("*.vectors-*") if not path.name.startswith(".")]
     return found
 
 
@@ -356,3 +357,38 @@ def test_hits_records_and_count_read_from_the_database_file_are_chromas(gallery)
     query = _vectors(1, 14)[0]
     hits = gallery.search_vector(query, k=3, where=PhotoFilter(camera="Canon"))
     assert hits[0].id == "rich" and hits[0].metadata == {"path": "/p/rich.jpg", **extra}
+
+
+def test_each_save_appends_what_it_read_and_a_file_mostly_stale_is_written_anew(gallery, monkeypatch):
+    """A 100k gallery's vectors are 154 MB: a save appends only the vectors read since the last one (new photos, photos
+    re-embedded) to the same file, and the columns' file names each record's row; once rows no record names are half
+    the file, it is written anew and the old one removed. A new process scores from what was saved, reading nothing
+    from Chroma, with the store's own hits."""
+    monkeypatch.setattr(filter_index, "SAVE_AFTER", 1)
+    first = _vector_file(gallery)
+    size = first.stat().st_size
+    row = 8 * 4  # float32 rows of the 8-d test vectors
+    gallery.upsert([f"a{i}" for i in range(5)], _vectors(5, 16), [{"path": f"/p/a{i}.jpg", "camera": "Canon"}
+                                                                 for i in range(5)])
+    assert _vector_file(gallery) == first and first.stat().st_size == size + 5 * row
+    with open(first, "ab") as handle:  # an append cut short by a crash: rows the columns' file never named
+        handle.write(b"\x7f" * 101)  # more than the one row appended next
+    meta = gallery.metadata_of(["r3"])["r3"]
+    gallery.upsert(["r3"], _vectors(1, 17), [meta])  # re-embedded: its new vector appended where the junk was
+    assert _vector_file(gallery) == first and first.stat().st_size == size + 6 * row
+    read = _vector_reads(monkeypatch)
+    query = _vectors(1, 17)[0]
+    for turn in ("appended", "written anew"):
+        filter_index._cache.clear()  # a new process
+        for photo_filter in (PhotoFilter(camera="Canon"), PhotoFilter(folder="/p")):
+            hits = gallery.search_vector(query, k=5, where=photo_filter)
+            assert [h.id for h in hits] == _store_search(gallery, query, 5, photo_filter), (turn, photo_filter)
+        assert gallery.search_vector(query, k=1, where=PhotoFilter(folder="/p"))[0].id == "r3"
+        assert read == [], turn
+        if turn == "appended":  # re-embed most photos: the file would be mostly rows no record names
+            ids = [f"r{i}" for i in range(250)]
+            metas = gallery.metadata_of(ids)
+            gallery.upsert(ids, _vectors(250, 18), [metas[id_] for id_ in ids])
+            query = _vectors(250, 18)[3]
+            assert _vector_file(gallery) != first and not first.exists()
+            assert _vector_file(gallery).stat().st_size == 405 * row  # 405 records, one row each

@@ -121,7 +121,7 @@ class FilterColumns:
             arrays.update({f"t_{key}": self._codes[key][rows] for key in TEXT_KEYS})
             ids = np.asarray([self._ids[row] for row in rows], dtype=str)
             vocab = np.asarray(sorted(self._vocab, key=self._vocab.get), dtype=str)
-            arrays.update(self.vectors.save(path, rows))
+            arrays.update(self.vectors.save(path, rows, VectorColumn.on_disk(path)))
             write_atomically(path, lambda handle: np.savez(
                 handle, ids=ids, vocab=vocab, cursor=np.asarray(json.dumps([STATE_VERSION, *cursor])), **arrays))
             for stale in VectorColumn.stale_files(path, str(arrays["vectors_file"])):
