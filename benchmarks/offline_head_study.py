@@ -24,14 +24,22 @@ Every number is of the ensemble with the ``offline-labels`` vector at weight 0.2
 ``head``. flickr8k-dev is read only by ``dev`` (final candidates: trained on all rows, as the shipped head), with a
 paired bootstrap (``evaluation/paired.py``, by photo) against the shipped head on the same 2,500 captions.
 
-    OMP_NUM_THREADS=1 nice python benchmarks/offline_head_study.py sweep --cache FEATURES --out RESULTS.jsonl [NAME ...]
-    OMP_NUM_THREADS=1 nice python benchmarks/offline_head_study.py ensemble NAME --seeds 0 1 2 --cache FEATURES --out RESULTS.jsonl
-    OMP_NUM_THREADS=1 nice python benchmarks/offline_head_study.py dev NAME [NAME ...] --cache FEATURES --out DEV.json
+    S="--cache FEATURES --out benchmarks/results/offline_head_study/selection.jsonl --keep-scores SCORES"
+    OMP_NUM_THREADS=1 nice python benchmarks/offline_head_study.py sweep NAME [NAME ...] [--seed K] $S
+    OMP_NUM_THREADS=1 nice python benchmarks/offline_head_study.py combine NAME@seed0 NAME@seed1 ... $S   # ensembles
+    OMP_NUM_THREADS=1 nice python benchmarks/offline_head_study.py fusion NAME@seed0 $S --objects DET.npz[,DET2.npz]
+    OMP_NUM_THREADS=1 nice python benchmarks/offline_head_study.py dev NAME[@seeds0+1+2] --flips --cache FEATURES \
+        --out benchmarks/results/offline_head_study/dev-NAME.json --fusion min:0.02 --dev-objects DEV-DET.npz
+
+``FEATURES`` is ``extract_offline_features.py --dev-modes squash``'s folder (``--flips`` reads its mirrored
+flickr8k-train views; selection ran without them, as ``relevance_rule_study.py`` does). ``DET.npz``: SSD-MobileNet
+class max-scores per photo (``scores`` ``(n, 80)``, ``rows``, ``classes``), at least for flickr8k-train's ``dev`` rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import time
@@ -67,6 +75,7 @@ class Recipe:
     feature_noise: float = 0.3
     text_adapter: bool = False
     text_dropout: float = 0.0  # dropout on the adapter's input
+    text_hidden: int = 0  # > 0: the adapter is a residual two-layer MLP of this width, not one linear map
     hard_negatives: float = 0.0  # beta; 0 is plain InfoNCE
     objects: bool = False
     seed: int = 0
@@ -85,6 +94,7 @@ CONFIGS: dict[str, dict] = {
     "h2048-text-adapter": {"hidden": 2048, "text_adapter": True},
     "h2048-text-adapter-e50": {"hidden": 2048, "text_adapter": True, "epochs": 50},
     "text-adapter-e50": {"text_adapter": True, "epochs": 50},
+    "text-adapter-mlp1024": {"text_adapter": True, "text_hidden": 1024},
     "objects": {"objects": True},
     "h2048-text-adapter-objects": {"hidden": 2048, "text_adapter": True, "objects": True},
 }
@@ -151,9 +161,11 @@ class Model:
         self.image = nn.Sequential(*layers)
         self.text = None
         if recipe.text_adapter:
-            self.text = nn.Sequential(nn.Dropout(recipe.text_dropout), nn.Linear(out_dim, out_dim))
-            nn.init.zeros_(self.text[1].weight)
-            nn.init.zeros_(self.text[1].bias)
+            inner = [nn.Linear(out_dim, recipe.text_hidden), nn.GELU(), nn.Linear(recipe.text_hidden, out_dim)] \
+                if recipe.text_hidden else [nn.Linear(out_dim, out_dim)]
+            self.text = nn.Sequential(nn.Dropout(recipe.text_dropout), *inner)
+            nn.init.zeros_(self.text[-1].weight)  # starts as the identity: MiniLM's own vectors
+            nn.init.zeros_(self.text[-1].bias)
         self.log_scale = nn.Parameter(torch.tensor(float(np.log(1 / 0.07))))
 
     def parameters(self) -> list:
@@ -559,7 +571,8 @@ def dev(args: argparse.Namespace) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     lines = [{"caption": i, "photo": i // 5, **{k: v[i] for k, v in per_caption.items()}} for i in range(len(base_hits))]
-    args.out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    with gzip.open(args.out.with_suffix(".jsonl.gz"), "wt") as handle:  # per caption: each candidate's top-10 hit
+        handle.write("".join(json.dumps(r) + "\n" for r in lines))
 
 
 def by_photo(values: np.ndarray, per: int = 5) -> list[float]:
