@@ -17,7 +17,8 @@ from pictrieve.tools.core.images import load_image
 from pictrieve.tools.models.photo_text import require_ocr
 from pictrieve.vectorstore.errors import LargeRemovalError, SyncRefusedError
 from pictrieve.vectorstore.gallery import Gallery
-from pictrieve.vectorstore.indexing import IndexReport
+from pictrieve.vectorstore.indexing import IndexReport, finds_objects
+from pictrieve.vectorstore.photo_evidence import COST_NOTE
 from pictrieve.vectorstore.hits import ImageHit, hit_line
 from pictrieve.vectorstore.search_request import (
     DEFAULT_K,
@@ -74,10 +75,11 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
               help="Read the text in photos (signs, screenshots) into each record's photo_text, from now on for "
               "this gallery (--no-ocr stops it). Off at first: about 0.2 s a photo on one CPU, as much again as "
               "embedding (1 s for a screenshot full of text). Photos already indexed gain the text without re-embedding. Needs pictrieve[ocr].")
-@click.option("--objects", is_flag=True,
-              help="Also find the COCO objects in each photo not yet analysed (the offline SSD-MobileNet detector) and "
-              "store them: the relevance rule then lets them confirm or deny what a query names (\"a dog\"). About "
-              "0.13 s a photo on one CPU; a rerun does only the photos still without them.")
+@click.option("--objects/--no-objects", default=None,
+              help="Find the COCO objects in each photo (the offline SSD-MobileNet detector), from now on for this "
+              "gallery: new and changed photos get theirs in every later index, --watch and --engine ray "
+              "(--no-objects stops it). The relevance rule lets them confirm or deny what a query names "
+              "(\"a dog\"). About 0.13 s a photo on one CPU; photos already analysed are not looked at again.")
 @click.option("--gpu-decode", is_flag=True,
               help=f"Decode the JPEGs on the GPU (nvJPEG through torchvision) for open_clip: embedders running on "
               f"CUDA; other embedders and formats decode on the CPU as usual. Needs a CUDA GPU here (with --engine "
@@ -89,7 +91,7 @@ def _embedder_list(values: tuple[str, ...]) -> list[str]:
 @runtime_options
 def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], batch_size: int,
           workers: int, max_pixels: int | None, prune: bool, ocr: bool | None, yes: bool, allow_missing_folders: bool,
-          as_json: bool, engine: str, watch: bool = False, poll: float | None = None, objects: bool = False,
+          as_json: bool, engine: str, watch: bool = False, poll: float | None = None, objects: bool | None = None,
           gpu_decode: bool = False, **ray_settings: Any) -> None:
     """Add PHOTOS (folders, files or quoted globs) to a gallery.
 
@@ -111,9 +113,6 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
         raise click.UsageError("--poll goes with --watch")
     if gpu_decode:
         _decode_on_gpu(options)
-    if objects and (watch or options is not None):
-        raise click.UsageError("--objects runs after a plain index in this process: leave out --watch and --engine ray "
-                               "(then run `pictrieve index PHOTOS --objects` again: it analyses only the photos left)")
     if watch:
         if options is not None:
             raise click.UsageError("--watch indexes in this process: leave out --engine ray")
@@ -121,25 +120,24 @@ def index(sources: tuple[str, ...], gallery: str, embedders: tuple[str, ...], ba
 
         watch_folders(Gallery.open(gallery, names[0] if names else None), sources, embedders=names, poll=poll,
                       batch_size=batch_size, workers=workers, max_pixels=max_pixels, as_json=as_json,
-                      allow_missing_folders=allow_missing_folders, allow_large=yes, ocr=ocr)
+                      allow_missing_folders=allow_missing_folders, allow_large=yes, ocr=ocr, objects=objects)
         return
     if options is not None:
         from pictrieve.vectorstore.distributed.cluster import check_server_gallery
 
         check_server_gallery(gallery)  # before anything else: a folder gallery is refused in one line
     store = Gallery.open(gallery, names[0] if names else None)
+    if not as_json and finds_objects(store, objects):
+        say(COST_NOTE)
     if options is not None:
         from pictrieve.vectorstore.distributed.index_job import index_on_ray
 
         report = index_on_ray(store, list(sources), options, embedders=names, max_pixels=max_pixels,
-                              progress=not as_json, say=say, ocr=ocr, gpu_decode=gpu_decode)
+                              progress=not as_json, say=say, ocr=ocr, gpu_decode=gpu_decode,
+                              objects=objects)
     else:
         report = store.add(list(sources), embedders=names, batch_size=batch_size, workers=workers,
-                           progress=not as_json, max_pixels=max_pixels, ocr=ocr)
-    if objects and store.exists():
-        from pictrieve.vectorstore.photo_evidence import store_objects
-
-        report.objects_found = store_objects(store, say=None if as_json else say)
+                           progress=not as_json, max_pixels=max_pixels, ocr=ocr, objects=objects)
     removed: list[str] = []
     refused: SyncRefusedError | None = None
     if prune and store.exists():
@@ -182,6 +180,8 @@ def _print_index_report(report: IndexReport, store: Gallery, removed: list[str] 
     )
     if report.text_read:
         click.echo(f"read the text in {report.text_read} photos (photo_text)")
+    if report.objects_found:
+        click.echo(f"found the objects in {report.objects_found} photos (objects)")
     if removed is not None:
         _print_removed(removed, dry_run=False)
     for failure in report.failed:

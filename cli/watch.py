@@ -17,6 +17,8 @@ from typing import Any, Sequence
 import click
 
 from pictrieve.vectorstore.gallery import Gallery
+from pictrieve.vectorstore.indexing import finds_objects
+from pictrieve.vectorstore.photo_evidence import COST_NOTE
 from pictrieve.vectorstore.watching import FolderWatch, WatchBatch
 
 
@@ -47,6 +49,8 @@ def watch_folders(store: Gallery, sources: Sequence[str], *, embedders: list[str
 
     watch = FolderWatch(store.views(embedders), list(sources), poll=poll, on_batch=show, on_note=note,
                         progress=not as_json, **options)
+    if finds_objects(store, options.get("objects")):
+        note(COST_NOTE)
 
     def on_signal(signum: int, _frame: Any) -> None:
         if watch.stopping:

@@ -521,3 +521,37 @@ def test_the_worker_pool_fits_the_cluster():
         worker_shape(RayOptions(workers=20), cluster)
     with pytest.raises(RayClusterError, match="has 0"):
         worker_shape(RayOptions(gpus_per_worker=1), machine)
+
+
+def test_ray_finds_the_objects_local_indexing_finds(flickr_dir, chroma_server, tiny_clip_name, tmp_path, ray_env):
+    """--objects on a local Ray instance: the workers run the detector, and every record (objects included) equals
+    local indexing's; later runs without the flag find the objects of a changed photo again, as locally."""
+    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
+    from pictrieve.vectorstore.gallery import Gallery
+    from pictrieve.vectorstore.photo_evidence import parse_objects
+
+    try:
+        SSD_MOBILENET_V2_COCO.paths(download=False)
+    except AssetUnavailableError as exc:
+        pytest.skip(f"detector not cached and tests never download: {exc}")
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    dev = sorted((flickr_dir / "images").glob("*.jpg"))
+    for photo in dev[:4]:
+        shutil.copy(photo, folder / photo.name)
+    shutil.copy(dev[0], folder / "zz-copy.jpg")  # a copy within the run: stored by the driver, objects and all
+    local = Gallery.open(tmp_path / "local", tiny_clip_name)
+    expected = local.add(folder, progress=False, objects=True).to_dict()
+    assert (expected["indexed"], expected["objects_found"]) == (5, 5)
+    ray_run = ["--engine", "ray", "--ray-workers", "2", "--batch-size", "2"]
+    report = run_cli(index_command(folder, chroma_server, tiny_clip_name, *ray_run, "--objects"), ray_env)
+    assert report == {**expected, "objects_found": 4}, report  # the copy takes its twin's objects
+    remote = stored(chroma_server, tiny_clip_name)
+    assert_same_as_local(remote, local)
+    assert any("person" in (parse_objects(item.metadata.get("objects")) or {}) for item in remote.items())
+    # the gallery remembers: a photo changed in place is looked at again without the flag
+    shutil.copyfile(dev[10], folder / dev[1].name)
+    expected = local.add(folder, progress=False).to_dict()
+    assert (expected["indexed"], expected["objects_found"]) == (1, 1)
+    assert run_cli(index_command(folder, chroma_server, tiny_clip_name, *ray_run), ray_env) == expected
+    assert_same_as_local(remote, local)

@@ -46,6 +46,7 @@ from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metad
 from pictrieve.tools.models.photo_text import PHOTO_TEXT_KEY, ocr_installed, read_photo_text, require_ocr
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import held_write_locks, path_id, sharing_write_locks
+from pictrieve.vectorstore import photo_evidence
 from pictrieve.vectorstore.core import ImageWriter
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ class IndexReport:
     text_read: int = 0
     """Photos whose text was read (OCR, ``ocr=True``) in this run; the others kept the text stored for them."""
     objects_found: int = 0
-    """Photos whose COCO objects were found and stored in this run (``index --objects``)."""
+    """Photos whose COCO objects the detector found in this run (``objects=True``, or as the gallery was told); the
+    others kept the objects stored for their content."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,6 +151,9 @@ class PlannedFile:
     """Its sidecar captions (``captions.jsonl`` or ``NAME.txt``)."""
     read_text: bool = False
     """Read the text in it (OCR) into ``photo_text`` unless a stored record of the same content has it."""
+    find_objects: bool = False
+    """Find its COCO objects (:mod:`~pictrieve.vectorstore.photo_evidence`) unless a stored record of the same
+    content has them."""
 
 
 @dataclass
@@ -174,14 +179,15 @@ class IndexPlan:
                            embedders=list(self.embedders), notes=list(self.notes))
 
 
-def plan_index(views: Sequence["ImageWriter"], sources: Sources | ImageListing, *, ocr: bool = False) -> IndexPlan:
+def plan_index(views: Sequence["ImageWriter"], sources: Sources | ImageListing, *, ocr: bool = False,
+               objects: bool = False) -> IndexPlan:
     """Which files of ``sources`` each gallery view (one per embedder, of one database) must embed.
 
     The skip rules of indexing: a file whose stored record has the same size and modification time (and
     the current reader's fields, ``phash`` among them) is unchanged (only its captions are refreshed when
     they changed); any other file is planned, with the records there are, and :func:`prepare_file` later
     compares content hashes. With ``ocr`` a record without ``photo_text`` is planned too (its vector stays:
-    only the text is added). Reads only.
+    only the text is added); so is one without ``objects`` with ``objects``. Reads only.
     """
     listing = sources if isinstance(sources, ImageListing) else list_images(sources)
     plan = IndexPlan(embedders=[view.embedder_name for view in views], failed=list(listing.failed),
@@ -197,12 +203,14 @@ def plan_index(views: Sequence["ImageWriter"], sources: Sources | ImageListing, 
         except OSError as exc:  # vanished or unreadable since the folder was listed
             plan.failed.append(FailedImage(str(path), f"{path}: {exc.strerror or exc}"))
             continue
-        planned = PlannedFile(str(path), id_, [], captions=captions.captions_for(path), read_text=ocr)
+        planned = PlannedFile(str(path), id_, [], captions=captions.captions_for(path), read_text=ocr,
+                              find_objects=objects)
         for view, records in zip(views, known):
             record = records.get(id_)
             if (record and record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns
                     and record.get("reader") == READER_VERSION and record.get(PHASH_KEY)
-                    and (not ocr or PHOTO_TEXT_KEY in record)):
+                    and (not ocr or PHOTO_TEXT_KEY in record)
+                    and (not objects or photo_evidence.has_objects(record))):
                 wanted = caption_metadata(planned.captions)
                 if wanted and wanted.get("captions") != record.get("captions"):
                     plan.caption_updates.setdefault(view.embedder_name, []).append((id_, wanted))
@@ -218,18 +226,20 @@ def plan_index(views: Sequence["ImageWriter"], sources: Sources | ImageListing, 
 
 
 def start_index(views: Sequence["ImageWriter"], sources: Sources | ImageListing, *,
-                ocr: bool | None = None) -> IndexPlan:
+                ocr: bool | None = None, objects: bool | None = None) -> IndexPlan:
     """The writes before embedding, then the plan: records the first view's embedder as the gallery's
-    default unless one is recorded, records ``ocr`` when given (:func:`text_reading`: ``None`` reads text in
-    photos as the gallery was last told), and refreshes the captions of unchanged files. Call it holding
-    the write lock (``with views[0].writing():``) so the plan stays true while you write."""
+    default unless one is recorded, records ``ocr`` and ``objects`` when given (``None``: read text in photos
+    (:func:`text_reading`) and find their objects as the gallery was last told), and refreshes the captions of
+    unchanged files. Call it holding the write lock (``with views[0].writing():``) so the plan stays true while you
+    write."""
     views[0].set_default_embedder(keep_existing=True)
     read_text, note = text_reading(views[0], ocr)
-    if ocr is not None:
-        recorded = views[0].get_json(INDEXING_RECORD) or {}
-        if recorded.get("ocr") != bool(ocr):
-            views[0].put_json(INDEXING_RECORD, {**recorded, "ocr": bool(ocr)})
-    plan = plan_index(views, sources, ocr=read_text)
+    recorded = views[0].get_json(INDEXING_RECORD) or {}
+    told = {key: bool(value) for key, value in (("ocr", ocr), (photo_evidence.RECORD_FLAG, objects))
+            if value is not None and recorded.get(key) != bool(value)}
+    if told:
+        views[0].put_json(INDEXING_RECORD, {**recorded, **told})
+    plan = plan_index(views, sources, ocr=read_text, objects=finds_objects(views[0], objects))
     if note:
         plan.notes.append(note)
     for view in views:
@@ -249,6 +259,7 @@ def index_sources(
     max_pixels: int | None = None,
     budget: "TimeBudget | None" = None,
     ocr: bool | None = None,
+    objects: bool | None = None,
 ) -> IndexReport:
     """Index images from folders, globs or files into every gallery view in ``targets``.
 
@@ -256,7 +267,8 @@ def index_sources(
     ``budget`` (a :class:`~pictrieve.tools.core.time_budget.TimeBudget`) is checked after every file;
     when it says stop, the files embedded so far are written and ``report.stopped_early`` is set.
     ``ocr``: read the text in photos into ``photo_text`` (True), stop reading it (False), or do what the
-    gallery was last told (None; off for a new one): see :func:`text_reading`.
+    gallery was last told (None; off for a new one): see :func:`text_reading`. ``objects``: the same for the COCO
+    objects of each photo (:mod:`~pictrieve.vectorstore.photo_evidence`).
     """
     if ocr:
         require_ocr()  # one line naming the extra, before anything is read or written
@@ -268,7 +280,7 @@ def index_sources(
     if not first.exists():
         load_embedders(targets, progress)  # every model before anything is created on disk
     with first.writing():
-        plan = start_index(targets, listing, ocr=ocr)
+        plan = start_index(targets, listing, ocr=ocr, objects=objects)
         report = plan.report()
         if plan.todo:
             embed_and_write(targets, plan.todo, report, batch_size, workers, progress, max_pixels, budget)
@@ -276,7 +288,8 @@ def index_sources(
 
 
 INDEXING_RECORD = "indexing"
-"""The gallery's JSON record (:meth:`Gallery.get_json`) of how its photos are indexed: ``{"ocr": bool}``."""
+"""The gallery's JSON record (:meth:`Gallery.get_json`) of how its photos are indexed: ``{"ocr": bool, "objects":
+bool}``."""
 
 
 def text_reading(gallery: "ImageWriter", ocr: bool | None) -> tuple[bool, str | None]:
@@ -289,6 +302,14 @@ def text_reading(gallery: "ImageWriter", ocr: bool | None) -> tuple[bool, str | 
         return False, ("text in photos was not read: this gallery was indexed with --ocr, and the ocr extra is not "
                        "installed here (pip install 'pictrieve[ocr]'; --no-ocr stops asking)")
     return wanted, None
+
+
+def finds_objects(gallery: "ImageWriter", objects: bool | None) -> bool:
+    """Whether indexing into ``gallery`` finds its photos' objects: ``objects`` when given, else as it was last told
+    (:data:`~pictrieve.vectorstore.photo_evidence.RECORD_FLAG`; off for a new gallery)."""
+    if objects is not None:
+        return objects
+    return gallery.exists() and bool((gallery.get_json(INDEXING_RECORD) or {}).get(photo_evidence.RECORD_FLAG))
 
 
 def load_embedders(targets: Sequence["ImageWriter"], progress: bool = True) -> None:
@@ -324,6 +345,8 @@ class PreparedFile:
     """The photo's metadata that was ignored, and why (:func:`read_photo_metadata`)."""
     text_read: bool = False
     """Whether its text was read now (OCR), rather than kept from a stored record of the same content."""
+    objects_found: bool = False
+    """Whether the detector looked at it now, rather than its objects kept from a record of the same content."""
 
 
 CopyFinder = Callable[[str, str, str], "tuple[str, dict[str, Any]] | None"]
@@ -391,6 +414,9 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
         text, prepared.text_read = read_photo_text(image), True
     if text is not None or any(PHOTO_TEXT_KEY in record for record in planned.stored.values()):
         meta[PHOTO_TEXT_KEY] = text  # None removes the text of content that changed (Chroma merges metadata)
+    found, prepared.objects_found = photo_evidence.objects_for_file(
+        path, digest, same_content, planned.stored.values(), wanted=planned.find_objects, max_pixels=max_pixels)
+    meta.update(found)
     return prepared
 
 
@@ -664,6 +690,8 @@ def embed_and_write(
     from tqdm.auto import tqdm
 
     load_embedders(targets, progress)
+    if any(planned.find_objects for planned in todo):
+        photo_evidence.shared_detector()  # made (or fetched) once before any file, not failing each
     embedders = {target.embedder_name: target.embedder for target in targets}
     bar = tqdm(total=len(todo), unit="img", desc="indexing", disable=not progress)
     embedded = 0
@@ -689,6 +717,7 @@ def embed_and_write(
                 continue
             report.notes.extend(prepared.notes)
             report.text_read += prepared.text_read
+            report.objects_found += prepared.objects_found
             if writer.add(prepared):
                 report.indexed += 1
             else:

@@ -20,8 +20,10 @@ class only sometimes ("orange" the colour, "mouse" the animal, "glass") are left
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 OBJECTS_KEY = "objects"
@@ -184,41 +186,58 @@ def best_scores(detections: Any) -> dict[str, float]:
     return best
 
 
-BATCH = 16
-"""Photos per detector forward pass when :func:`store_objects` runs."""
+RECORD_FLAG = "objects"
+"""The flag in the gallery's indexing record (:data:`~pictrieve.vectorstore.indexing.INDEXING_RECORD`) that says its
+photos' objects are found whenever photos are indexed (``index --objects``; ``--no-objects`` stops it): new and
+changed photos get theirs in every path that indexes (``index``, ``index --watch``, ``--engine ray``)."""
+
+COST_NOTE = "finding the COCO objects in each photo too (SSD-MobileNet-v2: about 0.13 s of CPU a photo)"
+"""What a run that finds objects says before it starts, so the slower indexing is no surprise."""
+
+_shared: Any = None
+_shared_lock = threading.Lock()
 
 
-def store_objects(gallery: Any, detector: Any = None, *, say: Any = None, every: float = 5.0) -> int:
-    """Find the COCO objects of every photo of ``gallery`` that has none stored yet and store them (``objects``);
-    returns how many photos were analysed. Resumable: what was stored stays, a rerun does the rest (a photo whose
-    content changed is re-embedded without its objects, so it is analysed again). ``detector``: default the
-    offline SSD-MobileNet-v2; ``say`` receives a progress line at most every ``every`` seconds. An unreadable
-    photo is skipped and named in a progress line (it stays unanalysed, judged by the plain rule)."""
-    import time
+def shared_detector() -> Any:
+    """The offline detector of this process, made once (it is thread-safe: the decode threads share it). Raises
+    :class:`~pictrieve.tools.core.pypi_assets.AssetUnavailableError` when it can be neither found nor fetched."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            from pictrieve.tools.models.object_detector import ObjectDetector
 
+            _shared = ObjectDetector()
+        return _shared
+
+
+def find_objects(path: str | os.PathLike, *, max_pixels: int | None = None, detector: Any = None) -> str:
+    """The stored form (:func:`objects_text`) of the COCO objects the detector finds in the photo at ``path``,
+    decoded at the detector's own size (a JPEG draft near 300x300), so that every way of indexing stores the same
+    objects for the same file. Raises what :func:`~pictrieve.tools.core.images.load_image` raises."""
     from pictrieve.tools.core.images import load_image
-    from pictrieve.tools.models.object_detector import INPUT_SIZE, ObjectDetector
+    from pictrieve.tools.models.object_detector import INPUT_SIZE
 
-    todo = [(item.id, item.path) for item in gallery.items()
-            if OBJECTS_KEY not in item.metadata]
-    if not todo:
-        return 0
-    detector = detector or ObjectDetector()
-    done, last = 0, time.monotonic()
-    for start in range(0, len(todo), BATCH):
-        ids, images = [], []
-        for id_, path in todo[start:start + BATCH]:
-            try:
-                images.append(load_image(path, draft_size=(INPUT_SIZE, INPUT_SIZE)))
-                ids.append(id_)
-            except (OSError, ValueError) as exc:
-                if say:
-                    say(f"objects: skipped {path}: {exc}")
-        if ids:
-            found = detector.detect_batch(images, min_score=STORED_SCORE)
-            gallery.update_metadata(ids, [{OBJECTS_KEY: objects_text(best_scores(dets))} for dets in found])
-            done += len(ids)
-        if say and (time.monotonic() - last >= every or start + BATCH >= len(todo)):
-            say(f"objects: {done} of {len(todo)} photos analysed")
-            last = time.monotonic()
-    return done
+    image = load_image(path, max_pixels=max_pixels, draft_size=(INPUT_SIZE, INPUT_SIZE))
+    return objects_text(best_scores((detector or shared_detector()).detect(image, min_score=STORED_SCORE)))
+
+
+def has_objects(record: Mapping[str, Any] | None) -> bool:
+    """Whether a stored record holds its photo's objects (an in-memory store keeps a removed key as ``None``)."""
+    return bool(record) and record.get(OBJECTS_KEY) is not None  # type: ignore[union-attr]
+
+
+def objects_for_file(path: str | os.PathLike, digest: str, same_content: Iterable[Mapping[str, Any]],
+                     stored: Iterable[Mapping[str, Any]], *, wanted: bool,
+                     max_pixels: int | None = None) -> tuple[dict[str, Any], bool]:
+    """The ``objects`` metadata to write for a file being indexed, and whether the detector ran for it now.
+
+    The objects of a record of the same content (``digest``: the file's own record when only touched, the record
+    of a copy or of a moved file) are kept without running the detector; otherwise, when ``wanted``, the detector
+    looks at the file. When neither gives objects but a stored record of this file (``stored``) has some, they
+    belonged to the content before it changed: ``{objects: None}`` removes them (stores merge metadata)."""
+    for record in same_content:
+        if record.get("sha256") == digest and has_objects(record):
+            return {OBJECTS_KEY: str(record[OBJECTS_KEY])}, False
+    if wanted:
+        return {OBJECTS_KEY: find_objects(path, max_pixels=max_pixels)}, True
+    return ({OBJECTS_KEY: None} if any(has_objects(record) for record in stored) else {}), False

@@ -268,7 +268,7 @@ class StoreService(StoreCore):
 
     def add(self, sources: Sources, *, embedders: Sequence[Embedder | str] | None = None, batch_size: int = 32,
             workers: int = 2, progress: bool = True, max_pixels: int | None = None, budget: Any = None,
-            ocr: bool | None = None) -> IndexReport:
+            ocr: bool | None = None, objects: bool | None = None) -> IndexReport:
         """Index images from folders (recursive), globs or files; see :mod:`~pictrieve.vectorstore.indexing`.
 
         ``embedders`` indexes with several embedders at once (each image decoded once per batch); default: this
@@ -277,9 +277,10 @@ class StoreService(StoreCore):
         :class:`~pictrieve.tools.core.time_budget.TimeBudget` that stops indexing part-way (``report.stopped_early``;
         a re-run goes on). ``ocr``: read the text in photos into each record's ``photo_text`` (the ``ocr`` extra;
         ``False`` stops it; ``None``: as this gallery was last told, off at first). Records of unchanged photos gain
-        the text without being re-embedded."""
+        the text without being re-embedded. ``objects``: the same for the COCO objects of each photo (``objects``,
+        :mod:`~pictrieve.vectorstore.photo_evidence`), which the relevance rule reads."""
         return index_sources(self.views(embedders), sources, batch_size=batch_size, workers=workers,
-                             progress=progress, max_pixels=max_pixels, budget=budget, ocr=ocr)
+                             progress=progress, max_pixels=max_pixels, budget=budget, ocr=ocr, objects=objects)
 
     def plan_index(self, sources: Sources, *, embedders: Sequence[Embedder | str] | None = None) -> IndexPlan:
         """What :meth:`add` with these arguments would have to do, found without a model and without writing: the

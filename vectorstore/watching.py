@@ -109,6 +109,8 @@ class WatchBatch:
     """A stop came during the batch: what was done is stored, the next start's catch-up does the rest."""
     images: int = 0
     """How many images the gallery (the first embedder) holds after the batch."""
+    objects_found: int = 0
+    """Photos whose COCO objects the detector found in this batch (a gallery told ``--objects``)."""
 
     @property
     def changed(self) -> bool:
@@ -119,6 +121,7 @@ class WatchBatch:
         head = "catch-up: " if self.catch_up else ""
         text = (f"{head}added {self.added}, updated {self.updated}, moved {self.moved}, forgotten {self.forgotten}"
                 + (f", failed {len(self.failed)}" if self.failed else "")
+                + (f"; objects found in {self.objects_found}" if self.objects_found else "")
                 + f"; gallery holds {self.images} images")
         if self.kept:
             text += f"; kept {self.kept} whose files are gone: {self.refused}"
@@ -215,6 +218,7 @@ def update_folders(
     stop: threading.Event | None = None,
     progress: bool = False,
     ocr: bool | None = None,
+    objects: bool | None = None,
 ) -> WatchBatch:
     """Bring the records of some paths under ``roots`` in step with the files, as one batch of the watch:
     ``present`` are files that may be new or changed, ``gone`` paths whose files may be gone (each is looked
@@ -223,7 +227,8 @@ def update_folders(
 
     ``views`` are the gallery's views, one per embedder (:meth:`Gallery.views`); a ``stop`` event ends the
     batch after the file in hand (what was embedded is written; nothing is forgotten then). ``ocr``: read the
-    text in photos, as ``index --ocr`` does (``None``: as the gallery was last told).
+    text in photos, as ``index --ocr`` does (``None``: as the gallery was last told); ``objects``: find the COCO
+    objects of new and changed photos, as ``index --objects`` does (``None``: as the gallery was last told).
     """
     batch = WatchBatch(catch_up=catch_up)
     present = {Path(path) for path in present}
@@ -237,7 +242,7 @@ def update_folders(
     if files and not first.exists():
         load_embedders(views, progress)  # every model before anything is created on disk
     with first.writing():
-        plan = start_index(views, ImageListing(list(roots), files), ocr=ocr)
+        plan = start_index(views, ImageListing(list(roots), files), ocr=ocr, objects=objects)
         batch.failed.extend(plan.failed)
         batch.notes.extend(plan.notes)
         gone_records = _records_of(views, gone_paths)
@@ -256,6 +261,7 @@ def update_folders(
             batch.failed.extend(report.failed)
             batch.notes.extend(report.notes)
             batch.stopped_early = report.stopped_early
+            batch.objects_found = report.objects_found
             _count_written(by_name, todo, batch)
             swapped.update(_no_longer_images(views, todo, report, batch))
         if swapped:  # files that are there but no photo of the folder now: no unplugged drive to guard against

@@ -15,7 +15,10 @@ As locally, exact copies are not embedded twice and text in photos is read when 
   only equal sizes can be equal content), sends the first of each same-content group to the pool, and
   stores the rest itself afterwards, as copies of the one the pool wrote (:func:`_same_content_later`);
 - with ``ocr`` the plan asks each worker to read the text into ``photo_text`` (the ``ocr`` extra must be
-  installed on every worker machine; a worker without it stops the job in one line).
+  installed on every worker machine; a worker without it stops the job in one line);
+- with ``objects`` (or a gallery told ``index --objects``) each worker runs the offline detector on its files
+  (:mod:`~pictrieve.vectorstore.photo_evidence`), the same call local indexing makes, so both store the same
+  objects; copies and unchanged content keep the objects stored for them.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pictrieve.vectorstore.distributed.cluster import (
 )
 from pictrieve.vectorstore.chroma_store import connect
 from pictrieve.vectorstore.distributed.pipeline import DistributedJobError, run_pipeline
+from pictrieve.vectorstore import photo_evidence
 from pictrieve.vectorstore.errors import GalleryError
 from pictrieve.tools.core.devices import GPU_DECODE_ENV, require_cuda
 from pictrieve.tools.core.images import file_sha256
@@ -66,9 +70,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 INDEXED, UNCHANGED, FAILED = "indexed", "unchanged", "failed"
-COLUMNS = ("id", "path", "status", "error", "copied", "text_read", "notes")
+COLUMNS = ("id", "path", "status", "error", "copied", "text_read", "objects_found", "notes")
 """A worker's result row: the file, what became of it, whether its vector was copied from a stored record of
-the same content, whether its text was read (OCR), and the metadata notes (a JSON list)."""
+the same content, whether its text was read (OCR), whether the detector looked at it, and the metadata notes (a JSON
+list)."""
 
 
 def set_torch_threads(threads: int) -> None:
@@ -83,12 +88,14 @@ class IndexWorker:
 
     Holds only the server's location, the embedder names and the batches it is given; each call
     returns the :data:`COLUMNS`, one row per file of the batch. ``ocr``: the plan asks for text in photos, so
-    the ``ocr`` extra must be installed here (checked at once: one line, not a failure per photo).
+    the ``ocr`` extra must be installed here (checked at once: one line, not a failure per photo). ``objects``: the
+    plan asks for the photos' objects, so the detector is made here at once (and fetched, where not cached).
     """
 
     def __init__(self, location: str, embedders: Sequence[str], threads: int = 1,
                  max_pixels: int | None = None, ocr: bool = False,
-                 rewritten: Mapping[str, Sequence[str]] | None = None, gpu_decode: bool = False) -> None:
+                 rewritten: Mapping[str, Sequence[str]] | None = None, gpu_decode: bool = False,
+                 objects: bool = False) -> None:
         from pictrieve.vectorstore.gallery import Gallery
 
         if ocr:
@@ -97,6 +104,8 @@ class IndexWorker:
             require_cuda("--gpu-decode")
             os.environ[GPU_DECODE_ENV] = "1"  # read by the embedders as they load, just below
         set_torch_threads(threads)
+        if objects:
+            photo_evidence.shared_detector()
         self.views = [Gallery.open(location, name, create=False) for name in embedders]
         self.models: dict[str, "Embedder"] = {view.embedder_name: view.embedder for view in self.views}
         self.max_pixels = max_pixels
@@ -113,12 +122,12 @@ class IndexWorker:
         prepare = functools.partial(self._prepare, find_copy=writer.find_copy)
         for item, prepared in zip(planned, self.decoders.map(prepare, planned)):
             if isinstance(prepared, FailedImage):
-                rows.append((item.id, item.path, FAILED, prepared.error, 0, 0, "[]"))
+                rows.append((item.id, item.path, FAILED, prepared.error, 0, 0, 0, "[]"))
                 continue
             copied_before = writer.copied
             status = INDEXED if writer.add(prepared) else UNCHANGED
             rows.append((item.id, item.path, status, "", writer.copied - copied_before, int(prepared.text_read),
-                         json.dumps(prepared.notes)))
+                         int(prepared.objects_found), json.dumps(prepared.notes)))
         writer.flush()  # the whole batch is written before its rows are returned
         return {name: np.array([row[i] for row in rows], dtype=object) for i, name in enumerate(COLUMNS)}
 
@@ -140,11 +149,12 @@ def index_on_ray(
     say: Callable[[str], None] = logger.info,
     ocr: bool | None = None,
     gpu_decode: bool = False,
+    objects: bool | None = None,
 ) -> IndexReport:
     """Index ``sources`` into ``gallery`` (a ``chroma run`` server) with a Ray Data actor pool.
 
-    The same files, ids, vectors, captions, photo text and report as :meth:`Gallery.add` with these
-    ``embedders`` and ``ocr`` (exact copies reused, ``report.copied``); ``say`` receives progress lines
+    The same files, ids, vectors, captions, photo text, objects and report as :meth:`Gallery.add` with these
+    ``embedders``, ``ocr`` and ``objects`` (exact copies reused, ``report.copied``); ``say`` receives progress lines
     (cluster, pool). Raises :class:`GalleryError` for a gallery folder, :class:`~.cluster.RayUnavailableError`
     without Ray, :class:`~.cluster.RayClusterError` when the cluster cannot be joined or cannot hold the pool,
     :class:`~pictrieve.tools.models.photo_text.PhotoTextUnavailableError` for ``ocr`` without the extra.
@@ -161,7 +171,7 @@ def index_on_ray(
         return IndexPlan(embedders=[view.embedder_name for view in views], failed=listing.failed,
                          total=len(listing.failed)).report()
     with views[0].writing():
-        plan = start_index(views, listing, ocr=ocr)
+        plan = start_index(views, listing, ocr=ocr, objects=objects)
     report = plan.report()
     if not plan.todo:
         return report
@@ -169,6 +179,9 @@ def index_on_ray(
     stored = set(gallery.embedder_names)
     # A new collection records its model's dimension and fingerprint, so the driver loads that model once.
     load_embedders([view for view in views if view.embedder_name not in stored], progress)
+    finding = any(planned.find_objects for planned in pooled)
+    if finding:
+        photo_evidence.shared_detector()  # fetched once here, before the workers look for it
     for view in views:  # before any worker writes: no two workers race to create a collection
         view.create()
     with ray_cluster(options.address, say=say) as cluster:
@@ -178,6 +191,7 @@ def index_on_ray(
         worker_args = {"location": gallery.location, "embedders": report.embedders, "threads": shape.threads,
                        "max_pixels": max_pixels, "ocr": any(planned.read_text for planned in pooled),
                        "gpu_decode": gpu_decode,
+                       "objects": finding,
                        "rewritten": {name: [planned.id for planned in plan.todo if name in planned.stored]
                                      for name in report.embedders}}
         failed_before = len(report.failed)
@@ -254,6 +268,7 @@ def _store_copies_here(views: Sequence["Gallery"], later: Sequence[PlannedFile],
             continue
         notes[planned.path] = list(prepared.notes)
         report.text_read += prepared.text_read
+        report.objects_found += prepared.objects_found
         if writer.add(prepared):
             report.indexed += 1
         else:
@@ -290,6 +305,7 @@ def _collect(rows: Any, report: IndexReport, total: int, progress: bool, notes: 
                 report.failed.append(FailedImage(row["path"], row["error"]))
             report.copied += int(row["copied"])
             report.text_read += int(row["text_read"])
+            report.objects_found += int(row["objects_found"])
             if row["notes"] and row["notes"] != "[]":
                 notes[row["path"]] = json.loads(row["notes"])
             bar.update(1)
