@@ -431,12 +431,15 @@ def info(gallery: str, as_json: bool) -> None:
     marks each embedder's hits relevant ("matches well") with where it came from."""
     from pictrieve.vectorstore.gallery import gallery_contents
 
+    from pictrieve.vectorstore.photo_evidence import objects_status
+
     rows = gallery_contents(gallery)
     text = photo_text_status(gallery)
+    objects = objects_status(Gallery.open(gallery, create=False)) if rows else None
     if as_json:
         default = next((row["embedder"] for row in rows if row["default"]), None)
         click.echo(json.dumps({"gallery": gallery, "default_embedder": default, "collections": rows,
-                               "photo_text": text}, indent=2))
+                               "photo_text": text, "objects": objects}, indent=2))
         return
     if not rows:
         click.echo(f"{gallery}: empty; add photos with `pictrieve index PHOTOS --gallery {gallery}`")
@@ -445,6 +448,8 @@ def info(gallery: str, as_json: bool) -> None:
         click.echo(f"{row['embedder']}  ({row['dim']}-d): {row['images']} images{mark}")
         click.echo(f"  matches well when: {row['relevance']['description']}")
     click.echo(f"photo text: {text['said']}")
+    if objects is not None:
+        click.echo(f"objects (COCO, detected): {objects['said']}")
 
 
 def photo_text_status(gallery: str) -> dict[str, Any]:

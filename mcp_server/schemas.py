@@ -131,6 +131,18 @@ class EmbedderInfo(BaseModel):
     relevance: RelevanceInfo | None = Field(default=None, description="What marks its hits relevant")
 
 
+class ObjectsInfo(BaseModel):
+    """How many photos have their detected objects stored (``pictrieve index --objects``), and whether the relevance
+    rule reads them: the coverage of that evidence."""
+
+    photos: int = Field(description="Photos of the gallery (default embedder)")
+    analysed: int = Field(description="Of those, photos whose COCO objects the offline detector found at index time")
+    told: bool = Field(description="New and changed photos get their objects as they are indexed")
+    rule_uses: bool = Field(description="The default embedder's relevance rule lets them confirm or deny what a query "
+                                        "names")
+    said: str = Field(description="The same in words (as `pictrieve info` says it)")
+
+
 class GalleryInfo(BaseModel):
     gallery: str = Field(description="Where the gallery is (a folder or a Chroma server)")
     images: int = Field(description="How many photos it holds (for the default embedder)")
@@ -142,3 +154,4 @@ class GalleryInfo(BaseModel):
     allowed_dirs: list[str] = Field(description="Folders whose files image arguments may name (empty: ids and "
                                                 "base64 only)")
     max_image_bytes: int
+    objects: ObjectsInfo | None = Field(default=None, description="The photos' detected objects (None: empty gallery)")

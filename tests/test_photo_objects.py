@@ -146,3 +146,36 @@ def test_the_watch_finds_the_objects_of_new_changed_and_moved_photos(tmp_path, f
         assert objects_of(str(gallery), photos / "later.jpg") is None and "0.13 s" not in stopped.err
     finally:
         assert stopped.stop() == 0, stopped.err
+
+
+async def test_info_and_gallery_info_say_how_many_photos_have_objects_and_whether_the_rule_reads_them(
+        tmp_path, tiny_clip_name):
+    """No detector needed: the objects of two photos of three are stored by hand (one where nothing was found)."""
+    from helpers import make_photo
+    from helpers.mcp import stdio_session
+    from pictrieve.vectorstore import relevance
+
+    photos = [make_photo(tmp_path / "photos" / f"p{i}.png", seed=i) for i in range(3)]
+    gallery = Gallery.open(tmp_path / "g", tiny_clip_name)
+    gallery.add(tmp_path / "photos", progress=False)
+    location = str(gallery.location)
+    done = run("info", "-g", location)
+    assert done.returncode == 0, done.stderr
+    assert (f"objects (COCO, detected): found in none of the photos; `pictrieve index PHOTOS --gallery {location} "
+            "--objects` finds them (about 0.13 s of CPU a photo)") in done.stdout
+    gallery.update_metadata([path_id(photos[0]), path_id(photos[1])], [{OBJECTS_KEY: "dog 0.91"}, {OBJECTS_KEY: ""}])
+    gallery.put_json("indexing", {"objects": True})
+    said = json.loads(run("info", "-g", location, "--json").stdout)["objects"]
+    assert (said["photos"], said["analysed"], said["told"], said["rule_uses"]) == (3, 2, True, False)
+    assert said["said"].startswith(f"found in 2 of 3 photos; the relevance rule of {tiny_clip_name} does not read them")
+    # a rule shipped with evidence reads them (offline's reference photos stand in: only the rule's kind matters here)
+    gallery.put_json(relevance.record_key(gallery.embedder_name), {
+        "threshold": 0.3, "rule": "over-median", "reference": "offline.npy",
+        "evidence": {"threshold": 0.35, "detector": {"confirm_score": 0.3, "bonus": 1.0, "penalty": 0.02}}})
+    async with stdio_session(["-g", location, "-e", gallery.embedder_name]) as session:
+        info = await session.call_tool("gallery_info", {})
+    assert not info.isError, info.content
+    assert info.structuredContent["objects"] == {
+        "photos": 3, "analysed": 2, "told": True, "rule_uses": True,
+        "said": "found in 2 of 3 photos; the relevance rule lets them confirm or deny what a query names (for those 2); "
+                "new and changed photos get theirs as they are indexed (--no-objects stops it)"}

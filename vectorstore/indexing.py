@@ -44,9 +44,9 @@ from pictrieve.tools.core.images import ImageDecodeError, file_sha256, iter_imag
 from pictrieve.tools.core.perceptual_hash import perceptual_hash
 from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metadata
 from pictrieve.tools.models.photo_text import PHOTO_TEXT_KEY, ocr_installed, read_photo_text, require_ocr
+from pictrieve.vectorstore import photo_evidence
 from pictrieve.vectorstore.captions import CaptionIndex
 from pictrieve.vectorstore.chroma_store import held_write_locks, path_id, sharing_write_locks
-from pictrieve.vectorstore import photo_evidence
 from pictrieve.vectorstore.core import ImageWriter
 
 if TYPE_CHECKING:

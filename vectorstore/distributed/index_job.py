@@ -30,7 +30,7 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
@@ -186,7 +186,10 @@ def index_on_ray(
         view.create()
     with ray_cluster(options.address, say=say) as cluster:
         shape = worker_shape(options, cluster)
-        say(f"embedding {len(pooled)} of {plan.total} files on {cluster.describe()}: {shape.describe()}")
+        if finding and shape.batch_size > photo_evidence.RAY_BATCH:  # a batch's rows come back once it is done
+            shape = replace(shape, batch_size=photo_evidence.RAY_BATCH)
+        say(f"embedding {len(pooled)} of {plan.total} files on {cluster.describe()}: {shape.describe()}"
+            + ("; finding their objects too" if finding else ""))
         items = [{"id": planned.id, "job": json.dumps(asdict(planned))} for planned in pooled]
         worker_args = {"location": gallery.location, "embedders": report.embedders, "threads": shape.threads,
                        "max_pixels": max_pixels, "ocr": any(planned.read_text for planned in pooled),
