@@ -435,7 +435,8 @@ def info(gallery: str, as_json: bool) -> None:
 
     rows = gallery_contents(gallery)
     text = photo_text_status(gallery)
-    objects = objects_status(Gallery.open(gallery, create=False)) if rows else None
+    view = Gallery.open(gallery, create=False)
+    objects = objects_status(view, told=finds_objects(view, None)) if rows else None
     if as_json:
         default = next((row["embedder"] for row in rows if row["default"]), None)
         click.echo(json.dumps({"gallery": gallery, "default_embedder": default, "collections": rows,

@@ -204,6 +204,7 @@ class PictrieveService:
     def info(self) -> dict[str, Any]:
         """What ``pictrieve info`` shows, and what this server is set up to do (loads no model)."""
         from pictrieve.vectorstore.gallery import gallery_contents
+        from pictrieve.vectorstore.indexing import finds_objects
         from pictrieve.vectorstore.photo_evidence import objects_status
 
         rows = gallery_contents(self.gallery.location)
@@ -214,7 +215,7 @@ class PictrieveService:
                 "search_methods": self.ready_methods(), "needs": self.shown_needs(),
                 "allowed_dirs": [str(d) for d in self.settings.allowed_dirs.dirs],
                 "max_image_bytes": self.settings.max_image_bytes,
-                "objects": objects_status(self.gallery) if rows else None}
+                "objects": objects_status(self.gallery, told=finds_objects(self.gallery, None)) if rows else None}
 
     def searches_the_web(self) -> bool:
         """Whether ``ask_about_image`` searches the open web (the Vision Search Assistant's search is ``ddgs``)."""

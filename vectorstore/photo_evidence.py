@@ -267,15 +267,13 @@ def analysed_count(gallery: Any) -> int:
     return sum(1 for item in gallery.items() if has_objects(item.metadata))
 
 
-def objects_status(gallery: Any) -> dict[str, Any]:
+def objects_status(gallery: Any, *, told: bool) -> dict[str, Any]:
     """What ``pictrieve info`` and MCP ``gallery_info`` say of the photos' detected objects: ``{"photos",
-    "analysed", "told", "rule_uses", "said"}`` (``told``: new and changed photos get theirs as they are indexed;
-    ``rule_uses``: the embedder's relevance rule reads them; ``said``: the same in words, with what to run)."""
-    from pictrieve.vectorstore.indexing import finds_objects
-
+    "analysed", "told", "rule_uses", "said"}`` (``told``: new and changed photos get theirs as they are indexed,
+    :func:`~pictrieve.vectorstore.indexing.finds_objects`; ``rule_uses``: the embedder's relevance rule reads them;
+    ``said``: the same in words, with what to run)."""
     photos = gallery.count() if gallery.exists() else 0
     analysed = analysed_count(gallery) if photos else 0
-    told = finds_objects(gallery, None)
     cutoff = gallery.relevance_cutoff()
     rule_uses = bool(cutoff.evidence and cutoff.per_query)
     run = f"`pictrieve index PHOTOS --gallery {gallery.location} --objects` finds {'the rest' if analysed else 'them'}"
