@@ -324,7 +324,7 @@ def _decode_jpeg_with_opencv(image: ImageFile.ImageFile) -> Image.Image | None:
         pixels = None
     if pixels is None or pixels.shape != (image.size[1], image.size[0], 3):
         return None  # Pillow decodes it, or says why it cannot
-    return Image.fromarray(pixels, "RGB")
+    return Image.fromarray(pixels)  # (h, w, 3) uint8: an RGB image
 
 
 def _opencv_flags(scale: int) -> int | None:
