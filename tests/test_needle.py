@@ -429,6 +429,25 @@ def test_a_failing_embedder_stops_the_tiling_and_its_error_is_raised(needle_gall
     assert not [thread.name for thread in threading.enumerate() if thread.name.startswith("tiles-")]
 
 
+def test_tile_embedders_put_a_centre_crop_through_the_trunk_once_with_the_same_vectors(needle_gallery):
+    """Issue 40.4: `efficientnet-lite0` and `offline-labels` both run the classifier's centre crop of a tile through
+    the same trunk; inside `tile` (sharing_trunk_rows) the second takes the first's row, bit for bit the same."""
+    from pictrieve.tools.core.images import load_image
+    from pictrieve.tools.models.embedders.image_features import ImageFeatureEmbedder
+    from pictrieve.tools.models.embedders.offline import OfflineEmbedder
+    from pictrieve.tools.models.embedders.trunk_sharing import sharing_trunk_rows
+
+    gallery, _, _ = needle_gallery
+    images = [load_image(item.path) for item in list(gallery.items())[:2]]
+    features, labels = ImageFeatureEmbedder(), OfflineEmbedder("")
+    assert features.trunk_runtime is not None  # ONNX Runtime, the CPU default: the runtime that shares
+    alone = features.embed_images(images), labels.embed_images(images)
+    with sharing_trunk_rows() as rows:
+        shared = features.embed_images(images), labels.embed_images(images)
+    assert rows.computed == 4  # each photo and its mirror; offline-labels' one crop per photo was shared
+    assert np.array_equal(shared[0], alone[0]) and np.array_equal(shared[1], alone[1])
+
+
 def test_the_tiling_bar_shows_where_the_splitter_and_each_embedder_are():
     from pictrieve.vectorstore.tiles import ProgressNotes
 

@@ -540,6 +540,7 @@ def tile_images(
     threads (:class:`_TilingRun`); the callbacks, and every read and write of Chroma, happen in the calling thread.
     """
     from pictrieve.tools.core.model_cache import announcing_model_loads
+    from pictrieve.tools.models.embedders.trunk_sharing import sharing_trunk_rows
 
     note = on_progress or (lambda text: None)
     report = TileReport()
@@ -549,7 +550,8 @@ def tile_images(
                          name=f"tiles-{stage.__name__}-{view.embedder_name}", daemon=True)
         for slot, view in enumerate(views) for stage in (run.prepare, run.embed)
     ]
-    with announcing_model_loads(lambda label: run.events.put(("note", f"loading {label}"))):
+    # efficientnet-lite0 and offline-labels put each tile's centre crop through the same trunk: computed once
+    with announcing_model_loads(lambda label: run.events.put(("note", f"loading {label}"))), sharing_trunk_rows():
         for worker in workers:
             worker.start()
         try:

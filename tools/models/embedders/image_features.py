@@ -22,6 +22,7 @@ from PIL import Image
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.models.embedders.backbone import FEATURE_DIM, PackagedBackbone
 from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.models.embedders.trunk_sharing import trunk_outputs
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +61,7 @@ class ImageFeatureEmbedder(PackagedBackbone, EmbedderBase):
         views = batch[0].shape[0]
         # the trunk where the offline default runs it (ONNX Runtime on a CPU, the same features to 1e-6): on torch
         # it was most of `pictrieve tile`'s time with this embedder, and the import of torch's model besides
-        features, _ = self.trunk_outputs(torch.cat(list(batch)).numpy())
+        features, _ = trunk_outputs(self, torch.cat(list(batch)).numpy())  # rows shared in `tile` (trunk_sharing)
         return l2_normalize(features.reshape(len(batch), views, self.dim).mean(axis=1))
 
     def _embed_text_batch(self, texts: Sequence[str]) -> np.ndarray:

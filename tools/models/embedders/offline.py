@@ -51,6 +51,7 @@ from pictrieve.tools.core.model_cache import shared_model
 from pictrieve.tools.core.pypi_assets import cache_root, files_fingerprint
 from pictrieve.tools.models.embedders.backbone import PackagedBackbone
 from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
+from pictrieve.tools.models.embedders.trunk_sharing import trunk_outputs
 from pictrieve.tools.models.object_detector import ObjectDetector, in_pixels
 from pictrieve.tools.models.protocols import Detection
 from pictrieve.tools.models.sentence_encoder import SentenceEncoder, minilm_model_dir
@@ -239,7 +240,7 @@ class OfflineEmbedder(PackagedBackbone, EmbedderBase):
         crops = torch.cat([item.crops for item in batch])
         # the classifier's logits from the trunk where the offline default runs it (ONNX Runtime on a CPU: the
         # same logits to 1e-5 as the torch model, which `tile` spent a quarter of its time in)
-        _, logits = self.trunk_outputs(crops.numpy())
+        _, logits = trunk_outputs(self, crops.numpy())  # the centre crop's row shared in `tile` (trunk_sharing)
         logits = torch.from_numpy(np.ascontiguousarray(logits)) / self.recipe.temperature
         return logits.softmax(-1).numpy().reshape(len(batch), -1, logits.shape[-1])
 
