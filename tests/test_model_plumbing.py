@@ -86,15 +86,9 @@ def test_one_loader_reads_every_module_attribute_string():
     assert cli_group.get_command(None, "train-embedder").name == "train-embedder"
 
 
-def test_offline_detector_follows_the_protocol():
+def test_offline_detector_follows_the_protocol(detector_cached):
     from PIL import Image
 
-    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
-
-    try:
-        SSD_MOBILENET_V2_COCO.paths(download=False)
-    except AssetUnavailableError as exc:
-        pytest.skip(f"detector not cached and tests never download: {exc}")
     detector = create_detector("offline", download=False, default_min_score=0.0)
     assert isinstance(detector, Detector)
     found = detector.detect(Image.new("RGB", (64, 48), "gray"), labels=["a cat"], min_score=0.0)

@@ -19,7 +19,7 @@ from pictrieve.tools.models.embedders.offline import (
     OfflineEmbedder, class_embeddings_cache_path, count_phrase, objects_in_tile)
 from pictrieve.tools.models.protocols import Detection
 from conftest import USER_CACHE  # only read (already-fetched detector files); tests cache under tmp
-from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError, cache_root
+from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, cache_root
 
 skimage_data = pytest.importorskip("skimage.data")
 
@@ -54,11 +54,7 @@ def offline() -> OfflineEmbedder:
 
 
 @pytest.fixture(scope="module")
-def offline_detect() -> OfflineEmbedder:
-    try:
-        SSD_MOBILENET_V2_COCO.paths(download=False)
-    except AssetUnavailableError as exc:
-        pytest.skip(f"detector not cached and tests never download: {exc}")
+def offline_detect(detector_cached) -> OfflineEmbedder:
     return create_embedder("offline-labels:detect", device="cpu")
 
 

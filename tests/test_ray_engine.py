@@ -523,17 +523,13 @@ def test_the_worker_pool_fits_the_cluster():
         worker_shape(RayOptions(gpus_per_worker=1), machine)
 
 
-def test_ray_finds_the_objects_local_indexing_finds(flickr_dir, chroma_server, tiny_clip_name, tmp_path, ray_env):
+def test_ray_finds_the_objects_local_indexing_finds(flickr_dir, chroma_server, tiny_clip_name, tmp_path, ray_env,
+                                                    detector_cached):
     """--objects on a local Ray instance: the workers run the detector, and every record (objects included) equals
     local indexing's; later runs without the flag find the objects of a changed photo again, as locally."""
-    from pictrieve.tools.core.pypi_assets import SSD_MOBILENET_V2_COCO, AssetUnavailableError
     from pictrieve.vectorstore.gallery import Gallery
     from pictrieve.vectorstore.photo_evidence import parse_objects
 
-    try:
-        SSD_MOBILENET_V2_COCO.paths(download=False)
-    except AssetUnavailableError as exc:
-        pytest.skip(f"detector not cached and tests never download: {exc}")
     folder = tmp_path / "photos"
     folder.mkdir()
     dev = sorted((flickr_dir / "images").glob("*.jpg"))
