@@ -77,6 +77,12 @@ class NullEmbedder:
 
         return TrainedEmbedder.preprocess(self, image)  # the recipe of the checkout imported (see --baseline)
 
+    def preprocess_pixels(self, pixels: np.ndarray) -> np.ndarray:
+        """The same from decoded pixels, where the checkout imported has it (the indexer asks only then)."""
+        from pictrieve.tools.models.embedders.trained import TrainedEmbedder
+
+        return TrainedEmbedder.preprocess_pixels(self, pixels)
+
     def embed_preprocessed(self, batch: Sequence[Any]) -> np.ndarray:
         vectors = np.zeros((len(batch), self.dim), dtype=np.float32)
         vectors[:, 0] = 1.0

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 
 import numpy as np
 
-from pictrieve.tools.core.images import ImageDecodeError, file_sha256, iter_image_files, load_image
+from pictrieve.tools.core.images import ImageDecodeError, file_sha256, iter_image_files, load_image, load_pixels
 from pictrieve.tools.core.perceptual_hash import perceptual_hash
 from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metadata
 from pictrieve.tools.models.photo_text import PHOTO_TEXT_KEY, ocr_installed, read_photo_text, require_ocr
@@ -50,6 +50,8 @@ from pictrieve.vectorstore.chroma_store import held_write_locks, path_id, sharin
 from pictrieve.vectorstore.core import ImageWriter
 
 if TYPE_CHECKING:
+    from PIL import Image
+
     from pictrieve.tools.models.embedders.base import Embedder
     from pictrieve.tools.core.time_budget import TimeBudget
 
@@ -375,7 +377,7 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
     photo = read_photo_metadata(path)
     meta.update(photo.fields)
     prepared = PreparedFile(planned.id, planned.path, meta, notes=photo.notes)
-    image = None
+    decoded = _DecodedOnce(path, max_pixels)
     same_content = list(planned.stored.values())  # records whose photo_text may still hold (same sha256)
     for name in planned.embedders:
         stored = planned.stored.get(name)
@@ -396,28 +398,61 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
         if item is not None:  # the model decodes this JPEG on its device (a GPU)
             prepared.inputs[name] = item
             continue
-        if image is None:
-            image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
-        prepared.inputs[name] = embedders[name].preprocess(image)
+        from_pixels = getattr(embedders[name], "preprocess_pixels", None)
+        prepared.inputs[name] = (from_pixels(decoded.pixels()) if from_pixels is not None
+                                 else embedders[name].preprocess(decoded.image()))
     if PHASH_KEY not in meta:
-        if image is None and prepared.inputs:  # every model decodes it on its device: a small draft for the hash
+        if not decoded.done and prepared.inputs:  # every model decodes it on its device: a small draft for the hash
             meta[PHASH_KEY] = perceptual_hash(load_image(path, max_pixels=max_pixels, draft_size=PHASH_DRAFT_SIZE))
         else:
-            if image is None:
-                image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
-            meta[PHASH_KEY] = perceptual_hash(image)
+            meta[PHASH_KEY] = perceptual_hash(decoded.either())
     meta.update(caption_metadata(planned.captions))
     text = _stored_text(same_content, digest)
     if text is None and planned.read_text:
-        if image is None:
-            image = load_image(path, max_pixels=max_pixels, draft_size=DRAFT_SIZE)
-        text, prepared.text_read = read_photo_text(image), True
+        text, prepared.text_read = read_photo_text(decoded.image()), True
     if text is not None or any(PHOTO_TEXT_KEY in record for record in planned.stored.values()):
         meta[PHOTO_TEXT_KEY] = text  # None removes the text of content that changed (Chroma merges metadata)
     found, prepared.objects_found = photo_evidence.objects_for_file(
         path, digest, same_content, planned.stored.values(), wanted=planned.find_objects, max_pixels=max_pixels)
     meta.update(found)
     return prepared
+
+
+class _DecodedOnce:
+    """One photo decoded at most once (at :data:`DRAFT_SIZE`), handed out as its pixels or as a PIL image, whichever
+    is asked for first; the other form is made from that (the same pixels). The offline default and the perceptual
+    hash work on the pixels, so a JPEG OpenCV decodes never becomes a PIL image unless the text reader or an
+    embedder without ``preprocess_pixels`` asks for one."""
+
+    def __init__(self, path: Path, max_pixels: int | None) -> None:
+        self.path = path
+        self.max_pixels = max_pixels
+        self._pixels: np.ndarray | None = None
+        self._image: "Image.Image | None" = None
+
+    @property
+    def done(self) -> bool:
+        return self._pixels is not None or self._image is not None
+
+    def pixels(self) -> np.ndarray:
+        if self._pixels is None:
+            self._pixels = (np.asarray(self._image) if self._image is not None
+                            else load_pixels(self.path, max_pixels=self.max_pixels, draft_size=DRAFT_SIZE))
+        return self._pixels
+
+    def image(self) -> "Image.Image":
+        if self._image is None:
+            if self._pixels is not None:
+                from PIL import Image
+
+                self._image = Image.fromarray(self._pixels)
+            else:
+                self._image = load_image(self.path, max_pixels=self.max_pixels, draft_size=DRAFT_SIZE)
+        return self._image
+
+    def either(self) -> "Image.Image | np.ndarray":
+        """Whichever form is at hand (the pixels when neither is yet)."""
+        return self._image if self._image is not None else self.pixels()
 
 
 def _stored_text(records: Iterable[Mapping[str, Any]], digest: str) -> str | None:

@@ -30,7 +30,7 @@ import stat
 import struct
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
@@ -257,6 +257,29 @@ def load_image(
     pixels (default :func:`max_image_pixels`) once so reduced are refused before decoding
     (:class:`ImageTooLargeError`).
     """
+    decoded = _decode_upright(path, max_pixels, draft_size)
+    return decoded if isinstance(decoded, Image.Image) else Image.fromarray(decoded)
+
+
+def load_pixels(
+    path: str | os.PathLike | ImageBytes,
+    *,
+    max_pixels: int | None = None,
+    draft_size: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """:func:`load_image`'s pixels as an ``(h, w, 3)`` uint8 RGB array (upright), with its checks and errors.
+
+    For the indexer, whose consumers work on arrays: a JPEG OpenCV decodes goes straight to the array (Pillow's
+    RGB image would be one copy into its 4-byte pixels and another back out, 0.7 ms of a 384x288 photo's 3.5)."""
+    decoded = _decode_upright(path, max_pixels, draft_size)
+    return np.asarray(decoded) if isinstance(decoded, Image.Image) else decoded
+
+
+def _decode_upright(
+    path: str | os.PathLike | ImageBytes, max_pixels: int | None, draft_size: tuple[int, int] | None,
+) -> Image.Image | np.ndarray:
+    """The guarded decode behind :func:`load_image` and :func:`load_pixels`: the upright RGB pixels, as the array
+    OpenCV decoded or as Pillow's image, whichever decoded them."""
     cap = max_image_pixels() if max_pixels is None else int(max_pixels)
     try:
         image = _open_header(path)
@@ -276,11 +299,11 @@ def load_image(
                 size=(width, height), cap=cap,
             )
         orientation = exif_orientation(image)
-        decoded = _decode_jpeg_with_opencv(image)
-        if decoded is None:
-            image.load()
-            decoded = image.convert("RGB")
-        return upright(decoded, orientation)
+        pixels = _decode_jpeg_with_opencv(image)
+        if pixels is not None:
+            return upright_pixels(pixels, orientation)
+        image.load()
+        return upright(image.convert("RGB"), orientation)
     except ImageDecodeError:
         raise
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
@@ -295,9 +318,9 @@ _OPENCV_SAME_RAWMODES = (("RGB", ""), ("L", ""))
 and anything else stay with Pillow."""
 
 
-def _decode_jpeg_with_opencv(image: ImageFile.ImageFile) -> Image.Image | None:
+def _decode_jpeg_with_opencv(image: ImageFile.ImageFile) -> np.ndarray | None:
     """The pixels Pillow would decode for an opened JPEG (``image``, its header read, its draft set), decoded by
-    OpenCV instead, as an RGB image not yet turned upright; ``None`` where that is not known to be the same, so the
+    OpenCV instead, as an ``(h, w, 3)`` uint8 RGB array not yet turned upright; ``None`` where that is not known to be the same, so the
     caller decodes with Pillow (whose answer, or error, is then the one given).
 
     Both run libjpeg-turbo with the same settings (accurate integer IDCT, fancy upsampling, the DCT scaling of
@@ -324,7 +347,7 @@ def _decode_jpeg_with_opencv(image: ImageFile.ImageFile) -> Image.Image | None:
         pixels = None
     if pixels is None or pixels.shape != (image.size[1], image.size[0], 3):
         return None  # Pillow decodes it, or says why it cannot
-    return Image.fromarray(pixels)  # (h, w, 3) uint8: an RGB image
+    return pixels
 
 
 def _opencv_flags(scale: int) -> int | None:
@@ -481,6 +504,24 @@ def upright(image: Image.Image, orientation: int) -> Image.Image:
     for step in _TRANSPOSE.get(orientation, ()):
         image = image.transpose(step)
     return image
+
+
+def upright_pixels(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    """:func:`upright` for an ``(h, w, channels)`` array: the same pixels as Pillow's transposes give, contiguous
+    (a copy only when the photo is turned or flipped)."""
+    turned = _TRANSPOSE_ARRAY.get(orientation)
+    return np.ascontiguousarray(turned(pixels)) if turned is not None else pixels
+
+
+_TRANSPOSE_ARRAY: dict[int, Callable[[np.ndarray], np.ndarray]] = {  # Pillow's _TRANSPOSE steps, as array views
+    2: lambda a: a[:, ::-1],  # FLIP_LEFT_RIGHT
+    3: lambda a: a[::-1, ::-1],  # ROTATE_180
+    4: lambda a: a[::-1],  # FLIP_TOP_BOTTOM
+    5: lambda a: a.transpose(1, 0, 2),  # TRANSPOSE
+    6: lambda a: a.transpose(1, 0, 2)[:, ::-1],  # ROTATE_270 (clockwise)
+    7: lambda a: a[::-1, ::-1].transpose(1, 0, 2),  # TRANSVERSE
+    8: lambda a: a.transpose(1, 0, 2)[::-1],  # ROTATE_90 (anticlockwise)
+}
 
 
 def upright_size(size: tuple[int, int], orientation: int) -> tuple[int, int]:

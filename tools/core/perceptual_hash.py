@@ -30,15 +30,28 @@ def _dct_matrix(n: int = SAMPLE_SIDE) -> np.ndarray:
     return d
 
 
-def perceptual_hash(image: Image.Image) -> str:
-    """The photo's 64-bit DCT hash as 16 hex digits (pass the upright image: orientation counts)."""
+def perceptual_hash(image: Image.Image | np.ndarray) -> str:
+    """The photo's 64-bit DCT hash as 16 hex digits (pass the upright image: orientation counts), of a PIL image
+    or of its ``(h, w, 3)`` uint8 RGB pixels (the same hash)."""
+    if isinstance(image, np.ndarray):
+        image = Image.fromarray(image)  # one copy (0.2 ms at 384x288): what Pillow's grey conversion reads
     grey = image.convert("L").resize((SAMPLE_SIDE, SAMPLE_SIDE), Image.Resampling.BOX if min(image.size) >= SAMPLE_SIDE
                                      else Image.Resampling.BILINEAR)
     pixels = np.asarray(grey, dtype=np.float64)
     d = _dct_matrix()
     low = (d @ pixels @ d.T)[:HASH_SIDE, :HASH_SIDE].reshape(-1)
-    bits = low > np.median(low[1:])  # the DC term (overall brightness) is left out of the median
-    return f"{int(''.join('1' if b else '0' for b in bits), 2):016x}"
+    bits = low > _median(low[1:])  # the DC term (overall brightness) is left out of the median
+    return np.packbits(bits).tobytes().hex()  # the first coefficient is the highest bit, as 16 hex digits
+
+
+def _median(values: np.ndarray) -> float:
+    """``np.median`` of a 1-D array (the same value), by one partial sort: np.median's own checks cost more than the
+    sort on 63 numbers, in every indexed photo."""
+    middle = values.size // 2
+    if values.size % 2:
+        return float(np.partition(values, middle)[middle])
+    part = np.partition(values, (middle - 1, middle))
+    return float((part[middle - 1] + part[middle]) / 2)
 
 
 def hash_to_int(value: str) -> int:

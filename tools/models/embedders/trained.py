@@ -32,7 +32,7 @@ from PIL import Image
 
 from pictrieve.errors import PictrieveError
 from pictrieve.tools.core.model_cache import shared_model
-from pictrieve.tools.models.embedders.backbone import PackagedBackbone, squash_views
+from pictrieve.tools.models.embedders.backbone import PackagedBackbone, scaled_views, squash_bytes
 from pictrieve.tools.models.embedders.base import EmbedderBase, l2_normalize
 from pictrieve.tools.models.embedders.factory import UnknownEmbedderError
 from pictrieve.tools.models.sentence_encoder import SentenceEncoder, _gelu
@@ -135,14 +135,19 @@ class TrainedEmbedder(PackagedBackbone, EmbedderBase):
         return self._labels
 
     def preprocess(self, image: Image.Image) -> np.ndarray:
-        """The squashed photo and its mirror image: ``(views, 3, 224, 224)`` float32 (numpy: no torch needed)."""
-        return squash_views(image, self.flips)
+        """The squashed photo's pixels, ``(224, 224, 3)`` uint8: :meth:`embed_preprocessed` scales a whole batch
+        and adds the mirror images (:func:`~pictrieve.tools.models.embedders.backbone.scaled_views`)."""
+        return squash_bytes(image)
+
+    def preprocess_pixels(self, pixels: np.ndarray) -> np.ndarray:
+        """:meth:`preprocess` of a photo's ``(h, w, 3)`` uint8 RGB pixels (what the indexer decodes)."""
+        return squash_bytes(pixels)
 
     def embed_preprocessed(self, batch: Sequence[np.ndarray]) -> np.ndarray:
         if not batch:
             return np.zeros((0, self.dim), dtype=np.float32)
-        views = batch[0].shape[0]
-        features, logits = self.trunk_outputs(np.concatenate([np.asarray(b) for b in batch]))
+        views = 2 if self.flips else 1
+        features, logits = self.trunk_outputs(scaled_views(batch, self.flips))
         projected = self.head(features).reshape(len(batch), views, self.dim).mean(axis=1)
         vectors = l2_normalize(projected)
         if self.label_weight > 0:
