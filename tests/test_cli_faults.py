@@ -199,6 +199,57 @@ def test_images_above_the_pixel_cap_are_refused_before_decoding(tmp_path, tiny_c
     assert "above the cap" in json.loads(capped.stdout)["failed"][0]["error"]
 
 
+def _png_of_zeros(path: Path, width: int, height: int, exif: bytes | None = None, late_exif: bool = False) -> Path:
+    """A valid greyscale PNG of zeros (a few hundred KB that decode to ``width * height`` bytes), with an ``eXIf``
+    chunk before or after its image data."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    packer = zlib.compressobj(9)
+    row = b"\0" * (width + 1)  # filter byte + pixels
+    idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    exif_chunk = chunk(b"eXIf", exif) if exif else b""
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+                     + (b"" if late_exif else exif_chunk) + chunk(b"IDAT", idat) + (exif_chunk if late_exif else b"")
+                     + chunk(b"IEND", b""))
+    return path
+
+
+def test_reading_a_photos_header_never_decodes_it(tmp_path, monkeypatch):
+    """Orientation, size and dates come from the header: Pillow's PNG plugin decodes the whole picture to look for
+    an EXIF chunk after the image data, so a 0.4 MB PNG of 20,000 x 20,000 was decoded (0.6 s, 800 MB) by
+    ``read_photo_metadata`` on every index, before the pixel cap was ever checked. A late EXIF chunk is still read."""
+    from PIL import Image, PngImagePlugin
+
+    from pictrieve.tools.core.images import ImageDecodeError, load_image
+    from pictrieve.tools.core.photo_metadata import read_photo_metadata
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: turned
+    bomb = _png_of_zeros(tmp_path / "bomb.png", 15_000, 15_000)  # 225 MP, above the 180 MP cap
+    early = _png_of_zeros(tmp_path / "early.png", 40, 20, exif.tobytes())
+    late = _png_of_zeros(tmp_path / "late.png", 40, 20, exif.tobytes(), late_exif=True)
+    assert bomb.stat().st_size < 400_000
+
+    def no_decoding(image, *args, **kwargs):
+        raise AssertionError(f"{image.filename} decoded while reading its header")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(PngImagePlugin.PngImageFile, "load", no_decoding)
+        read = read_photo_metadata(bomb)
+        assert read.fields["width"] == 15_000 and read.notes == []
+        for photo in (early, late):
+            read = read_photo_metadata(photo)
+            assert (read.fields["orientation"], read.fields["width"], read.fields["height"]) == (6, 20, 40), photo
+            assert read.notes == []
+    with pytest.raises(ImageDecodeError, match="225 MP is above the cap"):
+        load_image(bomb)
+    assert load_image(late).size == (20, 40)  # the loader turns it by the late chunk too
+
+
 def test_the_pixel_cap_is_per_call_and_bounds_memory(tmp_path):
     from PIL import Image
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pictrieve.tools.core.images import _open_header, exif_orientation, upright_size
+from pictrieve.tools.core.images import _open_header, exif_orientation, header_exif, upright_size
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def read_photo_metadata(path: str | os.PathLike, *, places: bool = True) -> Phot
             orientation = exif_orientation(image)
             width, height = upright_size(image.size, orientation)
             meta.fields.update(orientation=orientation, width=width, height=height)
-            exif = image.getexif()
+            exif = header_exif(image)  # never decodes: the pixel cap is checked later, by the loader
         except Exception as exc:  # noqa: BLE001 - a corrupt EXIF block is a note, never a failure
             meta.notes.append(f"{path}: unreadable EXIF ignored ({exc})")
             exif = None
