@@ -287,13 +287,15 @@ def _rate_cell(rates: dict[str, float], arm: str) -> str:
     return f"{rates[arm]:.0f}" + (f" ({cpu:.1f})" if cpu is not None else "")
 
 
-def write_row(path: Path, row: str) -> None:
-    """Append ``row`` to the section's table in ``path`` (the section is added when missing)."""
+def write_row(path: Path, row: str, *, section: str = SECTION, header: str = HEADER, begin: str = ROWS_BEGIN,
+              end: str = ROWS_END) -> None:
+    """Append ``row`` to the table between ``begin`` and ``end`` in ``path`` (the ``section`` heading, ``header``
+    and markers are added at the end when missing): this benchmark's table by default, another's when given."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if ROWS_END not in text:
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{HEADER}\n{ROWS_BEGIN}\n{ROWS_END}\n"
-    head, tail = text.split(ROWS_END, 1)
-    path.write_text(f"{head}{row}\n{ROWS_END}{tail}", encoding="utf-8")
+    if end not in text:
+        text = text.rstrip("\n") + f"\n\n{section}\n\n{header}\n{begin}\n{end}\n"
+    head, tail = text.split(end, 1)
+    path.write_text(f"{head}{row}\n{end}{tail}", encoding="utf-8")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
