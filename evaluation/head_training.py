@@ -4,7 +4,9 @@ The embedder that *loads* a head is :class:`pictrieve.tools.models.embedders.tra
 this module makes one: the pooled EfficientNet-Lite0 features and MiniLM caption vectors of a captioned
 folder (:func:`folder_training_data`), then a small MLP trained with symmetric InfoNCE and a learned
 temperature, stopped on held-out Recall@10 (:func:`train_head`). The recipe and its numbers:
-``benchmarks/trained_embedder.md``.
+``benchmarks/trained_embedder.md``. The photos go through :func:`~pictrieve.tools.models.embedders.backbone.squash_pixels`,
+the resize the ``offline`` embedder indexes with (torch's antialiased bicubic since issue 40; Pillow's bicubic
+before, which gives the same pixels for photos already 224x224, as flickr8k-train's are).
 
 Randomness stays inside the training: torch's generator is forked and seeded for it
 (:func:`~pictrieve.tools.core.seeding.torch_seeded`) and numpy's is a local ``default_rng``, both from

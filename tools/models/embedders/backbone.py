@@ -103,9 +103,10 @@ def squash_bytes(image: Image.Image | np.ndarray) -> np.ndarray:
     released: 0.65 ms for a 384x288 photo on one thread here, against 1.9 ms for Pillow's ``resize``, which was most
     of the offline default's preprocessing (issue 40). It is not Pillow's bit for bit: on flickr8k-dev's 500 photos
     5% of the values differ, by 0.05 of a level on average, the offline default's vectors keep a cosine of at least
-    0.9997 with Pillow's (mean 0.99997), and caption Recall@10 moves by +0.0004 [-0.0008, +0.0020] (paired, BENCHMARKS
-    "Indexing stages"). So vectors stored before this change stay comparable with new ones, as two JPEG decoders'
-    would; a torch build without AVX2 rounds differently again, by as little."""
+    0.9997 with Pillow's (mean 0.99997), and caption retrieval moves within its noise both ways (paired, per query:
+    ``benchmarks/pixel_recipe_change.py``, BENCHMARKS "Indexing stages"). So vectors stored before this change stay
+    comparable with new ones, as two JPEG decoders' would; a torch build without AVX2 rounds differently again, by as
+    little."""
     import torch
 
     rgb = image if isinstance(image, np.ndarray) else np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
@@ -177,7 +178,8 @@ def center_crop_array(image: Image.Image, crop_fraction: float = 0.875) -> np.nd
 
 
 def squash_pixels(image: Image.Image, flip: bool = False) -> "torch.Tensor":
-    """:func:`squash_array` as a torch tensor."""
+    """:func:`squash_array` as a torch tensor: what ``pictrieve train-embedder``
+    (:mod:`pictrieve.evaluation.head_training`) trains a head on, so training and indexing see the same resize."""
     import torch
 
     return torch.from_numpy(squash_array(image, flip))
