@@ -94,19 +94,29 @@ class PackagedBackbone:
         return pooled_features_and_logits(self.backbone, torch.from_numpy(np.ascontiguousarray(pixels, dtype=np.float32)))
 
 
-def squash_bytes(image: Image.Image | np.ndarray) -> np.ndarray:
-    """The photo (a PIL image, or its ``(h, w, 3)`` uint8 RGB pixels) resized to 224x224 without keeping its aspect
-    ratio, before any scaling: ``(224, 224, 3)`` uint8.
+def pillow_squash_bytes(image: Image.Image) -> np.ndarray:
+    """The photo resized to 224x224 without keeping its aspect ratio, before any scaling: ``(224, 224, 3)`` uint8,
+    by Pillow's antialiased bicubic: the reference recipe, which the packaged head was trained on. One image at a
+    time (a query photo, a tile, training) goes this way, without importing torch (2 s, more than a whole
+    ``pictrieve search --image`` takes otherwise); the indexer's decoded photos go through :func:`squash_bytes`."""
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    return np.asarray(rgb.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BICUBIC))
 
-    The resize is torch's antialiased bicubic on uint8 pixels: Pillow's filter (cubic with ``a = -0.5``, its support
-    widened by the reduction) in fixed-point arithmetic of another precision, vectorised (AVX2 on x86), with the GIL
-    released: 0.65 ms for a 384x288 photo on one thread here, against 1.9 ms for Pillow's ``resize``, which was most
-    of the offline default's preprocessing (issue 40); over flickr8k-dev's 500 photos 0.68 against 1.29 ms. It is not Pillow's bit for bit: on flickr8k-dev's 500 photos
-    5% of the values differ, by 0.05 of a level on average, the offline default's vectors keep a cosine of at least
-    0.9997 with Pillow's (mean 0.99997), and caption retrieval moves within its noise both ways (paired, per query:
-    ``benchmarks/pixel_recipe_change.py``, BENCHMARKS "Indexing stages"). So vectors stored before this change stay
-    comparable with new ones, as two JPEG decoders' would; a torch build without AVX2 rounds differently again, by as
-    little."""
+
+def squash_bytes(image: Image.Image | np.ndarray) -> np.ndarray:
+    """:func:`pillow_squash_bytes`'s resize by torch's uint8 kernel, for the indexer's decoded photos (``(h, w, 3)``
+    uint8 RGB pixels, or a PIL image): ``(224, 224, 3)`` uint8.
+
+    The same filter as Pillow's (cubic with ``a = -0.5``, its support widened by the reduction) in fixed-point
+    arithmetic of another precision, vectorised (AVX2 on x86), with the GIL released: over flickr8k-dev's 500 photos
+    0.68 against 1.29 ms a photo on one thread (0.4 against 1.9 ms in single-photo runs), and Pillow's resize was
+    most of the no-model indexing pipeline (issue 40). It is not Pillow's bit for bit: 5% of the values differ, by
+    0.05 of a level on average; the offline default's vectors keep a cosine of at least 0.9997 with Pillow's (mean
+    0.99997), and caption retrieval moves within its noise both ways (paired, per query:
+    ``benchmarks/pixel_recipe_change.py``, BENCHMARKS "Indexing stages"). So a photo indexed this way and the same
+    photo given as a query (Pillow's way) embed alike, as two JPEG decoders' pixels would, and galleries indexed
+    before stay comparable; a torch build without AVX2 rounds differently again, by as little. The indexer imports
+    torch for it once per process (2 s), which a run that decodes photos amortises."""
     import torch
 
     rgb = image if isinstance(image, np.ndarray) else np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
@@ -151,15 +161,15 @@ def scaled_views(resized: Sequence[np.ndarray], flips: bool = True) -> np.ndarra
 
 
 def squash_array(image: Image.Image, flip: bool = False) -> np.ndarray:
-    """The photo squashed to 224x224 (:func:`squash_bytes`), mirrored with ``flip``, scaled to [-1, 1]:
+    """The photo squashed to 224x224 (:func:`pillow_squash_bytes`), mirrored with ``flip``, scaled to [-1, 1]:
     ``(3, 224, 224)`` float32."""
-    return np.ascontiguousarray(scaled_views([squash_bytes(image)], flips=flip)[-1])
+    return np.ascontiguousarray(scaled_views([pillow_squash_bytes(image)], flips=flip)[-1])
 
 
 def squash_views(image: Image.Image, flips: bool = True) -> np.ndarray:
     """:func:`squash_array` of the photo and, with ``flips``, of its mirror image: ``(views, 3, 224, 224)`` float32,
     from one resize."""
-    return scaled_views([squash_bytes(image)], flips)
+    return scaled_views([pillow_squash_bytes(image)], flips)
 
 
 def center_crop_array(image: Image.Image, crop_fraction: float = 0.875) -> np.ndarray:
@@ -179,7 +189,8 @@ def center_crop_array(image: Image.Image, crop_fraction: float = 0.875) -> np.nd
 
 def squash_pixels(image: Image.Image, flip: bool = False) -> "torch.Tensor":
     """:func:`squash_array` as a torch tensor: what ``pictrieve train-embedder``
-    (:mod:`pictrieve.evaluation.head_training`) trains a head on, so training and indexing see the same resize."""
+    (:mod:`pictrieve.evaluation.head_training`) trains a head on (Pillow's resize, as queries get; the indexer's
+    torch resize agrees with it to 0.05 of a level, :func:`squash_bytes`)."""
     import torch
 
     return torch.from_numpy(squash_array(image, flip))
