@@ -66,22 +66,31 @@ HEADER = ("| run (UTC) | load (1 min) | photos, batch, workers, rounds | "
 
 class NullEmbedder:
     """An embedder that costs nothing: the offline default's pixel recipe (so decoding and preprocessing are
-    the real work), and one constant unit vector per photo instead of a model."""
+    the real work), and one constant unit vector per photo instead of a model.
+
+    A model that costs nothing stands for a fast one, on a GPU, where the offline default takes the decoded pixels
+    through torch's resize kernel (``TrainedEmbedder.preprocess_pixels``); ``resize = "pillow"`` (``--resize
+    pillow``) takes the CPU's route instead, a PIL image through Pillow's resize."""
 
     name = "bench-null"
     dim = 384
     flips = True  # as the offline default: the photo and its mirror image
+    resize = "torch"
 
     def preprocess(self, image: Any) -> np.ndarray:
         from pictrieve.tools.models.embedders.trained import TrainedEmbedder
 
         return TrainedEmbedder.preprocess(self, image)  # the recipe of the checkout imported (see --baseline)
 
-    def preprocess_pixels(self, pixels: np.ndarray) -> np.ndarray:
-        """The same from decoded pixels, where the checkout imported has it (the indexer asks only then)."""
-        from pictrieve.tools.models.embedders.trained import TrainedEmbedder
+    @property
+    def preprocess_pixels(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """The offline default's route for decoded pixels on a GPU (``None`` with ``resize = "pillow"``, and in
+        checkouts before it existed, whose indexer never asks)."""
+        if self.resize != "torch":
+            return None
+        from pictrieve.tools.models.embedders import backbone
 
-        return TrainedEmbedder.preprocess_pixels(self, pixels)
+        return getattr(backbone, "squash_bytes", None)
 
     def embed_preprocessed(self, batch: Sequence[Any]) -> np.ndarray:
         vectors = np.zeros((len(batch), self.dim), dtype=np.float32)
@@ -218,7 +227,7 @@ def baseline_round(baseline: Path, arms: Sequence[str], args: argparse.Namespace
     """The ``Gallery.add`` arms, run by this script in a subprocess importing pictrieve from ``baseline``."""
     command = [sys.executable, str(Path(__file__).resolve()), str(args.images), "--limit", str(args.limit),
                "--batch", str(args.batch), "--workers", str(args.workers), "--rounds", "1",
-               "--arms", ",".join(arms), "--write-rows", str(write_rows_of(args)), "--json"]
+               "--arms", ",".join(arms), "--write-rows", str(write_rows_of(args)), "--resize", args.resize, "--json"]
     env = {**os.environ, "PYTHONPATH": str(baseline)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -235,6 +244,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     offline = offline_embedder() if {"model-only", "index-offline"} & set(arms) else None
     if offline is not None:
         offline.embed_preprocessed([offline.preprocess(_load(paths[0]))])  # load the model outside the timings
+    NullEmbedder.resize = args.resize
+    pixels_route = NullEmbedder().preprocess_pixels
+    if pixels_route is not None:  # import torch outside the timings, as a GPU process has it loaded
+        pixels_route(np.zeros((8, 8, 3), dtype=np.uint8))
     rounds: list[dict[str, float]] = []
     baselines = list(args.baseline or [])
     before: dict[str, list[dict[str, float]]] = {str(folder): [] for folder in baselines}
@@ -312,6 +325,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--write-rows", type=int, default=0,
                         help="records per upsert in the write-only arm (default: what indexing gathers)")
     parser.add_argument("--write", type=Path, default=None, help="append the run's row to this markdown file")
+    parser.add_argument("--resize", choices=("torch", "pillow"), default="torch",
+                        help="the no-model arms' resize: torch's kernel on decoded pixels, as the offline default's "
+                             "route on a GPU (default), or Pillow's on a PIL image, its route on a CPU")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     if not args.images.is_dir():

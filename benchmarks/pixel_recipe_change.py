@@ -1,12 +1,12 @@
 """The offline default's pixel recipe before and after f16f8d8: Pillow's bicubic resize against torch's, paired.
 
-f16f8d8 (issue 40.1) changed how the indexer squashes a photo to 224x224 for the offline default: Pillow's
-``resize((224, 224), Image.BICUBIC)`` became :func:`~pictrieve.tools.models.embedders.backbone.squash_bytes`, torch's
-antialiased bicubic on uint8 pixels (the same filter, other fixed-point rounding), for speed. A photo given one at a
-time (a query, a tile, training) still goes through Pillow's
-(:func:`~pictrieve.tools.models.embedders.backbone.pillow_squash_bytes`: no 2 s torch import for a query), so the
-"before" arm here is also what a query photo gets, and the cosines below are how alike a photo embeds as a query and
-as an indexed photo. Everything around the
+Since f16f8d8 (issue 40.1) the indexer squashes a photo to 224x224 for the offline default on a GPU with
+:func:`~pictrieve.tools.models.embedders.backbone.squash_bytes`, torch's antialiased bicubic on uint8 pixels (the
+same filter as Pillow's ``resize((224, 224), Image.BICUBIC)``, other fixed-point rounding), for speed. Everything
+else (a query photo, a tile, training, the indexer on a CPU) keeps Pillow's
+(:func:`~pictrieve.tools.models.embedders.backbone.pillow_squash_bytes`: no 2-3 s torch import), so the "before" arm
+here is also what a query photo gets, and the cosines below are how alike a photo embeds as a query and as a photo
+indexed on a GPU. Everything around the
 resize stayed: the scaling to [-1, 1] and the mirror view are the same arithmetic (this script checks that the
 current :func:`~pictrieve.tools.models.embedders.backbone.scaled_views` of Pillow's bytes equals the old
 ``squash_views`` bit for bit, so the resize is the only difference measured). On a flickr8k-style folder

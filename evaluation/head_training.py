@@ -5,8 +5,9 @@ this module makes one: the pooled EfficientNet-Lite0 features and MiniLM caption
 folder (:func:`folder_training_data`), then a small MLP trained with symmetric InfoNCE and a learned
 temperature, stopped on held-out Recall@10 (:func:`train_head`). The recipe and its numbers:
 ``benchmarks/trained_embedder.md``. The photos go through :func:`~pictrieve.tools.models.embedders.backbone.squash_pixels`,
-Pillow's bicubic squash, as a query photo gets (the indexer's torch resize since issue 40 is the same filter to
-0.05 of a level, and both give the same pixels for photos already 224x224, as flickr8k-train's are).
+Pillow's bicubic squash, as a query photo and the CPU indexer get (the indexer's torch resize on a GPU, since
+issue 40, is the same filter to 0.05 of a level, and both give the same pixels for photos already 224x224, as
+flickr8k-train's are).
 
 Randomness stays inside the training: torch's generator is forked and seeded for it
 (:func:`~pictrieve.tools.core.seeding.torch_seeded`) and numpy's is a local ``default_rng``, both from

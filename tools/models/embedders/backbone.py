@@ -98,14 +98,15 @@ def pillow_squash_bytes(image: Image.Image) -> np.ndarray:
     """The photo resized to 224x224 without keeping its aspect ratio, before any scaling: ``(224, 224, 3)`` uint8,
     by Pillow's antialiased bicubic: the reference recipe, which the packaged head was trained on. One image at a
     time (a query photo, a tile, training) goes this way, without importing torch (2 s, more than a whole
-    ``pictrieve search --image`` takes otherwise); the indexer's decoded photos go through :func:`squash_bytes`."""
+    ``pictrieve search --image`` takes otherwise), and so does the indexer on a CPU; on a GPU the indexer's decoded
+    photos go through :func:`squash_bytes` (``TrainedEmbedder.preprocess_pixels``)."""
     rgb = image if image.mode == "RGB" else image.convert("RGB")
     return np.asarray(rgb.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BICUBIC))
 
 
 def squash_bytes(image: Image.Image | np.ndarray) -> np.ndarray:
-    """:func:`pillow_squash_bytes`'s resize by torch's uint8 kernel, for the indexer's decoded photos (``(h, w, 3)``
-    uint8 RGB pixels, or a PIL image): ``(224, 224, 3)`` uint8.
+    """:func:`pillow_squash_bytes`'s resize by torch's uint8 kernel, for the indexer's decoded photos where torch
+    runs the model (a GPU; ``(h, w, 3)`` uint8 RGB pixels, or a PIL image): ``(224, 224, 3)`` uint8.
 
     The same filter as Pillow's (cubic with ``a = -0.5``, its support widened by the reduction) in fixed-point
     arithmetic of another precision, vectorised (AVX2 on x86), with the GIL released: over flickr8k-dev's 500 photos
@@ -115,8 +116,9 @@ def squash_bytes(image: Image.Image | np.ndarray) -> np.ndarray:
     0.99997), and caption retrieval moves within its noise both ways (paired, per query:
     ``benchmarks/pixel_recipe_change.py``, BENCHMARKS "Indexing stages"). So a photo indexed this way and the same
     photo given as a query (Pillow's way) embed alike, as two JPEG decoders' pixels would, and galleries indexed
-    before stay comparable; a torch build without AVX2 rounds differently again, by as little. The indexer imports
-    torch for it once per process (2 s), which a run that decodes photos amortises."""
+    before stay comparable; a torch build without AVX2 rounds differently again, by as little. On a CPU the indexer
+    keeps Pillow's resize: importing torch for this kernel costs 2-3 s a run, more than it saves beside the offline
+    default's 40 ms-a-photo model before some thousands of photos."""
     import torch
 
     rgb = image if isinstance(image, np.ndarray) else np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
@@ -189,8 +191,8 @@ def center_crop_array(image: Image.Image, crop_fraction: float = 0.875) -> np.nd
 
 def squash_pixels(image: Image.Image, flip: bool = False) -> "torch.Tensor":
     """:func:`squash_array` as a torch tensor: what ``pictrieve train-embedder``
-    (:mod:`pictrieve.evaluation.head_training`) trains a head on (Pillow's resize, as queries get; the indexer's
-    torch resize agrees with it to 0.05 of a level, :func:`squash_bytes`)."""
+    (:mod:`pictrieve.evaluation.head_training`) trains a head on (Pillow's resize, as queries and the indexer on a
+    CPU get; the indexer's torch resize on a GPU agrees with it to 0.05 of a level, :func:`squash_bytes`)."""
     import torch
 
     return torch.from_numpy(squash_array(image, flip))

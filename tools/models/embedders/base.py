@@ -12,8 +12,9 @@ Contract:
 - ``preprocess`` turns one decoded PIL image into whatever ``embed_preprocessed`` batches; it must be
   thread-safe and cheap relative to the model, because the indexer runs it in worker threads while
   the model works on the previous batch;
-- ``preprocess_pixels`` (optional) does the same from the photo's ``(h, w, 3)`` uint8 RGB pixels, upright; the
-  indexer calls it when an embedder has it, and so skips making a PIL image of pixels it decoded as an array.
+- ``preprocess_pixels`` (optional, ``None`` when not offered) does the same from the photo's ``(h, w, 3)`` uint8 RGB
+  pixels, upright; the indexer calls it when an embedder offers it, and so skips making a PIL image of pixels it
+  decoded as an array.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -142,11 +142,15 @@ class TrainedEmbedder(PackagedBackbone, EmbedderBase):
         (:func:`~pictrieve.tools.models.embedders.backbone.scaled_views`)."""
         return pillow_squash_bytes(image)
 
-    def preprocess_pixels(self, pixels: np.ndarray) -> np.ndarray:
-        """:meth:`preprocess` of a photo's ``(h, w, 3)`` uint8 RGB pixels, as the indexer decodes them, by torch's
-        resize kernel (:func:`~pictrieve.tools.models.embedders.backbone.squash_bytes`: 2-3x Pillow's speed, the
-        same filter to 0.05 of a level)."""
-        return squash_bytes(pixels)
+    @property
+    def preprocess_pixels(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """How the indexer should preprocess a photo's decoded ``(h, w, 3)`` uint8 RGB pixels: where torch runs
+        the trunk (a GPU), torch's resize kernel (:func:`~pictrieve.tools.models.embedders.backbone.squash_bytes`:
+        1.9x Pillow's speed, the same filter to 0.05 of a level), since torch is loaded there anyway and a fast model
+        waits on the decode threads; on a CPU ``None``, and the indexer hands :meth:`preprocess` a PIL image: there
+        importing torch for the kernel costs 2-3 s a run (a 20-photo ``index`` took 6.9 s against 3.6), more than
+        the kernel saves beside a 40 ms-a-photo model before some thousands of photos."""
+        return squash_bytes if self.device != "cpu" else None
 
     def embed_preprocessed(self, batch: Sequence[np.ndarray]) -> np.ndarray:
         if not batch:
