@@ -124,8 +124,8 @@ def squash_bytes(image: Image.Image | np.ndarray) -> np.ndarray:
     rgb = image if isinstance(image, np.ndarray) else np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
         raise ValueError(f"expected (h, w, 3) uint8 RGB pixels, got {rgb.dtype} {rgb.shape}")
-    if not rgb.flags.writeable:  # Pillow's array is read-only, which torch refuses to wrap without a warning
-        rgb = rgb.copy()  # 0.03 ms at 384x288
+    if not rgb.flags.writeable or min(rgb.strides) < 0:  # torch wraps neither without a copy: Pillow's array is
+        rgb = rgb.copy()  # read-only, a mirrored or BGR-reversed view has a negative stride (0.03 ms at 384x288)
     pixels = torch.from_numpy(rgb).permute(2, 0, 1).unsqueeze(0)  # channels-last, as the uint8 kernel wants
     resized = _bicubic_antialiased()(pixels, (IMAGE_SIZE, IMAGE_SIZE))
     return resized[0].permute(1, 2, 0).contiguous().numpy()
