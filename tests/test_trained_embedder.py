@@ -12,7 +12,7 @@ from PIL import Image
 
 from pictrieve.evaluation.head_training import HeadTraining, caption_recall_at_10, train_head
 from pictrieve.tools.models.embedders.factory import EMBEDDERS, create_embedder
-from pictrieve.tools.models.embedders.trained import PACKAGED_HEAD, HeadFileError, ProjectionHead, TrainedEmbedder
+from pictrieve.tools.models.embedders.trained import HeadFileError, ProjectionHead, TrainedEmbedder
 
 skimage_data = pytest.importorskip("skimage.data")
 
@@ -128,14 +128,7 @@ def test_train_embedder_cli_writes_a_usable_head(tmp_path):
     assert ProjectionHead.load(out).meta["held_out_photos"] == 3
 
 
-# -- the packaged head: the `offline` default ---------------------------------------------------
-@pytest.fixture(scope="module")
-def default_offline():
-    embedder = create_embedder("offline", device="cpu")
-    assert isinstance(embedder, TrainedEmbedder) and embedder.head_path == PACKAGED_HEAD
-    return embedder
-
-
+# -- the packaged head: the `offline` default (conftest's `default_offline`) ---------------------
 def _flickr_subset(flickr_dir, n: int):
     records = [json.loads(line) for line in (flickr_dir / "captions.jsonl").read_text().splitlines() if line][:n]
     photos = [Image.open(flickr_dir / r["image"]).convert("RGB") for r in records]
