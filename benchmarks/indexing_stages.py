@@ -64,6 +64,10 @@ HEADER = ("| run (UTC) | load (1 min) | photos, batch, workers, rounds | "
           + "| --- " * (len(ARMS) + 5) + "|")
 
 
+WARM_UP_PHOTOS = 40
+"""Photos a warm-up ``Gallery.add`` indexes before the timed rounds, in each process."""
+
+
 class NullEmbedder:
     """An embedder that costs nothing: the offline default's pixel recipe (so decoding and preprocessing are
     the real work), and one constant unit vector per photo instead of a model.
@@ -250,6 +254,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     pixels_route = NullEmbedder().preprocess_pixels
     if pixels_route is not None:  # import torch outside the timings, as a GPU process has it loaded
         pixels_route(np.zeros((8, 8, 3), dtype=np.uint8))
+    if "index-null" in arms:  # a process's first Gallery.add pays one-off costs (imports, checks made once per
+        # process, Chroma's first client): paid here, so that every round (and every --baseline's one round, in a
+        # process of its own) is timed warm
+        with tempfile.TemporaryDirectory(prefix="indexing-stages-warm-") as scratch:
+            index_arm(NullEmbedder(), paths[:WARM_UP_PHOTOS], args.batch, args.workers, Path(scratch) / "warm")
     rounds: list[dict[str, float]] = []
     baselines = list(args.baseline or [])
     before: dict[str, list[dict[str, float]]] = {str(folder): [] for folder in baselines}

@@ -22,8 +22,11 @@ from PIL import Image
 from helpers import make_photo
 from helpers.exif_photos import exif_block
 from pictrieve.tools.core import images
-from pictrieve.tools.core.images import ImageDecodeError, ImageTooLargeError, load_image, load_pixels, upright_pixels
+from pictrieve.tools.core.images import (
+    ImageDecodeError, ImageTooLargeError, file_sha256, load_image, load_pixels, upright_pixels,
+)
 from pictrieve.tools.core.perceptual_hash import _median, perceptual_hash
+from pictrieve.tools.core.photo_metadata import read_photo_metadata
 from pictrieve.vectorstore import indexing
 from pictrieve.vectorstore.chroma_store import path_id
 from pictrieve.vectorstore.indexing import DRAFT_SIZE, PHASH_KEY, PlannedFile, prepare_file
@@ -268,3 +271,32 @@ def test_the_text_reader_gets_a_pil_image_of_the_same_decode(photo, offline_on_g
     assert np.array_equal(np.asarray(read[0]), np.asarray(load_image(photo, draft_size=DRAFT_SIZE)))
     assert prepared.text_read and prepared.metadata["photo_text"] == "EXIT 12"
     assert prepared.metadata[PHASH_KEY] == expected_phash(photo)
+
+
+def test_the_header_is_read_once_for_the_metadata_and_the_decode_and_always_closed(photo, offline_on_gpu,
+                                                                                   default_offline, monkeypatch):
+    """``prepare_file`` opens the file once: the metadata and the decode read the same opened header (Pillow parses
+    a JPEG's header in Python, with the GIL held), and it is closed whether or not the photo was decoded."""
+    from pictrieve.tools.core import images
+
+    opened: list = []
+    real = images._open_header
+
+    def counted(path):
+        header = real(path)
+        opened.append(header)
+        return header
+
+    monkeypatch.setattr(images, "_open_header", counted)
+    for embedder in (offline_on_gpu, default_offline):  # the pixels route, and Pillow's image
+        opened.clear()
+        prepared = prepare_file(planned(photo, "e"), {"e": embedder})
+        assert len(opened) == 1, embedder
+        assert prepared.metadata["width"] == read_photo_metadata(photo).fields["width"]
+        assert prepared.metadata[PHASH_KEY] == expected_phash(photo)
+        assert opened[0].fp is None  # closed
+    stored = {"e": {"sha256": file_sha256(photo), "reader": 1, PHASH_KEY: "ab"}}
+    opened.clear()
+    untouched = prepare_file(PlannedFile(str(photo), path_id(photo), ["e"], stored=stored), {"e": default_offline})
+    assert untouched.touched == ["e"] and not untouched.inputs  # nothing to decode
+    assert len(opened) == 1 and opened[0].fp is None

@@ -40,7 +40,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 
 import numpy as np
 
-from pictrieve.tools.core.images import ImageDecodeError, file_sha256, iter_image_files, load_image, load_pixels
+from pictrieve.tools.core.images import (
+    ImageDecodeError, file_sha256, iter_image_files, load_image, load_pixels, open_header,
+)
 from pictrieve.tools.core.perceptual_hash import perceptual_hash
 from pictrieve.tools.core.photo_metadata import READER_VERSION, read_photo_metadata
 from pictrieve.tools.models.photo_text import PHOTO_TEXT_KEY, ocr_installed, read_photo_text, require_ocr
@@ -50,7 +52,7 @@ from pictrieve.vectorstore.chroma_store import held_write_locks, path_id, sharin
 from pictrieve.vectorstore.core import ImageWriter
 
 if TYPE_CHECKING:
-    from PIL import Image
+    from PIL import Image, ImageFile
 
     from pictrieve.tools.models.embedders.base import Embedder
     from pictrieve.tools.core.time_budget import TimeBudget
@@ -364,6 +366,16 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
     stored record of the same content copies that vector (``copies``) instead: nothing to preprocess,
     and nothing to decode when that record holds the perceptual hash. Raises
     :class:`~pictrieve.tools.core.images.ImageDecodeError` or ``OSError`` for a file that cannot be read."""
+    header = open_header(planned.path)  # read once, for the photo's metadata and for its decode
+    try:
+        return _prepare_file(planned, embedders, max_pixels, find_copy, header)
+    finally:
+        if header is not None:
+            header.close()  # a decode closed it already; this is for a file nothing decoded
+
+
+def _prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"], max_pixels: int | None,
+                  find_copy: CopyFinder | None, header: "ImageFile.ImageFile | None") -> PreparedFile:
     path = Path(planned.path)
     stat = path.stat()
     digest = file_sha256(path)
@@ -374,10 +386,10 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
         "mtime_ns": stat.st_mtime_ns,
         "sha256": digest,
     }
-    photo = read_photo_metadata(path)
+    photo = read_photo_metadata(path, header=header)
     meta.update(photo.fields)
     prepared = PreparedFile(planned.id, planned.path, meta, notes=photo.notes)
-    decoded = _DecodedOnce(path, max_pixels)
+    decoded = _DecodedOnce(path, max_pixels, header)
     same_content = list(planned.stored.values())  # records whose photo_text may still hold (same sha256)
     for name in planned.embedders:
         stored = planned.stored.get(name)
@@ -403,7 +415,8 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
                                  else embedders[name].preprocess(decoded.image()))
     if PHASH_KEY not in meta:
         if not decoded.done and prepared.inputs:  # every model decodes it on its device: a small draft for the hash
-            meta[PHASH_KEY] = perceptual_hash(load_image(path, max_pixels=max_pixels, draft_size=PHASH_DRAFT_SIZE))
+            meta[PHASH_KEY] = perceptual_hash(load_image(path, max_pixels=max_pixels, draft_size=PHASH_DRAFT_SIZE,
+                                                         header=decoded.take_header()))
         else:
             meta[PHASH_KEY] = perceptual_hash(decoded.either())
     meta.update(caption_metadata(planned.captions))
@@ -422,13 +435,20 @@ class _DecodedOnce:
     """One photo decoded at most once (at :data:`DRAFT_SIZE`), handed out as its pixels or as a PIL image, whichever
     is asked for first; the other form is made from that (the same pixels). The offline default and the perceptual
     hash work on the pixels, so a JPEG OpenCV decodes never becomes a PIL image unless the text reader or an
-    embedder without ``preprocess_pixels`` asks for one."""
+    embedder without ``preprocess_pixels`` asks for one. ``header``: the file opened for its metadata, which the
+    decode reads on (:func:`~pictrieve.tools.core.images.open_header`)."""
 
-    def __init__(self, path: Path, max_pixels: int | None) -> None:
+    def __init__(self, path: Path, max_pixels: int | None, header: "ImageFile.ImageFile | None" = None) -> None:
         self.path = path
         self.max_pixels = max_pixels
+        self._header = header
         self._pixels: np.ndarray | None = None
         self._image: "Image.Image | None" = None
+
+    def take_header(self) -> "ImageFile.ImageFile | None":
+        """The opened header, for the one decode that consumes it (``None`` after)."""
+        header, self._header = self._header, None
+        return header
 
     @property
     def done(self) -> bool:
@@ -437,7 +457,8 @@ class _DecodedOnce:
     def pixels(self) -> np.ndarray:
         if self._pixels is None:
             self._pixels = (np.asarray(self._image) if self._image is not None
-                            else load_pixels(self.path, max_pixels=self.max_pixels, draft_size=DRAFT_SIZE))
+                            else load_pixels(self.path, max_pixels=self.max_pixels, draft_size=DRAFT_SIZE,
+                                             header=self.take_header()))
         return self._pixels
 
     def image(self) -> "Image.Image":
@@ -447,7 +468,8 @@ class _DecodedOnce:
 
                 self._image = Image.fromarray(self._pixels)
             else:
-                self._image = load_image(self.path, max_pixels=self.max_pixels, draft_size=DRAFT_SIZE)
+                self._image = load_image(self.path, max_pixels=self.max_pixels, draft_size=DRAFT_SIZE,
+                                         header=self.take_header())
         return self._image
 
     def either(self) -> "Image.Image | np.ndarray":

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pictrieve.tools.core.images import _open_header, exif_orientation, header_exif, upright_size
+from PIL import ImageFile
+
+from pictrieve.tools.core.images import exif_orientation, header_exif, open_header, upright_size
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +52,8 @@ class PhotoMetadata:
         return int(self.fields.get("orientation", 1))
 
 
-def read_photo_metadata(path: str | os.PathLike, *, places: bool = True) -> PhotoMetadata:
+def read_photo_metadata(path: str | os.PathLike, *, places: bool = True,
+                        header: ImageFile.ImageFile | None = None) -> PhotoMetadata:
     """The record fields of the photo at ``path`` from its header alone (no pixels decoded).
 
     Fields: ``orientation``, ``width``/``height`` as shown (upright), ``folder`` (the file name is the
@@ -61,16 +64,15 @@ def read_photo_metadata(path: str | os.PathLike, *, places: bool = True) -> Phot
     the file's modification time, on this machine's clock),
     ``gps_lat``/``gps_lon``, ``place``/``place_city``/``place_region``/``place_country`` (with ``places`` and
     the gazetteer installed), ``camera_make``/``camera_model``/``camera``, and ``reader``
-    (:data:`READER_VERSION`). Raises ``OSError`` only when the file cannot be found (``stat``).
+    (:data:`READER_VERSION`). Raises ``OSError`` only when the file cannot be found (``stat``). ``header``:
+    the file already opened by :func:`~pictrieve.tools.core.images.open_header`, read here and left open (for the
+    caller to decode).
     """
     path = Path(path)
     stat = path.stat()
     meta = PhotoMetadata({"reader": READER_VERSION, "folder": str(path.parent)})
     exif: Any = None
-    try:
-        image = _open_header(path)
-    except Exception:  # noqa: BLE001 - not an image or unreadable: load_image reports it, in its own words
-        image = None
+    image = header if header is not None else open_header(path)  # None: load_image reports it, in its own words
     if image is not None:
         try:
             orientation = exif_orientation(image)
@@ -81,7 +83,8 @@ def read_photo_metadata(path: str | os.PathLike, *, places: bool = True) -> Phot
             meta.notes.append(f"{path}: unreadable EXIF ignored ({exc})")
             exif = None
         finally:
-            image.close()
+            if header is None:
+                image.close()
     if exif is not None:
         _read_exif(path, exif, meta)
     if "taken_at" not in meta.fields:
