@@ -232,6 +232,12 @@ def test_reading_a_photos_header_never_decodes_it(tmp_path, monkeypatch):
     bomb = _png_of_zeros(tmp_path / "bomb.png", 15_000, 15_000)  # 225 MP, above the 180 MP cap
     early = _png_of_zeros(tmp_path / "early.png", 40, 20, exif.tobytes())
     late = _png_of_zeros(tmp_path / "late.png", 40, 20, exif.tobytes(), late_exif=True)
+    raw = tmp_path / "raw-profile.png"  # EXIF as ImageMagick writes it into a PNG: hex in a compressed text chunk
+    exif[0x0132] = "2019:05:06 07:08:09"  # DateTime
+    block = b"Exif\x00\x00" + exif.tobytes()
+    text = PngImagePlugin.PngInfo()
+    text.add_text("Raw profile type exif", f"\nexif\n{len(block)}\n{block.hex()}", zip=True)
+    Image.new("RGB", (40, 20), "red").save(raw, pnginfo=text)
     assert bomb.stat().st_size < 400_000
 
     def no_decoding(image, *args, **kwargs):
@@ -241,10 +247,11 @@ def test_reading_a_photos_header_never_decodes_it(tmp_path, monkeypatch):
         patched.setattr(PngImagePlugin.PngImageFile, "load", no_decoding)
         read = read_photo_metadata(bomb)
         assert read.fields["width"] == 15_000 and read.notes == []
-        for photo in (early, late):
+        for photo in (early, late, raw):
             read = read_photo_metadata(photo)
             assert (read.fields["orientation"], read.fields["width"], read.fields["height"]) == (6, 20, 40), photo
             assert read.notes == []
+        assert read.fields["taken_at"].startswith("2019-05-06T07:08:09")  # the photo's own date, not the file's
     with pytest.raises(ImageDecodeError, match="225 MP is above the cap"):
         load_image(bomb)
     assert load_image(late).size == (20, 40)  # the loader turns it by the late chunk too

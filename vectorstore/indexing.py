@@ -366,19 +366,22 @@ def prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"],
     stored record of the same content copies that vector (``copies``) instead: nothing to preprocess,
     and nothing to decode when that record holds the perceptual hash. Raises
     :class:`~pictrieve.tools.core.images.ImageDecodeError` or ``OSError`` for a file that cannot be read."""
-    header = open_header(planned.path)  # read once, for the photo's metadata and for its decode
+    path = Path(planned.path)
+    stat = path.stat()
+    digest = file_sha256(path)
+    header = open_header(path)  # read once, for the photo's metadata and for its decode; opened after the hash, as
+    # the decode was before: a file replaced in between is recorded with its old size and time, so the next run
+    # looks at it again
     try:
-        return _prepare_file(planned, embedders, max_pixels, find_copy, header)
+        return _prepare_file(planned, embedders, max_pixels, find_copy, path, stat, digest, header)
     finally:
         if header is not None:
             header.close()  # a decode closed it already; this is for a file nothing decoded
 
 
 def _prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"], max_pixels: int | None,
-                  find_copy: CopyFinder | None, header: "ImageFile.ImageFile | None") -> PreparedFile:
-    path = Path(planned.path)
-    stat = path.stat()
-    digest = file_sha256(path)
+                  find_copy: CopyFinder | None, path: Path, stat: os.stat_result, digest: str,
+                  header: "ImageFile.ImageFile | None") -> PreparedFile:
     meta: dict[str, Any] = {
         "path": str(path),
         "name": path.name,
@@ -433,10 +436,11 @@ def _prepare_file(planned: PlannedFile, embedders: Mapping[str, "Embedder"], max
 
 class _DecodedOnce:
     """One photo decoded at most once (at :data:`DRAFT_SIZE`), handed out as its pixels or as a PIL image, whichever
-    is asked for first; the other form is made from that (the same pixels). The offline default and the perceptual
-    hash work on the pixels, so a JPEG OpenCV decodes never becomes a PIL image unless the text reader or an
-    embedder without ``preprocess_pixels`` asks for one. ``header``: the file opened for its metadata, which the
-    decode reads on (:func:`~pictrieve.tools.core.images.open_header`)."""
+    is asked for first; the other form is made from that (the same pixels). An embedder offering
+    ``preprocess_pixels`` (the offline default on a GPU) gets the pixels, so a JPEG OpenCV decodes is not copied into a
+    PIL image for it; the others (open_clip, the offline default on a CPU) and the text reader get the image, and the
+    perceptual hash takes whichever is at hand. ``header``: the file opened for its metadata, which the decode reads
+    on (:func:`~pictrieve.tools.core.images.open_header`)."""
 
     def __init__(self, path: Path, max_pixels: int | None, header: "ImageFile.ImageFile | None" = None) -> None:
         self.path = path

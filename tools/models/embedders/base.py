@@ -12,9 +12,10 @@ Contract:
 - ``preprocess`` turns one decoded PIL image into whatever ``embed_preprocessed`` batches; it must be
   thread-safe and cheap relative to the model, because the indexer runs it in worker threads while
   the model works on the previous batch;
-- ``preprocess_pixels`` (optional, ``None`` when not offered) does the same from the photo's ``(h, w, 3)`` uint8 RGB
-  pixels, upright; the indexer calls it when an embedder offers it, and so skips making a PIL image of pixels it
-  decoded as an array.
+- ``preprocess_pixels`` (optional, ``None`` when not offered) makes the same kind of input from the photo's
+  ``(h, w, 3)`` uint8 RGB pixels, upright (the offline default's on a GPU resizes with torch's kernel, within a level
+  of ``preprocess``'s Pillow resize); the indexer calls it when an embedder offers it, and so skips making a PIL
+  image of pixels it decoded as an array.
 """
 
 from __future__ import annotations
