@@ -63,11 +63,11 @@ KS = (1, 5, 10)
 
 
 def pillow_squash_bytes(image: Image.Image) -> np.ndarray:
-    """The resize before f16f8d8: Pillow's bicubic to 224x224, no aspect kept: ``(224, 224, 3)`` uint8."""
-    from pictrieve.tools.models.embedders.backbone import IMAGE_SIZE
+    """The resize before f16f8d8, and still a query photo's: Pillow's bicubic to 224x224, no aspect kept:
+    ``(224, 224, 3)`` uint8 (:func:`~pictrieve.tools.models.embedders.backbone.pillow_squash_bytes`)."""
+    from pictrieve.tools.models.embedders.backbone import pillow_squash_bytes as squash
 
-    rgb = image if image.mode == "RGB" else image.convert("RGB")
-    return np.asarray(rgb.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BICUBIC))
+    return squash(image)
 
 
 def pillow_squash_views(image: Image.Image, flips: bool = True) -> np.ndarray:
