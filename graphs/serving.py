@@ -75,7 +75,7 @@ from pictrieve.agents.needs import (NEEDS, MissingNeedError, Need, NeedNotAllowe
 from pictrieve.agents.settings import MAX_TEXT
 from pictrieve.errors import PictrieveError
 from pictrieve.graphs.registry import UnknownMethodError, available_methods, builtin_methods, get_method, methods
-from pictrieve.tools.core.model_cache import shared_model
+from pictrieve.tools.core.model_cache import recording_builds, shared_model
 
 ENV_GALLERY = "PICTRIEVE_GALLERY"
 ENV_EMBEDDER = "PICTRIEVE_EMBEDDER"
@@ -494,11 +494,34 @@ def _factory(method: str) -> Callable[[RunnableConfig], Awaitable[CompiledStateG
     """The server's factory for ``method``: :func:`served_graph`, awaited in a worker thread."""
 
     async def factory(config: RunnableConfig) -> CompiledStateGraph:
-        return await asyncio.to_thread(served_graph, method, config)
+        return await asyncio.to_thread(_graph_for_run, method, config)
 
     factory.__name__ = factory.__qualname__ = method
     factory.__doc__ = f"{get_method(method).description} (built by served_graph({method!r}, config))"
     return factory
+
+
+LOADED_DURING_A_RUN = "loaded while a run waited"
+"""What the server's log says when a factory call had to load a part (:func:`_graph_for_run`)."""
+
+
+def _graph_for_run(method: str, config: RunnableConfig) -> CompiledStateGraph:
+    """:func:`served_graph` for one factory call, logging each part it loaded into the shared cache: one the
+    warm-up did not load (it could not be built then, or the server started with warm-up off) or a run's own
+    allowed choice, used for the first time. Later calls reuse it; a run whose graph came from cached parts
+    logs nothing."""
+    with recording_builds() as loaded:
+        graph = served_graph(method, config)
+    if loaded:
+        logger.info("%s: %s %s (first use; later runs reuse it)", method, LOADED_DURING_A_RUN,
+                    ", ".join(_part_name(key) for key in loaded))
+    return graph
+
+
+def _part_name(key: Any) -> str:
+    """A shared-cache key, short enough for one log line."""
+    text = ":".join(str(part) for part in key) if isinstance(key, tuple) else str(key)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def warm_up(methods: list[str] | None = None) -> dict[str, str]:

@@ -27,6 +27,7 @@ _models: dict[Hashable, Any] = {}
 _key_locks: dict[Hashable, threading.Lock] = {}
 _registry_lock = threading.Lock()
 _listeners: list[Callable[[str], None]] = []
+_recorders = threading.local()
 
 
 @contextmanager
@@ -40,6 +41,22 @@ def announcing_model_loads(listener: Callable[[str], None]) -> Iterator[None]:
     finally:
         with _registry_lock:
             _listeners.remove(listener)
+
+
+@contextmanager
+def recording_builds() -> Iterator[list[Hashable]]:
+    """Within the block, the keys of the shared models that *this thread* builds (cache misses it paid for) are
+    appended to the yielded list; a value another thread built, or one already cached, is not. A server uses it
+    to tell a run's graph made from cached parts from one that loaded a model while the run waited."""
+    built: list[Hashable] = []
+    stack = getattr(_recorders, "stack", None)
+    if stack is None:
+        stack = _recorders.stack = []
+    stack.append(built)
+    try:
+        yield built
+    finally:
+        stack.remove(built)
 
 
 def shared_model(key: Hashable, build: Callable[[], T], label: str | None = None) -> T:
@@ -60,6 +77,8 @@ def shared_model(key: Hashable, build: Callable[[], T], label: str | None = None
                 for listener in list(_listeners):
                     listener(label)
             _models[key] = build()
+            for built in getattr(_recorders, "stack", ()):
+                built.append(key)
         return _models[key]
 
 
