@@ -133,26 +133,25 @@ def test_shared_model_builds_once_under_concurrency():
 
 
 def test_different_models_load_in_parallel_and_failures_are_not_cached():
-    first_started = threading.Event()
+    first_started, second_built = threading.Event(), threading.Event()
+    first_waited_out: list[bool] = []
 
     def slow_first():
+        # Still building until the second key is built: a single global lock would keep the second waiting for
+        # this build, which would then give up after 10 s (no timing of the machine, just an order).
         first_started.set()
-        time.sleep(0.3)
+        first_waited_out.append(not second_built.wait(10))
         return "first"
-
-    def second():
-        # Built while the first key is still loading: a single global lock would make this wait.
-        assert first_started.wait(2)
-        started = time.monotonic()
-        value = shared_model(("test-plumbing", "second"), lambda: "second")
-        return value, time.monotonic() - started
 
     forget_shared_models(lambda k: k[0] == "test-plumbing")
     loader = threading.Thread(target=lambda: shared_model(("test-plumbing", "first"), slow_first))
     loader.start()
-    value, waited = second()
+    assert first_started.wait(10)
+    value = shared_model(("test-plumbing", "second"), lambda: "second")
+    second_built.set()
     loader.join()
-    assert value == "second" and waited < 0.2
+    assert value == "second" and first_waited_out == [False]
+    assert shared_model(("test-plumbing", "first"), lambda: "rebuilt") == "first"
 
     def broken():
         raise RuntimeError("no weights")
