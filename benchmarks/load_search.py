@@ -174,7 +174,9 @@ async def run_load(target: str, url: str, queries: list[str], clients: int, seco
 
     async def probe() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=timeout_s, trust_env=False) as http:
-            while time.perf_counter() < deadline:
+            asked = 0
+            while asked == 0 or time.perf_counter() < deadline:  # one at least, however late the client started
+                asked += 1
                 t0 = time.perf_counter()
                 try:
                     (await http.get(PROBE_PATH[target])).raise_for_status()
@@ -280,7 +282,7 @@ def run_all(targets: dict[str, str], queries: list[str], client_counts: list[int
     return results
 
 
-def read_server_runs(log_file: Path, offset: int, expected: int, wait_s: float = 10.0) -> list[dict[str, float]]:
+def read_server_runs(log_file: Path, offset: int, expected: int, wait_s: float = 60.0) -> list[dict[str, float]]:
     """The runs logged after ``offset``, waiting up to ``wait_s`` for the ``expected`` ones (the server
     may write a run's line just after its answer went out)."""
     deadline = time.monotonic() + wait_s

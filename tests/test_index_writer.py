@@ -183,6 +183,7 @@ def test_small_model_batches_are_written_together_and_an_interrupt_keeps_them(tm
     into writes of WRITE_ROWS; an interrupt after some batches were embedded still writes them (the model's work
     is kept), while the files not yet embedded are left for the resumed run."""
     monkeypatch.setattr(indexing, "WRITE_ROWS", 4)
+    monkeypatch.setattr(indexing, "WRITE_WAIT_S", float("inf"))  # written by count alone, however slow the machine
     real_upsert, writes = Gallery.upsert, []
 
     def upsert(self, ids, vectors, metadatas):

@@ -110,14 +110,14 @@ def test_cors_grants_no_wildcard_and_no_private_network_access(served):
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:80", "127.0.0.1.evil.example", "localhost.evil"])
 def test_a_request_for_another_host_name_is_refused(served, host):
     """A DNS-rebinding page reaches 127.0.0.1 under its own name: refused before any route."""
-    answer = httpx.get(f"{served['url']}/assistants/search", headers={"Host": host})
+    answer = httpx.get(f"{served['url']}/assistants/search", headers={"Host": host}, timeout=60)
     assert answer.status_code == 403 and "search" not in answer.text
 
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "LOCALHOST", "127.0.0.1:{port}", "[::1]:{port}"])
 def test_local_host_names_are_answered(served, host):
     port = served["url"].rsplit(":", 1)[1]
-    assert httpx.get(f"{served['url']}/ok", headers={"Host": host.format(port=port)}).status_code == 200
+    assert httpx.get(f"{served['url']}/ok", headers={"Host": host.format(port=port)}, timeout=60).status_code == 200
 
 
 def _has_ipv6_loopback() -> bool:

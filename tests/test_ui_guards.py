@@ -97,10 +97,10 @@ def test_each_cross_origin_sign_is_refused_on_its_own(gallery, tmp_path):
         assert httpx.get(url + "/", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200
         assert nothing_started(app, tmp_path)
         # The page's own requests pass: JSON, and a form upload with its Origin or Sec-Fetch-Site.
-        assert httpx.post(url + "/api/search", json={"query": "a red square", "k": 2}).status_code == 200
+        assert httpx.post(url + "/api/search", json={"query": "a red square", "k": 2}, timeout=60).status_code == 200
         photo = make_photo(tmp_path / "q.png", seed=3, size=(64, 48)).read_bytes()
         for proof in ({"Origin": url}, {"Sec-Fetch-Site": "same-origin"}):
-            own = httpx.post(url + "/api/search", files={"image": ("q.png", photo, "image/png")}, headers=proof)
+            own = httpx.post(url + "/api/search", files={"image": ("q.png", photo, "image/png")}, headers=proof, timeout=60)
             assert own.status_code == 200 and own.json()["hits"], proof
 
 
@@ -217,7 +217,8 @@ def test_oversized_bodies_are_refused_before_they_are_read(gallery, tmp_path, mo
         assert raw_request(url, as_json + "Transfer-Encoding: chunked\r\n\r\n", chunked(MAX_JSON_BYTES + 1))[0] == 413
         # Just under the limits: read and answered as usual.
         padded = json.dumps({"query": "a red square", "k": 2, "pad": "x" * (MAX_JSON_BYTES - 100)})
-        assert httpx.post(url + "/api/search", content=padded, headers={"Content-Type": "application/json"}).status_code == 200
+        assert httpx.post(url + "/api/search", content=padded, headers={"Content-Type": "application/json"},
+                          timeout=60).status_code == 200
     assert list(spool.iterdir()) == []
     assert nothing_started(app, tmp_path)
 

@@ -59,6 +59,19 @@ def start_serve(root: Path, gallery: Path, *args: str, token: str | None = None)
     pytest.fail(f"pictrieve serve did not start; logs in {root}")
 
 
+def wait_for_warm_up(root: Path, seconds: float = 300) -> str:
+    """The "served methods ready" line of the `pictrieve serve` started in ``root``, once its warm-up (the
+    methods' models, loaded in a background thread after the server answers) is done."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for log in root.glob("serve-*.log"):
+            ready = [line for line in log.read_text(errors="replace").splitlines() if "served methods ready" in line]
+            if ready:
+                return ready[-1]
+        time.sleep(0.5)
+    pytest.fail(f"the server's warm-up did not end in {seconds:.0f} s; logs in {root}")
+
+
 def stop_group(process: subprocess.Popen) -> None:
     """End a started `pictrieve serve` and everything in its session (test cleanup)."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
