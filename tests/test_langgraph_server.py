@@ -11,6 +11,7 @@ import pytest
 from helpers import REPO_ROOT
 from helpers.galleries import tiny_gallery  # noqa: F401  (fixture)
 from helpers.langgraph_dev import LANGGRAPH_JSON, serve_repository, stop
+from helpers.serve import wait_for_warm_up
 from helpers.vsa_fakes import save_tiny_owlvit
 from pictrieve.graphs.registry import builtin_methods
 from pictrieve.graphs.serving import repository_langgraph_config
@@ -114,21 +115,16 @@ def test_the_server_loads_the_methods_before_the_first_run(server):
     built from cached parts: no factory call of that run loads anything (the server's log would say
     what it loaded, :func:`~pictrieve.graphs.serving._graph_for_run`). Read from the log, not timed:
     LangGraph's own "Slow graph load" mark (a factory call over 250 ms) measures the machine as well."""
-    import time
-
     from langgraph_sdk import get_sync_client
 
     from pictrieve.graphs.serving import LOADED_DURING_A_RUN
 
     log = next(Path(server["root"]).glob("langgraph-*.log"))
-    deadline = time.monotonic() + 300
-    while "served methods ready" not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    ready = [line for line in log.read_text().splitlines() if "served methods ready" in line]
-    assert ready and "search ok" in ready[0] and "plugir ok" in ready[0], log.read_text()[-3000:]
+    ready = wait_for_warm_up(server["root"], "langgraph-*.log")
+    assert "search ok" in ready and "plugir ok" in ready, log.read_text()[-3000:]
     # the text side of the gallery's embedder too (open_clip builds its torch model for the first text when its
     # image tower runs from an export; built during a run, it slowed the run's graph accesses)
-    assert "text queries ok" in ready[0], ready[0]
+    assert "text queries ok" in ready, ready
     before = len(log.read_text())
     client = get_sync_client(url=server["url"])
     client.runs.wait(None, "search", input={"query": "a red square"}, context={"k": 2})

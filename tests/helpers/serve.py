@@ -59,12 +59,13 @@ def start_serve(root: Path, gallery: Path, *args: str, token: str | None = None)
     pytest.fail(f"pictrieve serve did not start; logs in {root}")
 
 
-def wait_for_warm_up(root: Path, seconds: float = 300) -> str:
-    """The "served methods ready" line of the `pictrieve serve` started in ``root``, once its warm-up (the
-    methods' models, loaded in a background thread after the server answers) is done."""
+def wait_for_warm_up(root: Path, logs: str = "serve-*.log", seconds: float = 300) -> str:
+    """The "served methods ready" line of the server started in ``root`` (its log one of ``logs``: `pictrieve
+    serve`'s by default), once its warm-up (the methods' models, loaded in a background thread after the server
+    answers) is done."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        for log in root.glob("serve-*.log"):
+        for log in root.glob(logs):
             ready = [line for line in log.read_text(errors="replace").splitlines() if "served methods ready" in line]
             if ready:
                 return ready[-1]
