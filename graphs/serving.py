@@ -491,31 +491,34 @@ def _guard_input(graph: CompiledStateGraph, index: Any) -> CompiledStateGraph:
 
 
 def _factory(method: str) -> Callable[[RunnableConfig], Awaitable[CompiledStateGraph]]:
-    """The server's factory for ``method``: :func:`served_graph`, awaited in a worker thread."""
+    """The server's factory for ``method``: :func:`served_graph` (through :func:`_graph_for_run`, which logs what
+    it loaded), awaited in a worker thread."""
 
     async def factory(config: RunnableConfig) -> CompiledStateGraph:
         return await asyncio.to_thread(_graph_for_run, method, config)
 
     factory.__name__ = factory.__qualname__ = method
-    factory.__doc__ = f"{get_method(method).description} (built by served_graph({method!r}, config))"
+    factory.__doc__ = f"{get_method(method).description} (built by served_graph({method!r}, config) in a worker thread)"
     return factory
 
 
-LOADED_DURING_A_RUN = "loaded while a run waited"
+LOADED_ON_REQUEST = "loaded while a request waited"
 """What the server's log says when a factory call had to load a part (:func:`_graph_for_run`)."""
 
 
 def _graph_for_run(method: str, config: RunnableConfig) -> CompiledStateGraph:
-    """:func:`served_graph` for one factory call, logging each part it loaded into the shared cache: one the
-    warm-up did not load (it could not be built then, or the server started with warm-up off) or a run's own
-    allowed choice, used for the first time. Later calls reuse it; a run whose graph came from cached parts
-    logs nothing."""
+    """:func:`served_graph` for one factory call (a run, or LangGraph reading the graph for a request: its schema,
+    a thread's state), logging each part it loaded into the shared cache: one the warm-up did not load (it could
+    not be built then, or the server started with warm-up off) or a run's own allowed choice, used for the first
+    time. Later calls reuse it; a call whose graph came from cached parts logs nothing, and a part loaded before a
+    later step failed is logged too."""
     with recording_builds() as loaded:
-        graph = served_graph(method, config)
-    if loaded:
-        logger.info("%s: %s %s (first use; later runs reuse it)", method, LOADED_DURING_A_RUN,
-                    ", ".join(_part_name(key) for key in loaded))
-    return graph
+        try:
+            return served_graph(method, config)
+        finally:
+            if loaded:
+                logger.info("%s: %s %s (first use; later requests reuse it)", method, LOADED_ON_REQUEST,
+                            ", ".join(_part_name(key) for key in loaded))
 
 
 def _part_name(key: Any) -> str:

@@ -72,6 +72,7 @@ def held_until_the_consumer_leaves(model_name: str, monkeypatch):
 
         def hold(*_):
             if len(passes) == HELD_PASS:
+                assert generations[-1]._shown, f"no piece reached the reader before pass {HELD_PASS}"
                 assert generations[-1].cancelled.wait(60), "the consumer never left"
 
         handle = model.register_forward_hook(hold)  # after the counting hook: this pass is already counted

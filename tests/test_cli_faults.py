@@ -479,9 +479,11 @@ def test_two_writers_and_a_kill_lose_and_duplicate_nothing(tmp_path, tiny_clip_n
     hold = held_after_first_write(tmp_path, dict(os.environ), write_rows=4)
     with open(log, "w") as stderr:
         victim = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr, env=hold.env)
-        hold.wait_for_the_first_write(victim)
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
+        try:
+            hold.wait_for_the_first_write(victim)
+        finally:
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
     assert victim.returncode == -signal.SIGKILL, log.read_text()
     assert 4 <= Gallery.open(gallery, create=False).count() < 40  # some written, the rest left for the resumed runs
 

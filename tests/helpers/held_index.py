@@ -3,13 +3,15 @@ server, ``kill -9``) then lands at a known point in the middle of a run, however
 (a test that polled for progress could see the run end first on a quick one, or too late on a loaded one).
 
 The hold is a ``sitecustomize`` module in a folder of its own, put on ``PYTHONPATH`` just after the home audit's
-(:mod:`helpers.home_audit` loads the ``sitecustomize`` it hides, so both run; alone, this one is found first). It
-wraps :meth:`Gallery.upsert`: the first call writes, then touches ``written`` and waits for ``release`` to exist.
+wherever that is (:mod:`helpers.home_audit` loads the ``sitecustomize`` it hides, so both run; alone, this one is
+found first). It wraps :meth:`Gallery.upsert`: the first call writes, then touches ``written`` and waits for
+``release`` to exist (at most 10 minutes).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +59,7 @@ class Hold:
     release: Path
     env: dict[str, str]
 
-    def wait_for_the_first_write(self, process, seconds: float = 300) -> None:
+    def wait_for_the_first_write(self, process: subprocess.Popen, seconds: float = 300) -> None:
         """Return once the process has written its first rows and is held; fail if it ended or took too long."""
         deadline = time.monotonic() + seconds
         while not self.written.exists():
@@ -68,7 +70,16 @@ class Hold:
             time.sleep(0.05)
 
     def let_go(self) -> None:
+        """Let the held indexer go on (after the test's fault: a killed server's next write fails)."""
         self.release.touch()
+
+
+def _is_home_audit(file: Path) -> bool:
+    """Whether ``file`` is the home audit's copy of itself (:func:`helpers.home_audit.environment`)."""
+    try:
+        return file.read_bytes() == Path(home_audit.__file__).read_bytes()
+    except OSError:
+        return False
 
 
 def held_after_first_write(folder: Path, env: dict[str, str], write_rows: int | None = None) -> Hold:
@@ -78,9 +89,11 @@ def held_after_first_write(folder: Path, env: dict[str, str], write_rows: int | 
     hook.mkdir(parents=True, exist_ok=True)
     (hook / "sitecustomize.py").write_text(HOOK)
     entries = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    # the home audit's folder (its sitecustomize) stays first, so that it loads and then chains to this one
-    audited = bool(env.get(home_audit.ENV)) and bool(entries) and (Path(entries[0]) / "sitecustomize.py").exists()
-    path = [*entries[:1], str(hook), *entries[1:]] if audited else [str(hook), *entries]
+    # Python loads the first sitecustomize on the path: the home audit's, which then loads the next one (this
+    # hook) if it comes before any other; without the audit, this hook is first and loaded directly. The hook does
+    # not chain on (no other sitecustomize is on the tests' path).
+    audit = next((i for i, entry in enumerate(entries) if _is_home_audit(Path(entry) / "sitecustomize.py")), -1)
+    path = [*entries[:audit + 1], str(hook), *entries[audit + 1:]]
     written, release = folder / "hold-written", folder / "hold-release"
     held_env = {**env, "PYTHONPATH": os.pathsep.join(path), "PICTRIEVE_TEST_WRITTEN": str(written),
                 "PICTRIEVE_TEST_RELEASE": str(release)}

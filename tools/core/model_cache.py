@@ -56,7 +56,7 @@ def recording_builds() -> Iterator[list[Hashable]]:
     try:
         yield built
     finally:
-        stack.remove(built)
+        stack.pop()  # blocks nest last in, first out within a thread
 
 
 def shared_model(key: Hashable, build: Callable[[], T], label: str | None = None) -> T:
