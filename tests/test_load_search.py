@@ -93,3 +93,15 @@ def test_an_unreachable_server_counts_as_errors():
     summary = result.summary()
     assert summary["requests"] == summary["errors"] == len(result.samples) >= 2
     assert all(s.status == 0 and "ConnectError" in s.error for s in result.samples)
+
+
+def test_a_hybrid_answer_may_place_a_word_match_above_a_higher_cosine():
+    """A text search is hybrid by default: a photo its words matched is placed by the fused ranking and keeps its
+    cosine as its score, so a lower score may come first; the hits the vectors alone ranked keep their order."""
+    hits = [{"id": "w", "path": "/w", "rank": 1, "score": 0.25, "keyword_match": True},
+            {"id": "a", "path": "/a", "rank": 2, "score": 0.47},
+            {"id": "x", "path": "/x", "rank": 3, "score": -0.16, "keyword_match": True},
+            {"id": "b", "path": "/b", "rank": 4, "score": 0.44}]
+    assert load_search.check_response(200, {"hits": hits}, expected_hits=4) == (None, 4)
+    hits[3]["score"] = 0.48  # above the vector-ranked hit before it
+    assert load_search.check_response(200, {"hits": hits}, expected_hits=4) == ("hit 4 scores above hit 2", 4)
