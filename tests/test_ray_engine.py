@@ -29,12 +29,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import free_port, make_photo
+from helpers import free_ports, make_photo
 from helpers.chroma import chroma_server  # noqa: F401 - a fixture
 
 # Ray itself is imported only after `ray_env` set the token: Ray reads its authentication mode once.
@@ -79,29 +80,32 @@ def ray_env():
 class RayNode:
     """One ``ray start --block`` process and the node's processes it starts."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    PORT_FLAGS = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--metrics-export-port",
+                  "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port")
+
+    def __init__(self, args: list[str], ports: Iterator[int], env: dict[str, str], log: Path) -> None:
         import psutil
 
         self.temp = tempfile.mkdtemp(prefix="ptray-", dir="/tmp")  # Ray's socket paths must stay short
-        ports = ["--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--metrics-export-port",
-                 "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port"]
         command = [str(Path(sys.executable).with_name("ray")), "start", *args, "--num-cpus", "1",
                    "--node-ip-address", NODE_IP, "--temp-dir", self.temp, "--disable-usage-stats",
                    "--object-store-memory", str(100 * 1024**2), "--block"]
-        for flag in ports:
-            command += [flag, str(free_port())]
+        for flag in self.PORT_FLAGS:
+            command += [flag, str(next(ports))]
         self.log = log
         self.process = subprocess.Popen(command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
         self.psutil = psutil
 
     def stop(self) -> None:
         """Kill the node's processes, found from the PID we started (Ray's own SIGTERM path drains
-        for up to 30 s, which tells a test nothing)."""
+        for up to 30 s, which tells a test nothing). The ``ray start`` process may have exited and been
+        reaped already (a node that failed to start): then only what it left behind is killed."""
         try:
-            started = self.psutil.Process(self.process.pid).children(recursive=True)
+            parent = self.psutil.Process(self.process.pid)
+            started = parent.children(recursive=True)
         except self.psutil.NoSuchProcess:
-            started = []
-        for process in [*started, self.psutil.Process(self.process.pid)]:
+            parent, started = None, []
+        for process in [*started, *([parent] if parent else [])]:
             try:
                 process.kill()
             except self.psutil.NoSuchProcess:
@@ -111,18 +115,34 @@ class RayNode:
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
+def stop_all(nodes: list[RayNode]) -> None:
+    """Stop every node, the later ones first, even when stopping one of them fails (then raise its error)."""
+    errors = []
+    for node in reversed(nodes):
+        try:
+            node.stop()
+        except Exception as exc:  # noqa: BLE001 - the other nodes must still be stopped
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
 @pytest.fixture(scope="module")
 def two_nodes(ray_env, tmp_path_factory):
-    """A head and a second node, one CPU each, on this machine; yields the head's address."""
+    """A head and a second node, one CPU each, on this machine; yields the head's address.
+
+    All their ports are chosen at once, distinct and outside the kernel's ephemeral range: two calls of
+    ``free_port()`` once returned the same port to two of the head's components, and ``ray start`` exited."""
     logs = tmp_path_factory.mktemp("ray-logs")
-    port, dashboard = free_port(), free_port()
-    head = RayNode(["--head", "--port", str(port), "--ray-client-server-port", str(free_port()),
+    ports = iter(free_ports(3 + 2 * len(RayNode.PORT_FLAGS)))
+    port, dashboard = next(ports), next(ports)
+    head = RayNode(["--head", "--port", str(port), "--ray-client-server-port", str(next(ports)),
                     "--include-dashboard", "true", "--dashboard-host", NODE_IP, "--dashboard-port", str(dashboard)],
-                   ray_env, logs / "head.log")
+                   ports, ray_env, logs / "head.log")
     nodes = [head]
     try:
         address = f"{NODE_IP}:{port}"
-        nodes.append(RayNode(["--address", address], ray_env, logs / "second.log"))
+        nodes.append(RayNode(["--address", address], ports, ray_env, logs / "second.log"))
         state_api = f"http://{NODE_IP}:{dashboard}"
 
         def both_alive():
@@ -130,7 +150,7 @@ def two_nodes(ray_env, tmp_path_factory):
 
             for node in nodes:
                 if node.process.poll() is not None:
-                    pytest.fail(f"ray start exited: {node.log.read_text()[-2000:]}")
+                    pytest.fail(f"ray start exited ({node.log.name}): {node.log.read_text()[-2000:]}")
             try:
                 return len(list_nodes(address=state_api, filters=[("state", "=", "ALIVE")], timeout=5)) == 2
             except Exception as exc:  # noqa: BLE001 - the head's state API is not up yet
@@ -140,8 +160,7 @@ def two_nodes(ray_env, tmp_path_factory):
         wait_for(both_alive, 180, "two Ray nodes")
         yield {"address": address, "state_api": state_api}
     finally:
-        for node in reversed(nodes):
-            node.stop()
+        stop_all(nodes)
 
 
 @pytest.fixture

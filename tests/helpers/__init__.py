@@ -6,7 +6,7 @@ Fixtures that only some modules use live here and are imported by those modules 
 imported fixture in the importing module); fixtures every module may use live in ``tests/conftest.py``.
 No test module imports another test module: what two of them share moves here.
 
-- this module: the repository's paths, small random photos, a free port
+- this module: the repository's paths, small random photos, a free port, several distinct free ports
 - ``isolated_home``: the session's own home and caches (started by conftest), and the guard on the real home
 - ``home_audit``: the audit hook that logs the test processes' own writes under the real home
 - ``plugir_fakes``, ``qc2_fakes``, ``vsa_fakes``, ``visret_fakes``, ``needle_fakes``: each method's stand-ins
@@ -28,6 +28,7 @@ No test module imports another test module: what two of them share moves here.
 from __future__ import annotations
 
 import os
+import random
 import socket
 from pathlib import Path
 
@@ -38,12 +39,42 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FLICKR8K_DEV = Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", REPO_ROOT.parent / "shared" / "datasets" / "flickr8k-dev"))
 
 
+# Ray starts its workers on ports 10002-19999 unless told otherwise; ours sit between those and the kernel's own.
+_BELOW_EPHEMERAL_FROM = 20_000
+_handed_out: set[int] = set()  # never handed out twice by one test process: a server may not have bound it yet
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (a server started on it may still race:
-    callers retry with another port when the server fails to bind)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port free now that no other process is handed meanwhile (see :func:`free_ports`); a server started
+    on it can still fail to bind it (another program chose it on purpose): callers retry with another port."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports, free now, none handed out before by this process: for servers, and for a
+    program that must be given all its ports up front (a Ray node: a port given twice, or taken before the node
+    binds it, makes ``ray start`` exit).
+
+    The kernel's ``bind(0)`` can give a just-closed port out again (two probes once returned one port to two of a
+    Ray head's components), and any port of its ephemeral range can go to another ``bind(0)`` or an outgoing
+    connection before the server binds it. So these come from below that range, where the kernel hands out no
+    port by itself, each checked free on every address."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.is_file() else 32_768  # Linux's default
+    candidates = [port for port in range(_BELOW_EPHEMERAL_FROM, low) if port not in _handed_out]
+    random.shuffle(candidates)  # test processes running at once rarely pick the same ones
+    ports: list[int] = []
+    for port in candidates:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == count:
+            _handed_out.update(ports)
+            return ports
+    raise RuntimeError(f"found only {len(ports)} of {count} free ports between {_BELOW_EPHEMERAL_FROM} and {low}")
 
 
 def make_photo(path: Path, seed: int, size: tuple[int, int] = (48, 40)) -> Path:
