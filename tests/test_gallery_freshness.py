@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import free_port, make_photo
+from helpers import free_port, make_photo, stop_process
 from helpers.chroma import chroma_executable, start_chroma
 from helpers.cli import CLI
 from helpers.mcp import HttpServer, server_env
@@ -36,7 +36,7 @@ def start_ui(gallery: str, embedder: str, log: Path) -> tuple[subprocess.Popen, 
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    process.kill()
+    stop_process(process)
     pytest.fail(f"pictrieve ui did not start:\n{log.read_text()}")
 
 
@@ -70,8 +70,9 @@ def check_fresh(location: str, tiny_clip_name: str, tmp_path: Path) -> None:
     retriever = GalleryRetriever(gallery=reader, k=50)
     assert reader.count() == len(reader.search_text("a photo", k=50)) == 5  # loaded before the write
     ui, ui_url = start_ui(location, tiny_clip_name, tmp_path / "ui.log")
-    mcp = HttpServer(["--gallery", location, "-e", tiny_clip_name])
+    mcp = None
     try:
+        mcp = HttpServer(["--gallery", location, "-e", tiny_clip_name])
         assert asyncio.run(mcp_paths(mcp))[0] == 5
         new = str((later / "new.png").resolve())
         indexed = subprocess.run([*CLI, "index", str(later), "--gallery", location, "-e", tiny_clip_name],
@@ -99,9 +100,9 @@ def check_fresh(location: str, tiny_clip_name: str, tmp_path: Path) -> None:
         wait_until(ui_sees, "pictrieve ui")
         wait_until(mcp_sees, "pictrieve mcp")
     finally:
-        ui.terminate()
-        ui.wait(30)
-        mcp.stop()
+        stop_process(ui)
+        if mcp is not None:
+            mcp.stop()
 
 
 def test_servers_and_readers_see_photos_indexed_by_another_process_in_a_folder(tmp_path, tiny_clip_name):
@@ -113,8 +114,7 @@ def test_servers_and_readers_see_photos_indexed_by_another_process_on_a_chroma_s
     try:
         check_fresh(url, tiny_clip_name, tmp_path)
     finally:
-        process.terminate()
-        process.wait(30)
+        stop_process(process)
 
 
 def test_a_gallery_opened_again_after_its_handles_went_sees_writes_made_meanwhile(tmp_path, tiny_clip_name):

@@ -119,8 +119,10 @@ def test_the_server_loads_the_methods_before_the_first_run(server):
 
     from pictrieve.graphs.serving import LOADED_ON_REQUEST
 
-    log = next(Path(server["root"]).glob("langgraph-*.log"))
     ready = wait_for_warm_up(server["root"], "langgraph-*.log")
+    # the log of the server that answers (a start retried on another port leaves the first one's log)
+    log = next(path for path in Path(server["root"]).glob("langgraph-*.log")
+               if "served methods ready" in path.read_text())
     assert "search ok" in ready and "plugir ok" in ready, log.read_text()[-3000:]
     # the text side of the gallery's embedder too (open_clip builds its torch model for the first text when its
     # image tower runs from an export; built during a run, it slowed the run's graph accesses)
@@ -163,7 +165,6 @@ def test_pictrieve_serve_takes_a_gallery_relative_to_the_folder_it_is_run_in(ser
     """`pictrieve serve -g ./my.gallery`, typed in the folder holding the gallery (the README's form): the
     server runs in a folder of its own, and still searches that gallery."""
     import os
-    import signal
     import subprocess
     import sys
 
@@ -171,25 +172,24 @@ def test_pictrieve_serve_takes_a_gallery_relative_to_the_folder_it_is_run_in(ser
 
     from helpers import free_port
     from helpers.langgraph_dev import answers
+    from helpers.serve import stop_group
 
     folder = Path(server["gallery"].location).parent
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pictrieve.cli.main", "serve", "-g", "g.gallery", "--port", str(port)],
-        cwd=folder, env={**os.environ, "PICTRIEVE_CACHE": str(folder / "cache"), "LANGSMITH_TRACING": "false",
-                         "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = folder / f"serve-{port}.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pictrieve.cli.main", "serve", "-g", "g.gallery", "--port", str(port)],
+            cwd=folder, env={**os.environ, "PICTRIEVE_CACHE": str(folder / "cache"), "LANGSMITH_TRACING": "false",
+                             "HF_HUB_OFFLINE": "1"},
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        assert answers(process, url), "pictrieve serve did not start"
+        assert answers(process, url), f"pictrieve serve did not start: {log.read_text()[-3000:]}"
         result = get_sync_client(url=url).runs.wait(None, "search", input={"query": "a red square"}, context={"k": 2})
         assert [hit["id"] for hit in result["hits"]] == [h.id for h in server["gallery"].search_text("a red square", k=2, hybrid=True)]
     finally:
-        os.killpg(process.pid, signal.SIGTERM)  # pictrieve serve and the langgraph dev it started
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_group(process)  # pictrieve serve and the langgraph dev it started
 
 
 def _scripted_replies(messages):

@@ -326,11 +326,13 @@ main()
 """
 
 
-def test_the_stdio_server_writes_nothing_but_protocol_to_stdout(served):
+def test_the_stdio_server_writes_nothing_but_protocol_to_stdout(served, tmp_path):
     """Whatever else writes to stdout while the server runs (a print, a native library) goes to stderr: a
     client reading stdout sees only JSON-RPC lines."""
-    server = subprocess.Popen([sys.executable, "-c", STRAY_WRITER, *served.args], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env())
+    errors = tmp_path / "stderr.txt"  # a file, not a pipe nobody reads while the test waits on stdout
+    with errors.open("w") as err:
+        server = subprocess.Popen([sys.executable, "-c", STRAY_WRITER, *served.args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=err, text=True, env=server_env())
     try:
         def send(message):
             server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
@@ -354,10 +356,15 @@ def test_the_stdio_server_writes_nothing_but_protocol_to_stdout(served):
         assert reply(2)["result"]["structuredContent"]["images"] == len(COLOURS)
     finally:
         server.stdin.close()
-        server.wait(timeout=60)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+            raise
     rest = server.stdout.read()
     assert all(json.loads(line) for line in rest.splitlines() if line.strip())
-    stderr = server.stderr.read()
+    stderr = errors.read_text()
     assert "stray print from a library" in stderr and "stray bytes from native code" in stderr
     assert "pictrieve mcp: 4 images" in stderr
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from helpers import free_port, make_photo
+from helpers import free_port, make_photo, stop_process
 from helpers.big_pictures import flat_jpeg, flat_png, peak_added
 from helpers.mcp import HttpServer, error_text, server_env
 from pictrieve.tools.core.image_inputs import AllowedDirs, ImageInputError, image_argument, image_file
@@ -167,8 +167,7 @@ def test_the_page_refuses_the_png_and_takes_the_jpeg_reduced_in_bounded_memory(g
         assert taken.status_code == 200 and len(taken.json()["hits"]) == 2, taken.text
         assert added.bytes < BOUND, added
     finally:
-        page.terminate()
-        page.wait(30)
+        stop_process(page)
         log.close()
 
 

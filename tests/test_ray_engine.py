@@ -402,10 +402,24 @@ def open_when_read(pipe: Path, driver: subprocess.Popen) -> int:
     return wait_for(opened, 240, "a Ray worker to read the pipe")
 
 
-def start_job(photos: Path, chroma_server: str, embedder: str, address: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(index_command(photos, chroma_server, embedder, "--engine", "ray", "--ray-address", address,
-                                          "--ray-workers", "2", "--batch-size", "4"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+@pytest.fixture
+def start_job():
+    """Starts an index job on the cluster in the background; a job still running when the test ends (a wait that
+    failed) is killed, so that it does not hold the cluster's only two CPUs through the tests after it."""
+    drivers: list[subprocess.Popen] = []
+
+    def start(photos: Path, chroma_server: str, embedder: str, address: str, env: dict[str, str]) -> subprocess.Popen:
+        drivers.append(subprocess.Popen(
+            index_command(photos, chroma_server, embedder, "--engine", "ray", "--ray-address", address,
+                          "--ray-workers", "2", "--batch-size", "4"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        return drivers[-1]
+
+    yield start
+    for driver in drivers:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=60)
 
 
 def assert_one_record_per_photo(chroma_server: str, embedder: str, folder: Path) -> None:
@@ -419,7 +433,8 @@ def assert_one_record_per_photo(chroma_server: str, embedder: str, folder: Path)
     assert sorted(item.path for item in gallery.items()) == sorted(str(path) for path in paths)
 
 
-def test_a_killed_job_resumes_where_it_stopped(photos, chroma_server, tiny_clip_name, two_nodes, ray_env):
+def test_a_killed_job_resumes_where_it_stopped(photos, chroma_server, tiny_clip_name, two_nodes, ray_env,
+                                               start_job):
     pipe = hold_a_worker(photos)
     driver = start_job(photos, chroma_server, tiny_clip_name, two_nodes["address"], ray_env)
     writer = open_when_read(pipe, driver)
@@ -438,7 +453,8 @@ def test_a_killed_job_resumes_where_it_stopped(photos, chroma_server, tiny_clip_
     assert_one_record_per_photo(chroma_server, tiny_clip_name, photos)
 
 
-def test_kill_9_of_a_worker_loses_and_duplicates_nothing(photos, chroma_server, tiny_clip_name, two_nodes, ray_env):
+def test_kill_9_of_a_worker_loses_and_duplicates_nothing(photos, chroma_server, tiny_clip_name, two_nodes, ray_env,
+                                                        start_job):
     from ray.util.state import list_actors
 
     pipe = hold_a_worker(photos)
@@ -472,22 +488,28 @@ def test_kill_9_of_a_worker_loses_and_duplicates_nothing(photos, chroma_server, 
 
 
 def test_a_chroma_server_that_stops_during_the_job_is_named_in_one_line(photos, tmp_path, tiny_clip_name,
-                                                                         two_nodes, ray_env):
+                                                                         two_nodes, ray_env, start_job):
     """Ray reports a worker whose writes fail only as a stream that ended; the person is told which server
     stopped and that a re-run goes on, in one line, without a traceback."""
     from helpers.chroma import chroma_executable, start_chroma
 
     server, url = start_chroma(chroma_executable(), tmp_path / "dying-server")
-    pipe = hold_a_worker(photos)
-    driver = start_job(photos, url, tiny_clip_name, two_nodes["address"], ray_env)
-    writer = open_when_read(pipe, driver)
     try:
-        wait_for(lambda: stored_count(url, tiny_clip_name), 240, "a first batch to be stored")
-        server.kill()
-        server.wait(timeout=30)
-        os.replace(make_photo(photos.parent / "late.jpg", seed=7, size=(64, 48)), pipe)  # what the worker reads next
+        pipe = hold_a_worker(photos)
+        driver = start_job(photos, url, tiny_clip_name, two_nodes["address"], ray_env)
+        writer = open_when_read(pipe, driver)
+        try:
+            wait_for(lambda: stored_count(url, tiny_clip_name), 240, "a first batch to be stored")
+            server.kill()
+            server.wait(timeout=30)
+            late = make_photo(photos.parent / "late.jpg", seed=7, size=(64, 48))
+            os.replace(late, pipe)  # what the worker reads next
+        finally:
+            os.close(writer)  # the held worker goes on, and its batch's write finds no server
     finally:
-        os.close(writer)  # the held worker goes on, and its batch's write finds no server
+        if server.poll() is None:  # a wait above failed: the server must not outlive the test
+            server.kill()
+            server.wait(timeout=30)
     out, err = driver.communicate(timeout=400)
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING", "("))]
     assert driver.returncode != 0 and out == ""

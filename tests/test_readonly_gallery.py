@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import free_port, make_photo
+from helpers import free_port, make_photo, stop_process
 from helpers.cli import CLI, one_clear_line, run
 from helpers.mcp import server_env
 
@@ -171,8 +171,7 @@ def test_mcp_and_the_page_search_a_read_only_gallery(read_only, tiny_clip_name):
         listed = httpx.get(f"{url}/api/duplicates", headers=headers, timeout=120)
         assert listed.status_code == 200, listed.text
     finally:
-        page.terminate()
-        page.wait(30)
+        stop_process(page)
     assert tree_state(gallery) == before
 
 

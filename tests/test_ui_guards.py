@@ -327,7 +327,7 @@ def test_pictrieve_ui_answers_its_loopback_names_and_allow_host_only(gallery, tm
     import sys
     import time
 
-    from helpers import free_port
+    from helpers import free_port, stop_process
     from helpers.mcp import server_env
 
     port = free_port()
@@ -350,8 +350,7 @@ def test_pictrieve_ui_answers_its_loopback_names_and_allow_host_only(gallery, tm
                              (f"lan.evil.example:{port}", 421)):
             assert httpx.get(url + "/api/status", headers={"Host": host}, timeout=10).status_code == status, host
     finally:
-        served.terminate()
-        served.wait(30)
+        stop_process(served)
         log.close()
 
 
@@ -365,11 +364,10 @@ def test_a_library_error_on_the_page_says_what_its_visitor_can_do():
     from pictrieve.ui.forms import UIError, page_message
     from pictrieve.ui.jobs import Jobs
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]  # nothing listens there once the probe is closed
-    with pytest.raises(ModelCallError) as failed:
-        check_endpoint("openai:some-model", f"http://127.0.0.1:{closed}/v1")
+    from helpers.openai_fake import dead_endpoint
+
+    with dead_endpoint() as closed, pytest.raises(ModelCallError) as failed:  # its port is held, never listening
+        check_endpoint("openai:some-model", closed)
     assert "--llm" in str(failed.value) or "--base-url" in str(failed.value)  # the command line's wording
 
     def work(job):

@@ -6,7 +6,7 @@ Fixtures that only some modules use live here and are imported by those modules 
 imported fixture in the importing module); fixtures every module may use live in ``tests/conftest.py``.
 No test module imports another test module: what two of them share moves here.
 
-- this module: the repository's paths, small random photos, a free port, several distinct free ports
+- this module: the repository's paths, small random photos, free ports, stopping a started server
 - ``isolated_home``: the session's own home and caches (started by conftest), and the guard on the real home
 - ``home_audit``: the audit hook that logs the test processes' own writes under the real home
 - ``plugir_fakes``, ``qc2_fakes``, ``vsa_fakes``, ``visret_fakes``, ``needle_fakes``: each method's stand-ins
@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,18 @@ def free_ports(count: int) -> list[int]:
             _handed_out.update(ports)
             return ports
     raise RuntimeError(f"found only {len(ports)} of {count} free ports between {_BELOW_EPHEMERAL_FROM} and {low}")
+
+
+def stop_process(process: subprocess.Popen, grace: float = 30) -> None:
+    """Stop a started server: terminate, and kill it if it has not ended within ``grace`` seconds (a server
+    waiting on open connections must neither outlive the test nor replace its error with a timeout)."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def make_photo(path: Path, seed: int, size: tuple[int, int] = (48, 40)) -> Path:

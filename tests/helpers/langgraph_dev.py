@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO_ROOT, free_port
+from helpers import REPO_ROOT, free_port, stop_process
 
 LANGGRAPH_JSON = REPO_ROOT / "langgraph.json"
 
@@ -76,8 +76,4 @@ def serve_repository(root: Path, gallery: Path, **env: str) -> tuple[subprocess.
 
 def stop(process: subprocess.Popen) -> None:
     """Stop a started server: terminate, and kill it if it has not ended within 30 s."""
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    stop_process(process)

@@ -153,8 +153,9 @@ def guarded(host: str, **guard):
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
+    while not server.started and time.monotonic() < deadline and thread.is_alive():
         time.sleep(0.05)
+    assert server.started, f"uvicorn did not start on {host} port {port}"  # not a refused connection later
     try:
         yield f"http://{url_host(host)}:{port}", port
     finally:

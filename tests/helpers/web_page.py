@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from helpers import make_photo
+from helpers import free_port, make_photo
 
 SCRIPT_CAPTION = "<script>window.__pwned = 1</script>a red square"
 PAGE_ORIGIN = "http://127.0.0.1"
@@ -70,15 +70,14 @@ def serve(app):
     """``app`` on a free loopback port, served by a real uvicorn in a thread; yields its URL."""
     import uvicorn
 
-    from pictrieve.cli.ui import free_port
-
-    port = free_port("127.0.0.1")
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
+    while not server.started and time.time() < deadline and thread.is_alive():
         time.sleep(0.05)
+    assert server.started, f"uvicorn did not start on port {port}"  # not a refused connection 30 s later
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
