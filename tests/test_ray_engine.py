@@ -93,23 +93,29 @@ class RayNode:
         for flag in self.PORT_FLAGS:
             command += [flag, str(next(ports))]
         self.log = log
-        self.process = subprocess.Popen(command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                                        start_new_session=True)  # its own group: found even after it exited
         self.psutil = psutil
 
     def stop(self) -> None:
-        """Kill the node's processes, found from the PID we started (Ray's own SIGTERM path drains
-        for up to 30 s, which tells a test nothing). The ``ray start`` process may have exited and been
-        reaped already (a node that failed to start): then only what it left behind is killed."""
-        try:
-            parent = self.psutil.Process(self.process.pid)
-            started = parent.children(recursive=True)
-        except self.psutil.NoSuchProcess:
-            parent, started = None, []
-        for process in [*started, *([parent] if parent else [])]:
+        """Kill the node's processes (Ray's own SIGTERM path drains for up to 30 s, which tells a test nothing):
+        those found from the PID we started while it runs, and whatever is left in its process group (a node
+        whose ``ray start`` exited, and was reaped, leaves its other processes there)."""
+        started = []
+        if self.process.poll() is None:  # asked only while it is ours: a reaped PID may be someone else's
+            try:
+                started = self.psutil.Process(self.process.pid).children(recursive=True)
+            except self.psutil.NoSuchProcess:
+                pass
+        for process in started:
             try:
                 process.kill()
             except self.psutil.NoSuchProcess:
                 pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.process.wait(timeout=60)
         self.psutil.wait_procs(started, timeout=30)
         shutil.rmtree(self.temp, ignore_errors=True)
@@ -419,7 +425,10 @@ def start_job():
     for driver in drivers:
         if driver.poll() is None:
             driver.kill()
-            driver.wait(timeout=60)
+        try:
+            driver.communicate(timeout=60)  # reaped, its pipes read and closed
+        except subprocess.TimeoutExpired:  # a process it started still holds them: go on with the others
+            pass
 
 
 def assert_one_record_per_photo(chroma_server: str, embedder: str, folder: Path) -> None:

@@ -27,6 +27,7 @@ No test module imports another test module: what two of them share moves here.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import socket
@@ -42,6 +43,7 @@ FLICKR8K_DEV = Path(os.environ.get("PICTRIEVE_FLICKR8K_DEV", REPO_ROOT.parent / 
 
 # Ray starts its workers on ports 10002-19999 unless told otherwise; ours sit between those and the kernel's own.
 _BELOW_EPHEMERAL_FROM = 20_000
+_FEWEST_BELOW = 2_000  # a kernel range that leaves fewer below it: take the kernel's probes instead
 _handed_out: set[int] = set()  # never handed out twice by one test process: a server may not have bound it yet
 
 
@@ -49,6 +51,14 @@ def free_port() -> int:
     """A TCP port free now that no other process is handed meanwhile (see :func:`free_ports`); a server started
     on it can still fail to bind it (another program chose it on purpose): callers retry with another port."""
     return free_ports(1)[0]
+
+
+def ports_below_the_kernels() -> range:
+    """The ports :func:`free_ports` chooses from: above Ray's worker ports, below the kernel's ephemeral range
+    (empty when that range starts too low to leave enough)."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.is_file() else 32_768  # Linux's default
+    return range(_BELOW_EPHEMERAL_FROM, low) if low - _BELOW_EPHEMERAL_FROM >= _FEWEST_BELOW else range(0)
 
 
 def free_ports(count: int) -> list[int]:
@@ -59,23 +69,59 @@ def free_ports(count: int) -> list[int]:
     The kernel's ``bind(0)`` can give a just-closed port out again (two probes once returned one port to two of a
     Ray head's components), and any port of its ephemeral range can go to another ``bind(0)`` or an outgoing
     connection before the server binds it. So these come from below that range, where the kernel hands out no
-    port by itself, each checked free on every address."""
-    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
-    low = int(ephemeral.read_text().split()[0]) if ephemeral.is_file() else 32_768  # Linux's default
-    candidates = [port for port in range(_BELOW_EPHEMERAL_FROM, low) if port not in _handed_out]
+    port by itself, each checked free on every address (IPv4 and IPv6). On a machine whose ephemeral range leaves
+    too few below it, the kernel's probes are used, all held at once so that none repeats."""
+    window = ports_below_the_kernels()
+    if not window:
+        return _kernel_probes(count)
+    candidates = [port for port in window if port not in _handed_out]
     random.shuffle(candidates)  # test processes running at once rarely pick the same ones
     ports: list[int] = []
     for port in candidates:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-        ports.append(port)
-        if len(ports) == count:
-            _handed_out.update(ports)
-            return ports
-    raise RuntimeError(f"found only {len(ports)} of {count} free ports between {_BELOW_EPHEMERAL_FROM} and {low}")
+        if _bindable(port):
+            ports.append(port)
+            if len(ports) == count:
+                _handed_out.update(ports)
+                return ports
+    raise RuntimeError(f"found only {len(ports)} of {count} free ports in {window.start}-{window.stop - 1}")
+
+
+def _bindable(port: int) -> bool:
+    """Whether nothing holds ``port`` on any IPv4 or IPv6 address now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    try:
+        sock = socket.socket(socket.AF_INET6)
+    except OSError:  # no IPv6 on this machine: nothing can hold the port there
+        return True
+    with sock:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            sock.bind(("::", port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRNOTAVAIL  # no IPv6 address here: nothing can hold the port there
+    return True
+
+
+def _kernel_probes(count: int) -> list[int]:
+    """``count`` ports from the kernel's ``bind(0)``, all held until every one is chosen so that none repeats."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket()
+            held.append(sock)
+            sock.bind(("", 0))
+            if sock.getsockname()[1] not in _handed_out:  # one handed out before stays held, so is not offered again
+                ports.append(sock.getsockname()[1])
+    finally:
+        for sock in held:
+            sock.close()
+    _handed_out.update(ports)
+    return ports
 
 
 def stop_process(process: subprocess.Popen, grace: float = 30) -> None:

@@ -155,8 +155,8 @@ def guarded(host: str, **guard):
     deadline = time.monotonic() + 30
     while not server.started and time.monotonic() < deadline and thread.is_alive():
         time.sleep(0.05)
-    assert server.started, f"uvicorn did not start on {host} port {port}"  # not a refused connection later
     try:
+        assert server.started, f"uvicorn did not start on {host} port {port}"  # not a refused connection later
         yield f"http://{url_host(host)}:{port}", port
     finally:
         server.should_exit = True

@@ -77,8 +77,8 @@ def serve(app):
     deadline = time.time() + 30
     while not server.started and time.time() < deadline and thread.is_alive():
         time.sleep(0.05)
-    assert server.started, f"uvicorn did not start on port {port}"  # not a refused connection 30 s later
     try:
+        assert server.started, f"uvicorn did not start on port {port}"  # not a refused connection 30 s later
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
