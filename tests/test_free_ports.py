@@ -10,7 +10,7 @@ import socket
 import pytest
 
 import helpers
-from helpers import free_ports, ports_below_the_kernels
+from helpers import free_ports, has_ipv6_loopback, ports_below_the_kernels
 
 
 def test_ports_are_distinct_and_never_the_kernels_own_nor_ray_workers():
@@ -29,7 +29,7 @@ def test_no_port_is_handed_out_twice_nor_one_in_use(monkeypatch):
         pytest.skip("this machine's ephemeral port range leaves too few ports below it")
     monkeypatch.setattr(helpers, "_handed_out", set())  # this test takes them all; the other tests keep theirs
     held = [_listening(socket.AF_INET, "127.0.0.1", window)]
-    if socket.has_ipv6 and _ipv6_loopback():
+    if has_ipv6_loopback():
         held.append(_listening(socket.AF_INET6, "::1", window))  # a server on IPv6 only holds its port too
     taken = {sock.getsockname()[1] for sock in held}
     try:
@@ -63,12 +63,3 @@ def _listening(family: int, address: str, window: range) -> socket.socket:
             sock.listen()
             return sock
     raise AssertionError("no free port to hold")
-
-
-def _ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as sock:
-            sock.bind(("::1", 0))
-        return True
-    except OSError:
-        return False

@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import make_photo
+from helpers import has_ipv6_loopback, make_photo
 from helpers.canary import Canary
 from helpers.serve import TOKEN, guarded, sdk_client, served_gallery, start_serve, stop_group
 from helpers.serve import serve_env as _env
@@ -120,19 +120,10 @@ def test_local_host_names_are_answered(served, host):
     assert httpx.get(f"{served['url']}/ok", headers={"Host": host.format(port=port)}, timeout=60).status_code == 200
 
 
-def _has_ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as sock:
-            sock.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("bound", ["127.0.0.2", "localhost", "::1"])
 def test_every_loopback_spelling_refuses_a_foreign_host_and_origin(bound):
     """The guard decides on the address a connection reached, so each spelling of --host is covered."""
-    if bound == "::1" and not _has_ipv6_loopback():
+    if bound == "::1" and not has_ipv6_loopback():
         pytest.skip("no IPv6 loopback here")
     with guarded(bound, token="", origins=()) as (url, port):
         assert httpx.get(url, headers={"Host": "evil.example"}).status_code == 403

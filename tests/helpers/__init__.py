@@ -106,6 +106,16 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def has_ipv6_loopback() -> bool:
+    """Whether this machine can listen on ``::1`` (containers often have no IPv6)."""
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 def _kernel_probes(count: int) -> list[int]:
     """``count`` ports from the kernel's ``bind(0)``, all held until every one is chosen so that none repeats."""
     held: list[socket.socket] = []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import free_port
+from helpers import free_port, stop_process
 
 
 def heartbeat(url: str) -> bool:
@@ -60,8 +60,4 @@ def chroma_server(tmp_path):
     """The URL of a fresh `chroma run` server on 127.0.0.1, stopped after the test."""
     process, url = start_chroma(chroma_executable(), tmp_path / "server-data")
     yield url
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    stop_process(process, grace=20)

@@ -74,6 +74,4 @@ def serve_repository(root: Path, gallery: Path, **env: str) -> tuple[subprocess.
                            **env}, root)
 
 
-def stop(process: subprocess.Popen) -> None:
-    """Stop a started server: terminate, and kill it if it has not ended within 30 s."""
-    stop_process(process)
+stop = stop_process  # a started `langgraph dev`: terminate, and kill it if it has not ended within 30 s

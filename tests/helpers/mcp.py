@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import free_port
+from helpers import free_port, stop_process
 from helpers.vsa_fakes import PAGES, save_tiny_owlvit
 
 MCP_COMMAND = [sys.executable, "-m", "pictrieve.cli.main", "mcp"]
@@ -92,13 +92,7 @@ class HttpServer:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, grace=20)
 
     @asynccontextmanager
     async def session(self, token: str | None = None, **session_kwargs: Any) -> AsyncIterator[Any]:

@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers import free_port
+from helpers import free_port, stop_process
 
 STARTUP_SECONDS = 240
 """How long the server may take to load the model and answer ``/health`` (about 20 s on an idle 2-core
@@ -46,12 +46,7 @@ class ModelServer:
         return sum("POST /v1/chat/completions" in line for line in self.log.read_text(errors="replace").splitlines())
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
 
 def serving_command() -> list[str] | None:
